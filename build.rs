@@ -1,0 +1,14 @@
+//! Compiles the official ONNX schema (`proto/onnx.proto`, proto2) into Rust with prost.
+//!
+//! protox parses the schema in pure Rust, so no `protoc` binary is needed on any machine.
+//! Byte fields are generated as `bytes::Bytes` so that a memory-mapped model decodes without
+//! copying its (possibly multi-gigabyte) `raw_data` payloads.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/onnx.proto");
+    let descriptors = protox::compile(["onnx.proto"], ["proto"])?;
+    let mut config = prost_build::Config::new();
+    config.bytes(["."]);
+    config.compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! The headless face: one subcommand per file, each a thin layer over the engine.
+
+pub mod inspect;
+pub mod runtime;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Post-training quantization of ONNX models to QDQ: a studio and a headless CLI.
+///
+/// Without a subcommand, opens the studio (on MODEL, or on the bundled sample model).
+#[derive(Debug, Parser)]
+#[command(name = "qdq-studio", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    /// A model to open in the studio.
+    pub model: Option<PathBuf>,
+    /// The subcommand to run headless.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Headless subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Describe a model: IR, opsets, inputs/outputs, op types, parameters, quantizable nodes.
+    Inspect(inspect::InspectArgs),
+    /// Show the loaded ONNX Runtime and its execution providers, or install one.
+    Runtime(runtime::RuntimeArgs),
+}
+
+/// Runs a headless subcommand.
+pub fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Inspect(args) => inspect::run(&args),
+        Command::Runtime(args) => runtime::run(&args),
+    }
+}
+
+/// What runs without a subcommand until the studio lands: a summary of MODEL (or of the
+/// bundled sample) and the list of subcommands.
+pub fn studio_placeholder(model: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let summary = match model {
+        Some(path) => inspect::summarize(path)?,
+        None => {
+            let model = qdq_studio::sample::sample_model()?;
+            let graph = qdq_studio::model::Graph::build(&model);
+            qdq_studio::model::summary::ModelSummary::of(&model, &graph)
+        }
+    };
+    print!("{}", inspect::render(&summary));
+    eprintln!("\nThe studio window is not in this build yet; headless subcommands: inspect, runtime (see --help).");
+    Ok(())
+}

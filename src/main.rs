@@ -1,0 +1,27 @@
+//! `qdq-studio`: with a subcommand, the headless CLI; otherwise the studio.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("QDQ_STUDIO_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        Some(command) => cli::run(command),
+        None => cli::studio_placeholder(cli.model.as_deref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One readable line: the error and its causes.
+            eprintln!("error: {}", format!("{error:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! External data: tensors whose bytes live in files beside the model.
+//!
+//! Locations are resolved relative to the model's folder and must stay inside it: absolute
+//! paths, `..` components and symlinks that escape the folder are refused, because a model
+//! downloaded from anywhere must not make the tool read (or later overwrite) arbitrary files.
+//! Each referenced file is memory-mapped once by [`Model`](super::Model) and shared by all
+//! tensors that point into it.
+
+use std::fs::File;
+use std::path::{Component, Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::dtype::DataType;
+use super::error::ModelError;
+use super::proto::{TensorProto, tensor_proto::DataLocation};
+
+/// Files smaller than this are read into memory instead of being memory-mapped.
+const MMAP_THRESHOLD: u64 = 16 * 1024 * 1024;
+
+/// Where one tensor's bytes are, as written in its `external_data` entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalRef {
+    /// The location string, relative to the model's folder.
+    pub location: String,
+    /// Byte offset into the file.
+    pub offset: u64,
+    /// Byte length, if the model states it.
+    pub length: Option<u64>,
+}
+
+impl ExternalRef {
+    /// Reads the `external_data` entries of `tensor`; `None` when its data is stored inline.
+    pub fn of(tensor: &TensorProto) -> Result<Option<Self>, ModelError> {
+        if tensor.data_location != Some(DataLocation::External as i32) {
+            return Ok(None);
+        }
+        let malformed = |reason: String| ModelError::ExternalMalformed {
+            tensor: tensor.name().to_owned(),
+            reason,
+        };
+        let mut location = None;
+        let mut offset = 0;
+        let mut length = None;
+        for entry in &tensor.external_data {
+            let value = entry.value();
+            match entry.key() {
+                "location" => location = Some(value.to_owned()),
+                "offset" => offset = value.parse().map_err(|_| malformed(format!("offset '{value}' is not a number")))?,
+                "length" => {
+                    length = Some(value.parse().map_err(|_| malformed(format!("length '{value}' is not a number")))?)
+                }
+                _ => {}
+            }
+        }
+        let location = location.ok_or_else(|| malformed("no 'location' key".to_owned()))?;
+        Ok(Some(ExternalRef { location, offset, length }))
+    }
+}
+
+/// True when `location` is absolute on any platform (Unix root, Windows drive or UNC prefix).
+fn is_absolute_anywhere(location: &str) -> bool {
+    let bytes = location.as_bytes();
+    let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
+    location.starts_with('/') || location.starts_with('\\') || drive || Path::new(location).is_absolute()
+}
+
+/// Resolves `location` inside `folder`, refusing anything that could leave it.
+pub fn resolve_location(tensor: &str, location: &str, folder: &Path) -> Result<PathBuf, ModelError> {
+    if is_absolute_anywhere(location) {
+        return Err(ModelError::ExternalAbsolute {
+            tensor: tensor.to_owned(),
+            location: location.to_owned(),
+        });
+    }
+    let outside = || ModelError::ExternalOutside {
+        tensor: tensor.to_owned(),
+        location: location.to_owned(),
+        folder: folder.to_path_buf(),
+    };
+    // Both separators count: a model written on Windows may say `data\weights.bin`.
+    let normalized = location.replace('\\', "/");
+    let relative = Path::new(&normalized);
+    if relative.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(outside());
+    }
+    let path = folder.join(relative);
+    if !path.exists() {
+        return Err(ModelError::ExternalMissing {
+            tensor: tensor.to_owned(),
+            path,
+        });
+    }
+    let canonical_folder = folder.canonicalize().map_err(|source| ModelError::Read {
+        path: folder.to_path_buf(),
+        source,
+    })?;
+    let canonical = path.canonicalize().map_err(|source| ModelError::Read { path: path.clone(), source })?;
+    if !canonical.starts_with(&canonical_folder) {
+        return Err(outside());
+    }
+    Ok(canonical)
+}
+
+/// Maps a file read-only, or reads it when it is small.
+pub fn map_file(path: &Path) -> Result<Bytes, ModelError> {
+    let read_err = |source| ModelError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(read_err)?;
+    let len = file.metadata().map_err(read_err)?.len();
+    if len < MMAP_THRESHOLD {
+        return std::fs::read(path).map(Bytes::from).map_err(read_err);
+    }
+    // SAFETY: the map is read-only. Another process truncating the file while it is mapped
+    // would fault; qdq-studio itself never writes to an input file (see `save`), which is the
+    // same contract every memory-mapping model loader (ONNX Runtime included) relies on.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?;
+    Ok(Bytes::from_owner(map))
+}
+
+/// Number of elements of a tensor from its dims; an error for negative or overflowing dims.
+pub fn element_count(name: &str, dims: &[i64]) -> Result<u64, ModelError> {
+    let invalid = || ModelError::InvalidDims {
+        tensor: name.to_owned(),
+        dims: dims.to_vec(),
+    };
+    dims.iter().try_fold(1u64, |acc, &d| {
+        let d = u64::try_from(d).map_err(|_| invalid())?;
+        acc.checked_mul(d).ok_or_else(invalid)
+    })
+}
+
+/// Bytes the tensor's shape and type need in raw form; `None` for types the engine does not
+/// know (their size is then taken from the model as written).
+pub fn expected_bytes(tensor: &TensorProto) -> Result<Option<u64>, ModelError> {
+    let count = element_count(tensor.name(), &tensor.dims)?;
+    Ok(DataType::from_onnx(tensor.data_type()).ok().map(|d| d.storage_bytes(count)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_locations_are_refused_on_every_platform_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        for loc in ["/etc/passwd", "\\\\server\\share\\w.bin", "C:\\w.bin", "c:/w.bin"] {
+            let err = resolve_location("w", loc, dir.path()).unwrap_err();
+            assert!(matches!(err, ModelError::ExternalAbsolute { .. }), "{loc}: {err}");
+        }
+    }
+
+    #[test]
+    fn parent_components_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for loc in ["../w.bin", "a/../../w.bin", "a\\..\\..\\w.bin"] {
+            let err = resolve_location("w", loc, dir.path()).unwrap_err();
+            assert!(matches!(err, ModelError::ExternalOutside { .. }), "{loc}: {err}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_escaping_the_folder_are_refused() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.bin"), [0u8; 8]).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.bin"), dir.path().join("w.bin")).unwrap();
+        let err = resolve_location("w", "w.bin", dir.path()).unwrap_err();
+        assert!(matches!(err, ModelError::ExternalOutside { .. }), "{err}");
+    }
+
+    #[test]
+    fn dims_that_overflow_or_are_negative_are_errors() {
+        assert!(element_count("t", &[1 << 40, 1 << 40]).is_err());
+        assert!(element_count("t", &[-1, 3]).is_err());
+        assert_eq!(element_count("t", &[]).unwrap(), 1);
+    }
+}

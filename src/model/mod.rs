@@ -1,0 +1,23 @@
+//! ONNX model I/O and the graph index: loading (memory-mapped, external data validated),
+//! atomic saving, tensor conversion to and from `ndarray`, and [`Graph`], the index the rest
+//! of the engine works on.
+
+pub mod builder;
+pub mod dtype;
+pub mod error;
+pub mod external;
+pub mod graph;
+mod onnx_model;
+pub mod proto;
+pub mod save;
+pub mod summary;
+pub mod tensor;
+pub mod visit;
+
+pub use builder::ModelBuilder;
+pub use dtype::DataType;
+pub use error::ModelError;
+pub use graph::{Dim, Graph, Node, NodeId, TensorInfo, TensorKind};
+pub use onnx_model::Model;
+pub use save::{SaveOptions, SaveReport};
+pub use tensor::TensorArray;

@@ -1,0 +1,223 @@
+//! [`Model`]: an ONNX `ModelProto` together with where its bytes came from.
+//!
+//! Loading memory-maps large files and decodes them without copying tensor payloads (byte
+//! fields are `bytes::Bytes` slices of the map). Every external-data reference is validated
+//! at load time, so a model that loads is a model whose tensors can all be read.
+//!
+//! Known limitation: prost drops fields it does not know. The schema in `proto/onnx.proto` is
+//! the official one of onnx 1.23; a model written by a newer ONNX with new fields loses them
+//! on save. Models of the current schema re-encode byte for byte (tested on real models).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use prost::Message;
+
+use super::error::ModelError;
+use super::external::{ExternalRef, map_file, resolve_location};
+use super::proto::{GraphProto, ModelProto, TensorProto};
+use super::tensor::TensorArray;
+use super::visit::for_each_tensor_mut;
+
+/// An ONNX model in memory, with the external data it references.
+#[derive(Debug, Clone)]
+pub struct Model {
+    proto: ModelProto,
+    path: Option<PathBuf>,
+    folder: PathBuf,
+    external: HashMap<(String, u64), Bytes>,
+    external_files: Vec<PathBuf>,
+}
+
+impl Model {
+    /// Loads and validates an `.onnx` file and its external data.
+    pub fn load(path: &Path) -> Result<Model, ModelError> {
+        let bytes = map_file(path)?;
+        let canonical = path.canonicalize().map_err(|source| ModelError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let folder = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
+        let mut model = Self::decode(bytes, &canonical, folder)?;
+        model.path = Some(canonical);
+        Ok(model)
+    }
+
+    /// Decodes a model held in memory; external data (if any) is resolved against `folder`.
+    /// `origin` names the model in error messages.
+    pub fn decode(bytes: Bytes, origin: &Path, folder: PathBuf) -> Result<Model, ModelError> {
+        let proto = ModelProto::decode(bytes).map_err(|e| ModelError::Decode {
+            path: origin.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        if proto.graph.is_none() {
+            return Err(ModelError::NoGraph {
+                path: origin.to_path_buf(),
+            });
+        }
+        let mut model = Model {
+            proto,
+            path: None,
+            folder,
+            external: HashMap::new(),
+            external_files: Vec::new(),
+        };
+        model.resolve_external()?;
+        Ok(model)
+    }
+
+    /// Wraps a `ModelProto` built in memory (no file, no external data).
+    pub fn from_proto(proto: ModelProto) -> Model {
+        Model {
+            proto,
+            path: None,
+            folder: PathBuf::from("."),
+            external: HashMap::new(),
+            external_files: Vec::new(),
+        }
+    }
+
+    fn resolve_external(&mut self) -> Result<(), ModelError> {
+        let folder = self.folder.clone();
+        let mut files: HashMap<PathBuf, Bytes> = HashMap::new();
+        let mut resolved = HashMap::new();
+        for_each_tensor_mut(&mut self.proto, &mut |tensor: &mut TensorProto| {
+            let Some(reference) = ExternalRef::of(tensor)? else {
+                return Ok(());
+            };
+            let path = resolve_location(tensor.name(), &reference.location, &folder)?;
+            let data = match files.get(&path) {
+                Some(data) => data.clone(),
+                None => {
+                    let data = map_file(&path)?;
+                    files.insert(path.clone(), data.clone());
+                    data
+                }
+            };
+            let slice = slice_external(tensor, &reference, &path, &data)?;
+            resolved.insert((reference.location, reference.offset), slice);
+            Ok::<(), ModelError>(())
+        })?;
+        self.external = resolved;
+        self.external_files = files.into_keys().collect();
+        self.external_files.sort();
+        Ok(())
+    }
+
+    /// The decoded protobuf.
+    pub fn proto(&self) -> &ModelProto {
+        &self.proto
+    }
+
+    /// Mutable access to the protobuf, for rewriting passes. External references added by a
+    /// pass must point at data this model already resolved.
+    pub fn proto_mut(&mut self) -> &mut ModelProto {
+        &mut self.proto
+    }
+
+    /// The main graph (always present: loading refuses models without one).
+    pub fn graph(&self) -> &GraphProto {
+        // `decode` refuses graph-less models and `from_proto` callers build one.
+        static EMPTY: std::sync::OnceLock<GraphProto> = std::sync::OnceLock::new();
+        self.proto.graph.as_ref().unwrap_or_else(|| EMPTY.get_or_init(GraphProto::default))
+    }
+
+    /// The canonical path the model was loaded from, if it came from a file.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The folder external data is resolved against.
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// The external data files this model reads (canonical paths, sorted).
+    pub fn external_files(&self) -> &[PathBuf] {
+        &self.external_files
+    }
+
+    /// Every file this model was read from: the model itself and its external data.
+    pub fn source_files(&self) -> Vec<PathBuf> {
+        self.path.iter().cloned().chain(self.external_files.iter().cloned()).collect()
+    }
+
+    /// The raw bytes of a tensor stored in `raw_data` or externally; `None` for tensors whose
+    /// values are in the typed fields.
+    pub fn raw_bytes(&self, tensor: &TensorProto) -> Result<Option<Bytes>, ModelError> {
+        match ExternalRef::of(tensor)? {
+            Some(reference) => Ok(self.external.get(&(reference.location, reference.offset)).cloned()),
+            None => Ok(tensor.raw_data.clone().filter(|r| !r.is_empty())),
+        }
+    }
+
+    /// Decodes a tensor of this model (inline or external) into an array.
+    pub fn tensor_array(&self, tensor: &TensorProto) -> Result<TensorArray, ModelError> {
+        let external = match ExternalRef::of(tensor)? {
+            Some(reference) => self.external.get(&(reference.location, reference.offset)).cloned(),
+            None => None,
+        };
+        TensorArray::from_proto(tensor, external.as_ref())
+    }
+
+    /// A copy of the protobuf with every external tensor brought inline, for handing the model
+    /// to ONNX Runtime from memory. Fails over the 2 GB protobuf limit.
+    pub fn to_inline_proto(&self) -> Result<ModelProto, ModelError> {
+        let mut proto = self.proto.clone();
+        for_each_tensor_mut(&mut proto, &mut |tensor: &mut TensorProto| {
+            if let Some(reference) = ExternalRef::of(tensor)? {
+                let data = self.external.get(&(reference.location, reference.offset)).cloned();
+                inline_tensor(tensor, data.unwrap_or_default());
+            }
+            Ok::<(), ModelError>(())
+        })?;
+        let bytes = proto.encoded_len() as u64;
+        if bytes > super::save::PROTOBUF_LIMIT {
+            return Err(ModelError::TooLargeInline { bytes });
+        }
+        Ok(proto)
+    }
+
+    /// Encodes the model inline (see [`Model::to_inline_proto`]).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ModelError> {
+        Ok(self.to_inline_proto()?.encode_to_vec())
+    }
+}
+
+/// Makes `tensor` hold `data` in `raw_data` instead of referencing an external file.
+pub(crate) fn inline_tensor(tensor: &mut TensorProto, data: Bytes) {
+    tensor.raw_data = Some(data);
+    tensor.external_data.clear();
+    tensor.data_location = None;
+}
+
+fn slice_external(tensor: &TensorProto, reference: &ExternalRef, path: &Path, data: &Bytes) -> Result<Bytes, ModelError> {
+    let expected = super::external::expected_bytes(tensor)?;
+    let length = reference
+        .length
+        .or(expected)
+        .unwrap_or_else(|| (data.len() as u64).saturating_sub(reference.offset));
+    if let Some(expected) = expected
+        && expected != length
+    {
+        return Err(ModelError::DataLength {
+            tensor: tensor.name().to_owned(),
+            dims: tensor.dims.clone(),
+            dtype: super::dtype::onnx_type_name(tensor.data_type()),
+            expected,
+            actual: length,
+            unit: "bytes",
+        });
+    }
+    match reference.offset.checked_add(length) {
+        Some(end) if end <= data.len() as u64 => Ok(data.slice(reference.offset as usize..end as usize)),
+        _ => Err(ModelError::ExternalShort {
+            tensor: tensor.name().to_owned(),
+            path: path.to_path_buf(),
+            offset: reference.offset,
+            length,
+            file_len: data.len() as u64,
+        }),
+    }
+}

@@ -1,0 +1,181 @@
+//! Execution providers: parsing the user's choice, and turning it into ONNX Runtime's.
+//!
+//! Every provider the user asks for is registered with `error_on_failure`, so a requested GPU
+//! provider that cannot start is an error with ONNX Runtime's reason, never a silent CPU run.
+
+use std::fmt;
+
+use ort::ep::{self, ExecutionProviderDispatch};
+
+use super::error::RuntimeError;
+
+/// An execution provider the user can ask for, with its device.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum EpSpec {
+    /// The CPU provider (always present).
+    Cpu,
+    /// CUDA on a device.
+    Cuda(i32),
+    /// TensorRT on a device.
+    TensorRt(i32),
+    /// DirectML on a device.
+    DirectMl(i32),
+    /// OpenVINO on a device type (`CPU`, `GPU`, `NPU`, ...).
+    OpenVino(String),
+    /// Core ML (macOS).
+    CoreMl,
+}
+
+impl EpSpec {
+    /// Parses `cpu`, `cuda[:N]`, `trt`/`tensorrt[:N]`, `dml`/`directml[:N]`,
+    /// `openvino[:DEVICE]`, `coreml` (ModelOpt's spellings are accepted).
+    pub fn parse(text: &str) -> Result<EpSpec, RuntimeError> {
+        let lower = text.trim().to_ascii_lowercase();
+        let (name, device) = match lower.split_once(':') {
+            Some((n, d)) => (n, Some(d)),
+            None => (lower.as_str(), None),
+        };
+        let index = |d: Option<&str>| -> Result<i32, RuntimeError> {
+            d.map_or(Ok(0), |d| d.parse().map_err(|_| RuntimeError::UnknownEp(text.to_owned())))
+        };
+        let spec = match name {
+            "cpu" if device.is_none() => EpSpec::Cpu,
+            "cuda" => EpSpec::Cuda(index(device)?),
+            "trt" | "tensorrt" => EpSpec::TensorRt(index(device)?),
+            "dml" | "directml" => EpSpec::DirectMl(index(device)?),
+            "openvino" | "ov" => EpSpec::OpenVino(device.map_or_else(|| "CPU".to_owned(), str::to_ascii_uppercase)),
+            "coreml" if device.is_none() => EpSpec::CoreMl,
+            _ => return Err(RuntimeError::UnknownEp(text.to_owned())),
+        };
+        Ok(spec)
+    }
+
+    /// ONNX Runtime's name of the provider (`CUDAExecutionProvider`, ...).
+    pub fn ort_name(&self) -> &'static str {
+        match self {
+            EpSpec::Cpu => "CPUExecutionProvider",
+            EpSpec::Cuda(_) => "CUDAExecutionProvider",
+            EpSpec::TensorRt(_) => "TensorrtExecutionProvider",
+            EpSpec::DirectMl(_) => "DmlExecutionProvider",
+            EpSpec::OpenVino(_) => "OpenVINOExecutionProvider",
+            EpSpec::CoreMl => "CoreMLExecutionProvider",
+        }
+    }
+
+    /// The runtime flavour that carries this provider, for hints.
+    pub fn flavor_hint(&self) -> &'static str {
+        match self {
+            EpSpec::Cpu => "every build has it",
+            EpSpec::Cuda(_) | EpSpec::TensorRt(_) => {
+                "install the GPU runtime with `qdq-studio runtime install --flavor gpu` (it needs NVIDIA's CUDA and cuDNN libraries; TensorRT also needs TensorRT's)"
+            }
+            EpSpec::DirectMl(_) => "install the DirectML runtime with `qdq-studio runtime install --flavor directml` (Windows only)",
+            EpSpec::OpenVino(_) => "install the OpenVINO runtime with `qdq-studio runtime install --flavor openvino`",
+            EpSpec::CoreMl => "the macOS build of ONNX Runtime has it",
+        }
+    }
+
+    /// The ort dispatch for this provider, failing loudly when it cannot register.
+    pub fn dispatch(&self) -> ExecutionProviderDispatch {
+        let dispatch = match self {
+            EpSpec::Cpu => ep::CPU::default().build(),
+            EpSpec::Cuda(device) => ep::CUDA::default().with_device_id(*device).build(),
+            EpSpec::TensorRt(device) => ep::TensorRT::default().with_device_id(*device).build(),
+            EpSpec::DirectMl(device) => ep::DirectML::default().with_device_id(*device).build(),
+            EpSpec::OpenVino(device) => ep::OpenVINO::default().with_device_type(device).build(),
+            EpSpec::CoreMl => ep::CoreML::default().build(),
+        };
+        dispatch.error_on_failure()
+    }
+
+    /// Every provider qdq-studio can drive, with a default device, for catalogues.
+    pub fn known() -> Vec<EpSpec> {
+        vec![
+            EpSpec::Cpu,
+            EpSpec::Cuda(0),
+            EpSpec::TensorRt(0),
+            EpSpec::DirectMl(0),
+            EpSpec::OpenVino("CPU".to_owned()),
+            EpSpec::CoreMl,
+        ]
+    }
+}
+
+impl fmt::Display for EpSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EpSpec::Cpu => f.write_str("cpu"),
+            EpSpec::Cuda(d) => write!(f, "cuda:{d}"),
+            EpSpec::TensorRt(d) => write!(f, "tensorrt:{d}"),
+            EpSpec::DirectMl(d) => write!(f, "directml:{d}"),
+            EpSpec::OpenVino(d) => write!(f, "openvino:{d}"),
+            EpSpec::CoreMl => f.write_str("coreml"),
+        }
+    }
+}
+
+impl From<EpSpec> for String {
+    fn from(spec: EpSpec) -> String {
+        spec.to_string()
+    }
+}
+
+impl TryFrom<String> for EpSpec {
+    type Error = RuntimeError;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        EpSpec::parse(&text)
+    }
+}
+
+/// Whether a provider can run on this machine with the loaded library.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
+pub enum EpState {
+    /// Registered and ran a probe model.
+    Ready,
+    /// In the library, but registering or running it failed; ONNX Runtime's reason.
+    Unavailable(String),
+    /// Not compiled into the loaded library; which flavour has it.
+    NotInLibrary(String),
+}
+
+/// A provider and its state, as `qdq-studio runtime` and the studio list them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct EpStatus {
+    /// The provider.
+    pub ep: EpSpec,
+    /// ONNX Runtime's name for it.
+    pub ort_name: String,
+    /// Its state.
+    pub state: EpState,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modelopt_spellings_parse() {
+        assert_eq!(EpSpec::parse("cpu").unwrap(), EpSpec::Cpu);
+        assert_eq!(EpSpec::parse("cuda:1").unwrap(), EpSpec::Cuda(1));
+        assert_eq!(EpSpec::parse("trt").unwrap(), EpSpec::TensorRt(0));
+        assert_eq!(EpSpec::parse("dml:2").unwrap(), EpSpec::DirectMl(2));
+        assert_eq!(EpSpec::parse("openvino:gpu").unwrap(), EpSpec::OpenVino("GPU".into()));
+        assert_eq!(EpSpec::parse("CUDA").unwrap(), EpSpec::Cuda(0));
+    }
+
+    #[test]
+    fn unknown_names_and_bad_devices_are_errors() {
+        for bad in ["tpu", "cuda:x", "cpu:1", ""] {
+            assert!(matches!(EpSpec::parse(bad), Err(RuntimeError::UnknownEp(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for spec in EpSpec::known() {
+            assert_eq!(EpSpec::parse(&spec.to_string()).unwrap(), spec);
+        }
+    }
+}
