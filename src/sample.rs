@@ -15,5 +15,9 @@ pub const SAMPLE_NAME: &str = "ppocr_cls.onnx (bundled sample)";
 
 /// Decodes the bundled sample.
 pub fn sample_model() -> Result<Model, ModelError> {
-    Model::decode(Bytes::from_static(SAMPLE_MODEL), Path::new(SAMPLE_NAME), PathBuf::from("."))
+    Model::decode(
+        Bytes::from_static(SAMPLE_MODEL),
+        Path::new(SAMPLE_NAME),
+        PathBuf::from("."),
+    )
 }

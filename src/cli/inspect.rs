@@ -27,25 +27,49 @@ pub fn format_bytes(bytes: u64) -> String {
         value /= 1000.0;
         unit += 1;
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 /// Loads, indexes and summarises the model.
 pub fn summarize(path: &std::path::Path) -> anyhow::Result<ModelSummary> {
     let model = Model::load(path)?;
     let graph = Graph::build(&model);
-    graph.check().with_context(|| format!("{} is not a valid graph", path.display()))?;
+    graph
+        .check()
+        .with_context(|| format!("{} is not a valid graph", path.display()))?;
     Ok(ModelSummary::of(&model, &graph))
 }
 
 /// Renders the summary as tables.
 pub fn render(summary: &ModelSummary) -> String {
     let mut out = String::new();
-    let path = summary.path.as_ref().map_or_else(|| "(in memory)".to_owned(), |p| p.display().to_string());
-    let opsets: Vec<String> = summary.opsets.iter().map(|o| format!("{} {}", o.domain, o.version)).collect();
+    let path = summary
+        .path
+        .as_ref()
+        .map_or_else(|| "(in memory)".to_owned(), |p| p.display().to_string());
+    let opsets: Vec<String> = summary
+        .opsets
+        .iter()
+        .map(|o| format!("{} {}", o.domain, o.version))
+        .collect();
     out += &format!("model      {path}\n");
-    out += &format!("ir         {}   opsets: {}\n", summary.ir_version, opsets.join(", "));
-    out += &format!("producer   {}\n", if summary.producer.is_empty() { "-" } else { &summary.producer });
+    out += &format!(
+        "ir         {}   opsets: {}\n",
+        summary.ir_version,
+        opsets.join(", ")
+    );
+    out += &format!(
+        "producer   {}\n",
+        if summary.producer.is_empty() {
+            "-"
+        } else {
+            &summary.producer
+        }
+    );
     out += &format!(
         "nodes      {} ({} quantizable by default, {} renamed)\n",
         summary.node_count, summary.quantizable_nodes, summary.renamed_nodes
@@ -61,7 +85,8 @@ pub fn render(summary: &ModelSummary) -> String {
     }
 
     let mut io = Table::new();
-    io.load_preset(UTF8_FULL_CONDENSED).set_header(["", "name", "type", "shape"]);
+    io.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["", "name", "type", "shape"]);
     for (kind, values) in [("input", &summary.inputs), ("output", &summary.outputs)] {
         for v in values {
             io.add_row([kind, &v.name, &v.dtype, &v.shape]);
@@ -70,7 +95,8 @@ pub fn render(summary: &ModelSummary) -> String {
     out += &format!("\n{io}\n");
 
     let mut ops = Table::new();
-    ops.load_preset(UTF8_FULL_CONDENSED).set_header(["op type", "count", "quantizable"]);
+    ops.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["op type", "count", "quantizable"]);
     for op in &summary.op_types {
         ops.add_row([
             Cell::new(&op.op_type),

@@ -49,6 +49,8 @@ pub fn studio_placeholder(model: Option<&std::path::Path>) -> anyhow::Result<()>
         }
     };
     print!("{}", inspect::render(&summary));
-    eprintln!("\nThe studio window is not in this build yet; headless subcommands: inspect, runtime (see --help).");
+    eprintln!(
+        "\nThe studio window is not in this build yet; headless subcommands: inspect, runtime (see --help)."
+    );
     Ok(())
 }

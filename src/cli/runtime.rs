@@ -1,6 +1,6 @@
 //! `qdq-studio runtime [--json]` and `qdq-studio runtime install [--flavor F]`.
 
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
 use qdq_studio::runtime::{self, EpState, FetchEvent, FetchOptions, Flavor, LoadOptions, Runtime};
 
@@ -35,10 +35,14 @@ pub enum RuntimeAction {
 /// Prints fetch progress on stderr.
 pub fn print_progress(event: FetchEvent) {
     match event {
-        FetchEvent::Downloading { package, version } => eprintln!("downloading {package}=={version} ..."),
+        FetchEvent::Downloading { package, version } => {
+            eprintln!("downloading {package}=={version} ...")
+        }
         FetchEvent::Log(_) => {}
         FetchEvent::Verifying => eprintln!("verifying sha256 ..."),
-        FetchEvent::Extracting { done, total } if done == total => eprintln!("unpacked {done} bytes"),
+        FetchEvent::Extracting { done, total } if done == total => {
+            eprintln!("unpacked {done} bytes")
+        }
         FetchEvent::Extracting { .. } => {}
         FetchEvent::Done => {}
     }
@@ -52,9 +56,18 @@ pub fn run(args: &RuntimeArgs) -> anyhow::Result<()> {
             index_url: index_url.clone(),
             ..FetchOptions::default()
         };
-        let path = runtime::install(&options.cache_dir, *flavor, &options.fetch, &mut print_progress)?;
+        let path = runtime::install(
+            &options.cache_dir,
+            *flavor,
+            &options.fetch,
+            &mut print_progress,
+        )?;
         let version = runtime::check_library(&path)?;
-        println!("installed ONNX Runtime {version} ({}) at {}", flavor.name(), path.display());
+        println!(
+            "installed ONNX Runtime {version} ({}) at {}",
+            flavor.name(),
+            path.display()
+        );
         return Ok(());
     }
     options.allow_download = !args.no_download;
@@ -69,7 +82,13 @@ pub fn run(args: &RuntimeArgs) -> anyhow::Result<()> {
     println!("ONNX Runtime {} ({})", info.version, info.source);
     println!("library      {}", info.path.display());
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header(["provider", "ONNX Runtime name", "state"]);
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(["provider", "ONNX Runtime name", "state"]);
+    if table.width().is_none() {
+        table.set_width(110);
+    }
     for status in eps {
         let state = match status.state {
             EpState::Ready => "ready".to_owned(),

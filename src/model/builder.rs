@@ -15,8 +15,8 @@
 use super::Model;
 use super::dtype::DataType;
 use super::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
-    ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto::Dimension,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
+    TypeProto, ValueInfoProto, attribute_proto::AttributeType, tensor_shape_proto::Dimension,
     tensor_shape_proto::dimension::Value as DimValue, type_proto,
 };
 use super::tensor::TensorArray;

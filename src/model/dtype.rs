@@ -8,7 +8,9 @@ use super::proto::tensor_proto::DataType as Proto;
 ///
 /// Types the schema knows but the engine does not (strings, complex numbers, the 2/6-bit and
 /// E5M2/FNUZ float8 families) are reported as [`UnsupportedDataType`] instead of being guessed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum DataType {
     /// IEEE 754 binary32.
@@ -99,7 +101,8 @@ impl DataType {
             _ => {
                 return Err(UnsupportedDataType {
                     code,
-                    name: proto.map_or_else(|| "unknown".to_owned(), |p| p.as_str_name().to_owned()),
+                    name: proto
+                        .map_or_else(|| "unknown".to_owned(), |p| p.as_str_name().to_owned()),
                 });
             }
         };
@@ -149,7 +152,11 @@ impl DataType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            DataType::Float32 | DataType::Float16 | DataType::BFloat16 | DataType::Float64 | DataType::Float8E4M3FN
+            DataType::Float32
+                | DataType::Float16
+                | DataType::BFloat16
+                | DataType::Float64
+                | DataType::Float8E4M3FN
         )
     }
 

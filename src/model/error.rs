@@ -33,7 +33,9 @@ pub enum ModelError {
         path: PathBuf,
     },
     /// A tensor stores its data externally, but the location is absolute.
-    #[error("tensor '{tensor}': external data location '{location}' is absolute; only paths relative to the model's folder are allowed")]
+    #[error(
+        "tensor '{tensor}': external data location '{location}' is absolute; only paths relative to the model's folder are allowed"
+    )]
     ExternalAbsolute {
         /// The tensor name.
         tensor: String,
@@ -41,7 +43,9 @@ pub enum ModelError {
         location: String,
     },
     /// A tensor's external data location leaves the model's folder (`..` or a symlink).
-    #[error("tensor '{tensor}': external data location '{location}' points outside the model's folder {folder}")]
+    #[error(
+        "tensor '{tensor}': external data location '{location}' points outside the model's folder {folder}"
+    )]
     ExternalOutside {
         /// The tensor name.
         tensor: String,
@@ -59,7 +63,9 @@ pub enum ModelError {
         path: PathBuf,
     },
     /// A tensor's external data file is shorter than the model says.
-    #[error("tensor '{tensor}': external data file {path} has {file_len} bytes, but the tensor needs offset {offset} + length {length}")]
+    #[error(
+        "tensor '{tensor}': external data file {path} has {file_len} bytes, but the tensor needs offset {offset} + length {length}"
+    )]
     ExternalShort {
         /// The tensor name.
         tensor: String,
@@ -97,7 +103,9 @@ pub enum ModelError {
         dims: Vec<i64>,
     },
     /// A tensor's data does not have as many bytes or values as its shape needs.
-    #[error("tensor '{tensor}': shape {dims:?} of {dtype} needs {expected} {unit}, but the tensor holds {actual}")]
+    #[error(
+        "tensor '{tensor}': shape {dims:?} of {dtype} needs {expected} {unit}, but the tensor holds {actual}"
+    )]
     DataLength {
         /// The tensor name.
         tensor: String,
@@ -123,7 +131,9 @@ pub enum ModelError {
         actual: String,
     },
     /// A node reads a tensor that nothing produces (no node, input or initializer).
-    #[error("node '{node}' ({op_type}) reads tensor '{tensor}', which no node, graph input or initializer produces")]
+    #[error(
+        "node '{node}' ({op_type}) reads tensor '{tensor}', which no node, graph input or initializer produces"
+    )]
     DanglingInput {
         /// The node's (effective) name.
         node: String,
@@ -161,7 +171,9 @@ pub enum ModelError {
         source: std::io::Error,
     },
     /// The model is too large to store inline and external data was refused.
-    #[error("the model needs {bytes} bytes inline, over the 2 GB protobuf limit; save it with external data")]
+    #[error(
+        "the model needs {bytes} bytes inline, over the 2 GB protobuf limit; save it with external data"
+    )]
     TooLargeInline {
         /// The encoded size.
         bytes: u64,

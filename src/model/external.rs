@@ -46,15 +46,27 @@ impl ExternalRef {
             let value = entry.value();
             match entry.key() {
                 "location" => location = Some(value.to_owned()),
-                "offset" => offset = value.parse().map_err(|_| malformed(format!("offset '{value}' is not a number")))?,
+                "offset" => {
+                    offset = value
+                        .parse()
+                        .map_err(|_| malformed(format!("offset '{value}' is not a number")))?
+                }
                 "length" => {
-                    length = Some(value.parse().map_err(|_| malformed(format!("length '{value}' is not a number")))?)
+                    length = Some(
+                        value
+                            .parse()
+                            .map_err(|_| malformed(format!("length '{value}' is not a number")))?,
+                    )
                 }
                 _ => {}
             }
         }
         let location = location.ok_or_else(|| malformed("no 'location' key".to_owned()))?;
-        Ok(Some(ExternalRef { location, offset, length }))
+        Ok(Some(ExternalRef {
+            location,
+            offset,
+            length,
+        }))
     }
 }
 
@@ -62,11 +74,18 @@ impl ExternalRef {
 fn is_absolute_anywhere(location: &str) -> bool {
     let bytes = location.as_bytes();
     let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
-    location.starts_with('/') || location.starts_with('\\') || drive || Path::new(location).is_absolute()
+    location.starts_with('/')
+        || location.starts_with('\\')
+        || drive
+        || Path::new(location).is_absolute()
 }
 
 /// Resolves `location` inside `folder`, refusing anything that could leave it.
-pub fn resolve_location(tensor: &str, location: &str, folder: &Path) -> Result<PathBuf, ModelError> {
+pub fn resolve_location(
+    tensor: &str,
+    location: &str,
+    folder: &Path,
+) -> Result<PathBuf, ModelError> {
     if is_absolute_anywhere(location) {
         return Err(ModelError::ExternalAbsolute {
             tensor: tensor.to_owned(),
@@ -81,7 +100,10 @@ pub fn resolve_location(tensor: &str, location: &str, folder: &Path) -> Result<P
     // Both separators count: a model written on Windows may say `data\weights.bin`.
     let normalized = location.replace('\\', "/");
     let relative = Path::new(&normalized);
-    if relative.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+    if relative
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
         return Err(outside());
     }
     let path = folder.join(relative);
@@ -95,7 +117,10 @@ pub fn resolve_location(tensor: &str, location: &str, folder: &Path) -> Result<P
         path: folder.to_path_buf(),
         source,
     })?;
-    let canonical = path.canonicalize().map_err(|source| ModelError::Read { path: path.clone(), source })?;
+    let canonical = path.canonicalize().map_err(|source| ModelError::Read {
+        path: path.clone(),
+        source,
+    })?;
     if !canonical.starts_with(&canonical_folder) {
         return Err(outside());
     }
@@ -136,7 +161,9 @@ pub fn element_count(name: &str, dims: &[i64]) -> Result<u64, ModelError> {
 /// know (their size is then taken from the model as written).
 pub fn expected_bytes(tensor: &TensorProto) -> Result<Option<u64>, ModelError> {
     let count = element_count(tensor.name(), &tensor.dims)?;
-    Ok(DataType::from_onnx(tensor.data_type()).ok().map(|d| d.storage_bytes(count)))
+    Ok(DataType::from_onnx(tensor.data_type())
+        .ok()
+        .map(|d| d.storage_bytes(count)))
 }
 
 #[cfg(test)]
@@ -146,9 +173,17 @@ mod tests {
     #[test]
     fn absolute_locations_are_refused_on_every_platform_spelling() {
         let dir = tempfile::tempdir().unwrap();
-        for loc in ["/etc/passwd", "\\\\server\\share\\w.bin", "C:\\w.bin", "c:/w.bin"] {
+        for loc in [
+            "/etc/passwd",
+            "\\\\server\\share\\w.bin",
+            "C:\\w.bin",
+            "c:/w.bin",
+        ] {
             let err = resolve_location("w", loc, dir.path()).unwrap_err();
-            assert!(matches!(err, ModelError::ExternalAbsolute { .. }), "{loc}: {err}");
+            assert!(
+                matches!(err, ModelError::ExternalAbsolute { .. }),
+                "{loc}: {err}"
+            );
         }
     }
 
@@ -157,7 +192,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for loc in ["../w.bin", "a/../../w.bin", "a\\..\\..\\w.bin"] {
             let err = resolve_location("w", loc, dir.path()).unwrap_err();
-            assert!(matches!(err, ModelError::ExternalOutside { .. }), "{loc}: {err}");
+            assert!(
+                matches!(err, ModelError::ExternalOutside { .. }),
+                "{loc}: {err}"
+            );
         }
     }
 
@@ -167,7 +205,8 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret.bin"), [0u8; 8]).unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret.bin"), dir.path().join("w.bin")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.bin"), dir.path().join("w.bin"))
+            .unwrap();
         let err = resolve_location("w", "w.bin", dir.path()).unwrap_err();
         assert!(matches!(err, ModelError::ExternalOutside { .. }), "{err}");
     }

@@ -16,7 +16,9 @@ use super::Model;
 use super::dtype::onnx_type_name;
 use super::error::ModelError;
 use super::external::element_count;
-use super::proto::{GraphProto, NodeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType, type_proto};
+use super::proto::{
+    GraphProto, NodeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType, type_proto,
+};
 
 /// A node's stable id: its index in `graph.node`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -47,7 +49,13 @@ impl std::fmt::Display for Dim {
 /// Formats a shape as `[1, 3, H, W]`, or `?` when the rank is unknown.
 pub fn format_shape(shape: Option<&[Dim]>) -> String {
     match shape {
-        Some(dims) => format!("[{}]", dims.iter().map(Dim::to_string).collect::<Vec<_>>().join(", ")),
+        Some(dims) => format!(
+            "[{}]",
+            dims.iter()
+                .map(Dim::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
         None => "?".to_owned(),
     }
 }
@@ -111,7 +119,8 @@ pub struct TensorInfo {
 impl TensorInfo {
     /// The element type's name (`float32`, ...) or `?`.
     pub fn type_name(&self) -> String {
-        self.elem_type.map_or_else(|| "?".to_owned(), onnx_type_name)
+        self.elem_type
+            .map_or_else(|| "?".to_owned(), onnx_type_name)
     }
 }
 
@@ -174,8 +183,12 @@ fn shape_of(value: &ValueInfoProto) -> (Option<i32>, Option<Vec<Dim>>) {
         s.dim
             .iter()
             .map(|d| match &d.value {
-                Some(super::proto::tensor_shape_proto::dimension::Value::DimValue(v)) => Dim::Fixed(*v),
-                Some(super::proto::tensor_shape_proto::dimension::Value::DimParam(p)) => Dim::Symbolic(p.clone()),
+                Some(super::proto::tensor_shape_proto::dimension::Value::DimValue(v)) => {
+                    Dim::Fixed(*v)
+                }
+                Some(super::proto::tensor_shape_proto::dimension::Value::DimParam(p)) => {
+                    Dim::Symbolic(p.clone())
+                }
                 None => Dim::Unknown,
             })
             .collect()
@@ -209,7 +222,9 @@ fn outer_references(graph: &GraphProto, found: &mut HashSet<String>) {
 fn subgraphs_of(node: &NodeProto) -> Vec<(String, usize)> {
     node.attribute
         .iter()
-        .filter(|a| matches!(a.r#type(), AttributeType::Graph | AttributeType::Graphs) || a.g.is_some())
+        .filter(|a| {
+            matches!(a.r#type(), AttributeType::Graph | AttributeType::Graphs) || a.g.is_some()
+        })
         .flat_map(|a| {
             a.g.iter()
                 .chain(&a.graphs)
@@ -261,7 +276,12 @@ impl Graph {
     }
 
     fn add_nodes(&mut self, graph: &GraphProto) {
-        let existing: HashSet<&str> = graph.node.iter().map(|n| n.name()).filter(|n| !n.is_empty()).collect();
+        let existing: HashSet<&str> = graph
+            .node
+            .iter()
+            .map(|n| n.name())
+            .filter(|n| !n.is_empty())
+            .collect();
         for (i, proto) in graph.node.iter().enumerate() {
             let id = NodeId(i);
             let original = proto.name().to_owned();
@@ -319,6 +339,18 @@ impl Graph {
         }
         for (i, proto) in graph.node.iter().enumerate() {
             let kind = if proto.op_type() == "Constant" && proto.domain().is_empty() {
+                // A Constant node's tensor is a weight like any initializer.
+                if let Some(value) = proto
+                    .attribute
+                    .iter()
+                    .find(|a| a.name() == "value")
+                    .and_then(|a| a.t.as_ref())
+                    && let Ok(count) = element_count(value.name(), &value.dims)
+                {
+                    self.parameters += count;
+                    self.parameter_bytes += super::dtype::DataType::from_onnx(value.data_type())
+                        .map_or(0, |d| d.storage_bytes(count));
+                }
                 TensorKind::Constant
             } else {
                 TensorKind::Activation
@@ -329,14 +361,22 @@ impl Graph {
             }
         }
         for (i, proto) in graph.node.iter().enumerate() {
-            let mut reads: Vec<String> = proto.input.iter().filter(|n| !n.is_empty()).cloned().collect();
+            let mut reads: Vec<String> = proto
+                .input
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect();
             let mut implicit = HashSet::new();
             for attribute in &proto.attribute {
                 for sub in attribute.g.iter().chain(&attribute.graphs) {
                     outer_references(sub, &mut implicit);
                 }
             }
-            let mut implicit: Vec<String> = implicit.into_iter().filter(|n| self.by_tensor.contains_key(n)).collect();
+            let mut implicit: Vec<String> = implicit
+                .into_iter()
+                .filter(|n| self.by_tensor.contains_key(n))
+                .collect();
             implicit.sort();
             reads.extend(implicit);
             let mut read_ids = Vec::with_capacity(reads.len());
@@ -391,7 +431,8 @@ impl Graph {
                 dependents[p].push(i);
             }
         }
-        let mut ready: BinaryHeap<Reverse<usize>> = (0..n).filter(|&i| pending[i] == 0).map(Reverse).collect();
+        let mut ready: BinaryHeap<Reverse<usize>> =
+            (0..n).filter(|&i| pending[i] == 0).map(Reverse).collect();
         let mut order = Vec::with_capacity(n);
         while let Some(Reverse(i)) = ready.pop() {
             order.push(NodeId(i));
@@ -404,7 +445,10 @@ impl Graph {
         }
         if order.len() < n {
             let placed: HashSet<NodeId> = order.iter().copied().collect();
-            let stuck: Vec<NodeId> = (0..n).map(NodeId).filter(|id| !placed.contains(id)).collect();
+            let stuck: Vec<NodeId> = (0..n)
+                .map(NodeId)
+                .filter(|id| !placed.contains(id))
+                .collect();
             order.extend(stuck.iter().copied());
             self.problems.push(GraphProblem::Cycle { nodes: stuck });
         }
@@ -461,12 +505,12 @@ impl Graph {
         &self.problems
     }
 
-    /// Total number of initializer elements.
+    /// Total number of weight elements (initializers and Constant-node tensors).
     pub fn parameter_count(&self) -> u64 {
         self.parameters
     }
 
-    /// Total bytes of initializer data.
+    /// Total bytes of weight data (initializers and Constant-node tensors).
     pub fn parameter_bytes(&self) -> u64 {
         self.parameter_bytes
     }
@@ -476,7 +520,9 @@ impl Graph {
     pub fn op_type_counts(&self) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
         for node in &self.nodes {
-            *counts.entry(qualified_op_type(&node.domain, &node.op_type)).or_insert(0) += 1;
+            *counts
+                .entry(qualified_op_type(&node.domain, &node.op_type))
+                .or_insert(0) += 1;
         }
         counts
     }

@@ -38,7 +38,10 @@ impl Model {
             path: path.to_path_buf(),
             source,
         })?;
-        let folder = canonical.parent().map(Path::to_path_buf).unwrap_or_default();
+        let folder = canonical
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         let mut model = Self::decode(bytes, &canonical, folder)?;
         model.path = Some(canonical);
         Ok(model)
@@ -120,7 +123,10 @@ impl Model {
     pub fn graph(&self) -> &GraphProto {
         // `decode` refuses graph-less models and `from_proto` callers build one.
         static EMPTY: std::sync::OnceLock<GraphProto> = std::sync::OnceLock::new();
-        self.proto.graph.as_ref().unwrap_or_else(|| EMPTY.get_or_init(GraphProto::default))
+        self.proto
+            .graph
+            .as_ref()
+            .unwrap_or_else(|| EMPTY.get_or_init(GraphProto::default))
     }
 
     /// The canonical path the model was loaded from, if it came from a file.
@@ -140,14 +146,21 @@ impl Model {
 
     /// Every file this model was read from: the model itself and its external data.
     pub fn source_files(&self) -> Vec<PathBuf> {
-        self.path.iter().cloned().chain(self.external_files.iter().cloned()).collect()
+        self.path
+            .iter()
+            .cloned()
+            .chain(self.external_files.iter().cloned())
+            .collect()
     }
 
     /// The raw bytes of a tensor stored in `raw_data` or externally; `None` for tensors whose
     /// values are in the typed fields.
     pub fn raw_bytes(&self, tensor: &TensorProto) -> Result<Option<Bytes>, ModelError> {
         match ExternalRef::of(tensor)? {
-            Some(reference) => Ok(self.external.get(&(reference.location, reference.offset)).cloned()),
+            Some(reference) => Ok(self
+                .external
+                .get(&(reference.location, reference.offset))
+                .cloned()),
             None => Ok(tensor.raw_data.clone().filter(|r| !r.is_empty())),
         }
     }
@@ -155,7 +168,10 @@ impl Model {
     /// Decodes a tensor of this model (inline or external) into an array.
     pub fn tensor_array(&self, tensor: &TensorProto) -> Result<TensorArray, ModelError> {
         let external = match ExternalRef::of(tensor)? {
-            Some(reference) => self.external.get(&(reference.location, reference.offset)).cloned(),
+            Some(reference) => self
+                .external
+                .get(&(reference.location, reference.offset))
+                .cloned(),
             None => None,
         };
         TensorArray::from_proto(tensor, external.as_ref())
@@ -167,7 +183,10 @@ impl Model {
         let mut proto = self.proto.clone();
         for_each_tensor_mut(&mut proto, &mut |tensor: &mut TensorProto| {
             if let Some(reference) = ExternalRef::of(tensor)? {
-                let data = self.external.get(&(reference.location, reference.offset)).cloned();
+                let data = self
+                    .external
+                    .get(&(reference.location, reference.offset))
+                    .cloned();
                 inline_tensor(tensor, data.unwrap_or_default());
             }
             Ok::<(), ModelError>(())
@@ -192,7 +211,12 @@ pub(crate) fn inline_tensor(tensor: &mut TensorProto, data: Bytes) {
     tensor.data_location = None;
 }
 
-fn slice_external(tensor: &TensorProto, reference: &ExternalRef, path: &Path, data: &Bytes) -> Result<Bytes, ModelError> {
+fn slice_external(
+    tensor: &TensorProto,
+    reference: &ExternalRef,
+    path: &Path,
+    data: &Bytes,
+) -> Result<Bytes, ModelError> {
     let expected = super::external::expected_bytes(tensor)?;
     let length = reference
         .length
@@ -211,7 +235,9 @@ fn slice_external(tensor: &TensorProto, reference: &ExternalRef, path: &Path, da
         });
     }
     match reference.offset.checked_add(length) {
-        Some(end) if end <= data.len() as u64 => Ok(data.slice(reference.offset as usize..end as usize)),
+        Some(end) if end <= data.len() as u64 => {
+            Ok(data.slice(reference.offset as usize..end as usize))
+        }
         _ => Err(ModelError::ExternalShort {
             tensor: tensor.name().to_owned(),
             path: path.to_path_buf(),

@@ -69,14 +69,18 @@ fn resolve_output(path: &Path) -> Result<PathBuf, ModelError> {
     };
     let parent = parent
         .canonicalize()
-        .map_err(|_| ModelError::NoOutputFolder { path: parent.clone() })?;
+        .map_err(|_| ModelError::NoOutputFolder {
+            path: parent.clone(),
+        })?;
     Ok(parent.join(file_name))
 }
 
 fn refuse_inputs(model: &Model, outputs: &[&Path]) -> Result<(), ModelError> {
     let inputs = model.source_files();
     for output in outputs {
-        let existing = output.canonicalize().unwrap_or_else(|_| output.to_path_buf());
+        let existing = output
+            .canonicalize()
+            .unwrap_or_else(|_| output.to_path_buf());
         if inputs.iter().any(|i| *i == existing) {
             return Err(ModelError::WouldOverwriteInput {
                 path: output.to_path_buf(),
@@ -110,10 +114,12 @@ impl Staged {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
-        self.file.write_all(bytes).map_err(|source| ModelError::Write {
-            path: self.target.clone(),
-            source,
-        })
+        self.file
+            .write_all(bytes)
+            .map_err(|source| ModelError::Write {
+                path: self.target.clone(),
+                source,
+            })
     }
 
     /// Flushes, fsyncs and renames the file over its target.
@@ -166,7 +172,10 @@ impl Model {
     /// and switches to external data when the model would not fit in one protobuf.
     pub fn save(&self, path: &Path, options: &SaveOptions) -> Result<SaveReport, ModelError> {
         let model_path = resolve_output(path)?;
-        let data_name = format!("{}.data", model_path.file_name().unwrap_or_default().to_string_lossy());
+        let data_name = format!(
+            "{}.data",
+            model_path.file_name().unwrap_or_default().to_string_lossy()
+        );
         let data_path = model_path.with_file_name(&data_name);
         refuse_inputs(self, &[&model_path, &data_path])?;
 
@@ -194,7 +203,11 @@ impl Model {
             }
         }
         debug_assert!(external);
-        let threshold = if forced_external { options.threshold.min(1024) } else { options.threshold };
+        let threshold = if forced_external {
+            options.threshold.min(1024)
+        } else {
+            options.threshold
+        };
         let mut proto = self.proto().clone();
         let mut data = Staged::new(&data_path)?;
         let mut offset = 0u64;
@@ -209,7 +222,11 @@ impl Model {
                 }
                 return Ok(());
             }
-            let alignment = if len >= PAGE_ALIGNMENT { PAGE_ALIGNMENT } else { 64 };
+            let alignment = if len >= PAGE_ALIGNMENT {
+                PAGE_ALIGNMENT
+            } else {
+                64
+            };
             let padded = offset.next_multiple_of(alignment);
             data.write(&vec![0u8; (padded - offset) as usize])?;
             data.write(&bytes)?;

@@ -114,7 +114,11 @@ impl ModelSummary {
                 }
             })
             .collect();
-        op_types.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.op_type.cmp(&b.op_type)));
+        op_types.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.op_type.cmp(&b.op_type))
+        });
         let quantizable_nodes = graph
             .nodes()
             .iter()
@@ -124,12 +128,14 @@ impl ModelSummary {
             .nodes()
             .iter()
             .flat_map(|n| {
-                n.subgraphs.iter().map(|(attribute, nodes)| SubgraphSummary {
-                    node: n.name.clone(),
-                    op_type: qualified_op_type(&n.domain, &n.op_type),
-                    attribute: attribute.clone(),
-                    nodes: *nodes,
-                })
+                n.subgraphs
+                    .iter()
+                    .map(|(attribute, nodes)| SubgraphSummary {
+                        node: n.name.clone(),
+                        op_type: qualified_op_type(&n.domain, &n.op_type),
+                        attribute: attribute.clone(),
+                        nodes: *nodes,
+                    })
             })
             .collect();
         let problems = graph
@@ -137,12 +143,17 @@ impl ModelSummary {
             .iter()
             .map(|p| match p {
                 GraphProblem::DanglingInput { node, tensor } => {
-                    format!("node '{}' reads '{tensor}', which nothing produces", graph.node(*node).name)
+                    format!(
+                        "node '{}' reads '{tensor}', which nothing produces",
+                        graph.node(*node).name
+                    )
                 }
                 GraphProblem::Cycle { nodes } => format!("{} node(s) are on a cycle", nodes.len()),
             })
             .collect();
-        let producer = format!("{} {}", proto.producer_name(), proto.producer_version()).trim().to_owned();
+        let producer = format!("{} {}", proto.producer_name(), proto.producer_version())
+            .trim()
+            .to_owned();
         ModelSummary {
             path: model.path().map(PathBuf::from),
             ir_version: proto.ir_version(),
@@ -150,13 +161,25 @@ impl ModelSummary {
                 .opset_import
                 .iter()
                 .map(|o| OpsetSummary {
-                    domain: if o.domain().is_empty() { "ai.onnx".to_owned() } else { o.domain().to_owned() },
+                    domain: if o.domain().is_empty() {
+                        "ai.onnx".to_owned()
+                    } else {
+                        o.domain().to_owned()
+                    },
                     version: o.version(),
                 })
                 .collect(),
             producer,
-            inputs: graph.inputs().iter().map(|n| value_summary(graph, n)).collect(),
-            outputs: graph.outputs().iter().map(|n| value_summary(graph, n)).collect(),
+            inputs: graph
+                .inputs()
+                .iter()
+                .map(|n| value_summary(graph, n))
+                .collect(),
+            outputs: graph
+                .outputs()
+                .iter()
+                .map(|n| value_summary(graph, n))
+                .collect(),
             node_count: graph.nodes().len(),
             op_types,
             initializer_count: model.graph().initializer.len(),

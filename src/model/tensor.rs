@@ -142,9 +142,11 @@ impl TensorArray {
     /// the [`Model`](super::Model)); pass `None` for inline tensors.
     pub fn from_proto(tensor: &TensorProto, external: Option<&Bytes>) -> Result<Self, ModelError> {
         let name = tensor.name();
-        let dtype = DataType::from_onnx(tensor.data_type()).map_err(|source| ModelError::UnsupportedType {
-            tensor: name.to_owned(),
-            source,
+        let dtype = DataType::from_onnx(tensor.data_type()).map_err(|source| {
+            ModelError::UnsupportedType {
+                tensor: name.to_owned(),
+                source,
+            }
         })?;
         let count = element_count(name, &tensor.dims)?;
         let shape: Vec<usize> = tensor.dims.iter().map(|&d| d as usize).collect();
@@ -244,25 +246,37 @@ fn decode_raw(dtype: DataType, shape: Vec<usize>, count: usize, raw: &[u8]) -> T
     macro_rules! le {
         ($t:ty, $n:literal) => {
             raw.chunks_exact($n)
-                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_else(|_| unreachable!("chunk size"))))
+                .map(|c| {
+                    <$t>::from_le_bytes(c.try_into().unwrap_or_else(|_| unreachable!("chunk size")))
+                })
                 .collect::<Vec<$t>>()
         };
     }
     match dtype {
         DataType::Float32 => TensorArray::Float32(array(shape, le!(f32, 4))),
         DataType::Float64 => TensorArray::Float64(array(shape, le!(f64, 8))),
-        DataType::Float16 => TensorArray::Float16(array(shape, le!(u16, 2).into_iter().map(f16::from_bits).collect())),
-        DataType::BFloat16 => {
-            TensorArray::BFloat16(array(shape, le!(u16, 2).into_iter().map(bf16::from_bits).collect()))
-        }
-        DataType::Float8E4M3FN => {
-            TensorArray::Float8E4M3FN(array(shape, raw.iter().map(|&b| F8E4M3::from_bits(b)).collect()))
-        }
+        DataType::Float16 => TensorArray::Float16(array(
+            shape,
+            le!(u16, 2).into_iter().map(f16::from_bits).collect(),
+        )),
+        DataType::BFloat16 => TensorArray::BFloat16(array(
+            shape,
+            le!(u16, 2).into_iter().map(bf16::from_bits).collect(),
+        )),
+        DataType::Float8E4M3FN => TensorArray::Float8E4M3FN(array(
+            shape,
+            raw.iter().map(|&b| F8E4M3::from_bits(b)).collect(),
+        )),
         DataType::Int4 => TensorArray::Int4(array(
             shape,
-            unpack_nibbles(raw.iter().copied(), count).into_iter().map(sign_extend_4).collect(),
+            unpack_nibbles(raw.iter().copied(), count)
+                .into_iter()
+                .map(sign_extend_4)
+                .collect(),
         )),
-        DataType::Uint4 => TensorArray::Uint4(array(shape, unpack_nibbles(raw.iter().copied(), count))),
+        DataType::Uint4 => {
+            TensorArray::Uint4(array(shape, unpack_nibbles(raw.iter().copied(), count)))
+        }
         DataType::Int8 => TensorArray::Int8(array(shape, raw.iter().map(|&b| b as i8).collect())),
         DataType::Uint8 => TensorArray::Uint8(array(shape, raw.to_vec())),
         DataType::Int16 => TensorArray::Int16(array(shape, le!(i16, 2))),
@@ -275,36 +289,62 @@ fn decode_raw(dtype: DataType, shape: Vec<usize>, count: usize, raw: &[u8]) -> T
     }
 }
 
-fn decode_typed(dtype: DataType, shape: Vec<usize>, count: usize, typed: &TypedField<'_>) -> TensorArray {
+fn decode_typed(
+    dtype: DataType,
+    shape: Vec<usize>,
+    count: usize,
+    typed: &TypedField<'_>,
+) -> TensorArray {
     let ints = typed.int32();
     match (dtype, typed) {
         (DataType::Float32, TypedField::Float(v)) => TensorArray::Float32(array(shape, v.to_vec())),
-        (DataType::Float64, TypedField::Double(v)) => TensorArray::Float64(array(shape, v.to_vec())),
+        (DataType::Float64, TypedField::Double(v)) => {
+            TensorArray::Float64(array(shape, v.to_vec()))
+        }
         (DataType::Int64, TypedField::Int64(v)) => TensorArray::Int64(array(shape, v.to_vec())),
         (DataType::Uint32, TypedField::Uint64(v)) => {
             TensorArray::Uint32(array(shape, v.iter().map(|&x| x as u32).collect()))
         }
         (DataType::Uint64, TypedField::Uint64(v)) => TensorArray::Uint64(array(shape, v.to_vec())),
-        (DataType::Float16, _) => {
-            TensorArray::Float16(array(shape, ints.iter().map(|&x| f16::from_bits(x as u16)).collect()))
-        }
-        (DataType::BFloat16, _) => {
-            TensorArray::BFloat16(array(shape, ints.iter().map(|&x| bf16::from_bits(x as u16)).collect()))
-        }
-        (DataType::Float8E4M3FN, _) => {
-            TensorArray::Float8E4M3FN(array(shape, ints.iter().map(|&x| F8E4M3::from_bits(x as u8)).collect()))
-        }
+        (DataType::Float16, _) => TensorArray::Float16(array(
+            shape,
+            ints.iter().map(|&x| f16::from_bits(x as u16)).collect(),
+        )),
+        (DataType::BFloat16, _) => TensorArray::BFloat16(array(
+            shape,
+            ints.iter().map(|&x| bf16::from_bits(x as u16)).collect(),
+        )),
+        (DataType::Float8E4M3FN, _) => TensorArray::Float8E4M3FN(array(
+            shape,
+            ints.iter().map(|&x| F8E4M3::from_bits(x as u8)).collect(),
+        )),
         (DataType::Int4, _) => TensorArray::Int4(array(
             shape,
-            unpack_nibbles(ints.iter().map(|&x| x as u8), count).into_iter().map(sign_extend_4).collect(),
+            unpack_nibbles(ints.iter().map(|&x| x as u8), count)
+                .into_iter()
+                .map(sign_extend_4)
+                .collect(),
         )),
-        (DataType::Uint4, _) => TensorArray::Uint4(array(shape, unpack_nibbles(ints.iter().map(|&x| x as u8), count))),
-        (DataType::Int8, _) => TensorArray::Int8(array(shape, ints.iter().map(|&x| x as i8).collect())),
-        (DataType::Uint8, _) => TensorArray::Uint8(array(shape, ints.iter().map(|&x| x as u8).collect())),
-        (DataType::Int16, _) => TensorArray::Int16(array(shape, ints.iter().map(|&x| x as i16).collect())),
-        (DataType::Uint16, _) => TensorArray::Uint16(array(shape, ints.iter().map(|&x| x as u16).collect())),
+        (DataType::Uint4, _) => TensorArray::Uint4(array(
+            shape,
+            unpack_nibbles(ints.iter().map(|&x| x as u8), count),
+        )),
+        (DataType::Int8, _) => {
+            TensorArray::Int8(array(shape, ints.iter().map(|&x| x as i8).collect()))
+        }
+        (DataType::Uint8, _) => {
+            TensorArray::Uint8(array(shape, ints.iter().map(|&x| x as u8).collect()))
+        }
+        (DataType::Int16, _) => {
+            TensorArray::Int16(array(shape, ints.iter().map(|&x| x as i16).collect()))
+        }
+        (DataType::Uint16, _) => {
+            TensorArray::Uint16(array(shape, ints.iter().map(|&x| x as u16).collect()))
+        }
         (DataType::Int32, _) => TensorArray::Int32(array(shape, ints.to_vec())),
-        (DataType::Bool, _) => TensorArray::Bool(array(shape, ints.iter().map(|&x| x != 0).collect())),
+        (DataType::Bool, _) => {
+            TensorArray::Bool(array(shape, ints.iter().map(|&x| x != 0).collect()))
+        }
         // `TypedField::of` pairs every remaining type with the field matched above.
         _ => unreachable!("typed field chosen by TypedField::of"),
     }
@@ -312,7 +352,10 @@ fn decode_typed(dtype: DataType, shape: Vec<usize>, count: usize, typed: &TypedF
 
 fn pack_nibbles(values: impl Iterator<Item = u8>) -> Vec<u8> {
     let nibbles: Vec<u8> = values.map(|v| v & 0x0F).collect();
-    nibbles.chunks(2).map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4)).collect()
+    nibbles
+        .chunks(2)
+        .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
+        .collect()
 }
 
 fn encode_raw(value: &TensorArray) -> Vec<u8> {
@@ -354,22 +397,43 @@ mod tests {
     #[test]
     fn every_type_round_trips_through_raw_data() {
         let s = |n| IxDyn(&[n]);
-        round_trip(TensorArray::Float32(ArrayD::from_shape_vec(s(3), vec![1.5, -2.0, f32::MAX]).unwrap()));
-        round_trip(TensorArray::Float16(ArrayD::from_elem(s(2), f16::from_f32(0.5))));
-        round_trip(TensorArray::BFloat16(ArrayD::from_elem(s(2), bf16::from_f32(-3.0))));
+        round_trip(TensorArray::Float32(
+            ArrayD::from_shape_vec(s(3), vec![1.5, -2.0, f32::MAX]).unwrap(),
+        ));
+        round_trip(TensorArray::Float16(ArrayD::from_elem(
+            s(2),
+            f16::from_f32(0.5),
+        )));
+        round_trip(TensorArray::BFloat16(ArrayD::from_elem(
+            s(2),
+            bf16::from_f32(-3.0),
+        )));
         round_trip(TensorArray::Float64(ArrayD::from_elem(s(2), 1e300)));
-        round_trip(TensorArray::Float8E4M3FN(ArrayD::from_elem(s(2), F8E4M3::from_f32(448.0))));
-        round_trip(TensorArray::Int4(ArrayD::from_shape_vec(s(3), vec![-8, 7, -1]).unwrap()));
-        round_trip(TensorArray::Uint4(ArrayD::from_shape_vec(s(3), vec![0, 15, 9]).unwrap()));
-        round_trip(TensorArray::Int8(ArrayD::from_shape_vec(s(2), vec![-128, 127]).unwrap()));
-        round_trip(TensorArray::Uint8(ArrayD::from_shape_vec(s(2), vec![0, 255]).unwrap()));
+        round_trip(TensorArray::Float8E4M3FN(ArrayD::from_elem(
+            s(2),
+            F8E4M3::from_f32(448.0),
+        )));
+        round_trip(TensorArray::Int4(
+            ArrayD::from_shape_vec(s(3), vec![-8, 7, -1]).unwrap(),
+        ));
+        round_trip(TensorArray::Uint4(
+            ArrayD::from_shape_vec(s(3), vec![0, 15, 9]).unwrap(),
+        ));
+        round_trip(TensorArray::Int8(
+            ArrayD::from_shape_vec(s(2), vec![-128, 127]).unwrap(),
+        ));
+        round_trip(TensorArray::Uint8(
+            ArrayD::from_shape_vec(s(2), vec![0, 255]).unwrap(),
+        ));
         round_trip(TensorArray::Int16(ArrayD::from_elem(s(1), -300)));
         round_trip(TensorArray::Uint16(ArrayD::from_elem(s(1), 65535)));
         round_trip(TensorArray::Int32(ArrayD::from_elem(s(1), i32::MIN)));
         round_trip(TensorArray::Uint32(ArrayD::from_elem(s(1), u32::MAX)));
         round_trip(TensorArray::Int64(ArrayD::from_elem(s(1), i64::MIN)));
         round_trip(TensorArray::Uint64(ArrayD::from_elem(s(1), u64::MAX)));
-        round_trip(TensorArray::Bool(ArrayD::from_shape_vec(s(2), vec![true, false]).unwrap()));
+        round_trip(TensorArray::Bool(
+            ArrayD::from_shape_vec(s(2), vec![true, false]).unwrap(),
+        ));
     }
 
     #[test]
@@ -391,7 +455,10 @@ mod tests {
             name: Some("h".into()),
             dims: vec![2],
             data_type: Some(DataType::Float16.to_onnx()),
-            int32_data: vec![i32::from(f16::from_f32(1.0).to_bits()), i32::from(f16::from_f32(-2.0).to_bits())],
+            int32_data: vec![
+                i32::from(f16::from_f32(1.0).to_bits()),
+                i32::from(f16::from_f32(-2.0).to_bits()),
+            ],
             ..Default::default()
         };
         let a = TensorArray::from_proto(&t, None).unwrap();
@@ -404,7 +471,10 @@ mod tests {
             ..Default::default()
         };
         let a = TensorArray::from_proto(&t, None).unwrap();
-        assert_eq!(a, TensorArray::Int4(ArrayD::from_shape_vec(IxDyn(&[3]), vec![1, -1, 2]).unwrap()));
+        assert_eq!(
+            a,
+            TensorArray::Int4(ArrayD::from_shape_vec(IxDyn(&[3]), vec![1, -1, 2]).unwrap())
+        );
     }
 
     #[test]
@@ -425,7 +495,12 @@ mod tests {
             float_data: vec![1.0],
             ..Default::default()
         };
-        assert!(TensorArray::from_proto(&t, None).unwrap_err().to_string().contains("needs 2 values"));
+        assert!(
+            TensorArray::from_proto(&t, None)
+                .unwrap_err()
+                .to_string()
+                .contains("needs 2 values")
+        );
     }
 
     #[test]
@@ -436,6 +511,9 @@ mod tests {
             ..Default::default()
         };
         let err = TensorArray::from_proto(&t, None).unwrap_err();
-        assert!(err.to_string().contains("'s'") && err.to_string().contains("STRING"), "{err}");
+        assert!(
+            err.to_string().contains("'s'") && err.to_string().contains("STRING"),
+            "{err}"
+        );
     }
 }

@@ -22,7 +22,10 @@ pub fn for_each_tensor_mut<E>(
 }
 
 /// Calls `f` on every tensor of `graph` and of its subgraphs.
-pub fn graph_tensors_mut<E>(graph: &mut GraphProto, f: &mut dyn FnMut(&mut TensorProto) -> Result<(), E>) -> Result<(), E> {
+pub fn graph_tensors_mut<E>(
+    graph: &mut GraphProto,
+    f: &mut dyn FnMut(&mut TensorProto) -> Result<(), E>,
+) -> Result<(), E> {
     for tensor in &mut graph.initializer {
         f(tensor)?;
     }

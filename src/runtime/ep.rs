@@ -37,14 +37,19 @@ impl EpSpec {
             None => (lower.as_str(), None),
         };
         let index = |d: Option<&str>| -> Result<i32, RuntimeError> {
-            d.map_or(Ok(0), |d| d.parse().map_err(|_| RuntimeError::UnknownEp(text.to_owned())))
+            d.map_or(Ok(0), |d| {
+                d.parse()
+                    .map_err(|_| RuntimeError::UnknownEp(text.to_owned()))
+            })
         };
         let spec = match name {
             "cpu" if device.is_none() => EpSpec::Cpu,
             "cuda" => EpSpec::Cuda(index(device)?),
             "trt" | "tensorrt" => EpSpec::TensorRt(index(device)?),
             "dml" | "directml" => EpSpec::DirectMl(index(device)?),
-            "openvino" | "ov" => EpSpec::OpenVino(device.map_or_else(|| "CPU".to_owned(), str::to_ascii_uppercase)),
+            "openvino" | "ov" => {
+                EpSpec::OpenVino(device.map_or_else(|| "CPU".to_owned(), str::to_ascii_uppercase))
+            }
             "coreml" if device.is_none() => EpSpec::CoreMl,
             _ => return Err(RuntimeError::UnknownEp(text.to_owned())),
         };
@@ -70,8 +75,12 @@ impl EpSpec {
             EpSpec::Cuda(_) | EpSpec::TensorRt(_) => {
                 "install the GPU runtime with `qdq-studio runtime install --flavor gpu` (it needs NVIDIA's CUDA and cuDNN libraries; TensorRT also needs TensorRT's)"
             }
-            EpSpec::DirectMl(_) => "install the DirectML runtime with `qdq-studio runtime install --flavor directml` (Windows only)",
-            EpSpec::OpenVino(_) => "install the OpenVINO runtime with `qdq-studio runtime install --flavor openvino`",
+            EpSpec::DirectMl(_) => {
+                "install the DirectML runtime with `qdq-studio runtime install --flavor directml` (Windows only)"
+            }
+            EpSpec::OpenVino(_) => {
+                "install the OpenVINO runtime with `qdq-studio runtime install --flavor openvino`"
+            }
             EpSpec::CoreMl => "the macOS build of ONNX Runtime has it",
         }
     }
@@ -151,9 +160,88 @@ pub struct EpStatus {
     pub state: EpState,
 }
 
+/// Which vendor package provides a shared library an EP failed to load.
+fn library_vendor(library: &str) -> Option<String> {
+    let lower = library.to_ascii_lowercase();
+    let major = lower
+        .rsplit_once(".so.")
+        .map(|(_, v)| v)
+        .or_else(|| {
+            lower
+                .strip_suffix(".dll")
+                .and_then(|s| s.rsplit_once('_'))
+                .map(|(_, v)| v)
+        })
+        .and_then(|v| v.split('.').next())
+        .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()));
+    let with_major = |name: &str| major.map_or_else(|| name.to_owned(), |m| format!("{name} {m}"));
+    let vendor = if lower.contains("cudnn") {
+        with_major("NVIDIA cuDNN")
+    } else if lower.contains("nvinfer") {
+        with_major("NVIDIA TensorRT")
+    } else if lower.starts_with("libcuda.so") || lower == "nvcuda.dll" {
+        "the NVIDIA driver".to_owned()
+    } else if lower.starts_with("libcu") || lower.starts_with("cu") || lower.starts_with("libnv") {
+        with_major("NVIDIA CUDA")
+    } else if lower.contains("openvino") {
+        "Intel OpenVINO".to_owned()
+    } else {
+        return None;
+    };
+    Some(vendor)
+}
+
+/// Turns ONNX Runtime's provider-registration error into one readable sentence: the missing
+/// library and who ships it, without the C++ source location.
+pub fn explain_failure(text: &str) -> String {
+    if let Some((_, error)) = text.split_once("with error: ") {
+        let error = error.trim();
+        let library = error.split(':').next().unwrap_or(error).trim();
+        if error.contains("cannot open shared object file") || error.contains("could not be found")
+        {
+            return match library_vendor(library) {
+                Some(vendor) => format!(
+                    "missing {library} (from {vendor}); install it and put it on the library path"
+                ),
+                None => format!("missing {library}; install it and put it on the library path"),
+            };
+        }
+        return error.to_owned();
+    }
+    let trimmed = text
+        .rsplit_once("[ONNXRuntimeError] : ")
+        .map_or(text, |(_, rest)| rest);
+    trimmed.trim().to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registration_failures_are_explained() {
+        let raw = "/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 onnxruntime::Provider& \
+                   onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : Failed to load library \
+                   /c/libonnxruntime_providers_cuda.so with error: libcublasLt.so.13: cannot open shared object file: \
+                   No such file or directory";
+        assert_eq!(
+            explain_failure(raw),
+            "missing libcublasLt.so.13 (from NVIDIA CUDA 13); install it and put it on the library path"
+        );
+        assert_eq!(
+            explain_failure("x.cc:1 f() [ONNXRuntimeError] : 1 : FAIL : bad"),
+            "1 : FAIL : bad"
+        );
+        assert_eq!(
+            library_vendor("cudnn64_9.dll").as_deref(),
+            Some("NVIDIA cuDNN 9")
+        );
+        assert_eq!(
+            library_vendor("libnvinfer.so.10").as_deref(),
+            Some("NVIDIA TensorRT 10")
+        );
+        assert_eq!(library_vendor("libfoo.so.1"), None);
+    }
 
     #[test]
     fn modelopt_spellings_parse() {
@@ -161,14 +249,20 @@ mod tests {
         assert_eq!(EpSpec::parse("cuda:1").unwrap(), EpSpec::Cuda(1));
         assert_eq!(EpSpec::parse("trt").unwrap(), EpSpec::TensorRt(0));
         assert_eq!(EpSpec::parse("dml:2").unwrap(), EpSpec::DirectMl(2));
-        assert_eq!(EpSpec::parse("openvino:gpu").unwrap(), EpSpec::OpenVino("GPU".into()));
+        assert_eq!(
+            EpSpec::parse("openvino:gpu").unwrap(),
+            EpSpec::OpenVino("GPU".into())
+        );
         assert_eq!(EpSpec::parse("CUDA").unwrap(), EpSpec::Cuda(0));
     }
 
     #[test]
     fn unknown_names_and_bad_devices_are_errors() {
         for bad in ["tpu", "cuda:x", "cpu:1", ""] {
-            assert!(matches!(EpSpec::parse(bad), Err(RuntimeError::UnknownEp(_))), "{bad}");
+            assert!(
+                matches!(EpSpec::parse(bad), Err(RuntimeError::UnknownEp(_))),
+                "{bad}"
+            );
         }
     }
 

@@ -57,7 +57,9 @@ pub enum RuntimeError {
         reason: String,
     },
     /// The downloaded file's checksum is not the pinned one.
-    #[error("{file}: sha256 {actual} does not match the pinned {expected}; the download was discarded")]
+    #[error(
+        "{file}: sha256 {actual} does not match the pinned {expected}; the download was discarded"
+    )]
     HashMismatch {
         /// The downloaded file name.
         file: String,
@@ -91,10 +93,14 @@ pub enum RuntimeError {
         source: std::io::Error,
     },
     /// An execution provider name the CLI or a recipe gave is not one qdq-studio knows.
-    #[error("unknown execution provider '{0}'; known: cpu, cuda[:N], tensorrt (trt)[:N], directml (dml)[:N], openvino[:DEVICE], coreml")]
+    #[error(
+        "unknown execution provider '{0}'; known: cpu, cuda[:N], tensorrt (trt)[:N], directml (dml)[:N], openvino[:DEVICE], coreml"
+    )]
     UnknownEp(String),
     /// The loaded library was built without this execution provider.
-    #[error("the {ep} execution provider is not in the loaded ONNX Runtime ({library}); it offers: {available}. {hint}")]
+    #[error(
+        "the {ep} execution provider is not in the loaded ONNX Runtime ({library}); it offers: {available}. {hint}"
+    )]
     EpNotInLibrary {
         /// The EP asked for.
         ep: String,

@@ -1,6 +1,5 @@
 //! Where the ONNX Runtime library is looked for, and installing it into the cache.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -93,12 +92,16 @@ pub fn installed_flavors(cache_dir: &Path) -> Vec<(Flavor, PathBuf)> {
 fn python_onnxruntime_dir(fetch: &FetchOptions) -> Result<PathBuf, String> {
     let script = "import importlib.util as u; s = u.find_spec('onnxruntime'); \
                   print(s.submodule_search_locations[0] if s and s.submodule_search_locations else '')";
-    let pythons = fetch
-        .python
-        .clone()
-        .map_or_else(|| vec!["python3".to_owned(), "python".to_owned()], |p| vec![p]);
+    let pythons = fetch.python.clone().map_or_else(
+        || vec!["python3".to_owned(), "python".to_owned()],
+        |p| vec![p],
+    );
     for python in pythons {
-        let Ok(output) = Command::new(&python).args(["-c", script]).stdin(Stdio::null()).output() else {
+        let Ok(output) = Command::new(&python)
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .output()
+        else {
             continue;
         };
         let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
@@ -111,7 +114,11 @@ fn python_onnxruntime_dir(fetch: &FetchOptions) -> Result<PathBuf, String> {
 }
 
 /// Tries each library in `candidates`, recording why each was refused.
-fn first_usable(source: &str, candidates: Vec<PathBuf>, attempts: &mut Vec<Attempt>) -> Option<(PathBuf, String)> {
+fn first_usable(
+    source: &str,
+    candidates: Vec<PathBuf>,
+    attempts: &mut Vec<Attempt>,
+) -> Option<(PathBuf, String)> {
     if candidates.is_empty() {
         attempts.push(Attempt {
             source: source.to_owned(),
@@ -148,20 +155,32 @@ pub(super) fn find(
             outcome: "not set".to_owned(),
         }),
     }
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
         let candidates = [libraries_in(&dir), libraries_in(&dir.join("lib"))].concat();
-        if let Some((path, version)) = first_usable(&format!("beside the executable ({})", dir.display()), candidates, &mut attempts) {
+        if let Some((path, version)) = first_usable(
+            &format!("beside the executable ({})", dir.display()),
+            candidates,
+            &mut attempts,
+        ) {
             return Ok((path, version, LibrarySource::BesideExecutable));
         }
     }
-    let cached: Vec<PathBuf> = installed_flavors(&options.cache_dir).into_iter().map(|(_, p)| p).collect();
+    let cached: Vec<PathBuf> = installed_flavors(&options.cache_dir)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect();
     let cache_label = format!("cache ({})", runtime_root(&options.cache_dir).display());
     if let Some((path, version)) = first_usable(&cache_label, cached, &mut attempts) {
         return Ok((path, version, LibrarySource::Cache));
     }
     match python_onnxruntime_dir(&options.fetch) {
         Ok(dir) => {
-            if let Some((path, version)) = first_usable("Python onnxruntime", libraries_in(&dir), &mut attempts) {
+            if let Some((path, version)) =
+                first_usable("Python onnxruntime", libraries_in(&dir), &mut attempts)
+            {
                 return Ok((path, version, LibrarySource::Python));
             }
         }
@@ -212,40 +231,25 @@ pub fn install(
         platform: pins::platform(),
     })?;
     let root = runtime_root(cache_dir);
-    let cache_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| RuntimeError::Cache { path, source }
-    };
-    std::fs::create_dir_all(&root).map_err(cache_err(&root))?;
-    let lock_path = root.join(".lock");
-    let lock = File::create(&lock_path).map_err(cache_err(&lock_path))?;
-    lock.lock().map_err(cache_err(&lock_path))?;
-
     let target = flavor_dir(cache_dir, flavor, wheel.version);
-    let library = target.join(pins::library_file_name(wheel.version));
-    if !library.exists() {
-        let downloads = tempfile::Builder::new()
-            .prefix(".download-")
-            .tempdir_in(&root)
-            .map_err(cache_err(&root))?;
-        let wheel_path = wheel::download(wheel, downloads.path(), fetch, progress)?;
-        wheel::extract(
-            &wheel_path,
-            &target,
-            &|entry| {
-                pins::is_runtime_library(entry).then(|| entry.rsplit('/').next().unwrap_or(entry).to_owned())
-            },
-            progress,
-        )?;
-        if !library.exists() {
-            return Err(RuntimeError::Extract {
-                file: wheel.file.to_owned(),
-                reason: format!("the wheel has no {}", pins::library_file_name(wheel.version)),
-            });
-        }
-    }
+    let library_name = pins::library_file_name(wheel.version);
+    let select = |entry: &str| {
+        pins::is_runtime_library(entry)
+            .then(|| entry.rsplit('/').next().unwrap_or(entry).to_owned())
+    };
+    wheel::ensure_unpacked(
+        wheel,
+        &target,
+        Path::new(&library_name),
+        &select,
+        fetch,
+        progress,
+    )?;
     let active = root.join("active");
-    std::fs::write(&active, flavor.name()).map_err(cache_err(&active))?;
+    std::fs::write(&active, flavor.name()).map_err(|source| RuntimeError::Cache {
+        path: active.clone(),
+        source,
+    })?;
     progress(FetchEvent::Done);
-    Ok(library)
+    Ok(target.join(library_name))
 }

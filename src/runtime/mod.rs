@@ -68,7 +68,10 @@ pub fn default_cache_dir() -> Result<PathBuf, RuntimeError> {
         .map(|dirs| dirs.cache_dir().to_path_buf())
         .ok_or_else(|| RuntimeError::Cache {
             path: PathBuf::from("~"),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no home folder to hold the cache"),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no home folder to hold the cache",
+            ),
         })
 }
 
@@ -96,7 +99,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("info", &self.info).finish_non_exhaustive()
+        f.debug_struct("Runtime")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
     }
 }
 
@@ -114,16 +119,25 @@ pub fn library_version(path: &Path) -> Result<String, RuntimeError> {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        let get_api_base: libloading::Symbol<'_, unsafe extern "C" fn() -> *const ort::sys::OrtApiBase> = library
+        let get_api_base: libloading::Symbol<
+            '_,
+            unsafe extern "C" fn() -> *const ort::sys::OrtApiBase,
+        > = library
             .get(b"OrtGetApiBase")
-            .map_err(|_| RuntimeError::MissingApi { path: path.to_path_buf() })?;
+            .map_err(|_| RuntimeError::MissingApi {
+                path: path.to_path_buf(),
+            })?;
         let base = get_api_base();
         if base.is_null() {
-            return Err(RuntimeError::MissingApi { path: path.to_path_buf() });
+            return Err(RuntimeError::MissingApi {
+                path: path.to_path_buf(),
+            });
         }
         let version = ((*base).GetVersionString)();
         if version.is_null() {
-            return Err(RuntimeError::MissingApi { path: path.to_path_buf() });
+            return Err(RuntimeError::MissingApi {
+                path: path.to_path_buf(),
+            });
         }
         Ok(CStr::from_ptr(version).to_string_lossy().into_owned())
     }
@@ -132,8 +146,16 @@ pub fn library_version(path: &Path) -> Result<String, RuntimeError> {
 /// Checks that `path` is an ONNX Runtime recent enough for this build; returns its version.
 pub fn check_library(path: &Path) -> Result<String, RuntimeError> {
     let version = library_version(path)?;
-    let minor = version.split('.').nth(1).and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
-    let major = version.split('.').next().and_then(|m| m.parse::<u32>().ok()).unwrap_or(0);
+    let minor = version
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    let major = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
     if major < 1 || (major == 1 && minor < MIN_MINOR_VERSION) {
         return Err(RuntimeError::BadVersion {
             path: path.to_path_buf(),
@@ -150,7 +172,10 @@ fn probe_model() -> Result<Vec<u8>, RuntimeError> {
     builder.input("x", DataType::Float32, &[1, 8]);
     builder.node("Relu", &["x"], &["y"]).name("probe");
     builder.output("y", DataType::Float32, &[1, 8]);
-    builder.build().to_bytes().map_err(|e| RuntimeError::Ort(e.to_string()))
+    builder
+        .build()
+        .to_bytes()
+        .map_err(|e| RuntimeError::Ort(e.to_string()))
 }
 
 /// Session settings.
@@ -176,7 +201,10 @@ impl Runtime {
     ///
     /// `progress` hears about a download when one happens. Never panics when no library can be
     /// loaded: the error lists every place that was tried.
-    pub fn load(options: &LoadOptions, progress: &mut dyn FnMut(FetchEvent)) -> Result<Runtime, RuntimeError> {
+    pub fn load(
+        options: &LoadOptions,
+        progress: &mut dyn FnMut(FetchEvent),
+    ) -> Result<Runtime, RuntimeError> {
         if let Some(runtime) = LOADED.get() {
             return Ok(runtime.clone());
         }
@@ -193,20 +221,31 @@ impl Runtime {
         Self::init(path.to_path_buf(), version, LibrarySource::Explicit)
     }
 
-    fn init(path: PathBuf, version: String, source: LibrarySource) -> Result<Runtime, RuntimeError> {
+    fn init(
+        path: PathBuf,
+        version: String,
+        source: LibrarySource,
+    ) -> Result<Runtime, RuntimeError> {
         // Two threads may race to load; the loser's `init_from` finds ort's library already set
         // and `build` fails with "only one environment", so take the winner's runtime then.
         let builder = ort::init_from(&path).map_err(|e| RuntimeError::NotALibrary {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        let built = builder.with_name("qdq-studio").with_telemetry(false).build();
+        let built = builder
+            .with_name("qdq-studio")
+            .with_telemetry(false)
+            .build();
         let environment = match built {
             Ok(environment) => environment,
             Err(e) => return LOADED.get().cloned().ok_or_else(|| RuntimeError::from(e)),
         };
         let runtime = Runtime {
-            info: RuntimeInfo { path, version, source },
+            info: RuntimeInfo {
+                path,
+                version,
+                source,
+            },
             environment,
         };
         Ok(LOADED.get_or_init(|| runtime).clone())
@@ -243,6 +282,9 @@ impl Runtime {
                     match &model {
                         Ok(bytes) => match self.probe(&spec, bytes) {
                             Ok(()) => EpState::Ready,
+                            Err(RuntimeError::EpUnavailable { reason, .. }) => {
+                                EpState::Unavailable(reason)
+                            }
                             Err(e) => EpState::Unavailable(e.to_string()),
                         },
                         Err(e) => EpState::Unavailable(e.to_string()),
@@ -258,7 +300,8 @@ impl Runtime {
     }
 
     fn probe(&self, spec: &EpSpec, model: &[u8]) -> Result<(), RuntimeError> {
-        let mut session = self.session_from_bytes(model, std::slice::from_ref(spec), SessionOptions::default())?;
+        let mut session =
+            self.session_from_bytes(model, std::slice::from_ref(spec), SessionOptions::default())?;
         let input = ndarray::Array2::<f32>::from_elem((1, 8), -1.0);
         let value = ort::value::Tensor::from_array(input)?;
         let outputs = session.run(ort::inputs!["x" => value])?;
@@ -273,7 +316,11 @@ impl Runtime {
         }
     }
 
-    fn builder(&self, eps: &[EpSpec], options: SessionOptions) -> Result<ort::session::builder::SessionBuilder, RuntimeError> {
+    fn builder(
+        &self,
+        eps: &[EpSpec],
+        options: SessionOptions,
+    ) -> Result<ort::session::builder::SessionBuilder, RuntimeError> {
         let mut builder = Session::builder(&self.environment)?;
         builder = builder
             .with_optimization_level(if options.optimize {
@@ -283,7 +330,9 @@ impl Runtime {
             })
             .map_err(ort::Error::from)?;
         if options.intra_threads > 0 {
-            builder = builder.with_intra_threads(options.intra_threads).map_err(ort::Error::from)?;
+            builder = builder
+                .with_intra_threads(options.intra_threads)
+                .map_err(ort::Error::from)?;
         }
         for spec in eps {
             if !self.has_ep(spec) {
@@ -298,7 +347,7 @@ impl Runtime {
                 .with_execution_providers([spec.dispatch()])
                 .map_err(|e| RuntimeError::EpUnavailable {
                     ep: spec.to_string(),
-                    reason: e.to_string(),
+                    reason: ep::explain_failure(&e.to_string()),
                 })?;
         }
         Ok(builder)
@@ -315,25 +364,42 @@ impl Runtime {
 
     /// A session over an in-memory model on `eps`, in priority order. Every provider must
     /// register; the CPU provider always backs the nodes the others do not take.
-    pub fn session_from_bytes(&self, model: &[u8], eps: &[EpSpec], options: SessionOptions) -> Result<Session, RuntimeError> {
+    pub fn session_from_bytes(
+        &self,
+        model: &[u8],
+        eps: &[EpSpec],
+        options: SessionOptions,
+    ) -> Result<Session, RuntimeError> {
         let mut builder = self.builder(eps, options)?;
-        builder.commit_from_memory(model).map_err(|e| map_session_error(eps, e))
+        builder
+            .commit_from_memory(model)
+            .map_err(|e| map_session_error(eps, e))
     }
 
     /// A session over a model file (external data resolved by ONNX Runtime beside it).
-    pub fn session_from_file(&self, path: &Path, eps: &[EpSpec], options: SessionOptions) -> Result<Session, RuntimeError> {
+    pub fn session_from_file(
+        &self,
+        path: &Path,
+        eps: &[EpSpec],
+        options: SessionOptions,
+    ) -> Result<Session, RuntimeError> {
         let mut builder = self.builder(eps, options)?;
-        builder.commit_from_file(path).map_err(|e| map_session_error(eps, e))
+        builder
+            .commit_from_file(path)
+            .map_err(|e| map_session_error(eps, e))
     }
 }
 
 /// A provider that registered but failed while the session was created gets named.
 fn map_session_error(eps: &[EpSpec], error: ort::Error) -> RuntimeError {
     let text = error.to_string();
-    match eps.iter().find(|s| **s != EpSpec::Cpu && text.contains(s.ort_name())) {
+    match eps
+        .iter()
+        .find(|s| **s != EpSpec::Cpu && text.contains(s.ort_name()))
+    {
         Some(spec) => RuntimeError::EpUnavailable {
             ep: spec.to_string(),
-            reason: text,
+            reason: ep::explain_failure(&text),
         },
         None => RuntimeError::Ort(text),
     }

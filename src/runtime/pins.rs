@@ -7,7 +7,9 @@
 use super::wheel::PinnedWheel;
 
 /// A build flavour of ONNX Runtime: which execution providers its library carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Flavor {
     /// CPU only (`onnxruntime`).
@@ -45,7 +47,12 @@ pub fn platform() -> String {
     format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH)
 }
 
-const fn pin(package: &'static str, version: &'static str, file: &'static str, sha256: &'static str) -> PinnedWheel {
+const fn pin(
+    package: &'static str,
+    version: &'static str,
+    file: &'static str,
+    sha256: &'static str,
+) -> PinnedWheel {
     PinnedWheel {
         package,
         version,
@@ -206,9 +213,15 @@ mod tests {
 
     #[test]
     fn only_runtime_libraries_are_selected() {
-        assert!(is_runtime_library("onnxruntime/capi/libonnxruntime.so.1.31.1"));
-        assert!(is_runtime_library("onnxruntime/capi/onnxruntime_providers_cuda.dll"));
-        assert!(!is_runtime_library("onnxruntime/capi/onnxruntime_pybind11_state.cpython-312-x86_64-linux-gnu.so"));
+        assert!(is_runtime_library(
+            "onnxruntime/capi/libonnxruntime.so.1.31.1"
+        ));
+        assert!(is_runtime_library(
+            "onnxruntime/capi/onnxruntime_providers_cuda.dll"
+        ));
+        assert!(!is_runtime_library(
+            "onnxruntime/capi/onnxruntime_pybind11_state.cpython-312-x86_64-linux-gnu.so"
+        ));
         assert!(!is_runtime_library("onnxruntime/capi/_pybind_state.py"));
         assert!(!is_runtime_library("onnxruntime/tools/x.so"));
     }

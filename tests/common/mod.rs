@@ -1,0 +1,69 @@
+//! Shared test helpers: the ONNX Runtime library and real published models, fetched once into
+//! the user cache (pinned wheels, sha256-checked) by the project's own fetcher.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use qdq_studio::runtime::wheel::{self, PinnedWheel};
+use qdq_studio::runtime::{FetchOptions, LoadOptions, Runtime, default_cache_dir};
+
+/// The wheel that ships PP-OCR's det, rec and cls models (Apache-2.0).
+pub const RAPIDOCR: PinnedWheel = PinnedWheel {
+    package: "rapidocr-onnxruntime",
+    version: "1.4.4",
+    file: "rapidocr_onnxruntime-1.4.4-py3-none-any.whl",
+    sha256: "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf",
+};
+
+/// The PP-OCR model files in that wheel.
+pub const PPOCR_DET: &str = "ch_PP-OCRv4_det_infer.onnx";
+/// The recognition model.
+pub const PPOCR_REC: &str = "ch_PP-OCRv4_rec_infer.onnx";
+/// The text-direction classifier (also the bundled sample).
+pub const PPOCR_CLS: &str = "ch_ppocr_mobile_v2.0_cls_infer.onnx";
+/// All three.
+pub const PPOCR_ALL: [&str; 3] = [PPOCR_DET, PPOCR_REC, PPOCR_CLS];
+
+/// The loaded ONNX Runtime (fetched into the cache on first use).
+pub fn runtime() -> Runtime {
+    let options = LoadOptions::new().expect("cache dir");
+    Runtime::load(&options, &mut |_| {}).expect("ONNX Runtime loads")
+}
+
+/// The folder holding the PP-OCR models, fetched on first use.
+pub fn ppocr_dir() -> PathBuf {
+    let target = default_cache_dir()
+        .expect("cache dir")
+        .join("test-models")
+        .join("rapidocr-1.4.4");
+    let select = |entry: &str| {
+        entry
+            .strip_prefix("rapidocr_onnxruntime/models/")
+            .filter(|name| name.ends_with(".onnx"))
+            .map(str::to_owned)
+    };
+    wheel::ensure_unpacked(
+        &RAPIDOCR,
+        &target,
+        Path::new(PPOCR_DET),
+        &select,
+        &FetchOptions::default(),
+        &mut |_| {},
+    )
+    .expect("PP-OCR models fetched")
+}
+
+/// Path of one PP-OCR model.
+pub fn ppocr(name: &str) -> PathBuf {
+    ppocr_dir().join(name)
+}
+
+/// sha256 of a file, to prove inputs are untouched.
+pub fn digest(path: &Path) -> String {
+    wheel::sha256_file(path).expect("readable")
+}
+
+/// The CLI binary.
+pub fn cli() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_qdq-studio"))
+}

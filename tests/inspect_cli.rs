@@ -1,0 +1,96 @@
+//! `qdq-studio inspect --json` on the real PP-OCR models agrees with the Python `onnx` package
+//! (fixture written by `tests/fixtures/make_inspect_fixture.py`).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use common::{PPOCR_ALL, cli, ppocr};
+
+#[test]
+fn inspect_counts_match_python_onnx() {
+    let fixture: Value = serde_json::from_str(include_str!("fixtures/inspect_ppocr.json")).unwrap();
+    for name in PPOCR_ALL {
+        let expected = &fixture[name];
+        let out = cli()
+            .args(["inspect", "--json"])
+            .arg(ppocr(name))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+        assert_eq!(got["ir_version"], expected["ir_version"], "{name}");
+        assert_eq!(got["node_count"], expected["node_count"], "{name}");
+        assert_eq!(got["renamed_nodes"], expected["unnamed_nodes"], "{name}");
+        assert_eq!(
+            got["initializer_count"], expected["initializer_count"],
+            "{name}"
+        );
+        assert_eq!(got["parameters"], expected["parameters"], "{name}");
+        let opsets: BTreeMap<String, i64> = got["opsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["domain"].as_str().unwrap().to_owned(),
+                    o["version"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            serde_json::to_value(opsets).unwrap(),
+            expected["opsets"],
+            "{name}"
+        );
+        let ops: BTreeMap<String, u64> = got["op_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["op_type"].as_str().unwrap().to_owned(),
+                    o["count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            serde_json::to_value(ops).unwrap(),
+            expected["op_types"],
+            "{name}"
+        );
+        for (kind, key) in [("inputs", "inputs"), ("outputs", "outputs")] {
+            let values: Vec<Value> = got[kind]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| serde_json::json!([v["name"], v["dtype"], v["shape"]]))
+                .collect();
+            assert_eq!(Value::Array(values), expected[key], "{name} {kind}");
+        }
+    }
+}
+
+#[test]
+fn inspect_prints_tables_for_humans() {
+    let out = cli()
+        .arg("inspect")
+        .arg(ppocr(common::PPOCR_CLS))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("nodes      566 (226 quantizable by default, 308 renamed)"),
+        "{text}"
+    );
+    assert!(text.contains("│ Conv") && text.contains("53"), "{text}");
+    assert!(text.contains("[-1, 3, ?, ?]"), "{text}");
+}

@@ -1,0 +1,216 @@
+//! ONNX Runtime provisioning: loading, the EP catalogue, clear errors for bad libraries,
+//! failed downloads and unavailable providers.
+
+mod common;
+
+use qdq_studio::runtime::wheel::{self, PinnedWheel};
+use qdq_studio::runtime::{
+    EpSpec, EpState, FetchOptions, RuntimeError, SessionOptions, check_library,
+};
+
+use common::{RAPIDOCR, cli, runtime};
+
+#[test]
+fn the_cpu_runtime_loads_and_lists_its_providers() {
+    let rt = runtime();
+    assert!(rt.info().version.starts_with("1."), "{:?}", rt.info());
+    assert_eq!(check_library(&rt.info().path).unwrap(), rt.info().version);
+    let eps = rt.probe_eps();
+    let cpu = eps.iter().find(|s| s.ep == EpSpec::Cpu).unwrap();
+    assert_eq!(cpu.state, EpState::Ready);
+    // Every known provider is listed with a state; ones missing from the library say which
+    // flavour has them.
+    assert_eq!(eps.len(), EpSpec::known().len());
+    for status in &eps {
+        if let EpState::NotInLibrary(hint) = &status.state {
+            assert!(!hint.is_empty());
+        }
+    }
+}
+
+#[test]
+fn asking_for_a_provider_the_library_lacks_is_a_clear_error() {
+    let rt = runtime();
+    if rt.has_ep(&EpSpec::Cuda(0)) {
+        return; // A GPU build is active; the next test covers that case.
+    }
+    let model = qdq_studio::sample::SAMPLE_MODEL;
+    let err = rt
+        .session_from_bytes(model, &[EpSpec::Cuda(0)], SessionOptions::default())
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::EpNotInLibrary { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("cuda:0") && text.contains("--flavor gpu"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_cli_reports_the_runtime() {
+    let out = cli().args(["runtime", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        value["runtime"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("1.")
+    );
+    let eps = value["execution_providers"].as_array().unwrap();
+    assert!(
+        eps.iter()
+            .any(|e| e["ep"] == "cpu" && e["state"]["state"] == "ready"),
+        "{eps:?}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_library_is_refused_by_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libonnxruntime.so");
+    std::fs::write(&fake, "not a library").unwrap();
+    let out = cli()
+        .args(["runtime"])
+        .env("ORT_DYLIB_PATH", &fake)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("is not a loadable library"), "{stderr}");
+}
+
+#[test]
+fn a_library_that_is_not_onnx_runtime_is_refused() {
+    // The C library is a real shared library without OrtGetApiBase.
+    let libc = [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/aarch64-linux-gnu/libc.so.6",
+        "/usr/lib/libc.so.6",
+    ]
+    .into_iter()
+    .map(std::path::Path::new)
+    .find(|p| p.exists());
+    let Some(libc) = libc else { return };
+    assert!(matches!(
+        check_library(libc),
+        Err(RuntimeError::MissingApi { .. })
+    ));
+}
+
+/// onnxruntime 1.22.0, older than the API this build needs.
+const OLD_ORT: PinnedWheel = PinnedWheel {
+    package: "onnxruntime",
+    version: "1.22.0",
+    file: "onnxruntime-1.22.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+    sha256: "6964a975731afc19dc3418fad8d4e08c48920144ff590149429a5ebe0d15fb3c",
+};
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn an_old_onnx_runtime_is_a_bad_version() {
+    let target = qdq_studio::runtime::default_cache_dir()
+        .unwrap()
+        .join("test-runtimes")
+        .join("1.22.0");
+    let select = |entry: &str| {
+        qdq_studio::runtime::pins::is_runtime_library(entry)
+            .then(|| entry.rsplit('/').next().unwrap().to_owned())
+    };
+    let library = std::path::Path::new("libonnxruntime.so.1.22.0");
+    wheel::ensure_unpacked(
+        &OLD_ORT,
+        &target,
+        library,
+        &select,
+        &FetchOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    let path = target.join(library);
+    let err = check_library(&path).unwrap_err();
+    assert!(matches!(err, RuntimeError::BadVersion { .. }), "{err}");
+    assert!(
+        err.to_string().contains("1.22.0") && err.to_string().contains("1.24"),
+        "{err}"
+    );
+    let out = cli()
+        .args(["runtime"])
+        .env("ORT_DYLIB_PATH", &path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1.22.0"));
+}
+
+#[test]
+fn a_download_with_a_wrong_digest_is_discarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let tampered = PinnedWheel {
+        sha256: "0000000000000000000000000000000000000000000000000000000000000000",
+        ..RAPIDOCR
+    };
+    let err =
+        wheel::download(&tampered, dir.path(), &FetchOptions::default(), &mut |_| {}).unwrap_err();
+    assert!(matches!(err, RuntimeError::HashMismatch { .. }), "{err}");
+    assert!(
+        !dir.path().join(RAPIDOCR.file).exists(),
+        "untrusted wheel left behind"
+    );
+}
+
+#[test]
+fn a_download_without_network_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let offline = FetchOptions {
+        index_url: Some("http://127.0.0.1:9/simple".to_owned()),
+        no_retries: true,
+        ..FetchOptions::default()
+    };
+    let err = wheel::download(&RAPIDOCR, dir.path(), &offline, &mut |_| {}).unwrap_err();
+    assert!(matches!(err, RuntimeError::Download { .. }), "{err}");
+    assert!(
+        err.to_string().contains("rapidocr-onnxruntime==1.4.4"),
+        "{err}"
+    );
+}
+
+/// The GPU build on a machine without CUDA: run by hand (`cargo test -- --ignored`) since it
+/// downloads ~300 MB. The CUDA provider must be listed as unable to run, naming the missing
+/// library.
+#[test]
+#[ignore = "downloads the 300 MB GPU runtime"]
+fn the_gpu_runtime_without_cuda_names_the_missing_library() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = cli()
+        .args(["runtime", "install", "--flavor", "gpu"])
+        .env("QDQ_STUDIO_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli()
+        .args(["runtime", "--json", "--no-download"])
+        .env("QDQ_STUDIO_CACHE_DIR", cache.path())
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let eps = value["execution_providers"].as_array().unwrap();
+    let cuda = eps.iter().find(|e| e["ep"] == "cuda:0").unwrap();
+    assert_eq!(cuda["state"]["state"], "unavailable");
+    assert!(
+        cuda["state"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("missing lib"),
+        "{cuda}"
+    );
+}
