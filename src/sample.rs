@@ -21,3 +21,18 @@ pub fn sample_model() -> Result<Model, ModelError> {
         PathBuf::from("."),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Graph;
+
+    #[test]
+    fn the_bundled_sample_loads_and_indexes_cleanly() {
+        let model = sample_model().unwrap();
+        let graph = Graph::build(&model);
+        graph.check().unwrap();
+        assert_eq!(graph.inputs(), ["x"]);
+        assert_eq!(graph.nodes().len(), 566);
+    }
+}

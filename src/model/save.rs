@@ -81,7 +81,7 @@ fn refuse_inputs(model: &Model, outputs: &[&Path]) -> Result<(), ModelError> {
         let existing = output
             .canonicalize()
             .unwrap_or_else(|_| output.to_path_buf());
-        if inputs.iter().any(|i| *i == existing) {
+        if inputs.contains(&existing) {
             return Err(ModelError::WouldOverwriteInput {
                 path: output.to_path_buf(),
             });

@@ -1,0 +1,89 @@
+//! The graph index on small models built with the project's builder.
+
+use ndarray::{ArrayD, IxDyn};
+use qdq_studio::model::summary::ModelSummary;
+use qdq_studio::model::{DataType, Graph, ModelBuilder, NodeId, TensorArray, TensorKind};
+
+fn scalar(v: f32) -> TensorArray {
+    TensorArray::Float32(ArrayD::from_elem(IxDyn(&[1]), v))
+}
+
+#[test]
+fn unnamed_and_duplicate_nodes_get_unique_reported_names() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1]);
+    b.node("Relu", &["x"], &["a"]);
+    b.node("Relu", &["a"], &["b"]).name("Relu_0"); // takes the name the first would get
+    b.node("Relu", &["b"], &["c"]).name("dup");
+    b.node("Relu", &["c"], &["d"]).name("dup");
+    b.output("d", DataType::Float32, &[1]);
+    let graph = Graph::build(&b.build());
+    let names: Vec<&str> = graph.nodes().iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["Relu_0_1", "Relu_0", "dup", "Relu_3"]);
+    assert_eq!(graph.renamed().len(), 2);
+    assert_eq!(graph.renamed()[1].original, "dup");
+    assert!(graph.nodes()[0].auto_named && !graph.nodes()[1].auto_named);
+}
+
+#[test]
+fn out_of_order_nodes_are_sorted_topologically() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1]);
+    b.node("Relu", &["b"], &["c"]).name("last");
+    b.node("Relu", &["a"], &["b"]).name("middle");
+    b.node("Relu", &["x"], &["a"]).name("first");
+    b.output("c", DataType::Float32, &[1]);
+    let graph = Graph::build(&b.build());
+    graph.check().unwrap();
+    assert_eq!(graph.topological_order(), [NodeId(2), NodeId(1), NodeId(0)]);
+    let a = graph.tensor("a").unwrap();
+    assert_eq!((a.kind, a.producer, a.consumers.clone()), (TensorKind::Activation, Some(NodeId(2)), vec![NodeId(1)]));
+    assert!(graph.tensor("c").unwrap().is_output);
+}
+
+#[test]
+fn subgraphs_are_listed_and_their_outer_reads_order_the_graph() {
+    // then-branch reads the outer tensor `w`, produced by a node that comes *after* the If in
+    // the file: the index must still order `w`'s producer first.
+    let mut then_branch = ModelBuilder::new(17);
+    then_branch.node("Identity", &["w"], &["t"]).name("then_id");
+    then_branch.output("t", DataType::Float32, &[1]);
+    let mut else_branch = ModelBuilder::new(17);
+    else_branch.node("Identity", &["x"], &["e"]).name("else_id");
+    else_branch.output("e", DataType::Float32, &[1]);
+
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1]);
+    b.input("cond", DataType::Bool, &[]);
+    b.node("If", &["cond"], &["y"])
+        .name("branch")
+        .attr_graph("then_branch", then_branch.into_graph())
+        .attr_graph("else_branch", else_branch.into_graph());
+    b.node("Relu", &["x"], &["w"]).name("make_w");
+    b.node("Constant", &[], &["k"]).name("k").attr_tensor("value", &scalar(2.0));
+    b.output("y", DataType::Float32, &[1]);
+    let model = b.build();
+    let graph = Graph::build(&model);
+    graph.check().unwrap();
+    assert_eq!(graph.topological_order()[..2], [NodeId(1), NodeId(0)]);
+    assert_eq!(graph.tensor("k").unwrap().kind, TensorKind::Constant);
+    let summary = ModelSummary::of(&model, &graph);
+    assert_eq!(summary.subgraphs.len(), 2);
+    assert_eq!(summary.subgraphs[0].node, "branch");
+    assert_eq!(summary.subgraphs[0].nodes, 1);
+    assert_eq!(summary.parameters, 1, "the Constant's value counts as a weight");
+}
+
+#[test]
+fn op_counts_qualify_foreign_domains() {
+    let mut b = ModelBuilder::new(17);
+    b.import("com.microsoft", 1);
+    b.input("x", DataType::Float32, &[1]);
+    b.node("Gelu", &["x"], &["y"]).domain("com.microsoft");
+    b.node("Relu", &["y"], &["z"]);
+    b.output("z", DataType::Float32, &[1]);
+    let graph = Graph::build(&b.build());
+    let counts = graph.op_type_counts();
+    assert_eq!(counts.get("com.microsoft::Gelu"), Some(&1));
+    assert_eq!(counts.get("Relu"), Some(&1));
+}
