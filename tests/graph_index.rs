@@ -37,7 +37,10 @@ fn out_of_order_nodes_are_sorted_topologically() {
     graph.check().unwrap();
     assert_eq!(graph.topological_order(), [NodeId(2), NodeId(1), NodeId(0)]);
     let a = graph.tensor("a").unwrap();
-    assert_eq!((a.kind, a.producer, a.consumers.clone()), (TensorKind::Activation, Some(NodeId(2)), vec![NodeId(1)]));
+    assert_eq!(
+        (a.kind, a.producer, a.consumers.clone()),
+        (TensorKind::Activation, Some(NodeId(2)), vec![NodeId(1)])
+    );
     assert!(graph.tensor("c").unwrap().is_output);
 }
 
@@ -60,7 +63,9 @@ fn subgraphs_are_listed_and_their_outer_reads_order_the_graph() {
         .attr_graph("then_branch", then_branch.into_graph())
         .attr_graph("else_branch", else_branch.into_graph());
     b.node("Relu", &["x"], &["w"]).name("make_w");
-    b.node("Constant", &[], &["k"]).name("k").attr_tensor("value", &scalar(2.0));
+    b.node("Constant", &[], &["k"])
+        .name("k")
+        .attr_tensor("value", &scalar(2.0));
     b.output("y", DataType::Float32, &[1]);
     let model = b.build();
     let graph = Graph::build(&model);
@@ -71,7 +76,10 @@ fn subgraphs_are_listed_and_their_outer_reads_order_the_graph() {
     assert_eq!(summary.subgraphs.len(), 2);
     assert_eq!(summary.subgraphs[0].node, "branch");
     assert_eq!(summary.subgraphs[0].nodes, 1);
-    assert_eq!(summary.parameters, 1, "the Constant's value counts as a weight");
+    assert_eq!(
+        summary.parameters, 1,
+        "the Constant's value counts as a weight"
+    );
 }
 
 #[test]

@@ -230,3 +230,20 @@ fn saving_external_data_over_the_inputs_data_file_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn constant_node_weights_read_like_initializers() {
+    let model = Model::load(&ppocr(PPOCR_CLS)).unwrap();
+    let graph = Graph::build(&model);
+    let conv = graph.nodes().iter().find(|n| n.op_type == "Conv").unwrap();
+    let weight = model
+        .weight(&conv.inputs[1])
+        .unwrap()
+        .expect("conv weight is a Constant");
+    assert_eq!(weight.shape().len(), 4, "{:?}", weight.shape());
+    assert!(weight.to_f32().iter().any(|&v| v != 0.0));
+    assert!(
+        model.weight(&conv.outputs[0]).unwrap().is_none(),
+        "activations are not weights"
+    );
+}

@@ -3,6 +3,7 @@
 //! of the engine works on.
 
 pub mod builder;
+pub mod constant;
 pub mod dtype;
 pub mod error;
 pub mod external;

@@ -177,6 +177,24 @@ impl Model {
         TensorArray::from_proto(tensor, external.as_ref())
     }
 
+    /// The value of a weight: an initializer of the main graph, or the tensor a Constant node
+    /// produces (`value`, `value_float(s)`, `value_int(s)`). `None` for activations.
+    pub fn weight(&self, name: &str) -> Result<Option<TensorArray>, ModelError> {
+        let graph = self.graph();
+        if let Some(init) = graph.initializer.iter().find(|t| t.name() == name) {
+            return self.tensor_array(init).map(Some);
+        }
+        let constant = graph.node.iter().find(|n| {
+            n.op_type() == "Constant"
+                && n.domain().is_empty()
+                && n.output.first().is_some_and(|o| o == name)
+        });
+        match constant.and_then(super::constant::constant_tensor) {
+            Some(tensor) => self.tensor_array(&tensor).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// A copy of the protobuf with every external tensor brought inline, for handing the model
     /// to ONNX Runtime from memory. Fails over the 2 GB protobuf limit.
     pub fn to_inline_proto(&self) -> Result<ModelProto, ModelError> {

@@ -79,8 +79,10 @@ pub struct ModelSummary {
     pub parameter_bytes: u64,
     /// External data files.
     pub external_data_files: Vec<PathBuf>,
-    /// Nodes quantizable by default (onnxruntime's op-type list).
+    /// Number of nodes quantizable by default (onnxruntime's op-type list).
     pub quantizable_nodes: usize,
+    /// Their names, in topological order.
+    pub quantizable_node_names: Vec<String>,
     /// Nodes the index named because they had no name.
     pub renamed_nodes: usize,
     /// Subgraph-holding nodes.
@@ -119,11 +121,13 @@ impl ModelSummary {
                 .cmp(&a.count)
                 .then_with(|| a.op_type.cmp(&b.op_type))
         });
-        let quantizable_nodes = graph
-            .nodes()
+        let quantizable_node_names: Vec<String> = graph
+            .topological_order()
             .iter()
+            .map(|&id| graph.node(id))
             .filter(|n| is_quantizable_by_default(&n.domain, &n.op_type))
-            .count();
+            .map(|n| n.name.clone())
+            .collect();
         let subgraphs = graph
             .nodes()
             .iter()
@@ -186,7 +190,8 @@ impl ModelSummary {
             parameters: graph.parameter_count(),
             parameter_bytes: graph.parameter_bytes(),
             external_data_files: model.external_files().to_vec(),
-            quantizable_nodes,
+            quantizable_nodes: quantizable_node_names.len(),
+            quantizable_node_names,
             renamed_nodes: graph.renamed().len(),
             subgraphs,
             problems,
