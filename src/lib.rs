@@ -5,7 +5,10 @@
 //! quantization rules. The `qdq-studio` binary's CLI and studio are thin faces over it.
 #![warn(missing_docs)]
 
+pub mod atomic;
 pub mod model;
 pub mod quant;
 pub mod runtime;
 pub mod sample;
+pub mod calib;
+pub mod jobs;

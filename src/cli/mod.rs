@@ -1,5 +1,6 @@
 //! The headless face: one subcommand per file, each a thin layer over the engine.
 
+pub mod calibrate;
 pub mod inspect;
 pub mod runtime;
 
@@ -27,6 +28,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Show the loaded ONNX Runtime and its execution providers, or install one.
     Runtime(runtime::RuntimeArgs),
+    /// Run calibration data through the model and save per-tensor statistics.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// Runs a headless subcommand.
@@ -34,6 +37,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Inspect(args) => inspect::run(&args),
         Command::Runtime(args) => runtime::run(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
     }
 }
 

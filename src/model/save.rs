@@ -1,17 +1,15 @@
 //! Saving models atomically, inline or with external data.
 //!
-//! Outputs are written to temporary files in the target folder, flushed to disk, then renamed
-//! over the destination, so a crash or a full disk never leaves a half-written model under the
-//! final name. Writing over any of the input model's own files is refused.
+//! Outputs are written through [`AtomicFile`]: a crash or a full disk never leaves a
+//! half-written model under the final name. Writing over any of the input model's own files is refused.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use prost::Message;
 
 use super::error::ModelError;
+use crate::atomic::AtomicFile;
 use super::external::ExternalRef;
 use super::onnx_model::{Model, inline_tensor};
 use super::proto::{StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
@@ -90,66 +88,19 @@ fn refuse_inputs(model: &Model, outputs: &[&Path]) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// A file being written in the target folder, renamed into place by [`Staged::commit`].
-struct Staged {
-    file: BufWriter<tempfile::NamedTempFile>,
-    target: PathBuf,
+/// Starts an atomic write of `target`, mapping I/O errors to [`ModelError::Write`].
+fn staged(target: &Path) -> Result<AtomicFile, ModelError> {
+    AtomicFile::create(target).map_err(|source| ModelError::Write {
+        path: target.to_path_buf(),
+        source,
+    })
 }
 
-impl Staged {
-    fn new(target: &Path) -> Result<Self, ModelError> {
-        let folder = target.parent().unwrap_or(Path::new("."));
-        let temp = tempfile::Builder::new()
-            .prefix(".qdq-studio-")
-            .suffix(".tmp")
-            .tempfile_in(folder)
-            .map_err(|source| ModelError::Write {
-                path: target.to_path_buf(),
-                source,
-            })?;
-        Ok(Staged {
-            file: BufWriter::new(temp),
-            target: target.to_path_buf(),
-        })
+fn write_err(file: &AtomicFile) -> impl Fn(std::io::Error) -> ModelError + '_ {
+    move |source| ModelError::Write {
+        path: file.target().to_path_buf(),
+        source,
     }
-
-    fn write(&mut self, bytes: &[u8]) -> Result<(), ModelError> {
-        self.file
-            .write_all(bytes)
-            .map_err(|source| ModelError::Write {
-                path: self.target.clone(),
-                source,
-            })
-    }
-
-    /// Flushes, fsyncs and renames the file over its target.
-    fn commit(self) -> Result<u64, ModelError> {
-        let target = self.target;
-        let err = |source| ModelError::Write {
-            path: target.clone(),
-            source,
-        };
-        let temp = self.file.into_inner().map_err(|e| err(e.into_error()))?;
-        temp.as_file().sync_all().map_err(err)?;
-        let len = temp.as_file().metadata().map_err(err)?.len();
-        temp.persist(&target).map_err(|e| err(e.error))?;
-        sync_folder(&target);
-        Ok(len)
-    }
-}
-
-/// Makes a rename durable on Unix (fsync of the folder); a no-op where folders cannot be opened.
-fn sync_folder(path: &Path) {
-    #[cfg(unix)]
-    if let Some(folder) = path.parent()
-        && let Ok(dir) = File::open(folder)
-    {
-        // Best effort: the rename already happened; a failed folder fsync only weakens
-        // durability against power loss, never correctness of what was written.
-        let _ = dir.sync_all();
-    }
-    #[cfg(not(unix))]
-    let _ = path;
 }
 
 /// The bytes a tensor would have in `raw_data`, converting typed fields when needed.
@@ -184,9 +135,9 @@ impl Model {
         if !external {
             match self.to_inline_proto() {
                 Ok(proto) => {
-                    let mut staged = Staged::new(&model_path)?;
-                    staged.write(&proto.encode_to_vec())?;
-                    let model_bytes = staged.commit()?;
+                    let mut file = staged(&model_path)?;
+                    file.write(&proto.encode_to_vec()).map_err(write_err(&file))?;
+                    let model_bytes = commit(file)?;
                     return Ok(SaveReport {
                         model_path,
                         data_path: None,
@@ -209,7 +160,7 @@ impl Model {
             options.threshold
         };
         let mut proto = self.proto().clone();
-        let mut data = Staged::new(&data_path)?;
+        let mut data = staged(&data_path)?;
         let mut offset = 0u64;
         for_each_tensor_mut(&mut proto, &mut |tensor: &mut TensorProto| {
             let Some(bytes) = tensor_raw_bytes(self, tensor)? else {
@@ -228,8 +179,8 @@ impl Model {
                 64
             };
             let padded = offset.next_multiple_of(alignment);
-            data.write(&vec![0u8; (padded - offset) as usize])?;
-            data.write(&bytes)?;
+            data.write(&vec![0u8; (padded - offset) as usize]).map_err(write_err(&data))?;
+            data.write(&bytes).map_err(write_err(&data))?;
             set_external(tensor, &data_name, padded, len);
             offset = padded + len;
             Ok::<(), ModelError>(())
@@ -240,10 +191,10 @@ impl Model {
                 bytes: encoded.len() as u64,
             });
         }
-        let data_bytes = data.commit()?;
-        let mut staged = Staged::new(&model_path)?;
-        staged.write(&encoded)?;
-        let model_bytes = staged.commit()?;
+        let data_bytes = commit(data)?;
+        let mut file = staged(&model_path)?;
+        file.write(&encoded).map_err(write_err(&file))?;
+        let model_bytes = commit(file)?;
         Ok(SaveReport {
             model_path,
             data_path: Some(data_path),
@@ -252,6 +203,11 @@ impl Model {
             data_bytes,
         })
     }
+}
+
+fn commit(file: AtomicFile) -> Result<u64, ModelError> {
+    let path = file.target().to_path_buf();
+    file.commit().map_err(|source| ModelError::Write { path, source })
 }
 
 fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u64) {
@@ -271,28 +227,4 @@ fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u
         entry("offset", offset.to_string()),
         entry("length", length.to_string()),
     ];
-}
-
-/// Removes temporary files a crashed save left in `folder` (named `.qdq-studio-*.tmp`).
-/// Returns how many were removed. Files younger than a minute are left alone, since another
-/// save may still be writing them.
-pub fn clean_stale_temp_files(folder: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(folder) else {
-        return 0;
-    };
-    let now = std::time::SystemTime::now();
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let old = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| now.duration_since(t).ok())
-                .is_some_and(|age| age.as_secs() > 60);
-            name.starts_with(".qdq-studio-") && name.ends_with(".tmp") && old
-        })
-        .filter(|e| std::fs::remove_file(e.path()).is_ok())
-        .count()
 }

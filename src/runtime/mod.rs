@@ -12,6 +12,7 @@ pub mod ep;
 pub mod error;
 mod locate;
 pub mod pins;
+pub mod value;
 pub mod wheel;
 
 use std::ffi::CStr;

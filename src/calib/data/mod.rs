@@ -1,0 +1,349 @@
+//! Calibration data sources and their validation against the model's inputs.
+//!
+//! Every source yields batches of named arrays with samples on axis 0, read lazily. Before any
+//! run, [`validate`] checks names, types, ranks and fixed dimensions against the model and
+//! lists every mismatch, expected against got.
+
+pub mod npy;
+pub mod npz;
+pub mod pb_folder;
+pub mod random;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::model::{DataType, Dim, Graph, TensorArray};
+
+/// Errors of calibration data.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// A file or folder could not be opened.
+    #[error("cannot open {path}: {reason}")]
+    Open {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The data is damaged or not in the expected format.
+    #[error("'{name}' is corrupt: {reason}")]
+    Corrupt {
+        /// The array or file.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An array format that is refused (pickles, Fortran order, big-endian, ...).
+    #[error("'{name}' cannot be used: {reason}")]
+    UnsupportedNpy {
+        /// The array.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// Arrays disagree on the number of samples.
+    #[error("the arrays hold different numbers of samples ({counts})")]
+    SampleCounts {
+        /// `name: count` for each array.
+        counts: String,
+    },
+    /// The data does not fit the model; every problem is listed.
+    #[error("the calibration data does not fit the model: {}", .problems.join("; "))]
+    Mismatch {
+        /// One line per problem, expected against got.
+        problems: Vec<String>,
+    },
+    /// The source has no samples.
+    #[error("the calibration data holds no samples")]
+    Empty,
+    /// A calibration shape spec could not be parsed.
+    #[error("bad --calibration_shapes '{spec}': {reason}")]
+    BadShapeSpec {
+        /// The spec as given.
+        spec: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An array a source provides: its name, type and full shape (samples on axis 0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArraySpec {
+    /// Name (the model input it feeds).
+    pub name: String,
+    /// Element type.
+    pub dtype: DataType,
+    /// Shape, samples first.
+    pub shape: Vec<usize>,
+}
+
+/// One batch: named arrays with `samples` rows each.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// 0-based batch number.
+    pub index: usize,
+    /// Index of the batch's first sample in the source.
+    pub first_sample: usize,
+    /// Samples in this batch.
+    pub samples: usize,
+    /// Input name → array.
+    pub inputs: Vec<(String, TensorArray)>,
+}
+
+/// A source of calibration batches.
+pub trait BatchSource: Send {
+    /// A label for messages (the path, "random data", ...).
+    fn describe(&self) -> String;
+    /// The arrays it provides.
+    fn arrays(&self) -> Vec<ArraySpec>;
+    /// Total samples.
+    fn samples(&self) -> usize;
+    /// Starts again from the first sample (for multi-pass calibration).
+    fn rewind(&mut self) -> Result<(), DataError>;
+    /// The next batch of at most `max_samples` samples; `None` at the end.
+    fn next_batch(&mut self, max_samples: usize) -> Result<Option<Batch>, DataError>;
+}
+
+/// A model input as calibration sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputSpec {
+    /// Input name.
+    pub name: String,
+    /// Element type, when declared.
+    pub dtype: Option<DataType>,
+    /// Declared shape, when declared.
+    pub shape: Option<Vec<Dim>>,
+}
+
+/// The user-fed inputs of a graph.
+pub fn model_inputs(graph: &Graph) -> Vec<InputSpec> {
+    graph
+        .inputs()
+        .iter()
+        .map(|name| {
+            let info = graph.tensor(name);
+            InputSpec {
+                name: name.clone(),
+                dtype: info.and_then(|t| t.elem_type).and_then(|c| DataType::from_onnx(c).ok()),
+                shape: info.and_then(|t| t.shape.clone()),
+            }
+        })
+        .collect()
+}
+
+fn shape_text(shape: &[usize]) -> String {
+    format!("[{}]", shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
+}
+
+fn dims_text(dims: &[Dim]) -> String {
+    format!("[{}]", dims.iter().map(Dim::to_string).collect::<Vec<_>>().join(", "))
+}
+
+/// Checks that `arrays` feed `inputs` in batches of `batch_size`; lists every mismatch.
+pub fn validate(inputs: &[InputSpec], arrays: &[ArraySpec], samples: usize, batch_size: usize) -> Result<(), DataError> {
+    let mut problems = Vec::new();
+    let by_name: BTreeMap<&str, &ArraySpec> = arrays.iter().map(|a| (a.name.as_str(), a)).collect();
+    for input in inputs {
+        let Some(array) = by_name.get(input.name.as_str()) else {
+            problems.push(format!("input '{}' has no array (the file has: {})", input.name, names(arrays)));
+            continue;
+        };
+        if let Some(dtype) = input.dtype
+            && dtype != array.dtype
+        {
+            problems.push(format!("'{}': expected {dtype}, got {}", input.name, array.dtype));
+        }
+        let Some(dims) = &input.shape else { continue };
+        if dims.len() != array.shape.len() {
+            problems.push(format!(
+                "'{}': expected rank {} {}, got rank {} {} (samples go on axis 0)",
+                input.name,
+                dims.len(),
+                dims_text(dims),
+                array.shape.len(),
+                shape_text(&array.shape)
+            ));
+            continue;
+        }
+        for (axis, (dim, &got)) in dims.iter().zip(&array.shape).enumerate() {
+            let Dim::Fixed(want) = dim else { continue };
+            if *want < 0 {
+                continue;
+            }
+            if axis == 0 {
+                let want = *want as usize;
+                if want != batch_size {
+                    problems.push(format!(
+                        "'{}': the model's batch dimension is fixed at {want}; use a batch size of {want}",
+                        input.name
+                    ));
+                } else if want > 0 && samples % want != 0 {
+                    problems.push(format!(
+                        "'{}': the model's batch dimension is fixed at {want}, but {samples} samples do not split into batches of {want}",
+                        input.name
+                    ));
+                }
+                continue;
+            }
+            if *want as usize != got {
+                problems.push(format!(
+                    "'{}': axis {axis} must be {want}, got {got} (model {}, data {})",
+                    input.name,
+                    dims_text(dims),
+                    shape_text(&array.shape)
+                ));
+            }
+        }
+    }
+    let expected: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+    for array in arrays {
+        if !expected.contains(&array.name.as_str()) {
+            problems.push(format!(
+                "array '{}' is not a model input (inputs: {})",
+                array.name,
+                expected.join(", ")
+            ));
+        }
+    }
+    if problems.is_empty() && samples == 0 {
+        return Err(DataError::Empty);
+    }
+    if problems.is_empty() { Ok(()) } else { Err(DataError::Mismatch { problems }) }
+}
+
+fn names(arrays: &[ArraySpec]) -> String {
+    if arrays.is_empty() {
+        "nothing".to_owned()
+    } else {
+        arrays.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Where calibration data comes from, as the user states it (and a recipe records it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DataSpec {
+    /// A `.npz` (or `.npy` for single-input models) file.
+    Npz {
+        /// The file.
+        path: PathBuf,
+    },
+    /// ONNX Runtime test-data folders (`test_data_set_*/input_*.pb`).
+    PbFolder {
+        /// A folder holding `test_data_set_*` folders, or one of them.
+        path: PathBuf,
+    },
+    /// Random data from the input specs.
+    Random {
+        /// Samples to generate.
+        samples: usize,
+        /// Concrete shapes for inputs with symbolic dims (`name` → dims, batch included).
+        shapes: BTreeMap<String, Vec<usize>>,
+        /// The generator's seed.
+        seed: u64,
+    },
+}
+
+impl DataSpec {
+    /// Chooses the source kind from a path: a folder is ORT test data, a file is npz/npy.
+    pub fn from_path(path: &Path) -> DataSpec {
+        if path.is_dir() {
+            DataSpec::PbFolder { path: path.to_path_buf() }
+        } else {
+            DataSpec::Npz { path: path.to_path_buf() }
+        }
+    }
+
+    /// Opens the source for a model with these inputs.
+    pub fn open(&self, inputs: &[InputSpec]) -> Result<Box<dyn BatchSource>, DataError> {
+        let single = inputs.first().map(|i| i.name.clone()).unwrap_or_default();
+        Ok(match self {
+            DataSpec::Npz { path } => Box::new(npz::NpzSource::open(path, &single)?),
+            DataSpec::PbFolder { path } => Box::new(pb_folder::PbFolderSource::open(path, inputs)?),
+            DataSpec::Random { samples, shapes, seed } => {
+                Box::new(random::RandomSource::new(inputs, shapes, *samples, *seed)?)
+            }
+        })
+    }
+}
+
+/// Parses ModelOpt's `--calibration_shapes in0:1x3x224x224,in1:1x128`.
+pub fn parse_shapes(spec: &str) -> Result<BTreeMap<String, Vec<usize>>, DataError> {
+    let bad = |reason: &str| DataError::BadShapeSpec {
+        spec: spec.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let mut shapes = BTreeMap::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, dims) = part.rsplit_once(':').ok_or_else(|| bad("expected name:AxBxC"))?;
+        let dims = dims
+            .split('x')
+            .map(|d| d.trim().parse::<usize>().map_err(|_| bad(&format!("'{d}' is not a size"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        shapes.insert(name.trim().to_owned(), dims);
+    }
+    Ok(shapes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(name: &str, dtype: DataType, dims: Vec<Dim>) -> InputSpec {
+        InputSpec {
+            name: name.into(),
+            dtype: Some(dtype),
+            shape: Some(dims),
+        }
+    }
+
+    fn array(name: &str, dtype: DataType, shape: &[usize]) -> ArraySpec {
+        ArraySpec {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn every_mismatch_is_listed_expected_against_got() {
+        let inputs = [
+            input("x", DataType::Float32, vec![Dim::Symbolic("N".into()), Dim::Fixed(3), Dim::Fixed(8)]),
+            input("ids", DataType::Int64, vec![Dim::Symbolic("N".into()), Dim::Fixed(4)]),
+            input("mask", DataType::Bool, vec![Dim::Fixed(1)]),
+        ];
+        let arrays = [
+            array("x", DataType::Float16, &[10, 3, 9]),
+            array("ids", DataType::Int64, &[10, 4, 1]),
+            array("extra", DataType::Float32, &[10]),
+        ];
+        let Err(DataError::Mismatch { problems }) = validate(&inputs, &arrays, 10, 2) else {
+            panic!("expected a mismatch");
+        };
+        let text = problems.join("\n");
+        assert!(text.contains("'x': expected float32, got float16"), "{text}");
+        assert!(text.contains("'x': axis 2 must be 8, got 9"), "{text}");
+        assert!(text.contains("'ids': expected rank 2"), "{text}");
+        assert!(text.contains("input 'mask' has no array"), "{text}");
+        assert!(text.contains("array 'extra' is not a model input"), "{text}");
+    }
+
+    #[test]
+    fn a_fixed_batch_dimension_needs_that_batch_size() {
+        let inputs = [input("x", DataType::Float32, vec![Dim::Fixed(1), Dim::Fixed(2)])];
+        let arrays = [array("x", DataType::Float32, &[5, 2])];
+        assert!(validate(&inputs, &arrays, 5, 1).is_ok());
+        let err = validate(&inputs, &arrays, 5, 4).unwrap_err();
+        assert!(err.to_string().contains("use a batch size of 1"), "{err}");
+        assert!(matches!(validate(&inputs, &[array("x", DataType::Float32, &[0, 2])], 0, 1), Err(DataError::Empty)));
+    }
+
+    #[test]
+    fn calibration_shapes_parse() {
+        let shapes = parse_shapes("in0:1x3x224x224, in1:1x128").unwrap();
+        assert_eq!(shapes["in0"], [1, 3, 224, 224]);
+        assert_eq!(shapes["in1"], [1, 128]);
+        assert!(parse_shapes("in0:1xAx2").is_err());
+        assert!(parse_shapes("nocolon").is_err());
+    }
+}

@@ -1,0 +1,211 @@
+//! `.npz` and `.npy` calibration files, read lazily a batch at a time.
+//!
+//! ModelOpt's convention: a dict keyed by model input name, samples stacked on axis 0 (a
+//! single-input model may use a bare `.npy`). The zip directory is read with the `zip` crate;
+//! each array is then streamed from its own file handle (inflated with `flate2` when the
+//! archive is compressed), so memory holds one batch, whatever the file's size.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use super::npy::{NpyHeader, read_header, read_samples};
+use super::{ArraySpec, Batch, BatchSource, DataError};
+
+/// One array of the file and the stream positioned at its next sample.
+struct Stream {
+    name: String,
+    header: NpyHeader,
+    reader: Box<dyn Read + Send>,
+}
+
+/// Where an array's bytes are inside the file.
+#[derive(Debug, Clone)]
+struct Entry {
+    name: String,
+    data_start: u64,
+    compressed_size: u64,
+    uncompressed_size: u64,
+    deflated: bool,
+}
+
+/// A `.npz` or `.npy` file as a batch source.
+pub struct NpzSource {
+    path: PathBuf,
+    entries: Vec<Entry>,
+    streams: Vec<Stream>,
+    position: usize,
+    samples: usize,
+    batch_index: usize,
+}
+
+impl std::fmt::Debug for NpzSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NpzSource")
+            .field("path", &self.path)
+            .field("arrays", &self.arrays())
+            .finish_non_exhaustive()
+    }
+}
+
+fn open_err(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
+    move |e| DataError::Open {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
+    let mut file = File::open(path).map_err(open_err(path))?;
+    file.seek(SeekFrom::Start(entry.data_start)).map_err(open_err(path))?;
+    let raw = BufReader::new(file).take(entry.compressed_size);
+    let mut reader: Box<dyn Read + Send> = if entry.deflated {
+        Box::new(flate2::read::DeflateDecoder::new(raw))
+    } else {
+        Box::new(raw)
+    };
+    let header = read_header(&mut reader, &entry.name)?;
+    let expected = header.header_bytes + header.data_bytes().unwrap_or(u64::MAX);
+    if entry.uncompressed_size != u64::MAX && expected != entry.uncompressed_size {
+        return Err(DataError::Corrupt {
+            name: entry.name.clone(),
+            reason: format!(
+                "its header describes {expected} bytes but the archive holds {} (a truncated or tampered file)",
+                entry.uncompressed_size
+            ),
+        });
+    }
+    Ok(Stream {
+        name: entry.name.clone(),
+        header,
+        reader,
+    })
+}
+
+impl NpzSource {
+    /// Opens an `.npz` archive, or a bare `.npy` file whose array is named `npy_name`.
+    pub fn open(path: &Path, npy_name: &str) -> Result<Self, DataError> {
+        let file = File::open(path).map_err(open_err(path))?;
+        let mut magic = [0u8; 6];
+        (&file).read_exact(&mut magic).map_err(|_| DataError::Corrupt {
+            name: path.display().to_string(),
+            reason: "too short to be .npy or .npz".to_owned(),
+        })?;
+        let entries = if &magic == b"\x93NUMPY" {
+            let len = file.metadata().map_err(open_err(path))?.len();
+            vec![Entry {
+                name: npy_name.to_owned(),
+                data_start: 0,
+                compressed_size: len,
+                uncompressed_size: len,
+                deflated: false,
+            }]
+        } else {
+            Self::zip_entries(path, file)?
+        };
+        if entries.is_empty() {
+            return Err(DataError::Corrupt {
+                name: path.display().to_string(),
+                reason: "the archive holds no arrays".to_owned(),
+            });
+        }
+        let mut source = NpzSource {
+            path: path.to_path_buf(),
+            entries,
+            streams: Vec::new(),
+            position: 0,
+            samples: 0,
+            batch_index: 0,
+        };
+        source.rewind()?;
+        Ok(source)
+    }
+
+    fn zip_entries(path: &Path, file: File) -> Result<Vec<Entry>, DataError> {
+        let corrupt = |reason: String| DataError::Corrupt {
+            name: path.display().to_string(),
+            reason,
+        };
+        let mut archive = zip::ZipArchive::new(file).map_err(|e| corrupt(format!("not a valid .npz (zip): {e}")))?;
+        let mut entries = Vec::new();
+        for i in 0..archive.len() {
+            let entry = archive.by_index_raw(i).map_err(|e| corrupt(e.to_string()))?;
+            let Some(name) = entry.name().strip_suffix(".npy") else {
+                continue;
+            };
+            let deflated = match entry.compression() {
+                zip::CompressionMethod::Stored => false,
+                zip::CompressionMethod::Deflated => true,
+                other => return Err(corrupt(format!("array '{name}' uses unsupported compression {other}"))),
+            };
+            entries.push(Entry {
+                name: name.to_owned(),
+                data_start: entry.data_start(),
+                compressed_size: entry.compressed_size(),
+                uncompressed_size: entry.size(),
+                deflated,
+            });
+        }
+        Ok(entries)
+    }
+}
+
+impl BatchSource for NpzSource {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn arrays(&self) -> Vec<ArraySpec> {
+        self.streams
+            .iter()
+            .map(|s| ArraySpec {
+                name: s.name.clone(),
+                dtype: s.header.dtype,
+                shape: s.header.shape.clone(),
+            })
+            .collect()
+    }
+
+    fn samples(&self) -> usize {
+        self.samples
+    }
+
+    fn rewind(&mut self) -> Result<(), DataError> {
+        self.streams = self
+            .entries
+            .iter()
+            .map(|e| open_stream(&self.path, e))
+            .collect::<Result<_, _>>()?;
+        let counts: Vec<(String, usize)> = self.streams.iter().map(|s| (s.name.clone(), s.header.samples())).collect();
+        self.samples = counts.first().map_or(0, |c| c.1);
+        if counts.iter().any(|c| c.1 != self.samples) {
+            return Err(DataError::SampleCounts {
+                counts: counts.iter().map(|(n, c)| format!("{n}: {c}")).collect::<Vec<_>>().join(", "),
+            });
+        }
+        self.position = 0;
+        self.batch_index = 0;
+        Ok(())
+    }
+
+    fn next_batch(&mut self, max_samples: usize) -> Result<Option<Batch>, DataError> {
+        let count = max_samples.max(1).min(self.samples - self.position);
+        if count == 0 {
+            return Ok(None);
+        }
+        let inputs = self
+            .streams
+            .iter_mut()
+            .map(|s| Ok((s.name.clone(), read_samples(&mut s.reader, &s.header, count, &s.name)?)))
+            .collect::<Result<Vec<_>, DataError>>()?;
+        let batch = Batch {
+            index: self.batch_index,
+            first_sample: self.position,
+            samples: count,
+            inputs,
+        };
+        self.position += count;
+        self.batch_index += 1;
+        Ok(Some(batch))
+    }
+}

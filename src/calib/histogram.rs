@@ -1,0 +1,227 @@
+//! Histograms of activations, updated batch by batch in constant memory.
+//!
+//! [`Histogram`] covers a range symmetric around zero, `[-t, t]`, with a fixed number of
+//! equal bins. When a batch exceeds the range, the range doubles and adjacent bins merge in
+//! pairs: the old bins land exactly on the new grid, so nothing is smeared, and memory stays
+//! at `bins` counters whatever the number of batches (onnxruntime instead keeps every
+//! activation of every batch until the end). [`AbsHistogram`] is the fixed-range histogram of
+//! `|x|` that onnxruntime's symmetric Percentile method uses, for the parity mode.
+
+use serde::{Deserialize, Serialize};
+
+/// A histogram over `[-half_range, half_range]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    /// Bin counts, lowest bin first.
+    pub counts: Vec<u64>,
+    /// `t`: the histogram covers `[-t, t]`. 0 until a non-zero value is seen.
+    pub half_range: f32,
+    /// Values exactly 0 seen while `half_range` was still 0 (folded in when it grows).
+    #[serde(default)]
+    pub pending_zeros: u64,
+    /// When true the range never grows: values outside are clamped into the end bins (the
+    /// second pass of the parity mode, whose range is known).
+    #[serde(default)]
+    pub fixed: bool,
+}
+
+/// Bin index of `x` in `n` equal bins over `[lo, hi]`, numpy's rule: the last bin is closed.
+fn bin_of(x: f64, lo: f64, hi: f64, n: usize) -> usize {
+    if hi <= lo {
+        return n / 2;
+    }
+    let position = ((x - lo) / (hi - lo) * n as f64).floor();
+    (position.max(0.0) as usize).min(n - 1)
+}
+
+impl Histogram {
+    /// An empty histogram with `bins` bins (a multiple of 4, at least 8).
+    pub fn new(bins: usize) -> Self {
+        Histogram {
+            counts: vec![0; bins.max(8).next_multiple_of(4)],
+            half_range: 0.0,
+            pending_zeros: 0,
+            fixed: false,
+        }
+    }
+
+    /// An empty histogram over a known range that will not grow.
+    pub fn with_range(bins: usize, half_range: f32) -> Self {
+        let mut h = Self::new(bins);
+        h.half_range = half_range;
+        h.fixed = true;
+        h
+    }
+
+    /// Number of bins.
+    pub fn bins(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// Bin edges (`bins + 1` values from `-t` to `t`).
+    pub fn edges(&self) -> Vec<f64> {
+        let t = f64::from(self.half_range);
+        let n = self.bins();
+        (0..=n).map(|i| -t + 2.0 * t * i as f64 / n as f64).collect()
+    }
+
+    /// Total count.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum::<u64>() + self.pending_zeros
+    }
+
+    /// Doubles the range until it covers `t`, merging bins in pairs.
+    fn grow_to(&mut self, t: f32) {
+        if self.half_range == 0.0 {
+            self.half_range = t;
+            let zero_bin = bin_of(0.0, -f64::from(t), f64::from(t), self.bins());
+            self.counts[zero_bin] += std::mem::take(&mut self.pending_zeros);
+            return;
+        }
+        let n = self.bins();
+        while self.half_range < t {
+            let mut merged = vec![0u64; n];
+            for (i, c) in self.counts.iter().enumerate() {
+                merged[n / 4 + i / 2] += c;
+            }
+            self.counts = merged;
+            self.half_range *= 2.0;
+        }
+    }
+
+    /// Adds finite values whose largest magnitude is `abs_max`.
+    pub fn add(&mut self, values: &[f32], abs_max: f32) {
+        if !self.fixed && abs_max > self.half_range {
+            self.grow_to(abs_max);
+        }
+        if self.half_range == 0.0 {
+            self.pending_zeros += values.iter().filter(|v| v.is_finite()).count() as u64;
+            return;
+        }
+        let t = f64::from(self.half_range);
+        let n = self.bins();
+        for &v in values.iter().filter(|v| v.is_finite()) {
+            self.counts[bin_of(f64::from(v), -t, t, n)] += 1;
+        }
+    }
+
+    /// Adds another histogram of the same bin count (ranges may differ).
+    pub fn merge(&mut self, other: &Histogram) {
+        if other.half_range > self.half_range {
+            self.grow_to(other.half_range);
+        }
+        let mut other = other.clone();
+        if other.half_range > 0.0 && other.half_range < self.half_range {
+            other.grow_to(self.half_range);
+        }
+        if other.bins() == self.bins() && other.half_range == self.half_range {
+            for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+                *a += b;
+            }
+        }
+        self.pending_zeros += other.pending_zeros;
+    }
+
+    /// The histogram of `|x|`: bins `[0, t]` with half the bin count (pairs of mirrored bins).
+    pub fn folded(&self) -> Vec<u64> {
+        let n = self.bins();
+        let mut folded: Vec<u64> = (0..n / 2).map(|i| self.counts[n / 2 + i] + self.counts[n / 2 - 1 - i]).collect();
+        if let Some(first) = folded.first_mut() {
+            *first += self.pending_zeros;
+        }
+        folded
+    }
+}
+
+/// A histogram of `|x|` over a fixed `[lo, hi]` (onnxruntime's symmetric Percentile layout).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbsHistogram {
+    /// Bin counts.
+    pub counts: Vec<u64>,
+    /// Lower edge (smallest |x| seen in the first pass).
+    pub lo: f32,
+    /// Upper edge (largest |x|).
+    pub hi: f32,
+}
+
+impl AbsHistogram {
+    /// An empty histogram over `[lo, hi]`.
+    pub fn new(bins: usize, lo: f32, hi: f32) -> Self {
+        AbsHistogram {
+            counts: vec![0; bins.max(1)],
+            lo,
+            hi,
+        }
+    }
+
+    /// Adds `|v|` for each finite value.
+    pub fn add(&mut self, values: &[f32]) {
+        let (lo, hi) = (f64::from(self.lo), f64::from(self.hi));
+        let n = self.counts.len();
+        for &v in values.iter().filter(|v| v.is_finite()) {
+            let a = f64::from(v.abs());
+            if a >= lo && a <= hi {
+                self.counts[bin_of(a, lo, hi, n)] += 1;
+            }
+        }
+    }
+
+    /// Bin edges.
+    pub fn edges(&self) -> Vec<f64> {
+        let (lo, hi) = (f64::from(self.lo), f64::from(self.hi));
+        let n = self.counts.len();
+        (0..=n).map(|i| lo + (hi - lo) * i as f64 / n as f64).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growing_keeps_counts_and_alignment() {
+        let mut h = Histogram::new(8);
+        h.add(&[-1.0, -0.1, 0.1, 0.9], 1.0);
+        assert_eq!(h.counts, [1, 0, 0, 1, 1, 0, 0, 1]);
+        h.add(&[3.5], 3.5);
+        assert_eq!(h.half_range, 4.0);
+        assert_eq!(h.total(), 5);
+        // Two doublings: [-1, 1] now spans the middle two bins; 3.5 is in the last bin.
+        assert_eq!(h.counts, [0, 0, 0, 2, 2, 0, 0, 1]);
+    }
+
+    #[test]
+    fn zeros_before_any_range_are_kept() {
+        let mut h = Histogram::new(8);
+        h.add(&[0.0, 0.0], 0.0);
+        assert_eq!(h.total(), 2);
+        h.add(&[2.0], 2.0);
+        assert_eq!(h.counts.iter().sum::<u64>(), 3);
+        assert_eq!(h.folded()[0], 2);
+    }
+
+    #[test]
+    fn merging_histograms_of_different_ranges_equals_adding_all_values() {
+        let a_values = [-0.5f32, 0.25, 0.5];
+        let b_values = [-3.0f32, 1.5, 2.5];
+        let mut a = Histogram::new(16);
+        a.add(&a_values, 0.5);
+        let mut b = Histogram::new(16);
+        b.add(&b_values, 3.0);
+        a.merge(&b);
+        let mut all = Histogram::new(16);
+        all.add(&a_values, 0.5);
+        all.add(&b_values, 3.0);
+        assert_eq!(a, all);
+    }
+
+    #[test]
+    fn fixed_histograms_clamp_and_abs_histograms_follow_numpy() {
+        let mut h = Histogram::with_range(8, 1.0);
+        h.add(&[5.0, -5.0], 5.0);
+        assert_eq!((h.counts[0], h.counts[7], h.half_range), (1, 1, 1.0));
+        let mut a = AbsHistogram::new(4, 0.0, 4.0);
+        a.add(&[-4.0, 0.0, 1.0, 3.99]);
+        assert_eq!(a.counts, [1, 1, 0, 2], "last bin closed");
+    }
+}

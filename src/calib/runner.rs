@@ -1,0 +1,266 @@
+//! Running calibration: augment the model so every calibrated tensor is an output, run the
+//! data through ONNX Runtime batch by batch on the chosen execution providers, and fold each
+//! batch into per-tensor statistics in parallel.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::time::Instant;
+
+use ndarray::ArrayViewD;
+use prost::Message;
+use rayon::prelude::*;
+
+use super::data::{BatchSource, model_inputs, validate};
+use super::histogram::{AbsHistogram, Histogram};
+use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats};
+use super::{CalibError, CalibrationConfig};
+use crate::jobs::{JobContext, RateMeter};
+use crate::model::builder::value_info;
+use crate::model::proto::ValueInfoProto;
+use crate::model::{DataType, Graph, Model, TensorKind};
+use crate::runtime::value::to_value;
+use crate::runtime::{Runtime, SessionOptions};
+
+/// The tensors calibration observes: every float (or untyped) tensor read or written by a
+/// node, that is not a weight. Ordered as the graph computes them.
+pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut names = Vec::new();
+    let wanted = |name: &str| only.is_none_or(|list| list.iter().any(|n| n == name));
+    for &id in graph.topological_order() {
+        let node = graph.node(id);
+        for name in node.inputs.iter().chain(&node.outputs) {
+            if name.is_empty() || !wanted(name) || !seen.insert(name.clone()) {
+                continue;
+            }
+            let Some(info) = graph.tensor(name) else { continue };
+            let is_weight = matches!(info.kind, TensorKind::Initializer | TensorKind::Constant | TensorKind::Missing);
+            let float = info
+                .elem_type
+                .is_none_or(|t| DataType::from_onnx(t).is_ok_and(DataType::is_float));
+            if !is_weight && float {
+                names.push(name.clone());
+            }
+        }
+    }
+    names
+}
+
+/// The model with `tensors` added as graph outputs, encoded for a session.
+pub fn augmented_model(model: &Model, graph: &Graph, tensors: &[String]) -> Result<Vec<u8>, CalibError> {
+    let mut proto = model.to_inline_proto()?;
+    let Some(g) = proto.graph.as_mut() else {
+        return Ok(proto.encode_to_vec());
+    };
+    let existing: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
+    for name in tensors.iter().filter(|n| !existing.contains(*n)) {
+        let dtype = graph
+            .tensor(name)
+            .and_then(|t| t.elem_type)
+            .and_then(|c| DataType::from_onnx(c).ok());
+        // Untyped intermediate outputs are accepted by ONNX Runtime, which infers them.
+        let output = match dtype {
+            Some(dtype) => {
+                let mut info = value_info(name, dtype, &[]);
+                if let Some(crate::model::proto::TypeProto {
+                    value: Some(crate::model::proto::type_proto::Value::TensorType(t)),
+                    ..
+                }) = info.r#type.as_mut()
+                {
+                    t.shape = None;
+                }
+                info
+            }
+            None => ValueInfoProto {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+        };
+        g.output.push(output);
+    }
+    Ok(proto.encode_to_vec())
+}
+
+/// What one pass collects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Extremes and streaming (growing) histograms in one go.
+    Streaming,
+    /// Parity pass 1: extremes only.
+    Ranges,
+    /// Parity pass 2: fixed-range histograms in onnxruntime's layouts.
+    Histograms,
+}
+
+/// Calibrates `model` on `source`: validates the data against the model's inputs, then runs
+/// it (one pass, or two in onnxruntime-parity mode) and returns every tensor's statistics.
+///
+/// Cancellation is checked between batches; a cancelled run returns [`CalibError::Cancelled`]
+/// and writes nothing.
+pub fn calibrate(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    config: &CalibrationConfig,
+    ctx: &JobContext,
+) -> Result<CalibrationStats, CalibError> {
+    let started = Instant::now();
+    let graph = Graph::build(model);
+    graph.check()?;
+    let inputs = model_inputs(&graph);
+    let samples = config.max_samples.map_or(source.samples(), |m| m.min(source.samples()));
+    let batch_size = config.batch_size.max(1);
+    validate(&inputs, &source.arrays(), samples, batch_size)?;
+
+    let tensors = calibration_tensors(&graph, config.tensors.as_deref());
+    if tensors.is_empty() {
+        return Err(CalibError::NoTensors);
+    }
+    let bytes = augmented_model(model, &graph, &tensors)?;
+    let options = SessionOptions {
+        optimize: config.optimize,
+        intra_threads: 0,
+    };
+    let mut session = runtime.session_from_bytes(&bytes, &config.execution_providers, options)?;
+
+    let mut stats: Vec<TensorStats> = vec![TensorStats::default(); tensors.len()];
+    // Untyped tensors are kept only if the session returns them as floats.
+    let mut float_seen: Vec<bool> = tensors
+        .iter()
+        .map(|n| graph.tensor(n).and_then(|t| t.elem_type).is_some())
+        .collect();
+    let passes: &[Pass] = if config.ort_parity.is_some() { &[Pass::Ranges, Pass::Histograms] } else { &[Pass::Streaming] };
+    let mut batches = 0;
+    for (pass_index, &pass) in passes.iter().enumerate() {
+        if pass_index > 0 {
+            source.rewind()?;
+            prepare_fixed_histograms(&mut stats, config);
+        }
+        let stage = match pass {
+            Pass::Streaming => "calibrating".to_owned(),
+            Pass::Ranges => "pass 1/2: ranges".to_owned(),
+            Pass::Histograms => "pass 2/2: histograms".to_owned(),
+        };
+        let meter = RateMeter::new(stage, samples as u64);
+        let mut done = 0;
+        batches = 0;
+        while done < samples {
+            ctx.checkpoint().map_err(|_| CalibError::Cancelled)?;
+            let Some(batch) = source.next_batch(batch_size.min(samples - done))? else {
+                break;
+            };
+            let (index, first_sample, count) = (batch.index, batch.first_sample, batch.samples);
+            let run_error = |reason: String| CalibError::Run {
+                batch: index,
+                first_sample,
+                reason,
+            };
+            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = batch
+                .inputs
+                .into_iter()
+                .map(|(name, array)| Ok((Cow::Owned(name), to_value(array)?.into())))
+                .collect::<Result<_, CalibError>>()?;
+            let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
+            fold_outputs(&outputs, &tensors, &mut stats, &mut float_seen, pass, config);
+            drop(outputs);
+            done += count;
+            batches += 1;
+            ctx.report(meter.progress(done as u64, format!("batch {batches} ({done}/{samples} samples)")));
+        }
+    }
+    let info = CalibrationInfo {
+        model: model.graph().name().to_owned(),
+        model_nodes: graph.nodes().len(),
+        execution_providers: config.execution_providers.iter().map(ToString::to_string).collect(),
+        runtime_version: runtime.info().version.clone(),
+        batch_size,
+        samples,
+        batches,
+        source: source.describe(),
+        histogram_bins: config.histogram_bins,
+        ort_parity: config.ort_parity.is_some(),
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    Ok(CalibrationStats {
+        info,
+        tensors: tensors
+            .into_iter()
+            .zip(stats)
+            .zip(float_seen)
+            .filter(|(_, float)| *float)
+            .map(|(entry, _)| entry)
+            .collect(),
+    })
+}
+
+/// After the ranges pass: fixed-range histograms over each tensor's final range.
+fn prepare_fixed_histograms(stats: &mut [TensorStats], config: &CalibrationConfig) {
+    let parity = config.ort_parity.unwrap_or_default();
+    for s in stats.iter_mut().filter(|s| s.has_data()) {
+        let t = s.abs_max();
+        s.histogram = Some(Histogram::with_range(config.histogram_bins, t));
+        s.parity_histogram = Some(Histogram::with_range(parity.entropy_bins, t));
+        s.abs_histogram = Some(AbsHistogram::new(parity.percentile_bins, s.min_abs, t));
+    }
+}
+
+/// Folds one batch's outputs into the statistics, tensors in parallel.
+fn fold_outputs(
+    outputs: &ort::session::SessionOutputs<'_>,
+    tensors: &[String],
+    stats: &mut [TensorStats],
+    float_seen: &mut [bool],
+    pass: Pass,
+    config: &CalibrationConfig,
+) {
+    // f32 outputs are read in place; other float types are converted once.
+    let converted: Vec<Option<ndarray::ArrayD<f32>>> = tensors
+        .iter()
+        .map(|name| {
+            let value = outputs.get(name.as_str())?;
+            if value.try_extract_array::<f32>().is_ok() {
+                None
+            } else {
+                crate::runtime::value::float_output(value)
+            }
+        })
+        .collect();
+    let views: Vec<Option<ArrayViewD<'_, f32>>> = tensors
+        .iter()
+        .zip(&converted)
+        .map(|(name, owned)| match owned {
+            Some(array) => Some(array.view()),
+            None => outputs.get(name.as_str())?.try_extract_array::<f32>().ok(),
+        })
+        .collect();
+    for (seen, view) in float_seen.iter_mut().zip(&views) {
+        *seen |= view.is_some();
+    }
+    stats.par_iter_mut().zip(views.par_iter()).for_each(|(s, view)| {
+        let Some(view) = view else { return };
+        let contiguous;
+        let values: &[f32] = match view.as_slice() {
+            Some(v) => v,
+            None => {
+                contiguous = view.iter().copied().collect::<Vec<f32>>();
+                &contiguous
+            }
+        };
+        match pass {
+            Pass::Streaming => s.add_batch(values, view.shape(), Some(config.histogram_bins)),
+            Pass::Ranges => s.add_summary(&BatchSummary::of(values), view.shape()),
+            Pass::Histograms => {
+                let abs_max = s.abs_max();
+                if let Some(h) = s.histogram.as_mut() {
+                    h.add(values, abs_max);
+                }
+                if let Some(h) = s.parity_histogram.as_mut() {
+                    h.add(values, abs_max);
+                }
+                if let Some(h) = s.abs_histogram.as_mut() {
+                    h.add(values);
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,212 @@
+//! Per-tensor streaming statistics and the calibration result that holds them.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::histogram::{AbsHistogram, Histogram};
+
+/// How many distinct shapes a tensor's statistics remember.
+const MAX_SHAPES: usize = 8;
+
+/// Everything calibration learned about one tensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorStats {
+    /// Finite values seen.
+    pub count: u64,
+    /// NaN values seen (never folded into ranges).
+    pub nan: u64,
+    /// ±Inf values seen (never folded into ranges).
+    pub inf: u64,
+    /// Smallest finite value (+inf before any).
+    pub min: f32,
+    /// Largest finite value (-inf before any).
+    pub max: f32,
+    /// Smallest |value| (for onnxruntime's Percentile histogram layout).
+    pub min_abs: f32,
+    /// Sum of per-batch minima (for MinMax with moving average).
+    pub batch_min_sum: f64,
+    /// Sum of per-batch maxima.
+    pub batch_max_sum: f64,
+    /// Batches seen.
+    pub batches: u64,
+    /// Distinct shapes observed (at most a few).
+    pub shapes: Vec<Vec<usize>>,
+    /// Signed histogram (see [`Histogram`]).
+    pub histogram: Option<Histogram>,
+    /// onnxruntime-parity signed histogram for Entropy (parity mode only).
+    #[serde(default)]
+    pub parity_histogram: Option<Histogram>,
+    /// onnxruntime-parity histogram of |x| for symmetric Percentile (parity mode only).
+    #[serde(default)]
+    pub abs_histogram: Option<AbsHistogram>,
+}
+
+impl Default for TensorStats {
+    fn default() -> Self {
+        TensorStats {
+            count: 0,
+            nan: 0,
+            inf: 0,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            min_abs: f32::INFINITY,
+            batch_min_sum: 0.0,
+            batch_max_sum: 0.0,
+            batches: 0,
+            shapes: Vec::new(),
+            histogram: None,
+            parity_histogram: None,
+            abs_histogram: None,
+        }
+    }
+}
+
+/// What a single batch of one tensor looks like (computed once, used by every accumulator).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchSummary {
+    /// Finite values.
+    pub count: u64,
+    /// NaNs.
+    pub nan: u64,
+    /// Infinities.
+    pub inf: u64,
+    /// Smallest finite value.
+    pub min: f32,
+    /// Largest finite value.
+    pub max: f32,
+    /// Smallest |finite value|.
+    pub min_abs: f32,
+}
+
+impl BatchSummary {
+    /// Scans the values once.
+    pub fn of(values: &[f32]) -> Self {
+        let mut s = BatchSummary {
+            count: 0,
+            nan: 0,
+            inf: 0,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            min_abs: f32::INFINITY,
+        };
+        for &v in values {
+            if v.is_nan() {
+                s.nan += 1;
+            } else if v.is_infinite() {
+                s.inf += 1;
+            } else {
+                s.count += 1;
+                s.min = s.min.min(v);
+                s.max = s.max.max(v);
+                s.min_abs = s.min_abs.min(v.abs());
+            }
+        }
+        s
+    }
+
+    /// Largest |finite value|.
+    pub fn abs_max(&self) -> f32 {
+        if self.count == 0 { 0.0 } else { self.min.abs().max(self.max.abs()) }
+    }
+}
+
+impl TensorStats {
+    /// Folds one batch in: counts, extremes, shapes, and (when enabled) the histogram.
+    pub fn add_batch(&mut self, values: &[f32], shape: &[usize], histogram_bins: Option<usize>) {
+        let summary = BatchSummary::of(values);
+        self.add_summary(&summary, shape);
+        if let Some(bins) = histogram_bins {
+            self.histogram
+                .get_or_insert_with(|| Histogram::new(bins))
+                .add(values, summary.abs_max());
+        }
+    }
+
+    /// Folds a batch's summary in (no histogram).
+    pub fn add_summary(&mut self, summary: &BatchSummary, shape: &[usize]) {
+        self.count += summary.count;
+        self.nan += summary.nan;
+        self.inf += summary.inf;
+        if summary.count > 0 {
+            self.min = self.min.min(summary.min);
+            self.max = self.max.max(summary.max);
+            self.min_abs = self.min_abs.min(summary.min_abs);
+            self.batch_min_sum += f64::from(summary.min);
+            self.batch_max_sum += f64::from(summary.max);
+            self.batches += 1;
+        }
+        if self.shapes.len() < MAX_SHAPES && !self.shapes.iter().any(|s| s == shape) {
+            self.shapes.push(shape.to_vec());
+        }
+    }
+
+    /// Largest |finite value| seen.
+    pub fn abs_max(&self) -> f32 {
+        if self.count == 0 { 0.0 } else { self.min.abs().max(self.max.abs()) }
+    }
+
+    /// True when at least one finite value was seen.
+    pub fn has_data(&self) -> bool {
+        self.count > 0
+    }
+}
+
+/// How the statistics were gathered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationInfo {
+    /// The model's graph name and node count, to catch statistics used with another model.
+    pub model: String,
+    /// Node count of the model.
+    pub model_nodes: usize,
+    /// The execution providers the session registered, in priority order.
+    pub execution_providers: Vec<String>,
+    /// The ONNX Runtime version used.
+    pub runtime_version: String,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Samples seen.
+    pub samples: usize,
+    /// Batches run.
+    pub batches: usize,
+    /// The data source.
+    pub source: String,
+    /// Histogram bins of the streaming histograms.
+    pub histogram_bins: usize,
+    /// True when gathered in two passes with onnxruntime-parity histograms.
+    pub ort_parity: bool,
+    /// Seconds the calibration took.
+    pub seconds: f64,
+}
+
+/// The statistics of every calibrated tensor, as saved to and loaded from disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationStats {
+    /// How they were gathered.
+    pub info: CalibrationInfo,
+    /// Tensor name → statistics.
+    pub tensors: BTreeMap<String, TensorStats>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_and_inf_are_counted_not_folded_into_ranges() {
+        let mut s = TensorStats::default();
+        s.add_batch(&[1.0, f32::NAN, -2.0, f32::INFINITY], &[4], Some(16));
+        assert_eq!((s.count, s.nan, s.inf, s.min, s.max), (2, 1, 1, -2.0, 1.0));
+        assert_eq!(s.histogram.as_ref().unwrap().total(), 2);
+    }
+
+    #[test]
+    fn shapes_are_remembered_once() {
+        let mut s = TensorStats::default();
+        s.add_batch(&[1.0], &[1, 1], None);
+        s.add_batch(&[1.0], &[1, 1], None);
+        s.add_batch(&[1.0, 2.0], &[2, 1], None);
+        assert_eq!(s.shapes, [vec![1, 1], vec![2, 1]]);
+        assert_eq!(s.batches, 3);
+    }
+}

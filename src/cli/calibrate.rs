@@ -1,0 +1,160 @@
+//! `qdq-studio calibrate`: run calibration headless and save the statistics.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use qdq_studio::calib::data::{DataSpec, model_inputs, parse_shapes};
+use qdq_studio::calib::file;
+use qdq_studio::calib::range::{self, RangeMethod, RangeTarget};
+use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins, calibrate};
+use qdq_studio::jobs::{CancelToken, JobContext};
+use qdq_studio::model::{Graph, Model};
+use qdq_studio::runtime::{EpSpec, LoadOptions, Runtime};
+
+/// Arguments of `calibrate` (ModelOpt's flag names, kebab-case spellings accepted too).
+#[derive(Debug, clap::Args)]
+pub struct CalibrateArgs {
+    /// The float ONNX model.
+    #[arg(long = "onnx_path", visible_alias = "onnx-path")]
+    pub onnx_path: PathBuf,
+    /// Calibration data: a .npz/.npy file (keyed by input name, samples on axis 0) or a folder
+    /// of ONNX Runtime test_data_set_* folders. Without it, random data is used.
+    #[arg(long = "calibration_data_path", visible_alias = "calibration-data-path")]
+    pub calibration_data_path: Option<PathBuf>,
+    /// Shapes for inputs with symbolic dims, for random data: `in0:1x3x224x224,in1:1x128`.
+    #[arg(long = "calibration_shapes", visible_alias = "calibration-shapes")]
+    pub calibration_shapes: Option<String>,
+    /// Execution providers in priority order: cpu, cuda[:N], trt[:N], dml[:N], openvino[:DEV].
+    #[arg(long = "calibration_eps", visible_alias = "calibration-eps", num_args = 1.., default_value = "cpu")]
+    pub calibration_eps: Vec<String>,
+    /// Samples per batch.
+    #[arg(long = "batch_size", visible_alias = "batch-size", default_value_t = 1)]
+    pub batch_size: usize,
+    /// Use at most this many samples.
+    #[arg(long = "max_samples", visible_alias = "max-samples")]
+    pub max_samples: Option<usize>,
+    /// Samples of random data when no data path is given.
+    #[arg(long = "random_samples", visible_alias = "random-samples", default_value_t = 16)]
+    pub random_samples: usize,
+    /// Bins of the streaming histograms (a multiple of 4).
+    #[arg(long = "num_bins", visible_alias = "num-bins", default_value_t = 2048)]
+    pub num_bins: usize,
+    /// Reproduce onnxruntime quantize_static's Entropy/Percentile ranges (two passes).
+    #[arg(long = "ort_parity", visible_alias = "ort-parity")]
+    pub ort_parity: bool,
+    /// Let ONNX Runtime optimise the graph during calibration.
+    #[arg(long)]
+    pub optimize: bool,
+    /// Where to write the statistics (qdq-studio format, re-usable by `quantize`).
+    #[arg(short = 'o', long = "output_path", visible_alias = "output-path")]
+    pub output: PathBuf,
+    /// Also write onnxruntime's calibration cache JSON with the ranges of `--method`.
+    #[arg(long = "export_ort_cache", visible_alias = "export-ort-cache")]
+    pub export_ort_cache: Option<PathBuf>,
+    /// Also write a TensorRT calibration cache with the ranges of `--method`.
+    #[arg(long = "export_trt_cache", visible_alias = "export-trt-cache")]
+    pub export_trt_cache: Option<PathBuf>,
+    /// Range method for the exports: minmax, entropy, percentile, mse, pow2, pow2_mse.
+    #[arg(long = "calibration_method", visible_alias = "calibration-method", default_value = "minmax")]
+    pub calibration_method: String,
+}
+
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} samples  {per_sec}  eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Runs `calibrate`.
+pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
+    let method = RangeMethod::parse(&args.calibration_method)
+        .with_context(|| format!("unknown calibration method '{}'", args.calibration_method))?;
+    let eps = args
+        .calibration_eps
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.is_empty())
+        .map(EpSpec::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.num_bins < 8 || args.num_bins % 4 != 0 {
+        bail!("--num_bins must be a multiple of 4 and at least 8, got {}", args.num_bins);
+    }
+    let model = Model::load(&args.onnx_path)?;
+    let inputs = model_inputs(&Graph::build(&model));
+    let spec = match &args.calibration_data_path {
+        Some(path) => DataSpec::from_path(path),
+        None => {
+            eprintln!("no --calibration_data_path: calibrating on random data (ranges will not be representative)");
+            DataSpec::Random {
+                samples: args.random_samples,
+                shapes: args.calibration_shapes.as_deref().map(parse_shapes).transpose()?.unwrap_or_default(),
+                seed: 0,
+            }
+        }
+    };
+    let mut source = spec.open(&inputs)?;
+    let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
+    let config = CalibrationConfig {
+        execution_providers: eps,
+        batch_size: args.batch_size,
+        max_samples: args.max_samples,
+        histogram_bins: args.num_bins,
+        optimize: args.optimize,
+        ort_parity: args.ort_parity.then(ParityBins::default),
+        tensors: None,
+    };
+    let bar = progress_bar();
+    let sink = bar.clone();
+    let ctx = JobContext::new(CancelToken::new(), move |p| {
+        sink.set_length(p.total);
+        sink.set_position(p.done);
+        sink.set_message(p.stage);
+    });
+    let stats = calibrate(&model, source.as_mut(), &runtime, &config, &ctx);
+    bar.finish_and_clear();
+    let stats = stats?;
+    file::save(&stats, &args.output)?;
+    print_summary(&stats, args);
+    let target = RangeTarget::default();
+    let ranges = stats
+        .tensors
+        .iter()
+        .filter_map(|(name, s)| range::compute(s, &method, target, stats.info.ort_parity).ok().map(|r| (name.clone(), r)))
+        .collect();
+    if let Some(path) = &args.export_ort_cache {
+        file::write_atomic(path, file::ort_cache_json(&ranges, method.name()).to_string().as_bytes())?;
+        println!("onnxruntime calibration cache ({}) written to {}", method.name(), path.display());
+    }
+    if let Some(path) = &args.export_trt_cache {
+        file::write_atomic(path, file::trt_cache_text(&ranges).as_bytes())?;
+        println!("TensorRT calibration cache ({}) written to {}", method.name(), path.display());
+    }
+    Ok(())
+}
+
+fn print_summary(stats: &CalibrationStats, args: &CalibrateArgs) {
+    let info = &stats.info;
+    println!(
+        "calibrated {} tensors on {} samples in {} batches ({:.2} s, {} via ONNX Runtime {})",
+        stats.tensors.len(),
+        info.samples,
+        info.batches,
+        info.seconds,
+        info.execution_providers.join(" > "),
+        info.runtime_version
+    );
+    let empty: Vec<&str> = stats.tensors.iter().filter(|(_, s)| !s.has_data()).map(|(n, _)| n.as_str()).collect();
+    if !empty.is_empty() {
+        println!("warning: {} tensor(s) never held a finite value: {}", empty.len(), empty.join(", "));
+    }
+    for (name, s) in stats.tensors.iter().filter(|(_, s)| s.nan + s.inf > 0) {
+        println!("warning: '{name}' had {} NaN and {} Inf values (left out of its range)", s.nan, s.inf);
+    }
+    println!("statistics written to {}", args.output.display());
+}

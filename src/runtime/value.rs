@@ -1,0 +1,47 @@
+//! Conversions between the engine's arrays and ONNX Runtime values.
+
+use ndarray::ArrayD;
+
+use super::error::RuntimeError;
+use crate::model::TensorArray;
+
+/// Moves an array into an ONNX Runtime input value.
+pub fn to_value(array: TensorArray) -> Result<ort::value::DynValue, RuntimeError> {
+    let dtype = array.dtype();
+    let value = match array {
+        TensorArray::Float32(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Float16(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::BFloat16(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Float64(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Int8(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Uint8(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Int16(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Uint16(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Int32(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Uint32(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Int64(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Uint64(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Bool(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
+        TensorArray::Float8E4M3FN(_) | TensorArray::Int4(_) | TensorArray::Uint4(_) => {
+            return Err(RuntimeError::Ort(format!("{dtype} inputs cannot be fed to a session")));
+        }
+    };
+    Ok(value)
+}
+
+/// A float output as f32 (float16/bfloat16/float64 converted); `None` for other types.
+pub fn float_output(value: &ort::value::DynValue) -> Option<ArrayD<f32>> {
+    if let Ok(a) = value.try_extract_array::<f32>() {
+        return Some(a.to_owned());
+    }
+    if let Ok(a) = value.try_extract_array::<half::f16>() {
+        return Some(a.mapv(half::f16::to_f32));
+    }
+    if let Ok(a) = value.try_extract_array::<half::bf16>() {
+        return Some(a.mapv(half::bf16::to_f32));
+    }
+    if let Ok(a) = value.try_extract_array::<f64>() {
+        return Some(a.mapv(|v| v as f32));
+    }
+    None
+}
