@@ -15,7 +15,9 @@ pub struct AtomicFile {
 
 impl std::fmt::Debug for AtomicFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AtomicFile").field("target", &self.target).finish_non_exhaustive()
+        f.debug_struct("AtomicFile")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
     }
 }
 

@@ -54,7 +54,11 @@ pub struct Progress {
 impl Progress {
     /// Fraction done in 0..=1 (0 when the total is unknown).
     pub fn fraction(&self) -> f32 {
-        if self.total == 0 { 0.0 } else { (self.done as f32 / self.total as f32).clamp(0.0, 1.0) }
+        if self.total == 0 {
+            0.0
+        } else {
+            (self.done as f32 / self.total as f32).clamp(0.0, 1.0)
+        }
     }
 }
 
@@ -67,7 +71,9 @@ pub struct JobContext {
 
 impl std::fmt::Debug for JobContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobContext").field("cancel", &self.cancel).finish_non_exhaustive()
+        f.debug_struct("JobContext")
+            .field("cancel", &self.cancel)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,7 +103,11 @@ impl JobContext {
 
     /// `Err(Cancelled)` once cancellation was requested: call between units of work.
     pub fn checkpoint(&self) -> Result<(), Cancelled> {
-        if self.cancel.is_cancelled() { Err(Cancelled) } else { Ok(()) }
+        if self.cancel.is_cancelled() {
+            Err(Cancelled)
+        } else {
+            Ok(())
+        }
     }
 
     /// The cancel token.
@@ -128,7 +138,9 @@ impl RateMeter {
     pub fn progress(&self, done: u64, detail: impl Into<String>) -> Progress {
         let elapsed = self.started.elapsed().as_secs_f64();
         let rate = (elapsed > 0.0 && done > 0).then(|| done as f64 / elapsed);
-        let eta_seconds = rate.filter(|_| self.total >= done).map(|r| (self.total - done) as f64 / r);
+        let eta_seconds = rate
+            .filter(|_| self.total >= done)
+            .map(|r| (self.total - done) as f64 / r);
         Progress {
             stage: self.stage.clone(),
             done,
@@ -166,7 +178,10 @@ pub struct Job<T> {
 
 impl<T: Send + 'static> Job<T> {
     /// Starts `work` on a new thread with a fresh context.
-    pub fn spawn(name: &str, work: impl FnOnce(JobContext) -> T + Send + 'static) -> std::io::Result<Self> {
+    pub fn spawn(
+        name: &str,
+        work: impl FnOnce(JobContext) -> T + Send + 'static,
+    ) -> std::io::Result<Self> {
         let (sender, receiver): (Sender<Progress>, Receiver<Progress>) = channel();
         let cancel = CancelToken::new();
         let sender = std::sync::Mutex::new(sender);

@@ -6,9 +6,9 @@
 #![warn(missing_docs)]
 
 pub mod atomic;
+pub mod calib;
+pub mod jobs;
 pub mod model;
 pub mod quant;
 pub mod runtime;
 pub mod sample;
-pub mod calib;
-pub mod jobs;

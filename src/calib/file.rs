@@ -34,7 +34,9 @@ fn file_error(path: &Path, reason: impl ToString) -> CalibError {
 
 /// Writes `bytes` to `path` atomically (see [`crate::atomic`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CalibError> {
-    crate::atomic::write(path, bytes).map(|_| ()).map_err(|e| file_error(path, e))
+    crate::atomic::write(path, bytes)
+        .map(|_| ())
+        .map_err(|e| file_error(path, e))
 }
 
 /// Saves statistics in qdq-studio's format.
@@ -51,13 +53,17 @@ pub fn save(stats: &CalibrationStats, path: &Path) -> Result<(), CalibError> {
 /// Loads statistics saved by [`save`].
 pub fn load(path: &Path) -> Result<CalibrationStats, CalibError> {
     let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| file_error(path, format!("not a statistics file: {e}")))?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| file_error(path, format!("not a statistics file: {e}")))?;
     if value.get("format").and_then(Value::as_str) != Some(FORMAT) {
         return Err(file_error(path, "not a qdq-studio statistics file"));
     }
     let version = value.get("version").and_then(Value::as_u64).unwrap_or(0);
     if version > u64::from(VERSION) {
-        return Err(file_error(path, format!("written by a newer qdq-studio (format version {version})")));
+        return Err(file_error(
+            path,
+            format!("written by a newer qdq-studio (format version {version})"),
+        ));
     }
     let envelope: Envelope = serde_json::from_value(value).map_err(|e| file_error(path, e))?;
     Ok(envelope.stats)
@@ -105,7 +111,8 @@ fn json_number(value: &Value) -> Option<f32> {
 /// Reads ranges from onnxruntime's calibration cache JSON.
 pub fn read_ort_cache(path: &Path) -> Result<BTreeMap<String, Range>, CalibError> {
     let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| file_error(path, format!("not JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_slice(&bytes).map_err(|e| file_error(path, format!("not JSON: {e}")))?;
     let data = value
         .get("data")
         .and_then(Value::as_object)
@@ -116,7 +123,10 @@ pub fn read_ort_cache(path: &Path) -> Result<BTreeMap<String, Range>, CalibError
             let hi = entry.get("highest").and_then(json_number);
             match (lo, hi) {
                 (Some(lo), Some(hi)) => Ok((name.clone(), Range { lo, hi })),
-                _ => Err(file_error(path, format!("tensor '{name}' has no lowest/highest"))),
+                _ => Err(file_error(
+                    path,
+                    format!("tensor '{name}' has no lowest/highest"),
+                )),
             }
         })
         .collect()
@@ -139,7 +149,10 @@ pub fn read_trt_cache(path: &Path) -> Result<BTreeMap<String, Range>, CalibError
     let mut lines = text.lines();
     let header = lines.next().unwrap_or_default();
     if !header.starts_with("TRT-") {
-        return Err(file_error(path, "not a TensorRT calibration cache (no TRT- header)"));
+        return Err(file_error(
+            path,
+            "not a TensorRT calibration cache (no TRT- header)",
+        ));
     }
     lines
         .filter(|l| !l.trim().is_empty())
@@ -147,7 +160,8 @@ pub fn read_trt_cache(path: &Path) -> Result<BTreeMap<String, Range>, CalibError
             let (name, hex) = line
                 .rsplit_once(':')
                 .ok_or_else(|| file_error(path, format!("bad line '{line}'")))?;
-            let bits = u32::from_str_radix(hex.trim(), 16).map_err(|_| file_error(path, format!("bad scale in '{line}'")))?;
+            let bits = u32::from_str_radix(hex.trim(), 16)
+                .map_err(|_| file_error(path, format!("bad scale in '{line}'")))?;
             let a = f32::from_bits(bits) * 127.0;
             Ok((name.trim().to_owned(), Range { lo: -a, hi: a }))
         })
@@ -161,27 +175,40 @@ mod tests {
     #[test]
     fn ort_cache_round_trips() {
         let dir = tempfile::tempdir().unwrap();
-        let ranges: BTreeMap<String, Range> = [("a".to_owned(), Range { lo: -1.5, hi: 2.25 })].into();
+        let ranges: BTreeMap<String, Range> =
+            [("a".to_owned(), Range { lo: -1.5, hi: 2.25 })].into();
         let path = dir.path().join("cache.json");
-        write_atomic(&path, ort_cache_json(&ranges, "minmax").to_string().as_bytes()).unwrap();
+        write_atomic(
+            &path,
+            ort_cache_json(&ranges, "minmax").to_string().as_bytes(),
+        )
+        .unwrap();
         assert_eq!(read_ort_cache(&path).unwrap(), ranges);
     }
 
     #[test]
     fn trt_cache_round_trips_symmetric_ranges() {
         let dir = tempfile::tempdir().unwrap();
-        let ranges: BTreeMap<String, Range> = [("t".to_owned(), Range { lo: -2.0, hi: 1.0 })].into();
+        let ranges: BTreeMap<String, Range> =
+            [("t".to_owned(), Range { lo: -2.0, hi: 1.0 })].into();
         let path = dir.path().join("calib.cache");
         std::fs::write(&path, trt_cache_text(&ranges)).unwrap();
         let back = read_trt_cache(&path).unwrap();
-        assert!((back["t"].hi - 2.0).abs() < 1e-6 && (back["t"].lo + 2.0).abs() < 1e-6, "{back:?}");
+        assert!(
+            (back["t"].hi - 2.0).abs() < 1e-6 && (back["t"].lo + 2.0).abs() < 1e-6,
+            "{back:?}"
+        );
     }
 
     #[test]
     fn foreign_and_newer_files_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.json");
-        std::fs::write(&path, r#"{"format": "qdq-studio-calibration-stats", "version": 99}"#).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"format": "qdq-studio-calibration-stats", "version": 99}"#,
+        )
+        .unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("newer"));
         std::fs::write(&path, "[1, 2]").unwrap();
         assert!(load(&path).is_err());

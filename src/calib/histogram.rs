@@ -62,7 +62,9 @@ impl Histogram {
     pub fn edges(&self) -> Vec<f64> {
         let t = f64::from(self.half_range);
         let n = self.bins();
-        (0..=n).map(|i| -t + 2.0 * t * i as f64 / n as f64).collect()
+        (0..=n)
+            .map(|i| -t + 2.0 * t * i as f64 / n as f64)
+            .collect()
     }
 
     /// Total count.
@@ -125,7 +127,9 @@ impl Histogram {
     /// The histogram of `|x|`: bins `[0, t]` with half the bin count (pairs of mirrored bins).
     pub fn folded(&self) -> Vec<u64> {
         let n = self.bins();
-        let mut folded: Vec<u64> = (0..n / 2).map(|i| self.counts[n / 2 + i] + self.counts[n / 2 - 1 - i]).collect();
+        let mut folded: Vec<u64> = (0..n / 2)
+            .map(|i| self.counts[n / 2 + i] + self.counts[n / 2 - 1 - i])
+            .collect();
         if let Some(first) = folded.first_mut() {
             *first += self.pending_zeros;
         }
@@ -170,7 +174,9 @@ impl AbsHistogram {
     pub fn edges(&self) -> Vec<f64> {
         let (lo, hi) = (f64::from(self.lo), f64::from(self.hi));
         let n = self.counts.len();
-        (0..=n).map(|i| lo + (hi - lo) * i as f64 / n as f64).collect()
+        (0..=n)
+            .map(|i| lo + (hi - lo) * i as f64 / n as f64)
+            .collect()
     }
 }
 

@@ -33,8 +33,13 @@ pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String
             if name.is_empty() || !wanted(name) || !seen.insert(name.clone()) {
                 continue;
             }
-            let Some(info) = graph.tensor(name) else { continue };
-            let is_weight = matches!(info.kind, TensorKind::Initializer | TensorKind::Constant | TensorKind::Missing);
+            let Some(info) = graph.tensor(name) else {
+                continue;
+            };
+            let is_weight = matches!(
+                info.kind,
+                TensorKind::Initializer | TensorKind::Constant | TensorKind::Missing
+            );
             let float = info
                 .elem_type
                 .is_none_or(|t| DataType::from_onnx(t).is_ok_and(DataType::is_float));
@@ -47,7 +52,11 @@ pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String
 }
 
 /// The model with `tensors` added as graph outputs, encoded for a session.
-pub fn augmented_model(model: &Model, graph: &Graph, tensors: &[String]) -> Result<Vec<u8>, CalibError> {
+pub fn augmented_model(
+    model: &Model,
+    graph: &Graph,
+    tensors: &[String],
+) -> Result<Vec<u8>, CalibError> {
     let mut proto = model.to_inline_proto()?;
     let Some(g) = proto.graph.as_mut() else {
         return Ok(proto.encode_to_vec());
@@ -108,7 +117,9 @@ pub fn calibrate(
     let graph = Graph::build(model);
     graph.check()?;
     let inputs = model_inputs(&graph);
-    let samples = config.max_samples.map_or(source.samples(), |m| m.min(source.samples()));
+    let samples = config
+        .max_samples
+        .map_or(source.samples(), |m| m.min(source.samples()));
     let batch_size = config.batch_size.max(1);
     validate(&inputs, &source.arrays(), samples, batch_size)?;
 
@@ -129,7 +140,11 @@ pub fn calibrate(
         .iter()
         .map(|n| graph.tensor(n).and_then(|t| t.elem_type).is_some())
         .collect();
-    let passes: &[Pass] = if config.ort_parity.is_some() { &[Pass::Ranges, Pass::Histograms] } else { &[Pass::Streaming] };
+    let passes: &[Pass] = if config.ort_parity.is_some() {
+        &[Pass::Ranges, Pass::Histograms]
+    } else {
+        &[Pass::Streaming]
+    };
     let mut batches = 0;
     for (pass_index, &pass) in passes.iter().enumerate() {
         if pass_index > 0 {
@@ -155,23 +170,44 @@ pub fn calibrate(
                 first_sample,
                 reason,
             };
-            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = batch
+            // The inputs must outlive the outputs: ONNX Runtime hands a graph input that is also
+            // an output back as the same buffer, which the input value owns.
+            let owned: Vec<(String, ort::value::DynValue)> = batch
                 .inputs
                 .into_iter()
-                .map(|(name, array)| Ok((Cow::Owned(name), to_value(array)?.into())))
+                .map(|(name, array)| Ok((name, to_value(array)?)))
                 .collect::<Result<_, CalibError>>()?;
+            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
+                .iter()
+                .map(|(name, value)| (Cow::Borrowed(name.as_str()), value.into()))
+                .collect();
             let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
-            fold_outputs(&outputs, &tensors, &mut stats, &mut float_seen, pass, config);
+            fold_outputs(
+                &outputs,
+                &tensors,
+                &mut stats,
+                &mut float_seen,
+                pass,
+                config,
+            );
             drop(outputs);
+            drop(owned);
             done += count;
             batches += 1;
-            ctx.report(meter.progress(done as u64, format!("batch {batches} ({done}/{samples} samples)")));
+            ctx.report(meter.progress(
+                done as u64,
+                format!("batch {batches} ({done}/{samples} samples)"),
+            ));
         }
     }
     let info = CalibrationInfo {
         model: model.graph().name().to_owned(),
         model_nodes: graph.nodes().len(),
-        execution_providers: config.execution_providers.iter().map(ToString::to_string).collect(),
+        execution_providers: config
+            .execution_providers
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
         runtime_version: runtime.info().version.clone(),
         batch_size,
         samples,
@@ -236,31 +272,34 @@ fn fold_outputs(
     for (seen, view) in float_seen.iter_mut().zip(&views) {
         *seen |= view.is_some();
     }
-    stats.par_iter_mut().zip(views.par_iter()).for_each(|(s, view)| {
-        let Some(view) = view else { return };
-        let contiguous;
-        let values: &[f32] = match view.as_slice() {
-            Some(v) => v,
-            None => {
-                contiguous = view.iter().copied().collect::<Vec<f32>>();
-                &contiguous
+    stats
+        .par_iter_mut()
+        .zip(views.par_iter())
+        .for_each(|(s, view)| {
+            let Some(view) = view else { return };
+            let contiguous;
+            let values: &[f32] = match view.as_slice() {
+                Some(v) => v,
+                None => {
+                    contiguous = view.iter().copied().collect::<Vec<f32>>();
+                    &contiguous
+                }
+            };
+            match pass {
+                Pass::Streaming => s.add_batch(values, view.shape(), Some(config.histogram_bins)),
+                Pass::Ranges => s.add_summary(&BatchSummary::of(values), view.shape()),
+                Pass::Histograms => {
+                    let abs_max = s.abs_max();
+                    if let Some(h) = s.histogram.as_mut() {
+                        h.add(values, abs_max);
+                    }
+                    if let Some(h) = s.parity_histogram.as_mut() {
+                        h.add(values, abs_max);
+                    }
+                    if let Some(h) = s.abs_histogram.as_mut() {
+                        h.add(values);
+                    }
+                }
             }
-        };
-        match pass {
-            Pass::Streaming => s.add_batch(values, view.shape(), Some(config.histogram_bins)),
-            Pass::Ranges => s.add_summary(&BatchSummary::of(values), view.shape()),
-            Pass::Histograms => {
-                let abs_max = s.abs_max();
-                if let Some(h) = s.histogram.as_mut() {
-                    h.add(values, abs_max);
-                }
-                if let Some(h) = s.parity_histogram.as_mut() {
-                    h.add(values, abs_max);
-                }
-                if let Some(h) = s.abs_histogram.as_mut() {
-                    h.add(values);
-                }
-            }
-        }
-    });
+        });
 }

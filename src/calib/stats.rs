@@ -107,7 +107,11 @@ impl BatchSummary {
 
     /// Largest |finite value|.
     pub fn abs_max(&self) -> f32 {
-        if self.count == 0 { 0.0 } else { self.min.abs().max(self.max.abs()) }
+        if self.count == 0 {
+            0.0
+        } else {
+            self.min.abs().max(self.max.abs())
+        }
     }
 }
 
@@ -143,7 +147,11 @@ impl TensorStats {
 
     /// Largest |finite value| seen.
     pub fn abs_max(&self) -> f32 {
-        if self.count == 0 { 0.0 } else { self.min.abs().max(self.max.abs()) }
+        if self.count == 0 {
+            0.0
+        } else {
+            self.min.abs().max(self.max.abs())
+        }
     }
 
     /// True when at least one finite value was seen.

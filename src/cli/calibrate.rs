@@ -21,7 +21,10 @@ pub struct CalibrateArgs {
     pub onnx_path: PathBuf,
     /// Calibration data: a .npz/.npy file (keyed by input name, samples on axis 0) or a folder
     /// of ONNX Runtime test_data_set_* folders. Without it, random data is used.
-    #[arg(long = "calibration_data_path", visible_alias = "calibration-data-path")]
+    #[arg(
+        long = "calibration_data_path",
+        visible_alias = "calibration-data-path"
+    )]
     pub calibration_data_path: Option<PathBuf>,
     /// Shapes for inputs with symbolic dims, for random data: `in0:1x3x224x224,in1:1x128`.
     #[arg(long = "calibration_shapes", visible_alias = "calibration-shapes")]
@@ -36,7 +39,11 @@ pub struct CalibrateArgs {
     #[arg(long = "max_samples", visible_alias = "max-samples")]
     pub max_samples: Option<usize>,
     /// Samples of random data when no data path is given.
-    #[arg(long = "random_samples", visible_alias = "random-samples", default_value_t = 16)]
+    #[arg(
+        long = "random_samples",
+        visible_alias = "random-samples",
+        default_value_t = 16
+    )]
     pub random_samples: usize,
     /// Bins of the streaming histograms (a multiple of 4).
     #[arg(long = "num_bins", visible_alias = "num-bins", default_value_t = 2048)]
@@ -57,16 +64,22 @@ pub struct CalibrateArgs {
     #[arg(long = "export_trt_cache", visible_alias = "export-trt-cache")]
     pub export_trt_cache: Option<PathBuf>,
     /// Range method for the exports: minmax, entropy, percentile, mse, pow2, pow2_mse.
-    #[arg(long = "calibration_method", visible_alias = "calibration-method", default_value = "minmax")]
+    #[arg(
+        long = "calibration_method",
+        visible_alias = "calibration-method",
+        default_value = "minmax"
+    )]
     pub calibration_method: String,
 }
 
 fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg:<22} [{bar:30}] {pos}/{len} samples  {per_sec}  eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{spinner} {msg:<22} [{bar:30}] {pos}/{len} samples  {per_sec}  eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
     );
     bar
 }
@@ -82,18 +95,28 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         .filter(|s| !s.is_empty())
         .map(EpSpec::parse)
         .collect::<Result<Vec<_>, _>>()?;
-    if args.num_bins < 8 || args.num_bins % 4 != 0 {
-        bail!("--num_bins must be a multiple of 4 and at least 8, got {}", args.num_bins);
+    if args.num_bins < 8 || !args.num_bins.is_multiple_of(4) {
+        bail!(
+            "--num_bins must be a multiple of 4 and at least 8, got {}",
+            args.num_bins
+        );
     }
     let model = Model::load(&args.onnx_path)?;
     let inputs = model_inputs(&Graph::build(&model));
     let spec = match &args.calibration_data_path {
         Some(path) => DataSpec::from_path(path),
         None => {
-            eprintln!("no --calibration_data_path: calibrating on random data (ranges will not be representative)");
+            eprintln!(
+                "no --calibration_data_path: calibrating on random data (ranges will not be representative)"
+            );
             DataSpec::Random {
                 samples: args.random_samples,
-                shapes: args.calibration_shapes.as_deref().map(parse_shapes).transpose()?.unwrap_or_default(),
+                shapes: args
+                    .calibration_shapes
+                    .as_deref()
+                    .map(parse_shapes)
+                    .transpose()?
+                    .unwrap_or_default(),
                 seed: 0,
             }
         }
@@ -125,15 +148,32 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let ranges = stats
         .tensors
         .iter()
-        .filter_map(|(name, s)| range::compute(s, &method, target, stats.info.ort_parity).ok().map(|r| (name.clone(), r)))
+        .filter_map(|(name, s)| {
+            range::compute(s, &method, target, stats.info.ort_parity)
+                .ok()
+                .map(|r| (name.clone(), r))
+        })
         .collect();
     if let Some(path) = &args.export_ort_cache {
-        file::write_atomic(path, file::ort_cache_json(&ranges, method.name()).to_string().as_bytes())?;
-        println!("onnxruntime calibration cache ({}) written to {}", method.name(), path.display());
+        file::write_atomic(
+            path,
+            file::ort_cache_json(&ranges, method.name())
+                .to_string()
+                .as_bytes(),
+        )?;
+        println!(
+            "onnxruntime calibration cache ({}) written to {}",
+            method.name(),
+            path.display()
+        );
     }
     if let Some(path) = &args.export_trt_cache {
         file::write_atomic(path, file::trt_cache_text(&ranges).as_bytes())?;
-        println!("TensorRT calibration cache ({}) written to {}", method.name(), path.display());
+        println!(
+            "TensorRT calibration cache ({}) written to {}",
+            method.name(),
+            path.display()
+        );
     }
     Ok(())
 }
@@ -149,12 +189,24 @@ fn print_summary(stats: &CalibrationStats, args: &CalibrateArgs) {
         info.execution_providers.join(" > "),
         info.runtime_version
     );
-    let empty: Vec<&str> = stats.tensors.iter().filter(|(_, s)| !s.has_data()).map(|(n, _)| n.as_str()).collect();
+    let empty: Vec<&str> = stats
+        .tensors
+        .iter()
+        .filter(|(_, s)| !s.has_data())
+        .map(|(n, _)| n.as_str())
+        .collect();
     if !empty.is_empty() {
-        println!("warning: {} tensor(s) never held a finite value: {}", empty.len(), empty.join(", "));
+        println!(
+            "warning: {} tensor(s) never held a finite value: {}",
+            empty.len(),
+            empty.join(", ")
+        );
     }
     for (name, s) in stats.tensors.iter().filter(|(_, s)| s.nan + s.inf > 0) {
-        println!("warning: '{name}' had {} NaN and {} Inf values (left out of its range)", s.nan, s.inf);
+        println!(
+            "warning: '{name}' had {} NaN and {} Inf values (left out of its range)",
+            s.nan, s.inf
+        );
     }
     println!("statistics written to {}", args.output.display());
 }

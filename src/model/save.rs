@@ -9,12 +9,12 @@ use bytes::Bytes;
 use prost::Message;
 
 use super::error::ModelError;
-use crate::atomic::AtomicFile;
 use super::external::ExternalRef;
 use super::onnx_model::{Model, inline_tensor};
 use super::proto::{StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
+use crate::atomic::AtomicFile;
 
 /// Protobuf messages cannot exceed 2 GiB; stay a little below it.
 pub const PROTOBUF_LIMIT: u64 = (i32::MAX as u64) - 16 * 1024 * 1024;
@@ -136,7 +136,8 @@ impl Model {
             match self.to_inline_proto() {
                 Ok(proto) => {
                     let mut file = staged(&model_path)?;
-                    file.write(&proto.encode_to_vec()).map_err(write_err(&file))?;
+                    file.write(&proto.encode_to_vec())
+                        .map_err(write_err(&file))?;
                     let model_bytes = commit(file)?;
                     return Ok(SaveReport {
                         model_path,
@@ -179,7 +180,8 @@ impl Model {
                 64
             };
             let padded = offset.next_multiple_of(alignment);
-            data.write(&vec![0u8; (padded - offset) as usize]).map_err(write_err(&data))?;
+            data.write(&vec![0u8; (padded - offset) as usize])
+                .map_err(write_err(&data))?;
             data.write(&bytes).map_err(write_err(&data))?;
             set_external(tensor, &data_name, padded, len);
             offset = padded + len;
@@ -207,7 +209,8 @@ impl Model {
 
 fn commit(file: AtomicFile) -> Result<u64, ModelError> {
     let path = file.target().to_path_buf();
-    file.commit().map_err(|source| ModelError::Write { path, source })
+    file.commit()
+        .map_err(|source| ModelError::Write { path, source })
 }
 
 fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u64) {

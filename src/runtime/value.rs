@@ -23,7 +23,9 @@ pub fn to_value(array: TensorArray) -> Result<ort::value::DynValue, RuntimeError
         TensorArray::Uint64(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
         TensorArray::Bool(a) => ort::value::Tensor::from_array(a)?.into_dyn(),
         TensorArray::Float8E4M3FN(_) | TensorArray::Int4(_) | TensorArray::Uint4(_) => {
-            return Err(RuntimeError::Ort(format!("{dtype} inputs cannot be fed to a session")));
+            return Err(RuntimeError::Ort(format!(
+                "{dtype} inputs cannot be fed to a session"
+            )));
         }
     };
     Ok(value)

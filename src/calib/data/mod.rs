@@ -124,7 +124,9 @@ pub fn model_inputs(graph: &Graph) -> Vec<InputSpec> {
             let info = graph.tensor(name);
             InputSpec {
                 name: name.clone(),
-                dtype: info.and_then(|t| t.elem_type).and_then(|c| DataType::from_onnx(c).ok()),
+                dtype: info
+                    .and_then(|t| t.elem_type)
+                    .and_then(|c| DataType::from_onnx(c).ok()),
                 shape: info.and_then(|t| t.shape.clone()),
             }
         })
@@ -132,26 +134,51 @@ pub fn model_inputs(graph: &Graph) -> Vec<InputSpec> {
 }
 
 fn shape_text(shape: &[usize]) -> String {
-    format!("[{}]", shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        shape
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn dims_text(dims: &[Dim]) -> String {
-    format!("[{}]", dims.iter().map(Dim::to_string).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        dims.iter()
+            .map(Dim::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Checks that `arrays` feed `inputs` in batches of `batch_size`; lists every mismatch.
-pub fn validate(inputs: &[InputSpec], arrays: &[ArraySpec], samples: usize, batch_size: usize) -> Result<(), DataError> {
+pub fn validate(
+    inputs: &[InputSpec],
+    arrays: &[ArraySpec],
+    samples: usize,
+    batch_size: usize,
+) -> Result<(), DataError> {
     let mut problems = Vec::new();
     let by_name: BTreeMap<&str, &ArraySpec> = arrays.iter().map(|a| (a.name.as_str(), a)).collect();
     for input in inputs {
         let Some(array) = by_name.get(input.name.as_str()) else {
-            problems.push(format!("input '{}' has no array (the file has: {})", input.name, names(arrays)));
+            problems.push(format!(
+                "input '{}' has no array (the file has: {})",
+                input.name,
+                names(arrays)
+            ));
             continue;
         };
         if let Some(dtype) = input.dtype
             && dtype != array.dtype
         {
-            problems.push(format!("'{}': expected {dtype}, got {}", input.name, array.dtype));
+            problems.push(format!(
+                "'{}': expected {dtype}, got {}",
+                input.name, array.dtype
+            ));
         }
         let Some(dims) = &input.shape else { continue };
         if dims.len() != array.shape.len() {
@@ -177,7 +204,7 @@ pub fn validate(inputs: &[InputSpec], arrays: &[ArraySpec], samples: usize, batc
                         "'{}': the model's batch dimension is fixed at {want}; use a batch size of {want}",
                         input.name
                     ));
-                } else if want > 0 && samples % want != 0 {
+                } else if want > 0 && !samples.is_multiple_of(want) {
                     problems.push(format!(
                         "'{}': the model's batch dimension is fixed at {want}, but {samples} samples do not split into batches of {want}",
                         input.name
@@ -208,14 +235,22 @@ pub fn validate(inputs: &[InputSpec], arrays: &[ArraySpec], samples: usize, batc
     if problems.is_empty() && samples == 0 {
         return Err(DataError::Empty);
     }
-    if problems.is_empty() { Ok(()) } else { Err(DataError::Mismatch { problems }) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(DataError::Mismatch { problems })
+    }
 }
 
 fn names(arrays: &[ArraySpec]) -> String {
     if arrays.is_empty() {
         "nothing".to_owned()
     } else {
-        arrays.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+        arrays
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -248,9 +283,13 @@ impl DataSpec {
     /// Chooses the source kind from a path: a folder is ORT test data, a file is npz/npy.
     pub fn from_path(path: &Path) -> DataSpec {
         if path.is_dir() {
-            DataSpec::PbFolder { path: path.to_path_buf() }
+            DataSpec::PbFolder {
+                path: path.to_path_buf(),
+            }
         } else {
-            DataSpec::Npz { path: path.to_path_buf() }
+            DataSpec::Npz {
+                path: path.to_path_buf(),
+            }
         }
     }
 
@@ -260,9 +299,11 @@ impl DataSpec {
         Ok(match self {
             DataSpec::Npz { path } => Box::new(npz::NpzSource::open(path, &single)?),
             DataSpec::PbFolder { path } => Box::new(pb_folder::PbFolderSource::open(path, inputs)?),
-            DataSpec::Random { samples, shapes, seed } => {
-                Box::new(random::RandomSource::new(inputs, shapes, *samples, *seed)?)
-            }
+            DataSpec::Random {
+                samples,
+                shapes,
+                seed,
+            } => Box::new(random::RandomSource::new(inputs, shapes, *samples, *seed)?),
         })
     }
 }
@@ -275,10 +316,16 @@ pub fn parse_shapes(spec: &str) -> Result<BTreeMap<String, Vec<usize>>, DataErro
     };
     let mut shapes = BTreeMap::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, dims) = part.rsplit_once(':').ok_or_else(|| bad("expected name:AxBxC"))?;
+        let (name, dims) = part
+            .rsplit_once(':')
+            .ok_or_else(|| bad("expected name:AxBxC"))?;
         let dims = dims
             .split('x')
-            .map(|d| d.trim().parse::<usize>().map_err(|_| bad(&format!("'{d}' is not a size"))))
+            .map(|d| {
+                d.trim()
+                    .parse::<usize>()
+                    .map_err(|_| bad(&format!("'{d}' is not a size")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         shapes.insert(name.trim().to_owned(), dims);
     }
@@ -308,8 +355,16 @@ mod tests {
     #[test]
     fn every_mismatch_is_listed_expected_against_got() {
         let inputs = [
-            input("x", DataType::Float32, vec![Dim::Symbolic("N".into()), Dim::Fixed(3), Dim::Fixed(8)]),
-            input("ids", DataType::Int64, vec![Dim::Symbolic("N".into()), Dim::Fixed(4)]),
+            input(
+                "x",
+                DataType::Float32,
+                vec![Dim::Symbolic("N".into()), Dim::Fixed(3), Dim::Fixed(8)],
+            ),
+            input(
+                "ids",
+                DataType::Int64,
+                vec![Dim::Symbolic("N".into()), Dim::Fixed(4)],
+            ),
             input("mask", DataType::Bool, vec![Dim::Fixed(1)]),
         ];
         let arrays = [
@@ -321,21 +376,34 @@ mod tests {
             panic!("expected a mismatch");
         };
         let text = problems.join("\n");
-        assert!(text.contains("'x': expected float32, got float16"), "{text}");
+        assert!(
+            text.contains("'x': expected float32, got float16"),
+            "{text}"
+        );
         assert!(text.contains("'x': axis 2 must be 8, got 9"), "{text}");
         assert!(text.contains("'ids': expected rank 2"), "{text}");
         assert!(text.contains("input 'mask' has no array"), "{text}");
-        assert!(text.contains("array 'extra' is not a model input"), "{text}");
+        assert!(
+            text.contains("array 'extra' is not a model input"),
+            "{text}"
+        );
     }
 
     #[test]
     fn a_fixed_batch_dimension_needs_that_batch_size() {
-        let inputs = [input("x", DataType::Float32, vec![Dim::Fixed(1), Dim::Fixed(2)])];
+        let inputs = [input(
+            "x",
+            DataType::Float32,
+            vec![Dim::Fixed(1), Dim::Fixed(2)],
+        )];
         let arrays = [array("x", DataType::Float32, &[5, 2])];
         assert!(validate(&inputs, &arrays, 5, 1).is_ok());
         let err = validate(&inputs, &arrays, 5, 4).unwrap_err();
         assert!(err.to_string().contains("use a batch size of 1"), "{err}");
-        assert!(matches!(validate(&inputs, &[array("x", DataType::Float32, &[0, 2])], 0, 1), Err(DataError::Empty)));
+        assert!(matches!(
+            validate(&inputs, &[array("x", DataType::Float32, &[0, 2])], 0, 1),
+            Err(DataError::Empty)
+        ));
     }
 
     #[test]

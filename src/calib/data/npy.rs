@@ -30,7 +30,10 @@ pub struct NpyHeader {
 impl NpyHeader {
     /// Elements per sample (product of the dims after axis 0).
     pub fn sample_elements(&self) -> Option<usize> {
-        self.shape.iter().skip(1).try_fold(1usize, |a, &d| a.checked_mul(d))
+        self.shape
+            .iter()
+            .skip(1)
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
     }
 
     /// Bytes per sample.
@@ -52,12 +55,15 @@ impl NpyHeader {
 fn descr_type(descr: &str, name: &str) -> Result<DataType, DataError> {
     let unsupported = || DataError::UnsupportedNpy {
         name: name.to_owned(),
-        reason: format!("element type '{descr}' is not supported (float32, float16, float64, int64, int32, int8, uint8, bool are)"),
+        reason: format!(
+            "element type '{descr}' is not supported (float32, float16, float64, int64, int32, int8, uint8, bool are)"
+        ),
     };
     if descr.contains('O') {
         return Err(DataError::UnsupportedNpy {
             name: name.to_owned(),
-            reason: "it holds Python objects (a pickle); qdq-studio never unpickles data".to_owned(),
+            reason: "it holds Python objects (a pickle); qdq-studio never unpickles data"
+                .to_owned(),
         });
     }
     let (order, code) = descr.split_at(1.min(descr.len()));
@@ -129,7 +135,8 @@ pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataE
     if dict_value(&text, "fortran_order") == Some("True") {
         return Err(DataError::UnsupportedNpy {
             name: name.to_owned(),
-            reason: "Fortran-ordered arrays are not supported; save with np.ascontiguousarray".to_owned(),
+            reason: "Fortran-ordered arrays are not supported; save with np.ascontiguousarray"
+                .to_owned(),
         });
     }
     let shape_text = dict_value(&text, "shape").ok_or_else(|| bad("header has no 'shape'"))?;
@@ -138,7 +145,10 @@ pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataE
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<usize>().map_err(|_| bad("shape is not a tuple of sizes")))
+        .map(|s| {
+            s.parse::<usize>()
+                .map_err(|_| bad("shape is not a tuple of sizes"))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let header = NpyHeader {
         dtype,
@@ -153,24 +163,35 @@ pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataE
 
 /// Reads `count` samples of `header`'s layout from `reader` into an array of shape
 /// `[count, dims[1..]...]`.
-pub fn read_samples(reader: &mut dyn Read, header: &NpyHeader, count: usize, name: &str) -> Result<TensorArray, DataError> {
+pub fn read_samples(
+    reader: &mut dyn Read,
+    header: &NpyHeader,
+    count: usize,
+    name: &str,
+) -> Result<TensorArray, DataError> {
     let sample_bytes = header.sample_bytes().unwrap_or(0);
-    let bytes = sample_bytes.checked_mul(count).ok_or_else(|| DataError::Corrupt {
-        name: name.to_owned(),
-        reason: "batch size overflows".to_owned(),
-    })?;
+    let bytes = sample_bytes
+        .checked_mul(count)
+        .ok_or_else(|| DataError::Corrupt {
+            name: name.to_owned(),
+            reason: "batch size overflows".to_owned(),
+        })?;
     let mut raw = vec![0u8; bytes];
-    reader.read_exact(&mut raw).map_err(|e| DataError::Corrupt {
-        name: name.to_owned(),
-        reason: format!("data ends early ({e})"),
-    })?;
+    reader
+        .read_exact(&mut raw)
+        .map_err(|e| DataError::Corrupt {
+            name: name.to_owned(),
+            reason: format!("data ends early ({e})"),
+        })?;
     let mut shape = vec![count];
     shape.extend(header.shape.iter().skip(1));
     let shape = IxDyn(&shape);
     macro_rules! le {
         ($t:ty, $n:literal) => {
             raw.chunks_exact($n)
-                .map(|c| <$t>::from_le_bytes(c.try_into().unwrap_or_else(|_| unreachable!("chunk size"))))
+                .map(|c| {
+                    <$t>::from_le_bytes(c.try_into().unwrap_or_else(|_| unreachable!("chunk size")))
+                })
                 .collect::<Vec<$t>>()
         };
     }
@@ -179,20 +200,31 @@ pub fn read_samples(reader: &mut dyn Read, header: &NpyHeader, count: usize, nam
         reason: "shape does not match data".to_owned(),
     };
     Ok(match header.dtype {
-        DataType::Float32 => TensorArray::Float32(ArrayD::from_shape_vec(shape, le!(f32, 4)).map_err(corrupt)?),
-        DataType::Float64 => TensorArray::Float64(ArrayD::from_shape_vec(shape, le!(f64, 8)).map_err(corrupt)?),
+        DataType::Float32 => {
+            TensorArray::Float32(ArrayD::from_shape_vec(shape, le!(f32, 4)).map_err(corrupt)?)
+        }
+        DataType::Float64 => {
+            TensorArray::Float64(ArrayD::from_shape_vec(shape, le!(f64, 8)).map_err(corrupt)?)
+        }
         DataType::Float16 => TensorArray::Float16(
-            ArrayD::from_shape_vec(shape, le!(u16, 2).into_iter().map(f16::from_bits).collect()).map_err(corrupt)?,
+            ArrayD::from_shape_vec(shape, le!(u16, 2).into_iter().map(f16::from_bits).collect())
+                .map_err(corrupt)?,
         ),
-        DataType::Int64 => TensorArray::Int64(ArrayD::from_shape_vec(shape, le!(i64, 8)).map_err(corrupt)?),
-        DataType::Int32 => TensorArray::Int32(ArrayD::from_shape_vec(shape, le!(i32, 4)).map_err(corrupt)?),
-        DataType::Int8 => {
-            TensorArray::Int8(ArrayD::from_shape_vec(shape, raw.iter().map(|&b| b as i8).collect()).map_err(corrupt)?)
+        DataType::Int64 => {
+            TensorArray::Int64(ArrayD::from_shape_vec(shape, le!(i64, 8)).map_err(corrupt)?)
         }
+        DataType::Int32 => {
+            TensorArray::Int32(ArrayD::from_shape_vec(shape, le!(i32, 4)).map_err(corrupt)?)
+        }
+        DataType::Int8 => TensorArray::Int8(
+            ArrayD::from_shape_vec(shape, raw.iter().map(|&b| b as i8).collect())
+                .map_err(corrupt)?,
+        ),
         DataType::Uint8 => TensorArray::Uint8(ArrayD::from_shape_vec(shape, raw).map_err(corrupt)?),
-        DataType::Bool => {
-            TensorArray::Bool(ArrayD::from_shape_vec(shape, raw.iter().map(|&b| b != 0).collect()).map_err(corrupt)?)
-        }
+        DataType::Bool => TensorArray::Bool(
+            ArrayD::from_shape_vec(shape, raw.iter().map(|&b| b != 0).collect())
+                .map_err(corrupt)?,
+        ),
         other => {
             return Err(DataError::UnsupportedNpy {
                 name: name.to_owned(),
@@ -226,17 +258,27 @@ mod tests {
         let bytes = npy("<f4", "(3, 2)", &data);
         let mut reader = &bytes[..];
         let header = read_header(&mut reader, "x").unwrap();
-        assert_eq!((header.dtype, header.shape.clone(), header.samples()), (DataType::Float32, vec![3, 2], 3));
+        assert_eq!(
+            (header.dtype, header.shape.clone(), header.samples()),
+            (DataType::Float32, vec![3, 2], 3)
+        );
         let first = read_samples(&mut reader, &header, 2, "x").unwrap();
         assert_eq!(first.shape(), [2, 2]);
         let rest = read_samples(&mut reader, &header, 1, "x").unwrap();
         assert_eq!(rest.to_f32().as_slice().unwrap(), &[4.0, 5.0]);
-        assert!(read_samples(&mut reader, &header, 1, "x").is_err(), "past the end");
+        assert!(
+            read_samples(&mut reader, &header, 1, "x").is_err(),
+            "past the end"
+        );
     }
 
     #[test]
     fn pickles_fortran_and_big_endian_are_refused() {
-        for (descr, word) in [("|O", "pickle"), (">f4", "big-endian"), ("<c8", "not supported")] {
+        for (descr, word) in [
+            ("|O", "pickle"),
+            (">f4", "big-endian"),
+            ("<c8", "not supported"),
+        ] {
             let bytes = npy(descr, "(1,)", &[0; 8]);
             let err = read_header(&mut &bytes[..], "x").unwrap_err();
             assert!(err.to_string().contains(word), "{descr}: {err}");
@@ -245,12 +287,23 @@ mod tests {
         let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
         bytes.extend((dict.len() as u16).to_le_bytes());
         bytes.extend(dict.as_bytes());
-        assert!(read_header(&mut &bytes[..], "x").unwrap_err().to_string().contains("Fortran"));
+        assert!(
+            read_header(&mut &bytes[..], "x")
+                .unwrap_err()
+                .to_string()
+                .contains("Fortran")
+        );
     }
 
     #[test]
     fn garbage_is_corrupt_not_a_panic() {
-        assert!(matches!(read_header(&mut &b"hello"[..], "x"), Err(DataError::Corrupt { .. })));
-        assert!(matches!(read_header(&mut &b"\x93NUMPY\x01\x00\xff\xff"[..], "x"), Err(DataError::Corrupt { .. })));
+        assert!(matches!(
+            read_header(&mut &b"hello"[..], "x"),
+            Err(DataError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            read_header(&mut &b"\x93NUMPY\x01\x00\xff\xff"[..], "x"),
+            Err(DataError::Corrupt { .. })
+        ));
     }
 }

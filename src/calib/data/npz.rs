@@ -57,7 +57,8 @@ fn open_err(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
 
 fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
     let mut file = File::open(path).map_err(open_err(path))?;
-    file.seek(SeekFrom::Start(entry.data_start)).map_err(open_err(path))?;
+    file.seek(SeekFrom::Start(entry.data_start))
+        .map_err(open_err(path))?;
     let raw = BufReader::new(file).take(entry.compressed_size);
     let mut reader: Box<dyn Read + Send> = if entry.deflated {
         Box::new(flate2::read::DeflateDecoder::new(raw))
@@ -87,10 +88,12 @@ impl NpzSource {
     pub fn open(path: &Path, npy_name: &str) -> Result<Self, DataError> {
         let file = File::open(path).map_err(open_err(path))?;
         let mut magic = [0u8; 6];
-        (&file).read_exact(&mut magic).map_err(|_| DataError::Corrupt {
-            name: path.display().to_string(),
-            reason: "too short to be .npy or .npz".to_owned(),
-        })?;
+        (&file)
+            .read_exact(&mut magic)
+            .map_err(|_| DataError::Corrupt {
+                name: path.display().to_string(),
+                reason: "too short to be .npy or .npz".to_owned(),
+            })?;
         let entries = if &magic == b"\x93NUMPY" {
             let len = file.metadata().map_err(open_err(path))?.len();
             vec![Entry {
@@ -126,17 +129,24 @@ impl NpzSource {
             name: path.display().to_string(),
             reason,
         };
-        let mut archive = zip::ZipArchive::new(file).map_err(|e| corrupt(format!("not a valid .npz (zip): {e}")))?;
+        let mut archive = zip::ZipArchive::new(file)
+            .map_err(|e| corrupt(format!("not a valid .npz (zip): {e}")))?;
         let mut entries = Vec::new();
         for i in 0..archive.len() {
-            let entry = archive.by_index_raw(i).map_err(|e| corrupt(e.to_string()))?;
+            let entry = archive
+                .by_index_raw(i)
+                .map_err(|e| corrupt(e.to_string()))?;
             let Some(name) = entry.name().strip_suffix(".npy") else {
                 continue;
             };
             let deflated = match entry.compression() {
                 zip::CompressionMethod::Stored => false,
                 zip::CompressionMethod::Deflated => true,
-                other => return Err(corrupt(format!("array '{name}' uses unsupported compression {other}"))),
+                other => {
+                    return Err(corrupt(format!(
+                        "array '{name}' uses unsupported compression {other}"
+                    )));
+                }
             };
             entries.push(Entry {
                 name: name.to_owned(),
@@ -176,11 +186,19 @@ impl BatchSource for NpzSource {
             .iter()
             .map(|e| open_stream(&self.path, e))
             .collect::<Result<_, _>>()?;
-        let counts: Vec<(String, usize)> = self.streams.iter().map(|s| (s.name.clone(), s.header.samples())).collect();
+        let counts: Vec<(String, usize)> = self
+            .streams
+            .iter()
+            .map(|s| (s.name.clone(), s.header.samples()))
+            .collect();
         self.samples = counts.first().map_or(0, |c| c.1);
         if counts.iter().any(|c| c.1 != self.samples) {
             return Err(DataError::SampleCounts {
-                counts: counts.iter().map(|(n, c)| format!("{n}: {c}")).collect::<Vec<_>>().join(", "),
+                counts: counts
+                    .iter()
+                    .map(|(n, c)| format!("{n}: {c}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
         self.position = 0;
@@ -196,7 +214,12 @@ impl BatchSource for NpzSource {
         let inputs = self
             .streams
             .iter_mut()
-            .map(|s| Ok((s.name.clone(), read_samples(&mut s.reader, &s.header, count, &s.name)?)))
+            .map(|s| {
+                Ok((
+                    s.name.clone(),
+                    read_samples(&mut s.reader, &s.header, count, &s.name)?,
+                ))
+            })
             .collect::<Result<Vec<_>, DataError>>()?;
         let batch = Batch {
             index: self.batch_index,

@@ -29,7 +29,10 @@ pub struct PbFolderSource {
     position: usize,
 }
 
-fn read_set(set: &DataSet, input_names: &[String]) -> Result<Vec<(String, TensorArray)>, DataError> {
+fn read_set(
+    set: &DataSet,
+    input_names: &[String],
+) -> Result<Vec<(String, TensorArray)>, DataError> {
     set.files
         .iter()
         .enumerate()
@@ -42,10 +45,15 @@ fn read_set(set: &DataSet, input_names: &[String]) -> Result<Vec<(String, Tensor
                 name: file.display().to_string(),
                 reason,
             };
-            let proto = TensorProto::decode(Bytes::from(bytes)).map_err(|e| corrupt(e.to_string()))?;
-            let array = TensorArray::from_proto(&proto, None).map_err(|e| corrupt(e.to_string()))?;
+            let proto =
+                TensorProto::decode(Bytes::from(bytes)).map_err(|e| corrupt(e.to_string()))?;
+            let array =
+                TensorArray::from_proto(&proto, None).map_err(|e| corrupt(e.to_string()))?;
             let name = if proto.name().is_empty() {
-                input_names.get(i).cloned().unwrap_or_else(|| format!("input_{i}"))
+                input_names
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("input_{i}"))
             } else {
                 proto.name().to_owned()
             };
@@ -65,7 +73,11 @@ impl PbFolderSource {
             .map_err(open_err)?
             .filter_map(Result::ok)
             .map(|e| e.path())
-            .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_")))
+            .filter(|p| {
+                p.is_dir()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("test_data_set_"))
+            })
             .collect();
         if set_dirs.is_empty() {
             set_dirs.push(root.to_path_buf());
@@ -78,7 +90,11 @@ impl PbFolderSource {
                 .filter_map(Result::ok)
                 .filter_map(|e| {
                     let name = e.file_name().to_string_lossy().into_owned();
-                    let index = name.strip_prefix("input_")?.strip_suffix(".pb")?.parse().ok()?;
+                    let index = name
+                        .strip_prefix("input_")?
+                        .strip_suffix(".pb")?
+                        .parse()
+                        .ok()?;
                     Some((index, e.path()))
                 })
                 .collect();
@@ -105,7 +121,10 @@ impl PbFolderSource {
                 shape: a.shape().to_vec(),
             })
             .collect();
-        let per_set = arrays.first().and_then(|a| a.shape.first().copied()).unwrap_or(1);
+        let per_set = arrays
+            .first()
+            .and_then(|a| a.shape.first().copied())
+            .unwrap_or(1);
         let samples = per_set * sets.len();
         let mut source = PbFolderSource {
             root: root.to_path_buf(),
@@ -126,7 +145,11 @@ impl PbFolderSource {
 
 impl BatchSource for PbFolderSource {
     fn describe(&self) -> String {
-        format!("{} ({} test data sets)", self.root.display(), self.sets.len())
+        format!(
+            "{} ({} test data sets)",
+            self.root.display(),
+            self.sets.len()
+        )
     }
 
     fn arrays(&self) -> Vec<ArraySpec> {
@@ -148,7 +171,10 @@ impl BatchSource for PbFolderSource {
             return Ok(None);
         };
         let inputs = read_set(set, &self.input_names)?;
-        let samples = inputs.first().and_then(|(_, a)| a.shape().first().copied()).unwrap_or(1);
+        let samples = inputs
+            .first()
+            .and_then(|(_, a)| a.shape().first().copied())
+            .unwrap_or(1);
         let batch = Batch {
             index: self.position,
             first_sample: self.position * samples,

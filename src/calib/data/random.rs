@@ -117,11 +117,27 @@ impl BatchSource for RandomSource {
                 let n: usize = shape.iter().product();
                 let shape = IxDyn(&shape);
                 let array = match spec.dtype {
-                    DataType::Float16 => TensorArray::Float16(ArrayD::from_shape_simple_fn(shape, || f16::from_f32(rng.random()))),
-                    DataType::Float64 => TensorArray::Float64(ArrayD::from_shape_simple_fn(shape, || rng.random())),
-                    DataType::Int64 => TensorArray::Int64(ArrayD::from_shape_simple_fn(shape, || rng.random_range(0..100))),
-                    DataType::Int32 => TensorArray::Int32(ArrayD::from_shape_simple_fn(shape, || rng.random_range(0..100))),
-                    DataType::Bool => TensorArray::Bool(ArrayD::from_shape_simple_fn(shape, || rng.random())),
+                    DataType::Float16 => {
+                        TensorArray::Float16(ArrayD::from_shape_simple_fn(shape, || {
+                            f16::from_f32(rng.random())
+                        }))
+                    }
+                    DataType::Float64 => {
+                        TensorArray::Float64(ArrayD::from_shape_simple_fn(shape, || rng.random()))
+                    }
+                    DataType::Int64 => {
+                        TensorArray::Int64(ArrayD::from_shape_simple_fn(shape, || {
+                            rng.random_range(0..100)
+                        }))
+                    }
+                    DataType::Int32 => {
+                        TensorArray::Int32(ArrayD::from_shape_simple_fn(shape, || {
+                            rng.random_range(0..100)
+                        }))
+                    }
+                    DataType::Bool => {
+                        TensorArray::Bool(ArrayD::from_shape_simple_fn(shape, || rng.random()))
+                    }
                     _ => TensorArray::Float32(ArrayD::from_shape_simple_fn(shape, || rng.random())),
                 };
                 debug_assert_eq!(array.len(), n);
