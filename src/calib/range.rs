@@ -518,7 +518,6 @@ mod tests {
                 percentile: 99.9,
                 symmetric: true,
             },
-            RangeMethod::Mse,
         ] {
             let r = compute(&s, &method, t, false).unwrap();
             assert!(r.hi < 10.0 && r.hi >= 0.9, "{}: {r:?}", method.name());
@@ -534,6 +533,45 @@ mod tests {
         )
         .unwrap();
         assert_eq!(minmax.hi, 50.0);
+    }
+
+    #[test]
+    fn mse_clips_a_heavy_tail_on_a_coarse_grid() {
+        // Laplace-distributed values (|x| = -ln u), deterministic; 4-bit grid (15 steps).
+        let mut state = 12345u64;
+        let values: Vec<f32> = (0..100_000)
+            .map(|i| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+                let magnitude = -u.ln() as f32;
+                if i % 2 == 0 { magnitude } else { -magnitude }
+            })
+            .collect();
+        let s = stats_of(&values, 2048);
+        let t = RangeTarget {
+            steps: 15,
+            symmetric: true,
+        };
+        let r = compute(&s, &RangeMethod::Mse, t, false).unwrap();
+        assert!(
+            r.hi < 0.6 * s.abs_max() && r.hi > 1.0,
+            "{r:?} of {}",
+            s.abs_max()
+        );
+        // With 16-bit precision clipping does not pay: the range stays near the extremes.
+        let wide = compute(
+            &s,
+            &RangeMethod::Mse,
+            RangeTarget {
+                steps: 65535,
+                symmetric: true,
+            },
+            false,
+        )
+        .unwrap();
+        assert!(wide.hi > 0.9 * s.abs_max(), "{wide:?}");
     }
 
     #[test]
