@@ -49,7 +49,8 @@ pub struct CalibrationConfig {
     pub batch_size: usize,
     /// Use at most this many samples.
     pub max_samples: Option<usize>,
-    /// Bins of the streaming histograms (a multiple of 4).
+    /// Bins of the streaming histograms (a multiple of 4); 0 collects no histograms (MinMax
+    /// only).
     pub histogram_bins: usize,
     /// Let ONNX Runtime optimise the graph (off by default, as onnxruntime's calibrator: fused
     /// nodes would hide the tensors being observed).

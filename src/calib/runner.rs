@@ -286,7 +286,11 @@ fn fold_outputs(
                 }
             };
             match pass {
-                Pass::Streaming => s.add_batch(values, view.shape(), Some(config.histogram_bins)),
+                Pass::Streaming => s.add_batch(
+                    values,
+                    view.shape(),
+                    (config.histogram_bins > 0).then_some(config.histogram_bins),
+                ),
                 Pass::Ranges => s.add_summary(&BatchSummary::of(values), view.shape()),
                 Pass::Histograms => {
                     let abs_max = s.abs_max();

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
 use qdq_studio::calib::data::{DataSpec, model_inputs, parse_shapes};
 use qdq_studio::calib::file;
 use qdq_studio::calib::range::{self, RangeMethod, RangeTarget};
@@ -48,12 +49,44 @@ pub struct CalibrateArgs {
     /// Bins of the streaming histograms (a multiple of 4).
     #[arg(long = "num_bins", visible_alias = "num-bins", default_value_t = 2048)]
     pub num_bins: usize,
+    /// Collect extremes only (MinMax); no histograms, so no Entropy/Percentile/MSE ranges.
+    #[arg(
+        long = "no_histograms",
+        visible_alias = "no-histograms",
+        conflicts_with = "ort_parity"
+    )]
+    pub no_histograms: bool,
     /// Reproduce onnxruntime quantize_static's Entropy/Percentile ranges (two passes).
     #[arg(long = "ort_parity", visible_alias = "ort-parity")]
     pub ort_parity: bool,
     /// Let ONNX Runtime optimise the graph during calibration.
     #[arg(long)]
     pub optimize: bool,
+    /// Image folders: output size WxH (default: the model input's fixed size).
+    #[arg(long = "image_size", visible_alias = "image-size")]
+    pub image_size: Option<String>,
+    /// Image folders: resize the shorter side to this, then centre-crop (0: plain resize).
+    #[arg(
+        long = "resize_shorter",
+        visible_alias = "resize-shorter",
+        default_value_t = 0
+    )]
+    pub resize_shorter: u32,
+    /// Image folders: channel order.
+    #[arg(long, value_enum, default_value = "rgb")]
+    pub channels: ChannelArg,
+    /// Image folders: tensor layout.
+    #[arg(long, value_enum, default_value = "nchw")]
+    pub layout: LayoutArg,
+    /// Image folders: multiplier for 0..255 pixel values.
+    #[arg(long, default_value_t = 1.0 / 255.0)]
+    pub scale: f32,
+    /// Image folders: per-channel mean, `r,g,b`.
+    #[arg(long, default_value = "0.485,0.456,0.406")]
+    pub mean: String,
+    /// Image folders: per-channel std, `r,g,b`.
+    #[arg(long, default_value = "0.229,0.224,0.225")]
+    pub std: String,
     /// Where to write the statistics (qdq-studio format, re-usable by `quantize`).
     #[arg(short = 'o', long = "output_path", visible_alias = "output-path")]
     pub output: PathBuf,
@@ -70,6 +103,83 @@ pub struct CalibrateArgs {
         default_value = "minmax"
     )]
     pub calibration_method: String,
+}
+
+/// `--channels`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ChannelArg {
+    /// Red, green, blue.
+    Rgb,
+    /// Blue, green, red.
+    Bgr,
+}
+
+/// `--layout`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LayoutArg {
+    /// Channels first.
+    Nchw,
+    /// Channels last.
+    Nhwc,
+}
+
+fn triple(text: &str, flag: &str) -> anyhow::Result<[f32; 3]> {
+    let values: Vec<f32> = text
+        .split(',')
+        .map(|v| v.trim().parse::<f32>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--{flag} '{text}' is not three numbers"))?;
+    values
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("--{flag} needs exactly three values, got '{text}'"))
+}
+
+/// The image preprocessing the flags describe; the size defaults to the model input's.
+fn preprocess(
+    args: &CalibrateArgs,
+    inputs: &[qdq_studio::calib::data::InputSpec],
+) -> anyhow::Result<Preprocess> {
+    let layout = match args.layout {
+        LayoutArg::Nchw => Layout::Nchw,
+        LayoutArg::Nhwc => Layout::Nhwc,
+    };
+    let (width, height) = match &args.image_size {
+        Some(size) => {
+            let (w, h) = size
+                .split_once('x')
+                .with_context(|| format!("--image_size '{size}' is not WxH"))?;
+            (w.trim().parse()?, h.trim().parse()?)
+        }
+        None => {
+            let dims = inputs
+                .first()
+                .and_then(|i| i.shape.clone())
+                .unwrap_or_default();
+            let fixed = |axis: usize| match dims.get(axis) {
+                Some(qdq_studio::model::Dim::Fixed(v)) if *v > 0 => Some(*v as u32),
+                _ => None,
+            };
+            let (h_axis, w_axis) = if layout == Layout::Nchw {
+                (2, 3)
+            } else {
+                (1, 2)
+            };
+            (fixed(w_axis).unwrap_or(224), fixed(h_axis).unwrap_or(224))
+        }
+    };
+    Ok(Preprocess {
+        width,
+        height,
+        resize_shorter: args.resize_shorter,
+        channels: match args.channels {
+            ChannelArg::Rgb => ChannelOrder::Rgb,
+            ChannelArg::Bgr => ChannelOrder::Bgr,
+        },
+        layout,
+        scale: args.scale,
+        mean: triple(&args.mean, "mean")?,
+        std: triple(&args.std, "std")?,
+    })
 }
 
 fn progress_bar() -> ProgressBar {
@@ -104,7 +214,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
     let inputs = model_inputs(&Graph::build(&model));
     let spec = match &args.calibration_data_path {
-        Some(path) => DataSpec::from_path(path),
+        Some(path) => DataSpec::from_path(path, preprocess(args, &inputs)?),
         None => {
             eprintln!(
                 "no --calibration_data_path: calibrating on random data (ranges will not be representative)"
@@ -127,7 +237,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         execution_providers: eps,
         batch_size: args.batch_size,
         max_samples: args.max_samples,
-        histogram_bins: args.num_bins,
+        histogram_bins: if args.no_histograms { 0 } else { args.num_bins },
         optimize: args.optimize,
         ort_parity: args.ort_parity.then(ParityBins::default),
         tensors: None,

@@ -29,7 +29,7 @@ pub enum Command {
     /// Show the loaded ONNX Runtime and its execution providers, or install one.
     Runtime(runtime::RuntimeArgs),
     /// Run calibration data through the model and save per-tensor statistics.
-    Calibrate(calibrate::CalibrateArgs),
+    Calibrate(Box<calibrate::CalibrateArgs>),
 }
 
 /// Runs a headless subcommand.

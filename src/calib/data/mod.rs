@@ -4,6 +4,7 @@
 //! run, [`validate`] checks names, types, ranks and fixed dimensions against the model and
 //! lists every mismatch, expected against got.
 
+pub mod images;
 pub mod npy;
 pub mod npz;
 pub mod pb_folder;
@@ -255,13 +256,20 @@ fn names(arrays: &[ArraySpec]) -> String {
 }
 
 /// Where calibration data comes from, as the user states it (and a recipe records it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum DataSpec {
     /// A `.npz` (or `.npy` for single-input models) file.
     Npz {
         /// The file.
         path: PathBuf,
+    },
+    /// A folder of png/jpg images for the model's single image input.
+    Images {
+        /// The folder.
+        path: PathBuf,
+        /// How images become tensors.
+        preprocess: images::Preprocess,
     },
     /// ONNX Runtime test-data folders (`test_data_set_*/input_*.pb`).
     PbFolder {
@@ -280,14 +288,27 @@ pub enum DataSpec {
 }
 
 impl DataSpec {
-    /// Chooses the source kind from a path: a folder is ORT test data, a file is npz/npy.
-    pub fn from_path(path: &Path) -> DataSpec {
-        if path.is_dir() {
-            DataSpec::PbFolder {
+    /// Chooses the source kind from a path: a folder of images, a folder of ONNX Runtime test
+    /// data, or a `.npz`/`.npy` file. Images get `preprocess`.
+    pub fn from_path(path: &Path, preprocess: images::Preprocess) -> DataSpec {
+        if !path.is_dir() {
+            return DataSpec::Npz {
                 path: path.to_path_buf(),
+            };
+        }
+        let has_images = std::fs::read_dir(path).is_ok_and(|entries| {
+            entries.filter_map(Result::ok).any(|e| {
+                let name = e.file_name().to_string_lossy().to_ascii_lowercase();
+                name.ends_with(".png") || name.ends_with(".jpg") || name.ends_with(".jpeg")
+            })
+        });
+        if has_images {
+            DataSpec::Images {
+                path: path.to_path_buf(),
+                preprocess,
             }
         } else {
-            DataSpec::Npz {
+            DataSpec::PbFolder {
                 path: path.to_path_buf(),
             }
         }
@@ -298,6 +319,11 @@ impl DataSpec {
         let single = inputs.first().map(|i| i.name.clone()).unwrap_or_default();
         Ok(match self {
             DataSpec::Npz { path } => Box::new(npz::NpzSource::open(path, &single)?),
+            DataSpec::Images { path, preprocess } => Box::new(images::ImageFolderSource::open(
+                path,
+                &single,
+                preprocess.clone(),
+            )?),
             DataSpec::PbFolder { path } => Box::new(pb_folder::PbFolderSource::open(path, inputs)?),
             DataSpec::Random {
                 samples,
