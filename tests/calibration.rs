@@ -548,3 +548,79 @@ fn statistics_files_round_trip_and_the_cli_writes_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown execution provider 'tpu'"));
     assert!(!dir.path().join("never.json").exists());
 }
+
+#[test]
+fn image_folders_and_onnx_runtime_test_data_feed_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    // Images: white text lines on grey, through the CLI with PP-OCR's normalisation.
+    let images = dir.path().join("images");
+    std::fs::create_dir(&images).unwrap();
+    for i in 0..3u8 {
+        let mut img = image::RgbImage::from_pixel(192, 48, image::Rgb([200, 200, 200]));
+        for x in (10 + u32::from(i) * 5)..150 {
+            img.put_pixel(x, 24, image::Rgb([20, 20, 20]));
+        }
+        img.save(images.join(format!("line{i}.png"))).unwrap();
+    }
+    let stats = dir.path().join("stats.json");
+    let out = common::cli()
+        .args(["calibrate", "--onnx_path"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/ppocr_cls.onnx"))
+        .arg("--calibration_data_path")
+        .arg(&images)
+        .args([
+            "--image_size",
+            "192x48",
+            "--mean",
+            "0.5,0.5,0.5",
+            "--std",
+            "0.5,0.5,0.5",
+            "-o",
+        ])
+        .arg(&stats)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let loaded = qdq_studio::calib::file::load(&stats).unwrap();
+    assert_eq!(loaded.info.samples, 3);
+    let x = &loaded.tensors["x"];
+    assert!(x.min >= -1.0 && x.max <= 1.0 && x.min < -0.8, "{x:?}");
+
+    // ONNX Runtime test-data folders: two sets of one sample each.
+    let sets = dir.path().join("pb");
+    let data = ndarray_npy_free_sample();
+    for (i, sample) in data.iter().enumerate() {
+        let set = sets.join(format!("test_data_set_{i}"));
+        std::fs::create_dir_all(&set).unwrap();
+        let proto = sample.to_proto("x");
+        std::fs::write(
+            set.join("input_0.pb"),
+            prost::Message::encode_to_vec(&proto),
+        )
+        .unwrap();
+    }
+    let stats = run(
+        &sample_model(),
+        &DataSpec::PbFolder { path: sets },
+        &CalibrationConfig::default(),
+    )
+    .unwrap();
+    assert_eq!((stats.info.samples, stats.info.batches), (2, 2));
+}
+
+/// Two samples of the bundled calibration data, read through our own npz reader.
+fn ndarray_npy_free_sample() -> Vec<TensorArray> {
+    let inputs = model_inputs(&Graph::build(&sample_model()));
+    let mut source = DataSpec::Npz {
+        path: sample_data(),
+    }
+    .open(&inputs)
+    .unwrap();
+    (0..2)
+        .map(|_| source.next_batch(1).unwrap().unwrap().inputs.remove(0).1)
+        .collect()
+}
