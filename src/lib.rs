@@ -10,5 +10,6 @@ pub mod calib;
 pub mod jobs;
 pub mod model;
 pub mod quant;
+pub mod recipe;
 pub mod runtime;
 pub mod sample;

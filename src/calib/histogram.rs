@@ -19,8 +19,8 @@ pub struct Histogram {
     /// Values exactly 0 seen while `half_range` was still 0 (folded in when it grows).
     #[serde(default)]
     pub pending_zeros: u64,
-    /// When true the range never grows: values outside are clamped into the end bins (the
-    /// second pass of the parity mode, whose range is known).
+    /// When true the range never grows and binning follows numpy exactly (values outside the
+    /// range are dropped): the second pass of the parity mode, whose range is known.
     #[serde(default)]
     pub fixed: bool,
 }
@@ -91,8 +91,14 @@ impl Histogram {
         }
     }
 
-    /// Adds finite values whose largest magnitude is `abs_max`.
+    /// Adds finite values whose largest magnitude is `abs_max` (non-finite ones are skipped).
     pub fn add(&mut self, values: &[f32], abs_max: f32) {
+        self.add_summarized(values, abs_max, false);
+    }
+
+    /// [`Histogram::add`] for callers that know whether every value is finite: then the
+    /// binning loop runs without per-value checks (the hot loop of calibration).
+    pub fn add_summarized(&mut self, values: &[f32], abs_max: f32, all_finite: bool) {
         if !self.fixed && abs_max > self.half_range {
             self.grow_to(abs_max);
         }
@@ -100,10 +106,54 @@ impl Histogram {
             self.pending_zeros += values.iter().filter(|v| v.is_finite()).count() as u64;
             return;
         }
-        let t = f64::from(self.half_range);
         let n = self.bins();
-        for &v in values.iter().filter(|v| v.is_finite()) {
-            self.counts[bin_of(f64::from(v), -t, t, n)] += 1;
+        if self.fixed {
+            self.add_numpy(values);
+            return;
+        }
+        let last = (n - 1) as f32;
+        // Bin of v: floor((v + t) * n / 2t), clamped, in f32.
+        let per_unit = n as f32 / (2.0 * self.half_range);
+        let offset = self.half_range * per_unit;
+        let counts = &mut self.counts;
+        if all_finite {
+            for &v in values {
+                let position = (v * per_unit + offset).clamp(0.0, last);
+                counts[position as usize] += 1;
+            }
+        } else {
+            for &v in values.iter().filter(|v| v.is_finite()) {
+                let position = (v * per_unit + offset).clamp(0.0, last);
+                counts[position as usize] += 1;
+            }
+        }
+    }
+
+    /// numpy's `np.histogram(values, n, range=(-t, t))` on float32 data, to the bit: the
+    /// index `((v - lo) / (hi - lo)) * n` in f32, corrected against `np.linspace`'s float32
+    /// edges; values outside the range are dropped. Used for the fixed-range histograms of the
+    /// onnxruntime-parity mode, whose Entropy search is sensitive to single counts.
+    fn add_numpy(&mut self, values: &[f32]) {
+        let n = self.bins();
+        let lo = -self.half_range;
+        let hi = self.half_range;
+        let denom = hi - lo;
+        let step = denom / n as f32;
+        let edge = |i: usize| if i == n { hi } else { (i as f32 * step) + lo };
+        for &v in values {
+            if !(v >= lo && v <= hi) {
+                continue;
+            }
+            let mut index = (((v - lo) / denom) * n as f32) as usize;
+            if index >= n {
+                index = n - 1;
+            }
+            if v < edge(index) {
+                index = index.saturating_sub(1);
+            } else if index + 1 < n && v >= edge(index + 1) {
+                index += 1;
+            }
+            self.counts[index] += 1;
         }
     }
 
@@ -247,10 +297,13 @@ mod tests {
     }
 
     #[test]
-    fn fixed_histograms_clamp_and_abs_histograms_follow_numpy() {
+    fn fixed_histograms_and_abs_histograms_follow_numpy() {
         let mut h = Histogram::with_range(8, 1.0);
-        h.add(&[5.0, -5.0], 5.0);
-        assert_eq!((h.counts[0], h.counts[7], h.half_range), (1, 1, 1.0));
+        h.add(&[5.0, -5.0, -1.0, 1.0, 0.0], 5.0);
+        assert_eq!(
+            (h.counts[0], h.counts[4], h.counts[7], h.half_range),
+            (1, 1, 1, 1.0)
+        );
         let mut a = AbsHistogram::new(4, 0.0, 4.0);
         a.add(&[-4.0, 0.0, 1.0, 3.99]);
         assert_eq!(a.counts, [1, 1, 0, 2], "last bin closed");

@@ -80,8 +80,27 @@ pub struct BatchSummary {
 }
 
 impl BatchSummary {
-    /// Scans the values once.
+    /// Scans the values. The common all-finite case is one branch-free pass (`f32::min` and
+    /// `max` skip NaN; infinities are counted separately and only then rescanned).
     pub fn of(values: &[f32]) -> Self {
+        let (mut min, mut max, mut min_abs) = (f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY);
+        let mut non_finite = 0u64;
+        for &v in values {
+            min = min.min(v);
+            max = max.max(v);
+            min_abs = min_abs.min(v.abs());
+            non_finite += u64::from(!v.is_finite());
+        }
+        if non_finite == 0 {
+            return BatchSummary {
+                count: values.len() as u64,
+                nan: 0,
+                inf: 0,
+                min,
+                max,
+                min_abs,
+            };
+        }
         let mut s = BatchSummary {
             count: 0,
             nan: 0,
@@ -121,9 +140,8 @@ impl TensorStats {
         let summary = BatchSummary::of(values);
         self.add_summary(&summary, shape);
         if let Some(bins) = histogram_bins {
-            self.histogram
-                .get_or_insert_with(|| Histogram::new(bins))
-                .add(values, summary.abs_max());
+            let histogram = self.histogram.get_or_insert_with(|| Histogram::new(bins));
+            histogram.add_summarized(values, summary.abs_max(), summary.nan + summary.inf == 0);
         }
     }
 

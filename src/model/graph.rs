@@ -79,6 +79,8 @@ pub struct Node {
     pub outputs: Vec<String>,
     /// Names of the graph-valued attributes (If/Loop/Scan bodies) and their node counts.
     pub subgraphs: Vec<(String, usize)>,
+    /// The node's integer attributes (`axis`, `group`, `transB`, ...).
+    pub attributes: Vec<(String, i64)>,
 }
 
 /// Where a tensor comes from.
@@ -114,6 +116,16 @@ pub struct TensorInfo {
     pub consumers: Vec<NodeId>,
     /// True for graph outputs.
     pub is_output: bool,
+}
+
+impl Node {
+    /// An integer attribute's value.
+    pub fn int_attribute(&self, name: &str) -> Option<i64> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
 }
 
 impl TensorInfo {
@@ -311,6 +323,12 @@ impl Graph {
                 inputs: proto.input.clone(),
                 outputs: proto.output.clone(),
                 subgraphs: subgraphs_of(proto),
+                attributes: proto
+                    .attribute
+                    .iter()
+                    .filter(|a| a.r#type() == AttributeType::Int)
+                    .map(|a| (a.name().to_owned(), a.i()))
+                    .collect(),
             });
         }
     }

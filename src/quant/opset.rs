@@ -1,0 +1,139 @@
+//! Raising the default-domain opset when the output needs newer Q/DQ features: 13 for
+//! per-channel DequantizeLinear, 19 for FP8, 21 for 16-bit, 4-bit and block-wise Q/DQ.
+//!
+//! A raise is refused (naming the nodes) when any node's behaviour or signature changes
+//! between the model's opset and the target: onnxruntime's quantizer writes invalid models
+//! instead (per-channel on opset < 13).
+
+use super::QuantError;
+use crate::model::{Dim, Graph};
+
+/// Op types whose signature or semantics changed at a version, with the change.
+const CHANGES: &[(&str, i64, &str)] = &[
+    ("Squeeze", 13, "axes moved from an attribute to an input"),
+    ("Unsqueeze", 13, "axes moved from an attribute to an input"),
+    ("ReduceSum", 13, "axes moved from an attribute to an input"),
+    ("Split", 13, "split moved from an attribute to an input"),
+    ("Split", 18, "num_outputs added"),
+    ("ReduceMean", 18, "axes moved from an attribute to an input"),
+    ("ReduceMax", 18, "axes moved from an attribute to an input"),
+    ("ReduceMin", 18, "axes moved from an attribute to an input"),
+    ("ReduceProd", 18, "axes moved from an attribute to an input"),
+    ("ReduceL1", 18, "axes moved from an attribute to an input"),
+    ("ReduceL2", 18, "axes moved from an attribute to an input"),
+    (
+        "ReduceLogSum",
+        18,
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceLogSumExp",
+        18,
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceSumSquare",
+        18,
+        "axes moved from an attribute to an input",
+    ),
+    ("Resize", 13, "coordinate transformation defaults changed"),
+    ("Resize", 18, "antialias and axes added"),
+    ("Pad", 18, "axes input added"),
+    ("Upsample", 10, "removed in favour of Resize"),
+    ("Scan", 9, "scan_input_axes semantics changed"),
+];
+
+/// Softmax-family axis semantics changed at 13: safe only when the axis is the last one.
+const SOFTMAX_LIKE: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
+
+/// The default-domain opset of a model (`None` when it does not import it).
+pub fn default_opset(proto: &crate::model::proto::ModelProto) -> Option<i64> {
+    proto
+        .opset_import
+        .iter()
+        .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
+        .map(|o| o.version())
+}
+
+/// Nodes whose behaviour would change if the opset went from `from` to `to`.
+pub fn blocking_nodes(graph: &Graph, from: i64, to: i64) -> Vec<String> {
+    let mut blocking = Vec::new();
+    for node in graph
+        .nodes()
+        .iter()
+        .filter(|n| n.domain.is_empty() || n.domain == "ai.onnx")
+    {
+        for (op, version, change) in CHANGES {
+            if node.op_type == *op && from < *version && *version <= to {
+                blocking.push(format!(
+                    "'{}' ({}: {change} at opset {version})",
+                    node.name, node.op_type
+                ));
+            }
+        }
+        if SOFTMAX_LIKE.contains(&node.op_type.as_str()) && from < 13 && to >= 13 {
+            let rank = node
+                .inputs
+                .first()
+                .and_then(|i| graph.tensor(i))
+                .and_then(|t| t.shape.as_ref())
+                .map(Vec::len);
+            let axis = node_axis(node);
+            let last = matches!((rank, axis), (Some(r), Some(a)) if a == -1 || a == r as i64 - 1);
+            if !last {
+                blocking.push(format!(
+                    "'{}' ({}: its axis semantics changed at opset 13 and the input rank is unknown or the axis is not the last)",
+                    node.name, node.op_type
+                ));
+            }
+        }
+    }
+    blocking
+}
+
+/// Softmax's axis (default 1 before opset 13).
+fn node_axis(node: &crate::model::Node) -> Option<i64> {
+    node.int_attribute("axis").or(Some(1))
+}
+
+/// Raises the default-domain opset (and the IR version it requires) of `proto` to `to`, or
+/// explains which nodes prevent it.
+pub fn raise(
+    proto: &mut crate::model::proto::ModelProto,
+    graph: &Graph,
+    to: i64,
+) -> Result<Option<(i64, i64)>, QuantError> {
+    let from = default_opset(proto).unwrap_or(1);
+    if from >= to {
+        return Ok(None);
+    }
+    let blocking = blocking_nodes(graph, from, to);
+    if !blocking.is_empty() {
+        return Err(QuantError::OpsetRaise { from, to, blocking });
+    }
+    for opset in proto
+        .opset_import
+        .iter_mut()
+        .filter(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
+    {
+        opset.version = Some(to);
+    }
+    let ir = match to {
+        21.. => 10,
+        19..=20 => 9,
+        15..=18 => 8,
+        _ => 7,
+    };
+    if proto.ir_version() < ir {
+        proto.ir_version = Some(ir);
+    }
+    Ok(Some((from, to)))
+}
+
+/// The rank of a tensor if the index knows it.
+pub fn rank_of(graph: &Graph, tensor: &str) -> Option<usize> {
+    graph
+        .tensor(tensor)
+        .and_then(|t| t.shape.as_ref())
+        .map(|s: &Vec<Dim>| s.len())
+}

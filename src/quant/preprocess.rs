@@ -1,0 +1,309 @@
+//! Pre-processing before quantization, on a copy of the model: Constant-node weights become
+//! initializers, BatchNormalization folds into the preceding Conv/ConvTranspose/Gemm, and
+//! Identity/Dropout nodes disappear. Each step is optional (the recipe records which ran) and
+//! reported, so users see what changed.
+
+use std::collections::{HashMap, HashSet};
+
+use ndarray::{ArrayD, Axis, IxDyn};
+
+use crate::model::constant::constant_tensor;
+use crate::model::proto::{GraphProto, NodeProto};
+use crate::model::{Model, ModelError, TensorArray};
+use crate::recipe::Preprocessing;
+
+/// What pre-processing changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PreprocessReport {
+    /// Constant nodes turned into initializers.
+    pub constants_to_initializers: usize,
+    /// BatchNormalization nodes folded (their names).
+    pub folded_batchnorms: Vec<String>,
+    /// Identity/Dropout nodes removed.
+    pub removed_identities: usize,
+}
+
+impl PreprocessReport {
+    /// One line for logs and the CLI.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} Constant node(s) became initializers, {} BatchNormalization node(s) folded, {} Identity/Dropout node(s) removed",
+            self.constants_to_initializers,
+            self.folded_batchnorms.len(),
+            self.removed_identities
+        )
+    }
+}
+
+/// Applies `options` to a copy of `model`.
+pub fn preprocess(
+    model: &Model,
+    options: &Preprocessing,
+) -> Result<(Model, PreprocessReport), ModelError> {
+    let mut out = model.clone();
+    let mut report = PreprocessReport::default();
+    if options.constants_to_initializers {
+        report.constants_to_initializers = constants_to_initializers(&mut out);
+    }
+    if options.drop_identity {
+        report.removed_identities = drop_identities(&mut out);
+    }
+    if options.fold_batchnorm {
+        report.folded_batchnorms = fold_batchnorms(&mut out)?;
+    }
+    Ok((out, report))
+}
+
+fn graph_mut(model: &mut Model) -> Option<&mut GraphProto> {
+    model.proto_mut().graph.as_mut()
+}
+
+fn constants_to_initializers(model: &mut Model) -> usize {
+    let Some(graph) = graph_mut(model) else {
+        return 0;
+    };
+    let mut moved = 0;
+    let mut kept = Vec::with_capacity(graph.node.len());
+    for node in std::mem::take(&mut graph.node) {
+        let is_constant = node.op_type() == "Constant" && node.domain().is_empty();
+        match constant_tensor(&node).filter(|_| is_constant) {
+            Some(tensor) => {
+                graph.initializer.push(tensor);
+                moved += 1;
+            }
+            None => kept.push(node),
+        }
+    }
+    graph.node = kept;
+    moved
+}
+
+/// Renames every read of `from` to `to` in the nodes of `graph`.
+fn rewire(graph: &mut GraphProto, from: &str, to: &str) {
+    for node in &mut graph.node {
+        for input in &mut node.input {
+            if input == from {
+                *input = to.to_owned();
+            }
+        }
+    }
+}
+
+fn drop_identities(model: &mut Model) -> usize {
+    let Some(graph) = graph_mut(model) else {
+        return 0;
+    };
+    let outputs: HashSet<String> = graph.output.iter().map(|o| o.name().to_owned()).collect();
+    let mut removed = 0;
+    let mut index = 0;
+    while index < graph.node.len() {
+        let node = &graph.node[index];
+        let droppable = matches!(node.op_type(), "Identity" | "Dropout")
+            && node.domain().is_empty()
+            && node.input.first().is_some_and(|i| !i.is_empty())
+            && node.output.first().is_some_and(|o| !outputs.contains(o))
+            // A Dropout whose mask is used must stay.
+            && node.output.iter().skip(1).all(|o| o.is_empty() || !graph.node.iter().any(|n| n.input.contains(o)));
+        if droppable {
+            let (from, to) = (node.output[0].clone(), node.input[0].clone());
+            graph.node.remove(index);
+            rewire(graph, &from, &to);
+            removed += 1;
+        } else {
+            index += 1;
+        }
+    }
+    removed
+}
+
+fn attr_f(node: &NodeProto, name: &str, default: f32) -> f32 {
+    node.attribute
+        .iter()
+        .find(|a| a.name() == name)
+        .map_or(default, |a| a.f())
+}
+
+fn attr_i(node: &NodeProto, name: &str, default: i64) -> i64 {
+    node.attribute
+        .iter()
+        .find(|a| a.name() == name)
+        .map_or(default, |a| a.i())
+}
+
+/// One BatchNormalization folded into its producer.
+struct Fold {
+    producer: usize,
+    weight: TensorArray,
+    bias_name: String,
+    bias: TensorArray,
+    output: String,
+}
+
+/// Folds `Conv → BatchNormalization` (and ConvTranspose with group 1, Gemm) when the BN's
+/// parameters and the producer's weights are initializers read by nobody else.
+fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
+    let snapshot = model.clone();
+    let Some(graph) = graph_mut(model) else {
+        return Ok(Vec::new());
+    };
+    let outputs: HashSet<String> = graph.output.iter().map(|o| o.name().to_owned()).collect();
+    let mut consumers: HashMap<String, usize> = HashMap::new();
+    for node in &graph.node {
+        for input in node.input.iter().filter(|i| !i.is_empty()) {
+            *consumers.entry(input.clone()).or_default() += 1;
+        }
+    }
+    let init_index: HashMap<String, usize> = graph
+        .initializer
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name().to_owned(), i))
+        .collect();
+    let producer: HashMap<String, usize> = graph
+        .node
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.output.iter().map(move |o| (o.clone(), i)))
+        .collect();
+    let weight = |name: &str| -> Result<Option<ArrayD<f32>>, ModelError> {
+        match init_index.get(name) {
+            Some(&i) => match snapshot.tensor_array(&snapshot.graph().initializer[i])? {
+                TensorArray::Float32(a) => Ok(Some(a)),
+                _ => Ok(None),
+            },
+            None => Ok(None),
+        }
+    };
+    let mut folded = Vec::new();
+    let mut remove = HashSet::new();
+    let mut folds: Vec<Fold> = Vec::new();
+    for (bn_index, bn) in graph.node.iter().enumerate() {
+        if bn.op_type() != "BatchNormalization"
+            || !bn.domain().is_empty()
+            || bn.input.len() < 5
+            || bn.output.len() != 1
+        {
+            continue;
+        }
+        let Some(&p) = producer.get(&bn.input[0]) else {
+            continue;
+        };
+        let conv = &graph.node[p];
+        let kind = conv.op_type();
+        let channel_axis = match kind {
+            "Conv" => 0,
+            "ConvTranspose" if attr_i(conv, "group", 1) == 1 => 1,
+            "Gemm" if attr_i(conv, "transB", 0) == 1 && attr_f(conv, "beta", 1.0) == 1.0 => 0,
+            "Gemm" if attr_f(conv, "beta", 1.0) == 1.0 => 1,
+            _ => continue,
+        };
+        let single_use = |name: &str| consumers.get(name).copied().unwrap_or(0) == 1;
+        if !single_use(&bn.input[0])
+            || outputs.contains(&bn.input[0])
+            || conv.input.len() < 2
+            || !single_use(&conv.input[1])
+        {
+            continue;
+        }
+        let (Some(w), Some(gamma), Some(beta), Some(mean), Some(var)) = (
+            weight(&conv.input[1])?,
+            weight(&bn.input[1])?,
+            weight(&bn.input[2])?,
+            weight(&bn.input[3])?,
+            weight(&bn.input[4])?,
+        ) else {
+            continue;
+        };
+        let channels = w.shape().get(channel_axis).copied().unwrap_or(0);
+        if [&gamma, &beta, &mean, &var]
+            .iter()
+            .any(|a| a.len() != channels)
+        {
+            continue;
+        }
+        let bias = match conv.input.get(2).filter(|b| !b.is_empty()) {
+            Some(b) if single_use(b) => match weight(b)? {
+                Some(b) => Some(b),
+                None => continue,
+            },
+            Some(_) => continue,
+            None => None,
+        };
+        let eps = f64::from(attr_f(bn, "epsilon", 1e-5));
+        let factor: Vec<f64> = gamma
+            .iter()
+            .zip(var.iter())
+            .map(|(&g, &v)| f64::from(g) / (f64::from(v) + eps).sqrt())
+            .collect();
+        let mut new_w = w.clone();
+        for (c, mut lane) in new_w.axis_iter_mut(Axis(channel_axis)).enumerate() {
+            lane.mapv_inplace(|x| (f64::from(x) * factor[c]) as f32);
+        }
+        let new_b: Vec<f32> = (0..channels)
+            .map(|c| {
+                let b = bias.as_ref().map_or(0.0, |b| f64::from(b[c]));
+                ((b - f64::from(mean[c])) * factor[c] + f64::from(beta[c])) as f32
+            })
+            .collect();
+        let new_b = TensorArray::Float32(
+            ArrayD::from_shape_vec(IxDyn(&[channels]), new_b).unwrap_or_default(),
+        );
+        let bias_name = match conv.input.get(2).filter(|b| !b.is_empty()) {
+            Some(b) => b.clone(),
+            None => format!("{}_folded_bias", conv.input[1]),
+        };
+        folds.push(Fold {
+            producer: p,
+            weight: TensorArray::Float32(new_w),
+            bias_name,
+            bias: new_b,
+            output: bn.output[0].clone(),
+        });
+        remove.insert(bn_index);
+        folded.push(bn.name().to_owned());
+    }
+    for fold in folds {
+        let Fold {
+            producer,
+            weight: w,
+            bias_name,
+            bias: bias_value,
+            output,
+        } = fold;
+        let conv = &mut graph.node[producer];
+        let weight_name = conv.input[1].clone();
+        conv.output[0] = output;
+        if conv.input.len() < 3 {
+            conv.input.push(bias_name.clone());
+        } else {
+            conv.input[2] = bias_name.clone();
+        }
+        for (name, value) in [(weight_name, w), (bias_name, bias_value)] {
+            let proto = value.to_proto(&name);
+            match graph.initializer.iter_mut().find(|t| t.name() == name) {
+                Some(t) => *t = proto,
+                None => graph.initializer.push(proto),
+            }
+        }
+    }
+    let bn_params: HashSet<String> = remove
+        .iter()
+        .flat_map(|&i| graph.node[i].input.iter().skip(1).cloned())
+        .collect();
+    let mut index = 0;
+    graph.node.retain(|_| {
+        let keep = !remove.contains(&index);
+        index += 1;
+        keep
+    });
+    // The folded BatchNormalizations' parameters are dropped unless something else reads them.
+    let used: HashSet<String> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.input.iter().cloned())
+        .collect();
+    graph
+        .initializer
+        .retain(|t| !bn_params.contains(t.name()) || used.contains(t.name()));
+    Ok(folded)
+}

@@ -1,0 +1,554 @@
+//! [`Recipe`]: every choice that determines a quantized model, saved as TOML.
+//!
+//! A recipe plus the float model and its calibration statistics reproduce the QDQ model
+//! exactly; the studio saves one, the CLI reads or writes one (`--recipe`, `--save-recipe`),
+//! and every output model carries its recipe in `metadata_props`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::calib::range::{Range, RangeMethod};
+use crate::model::{DataType, Graph};
+
+/// The recipe format version written by this build.
+pub const RECIPE_VERSION: u32 = 1;
+
+/// What is quantized and to which types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantMode {
+    /// Integer activations and weights (8- or 16-bit).
+    Int8,
+    /// FP8 E4M3FN activations and weights.
+    Fp8,
+    /// 4-bit block-wise weights of MatMul/Gemm, activations left in float.
+    Int4,
+}
+
+/// Where Q/DQ nodes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// onnxruntime's QDQ placement for its registered op types.
+    Ort,
+    /// TensorRT explicit quantization: Q/DQ on the inputs of compute ops only.
+    Tensorrt,
+}
+
+/// A per-tensor choice that overrides the recipe's defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TensorOverride {
+    /// A fixed range instead of the calibrated one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<[f32; 2]>,
+    /// Another calibration method for this tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<RangeMethod>,
+    /// Another activation type for this tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<QuantType>,
+    /// Leave this tensor in float (no Q/DQ on it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_float: bool,
+}
+
+/// An integer (or fp8) quantized element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantType {
+    /// Unsigned 8-bit.
+    Uint8,
+    /// Signed 8-bit.
+    Int8,
+    /// Unsigned 16-bit.
+    Uint16,
+    /// Signed 16-bit.
+    Int16,
+    /// Signed 4-bit.
+    Int4,
+    /// Unsigned 4-bit.
+    Uint4,
+    /// FP8 E4M3FN.
+    Float8e4m3fn,
+}
+
+impl QuantType {
+    /// The ONNX element type.
+    pub fn data_type(self) -> DataType {
+        match self {
+            QuantType::Uint8 => DataType::Uint8,
+            QuantType::Int8 => DataType::Int8,
+            QuantType::Uint16 => DataType::Uint16,
+            QuantType::Int16 => DataType::Int16,
+            QuantType::Int4 => DataType::Int4,
+            QuantType::Uint4 => DataType::Uint4,
+            QuantType::Float8e4m3fn => DataType::Float8E4M3FN,
+        }
+    }
+
+    /// True for signed integer types.
+    pub fn is_signed(self) -> bool {
+        matches!(self, QuantType::Int8 | QuantType::Int16 | QuantType::Int4)
+    }
+
+    /// Parses a CLI name.
+    pub fn parse(name: &str) -> Option<QuantType> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "uint8" | "u8" | "quint8" => QuantType::Uint8,
+            "int8" | "s8" | "qint8" => QuantType::Int8,
+            "uint16" | "u16" => QuantType::Uint16,
+            "int16" | "s16" => QuantType::Int16,
+            "int4" | "s4" => QuantType::Int4,
+            "uint4" | "u4" => QuantType::Uint4,
+            "fp8" | "float8e4m3fn" => QuantType::Float8e4m3fn,
+            _ => return None,
+        })
+    }
+}
+
+/// Optional graph clean-ups applied to a copy before quantizing (what onnxruntime's
+/// `quant_pre_process` does for its users).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preprocessing {
+    /// Turn Constant-node tensors into initializers.
+    #[serde(default = "yes")]
+    pub constants_to_initializers: bool,
+    /// Fold BatchNormalization into a preceding Conv/ConvTranspose/Gemm.
+    #[serde(default = "yes")]
+    pub fold_batchnorm: bool,
+    /// Remove Identity and Dropout nodes.
+    #[serde(default = "yes")]
+    pub drop_identity: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Preprocessing {
+    fn default() -> Self {
+        Preprocessing {
+            constants_to_initializers: true,
+            fold_batchnorm: true,
+            drop_identity: true,
+        }
+    }
+}
+
+/// Everything that determines the quantized model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// Recipe format version.
+    pub version: u32,
+    /// What to quantize to.
+    pub mode: QuantMode,
+    /// Activation type (int8 mode).
+    pub activation_type: QuantType,
+    /// Weight type.
+    pub weight_type: QuantType,
+    /// Symmetric activation ranges.
+    #[serde(default)]
+    pub symmetric_activations: bool,
+    /// Symmetric weight ranges (default: symmetric for signed weight types).
+    #[serde(default = "yes")]
+    pub symmetric_weights: bool,
+    /// One scale per output channel for weights.
+    pub per_channel: bool,
+    /// 7-bit weights (onnxruntime's `reduce_range`, for old x86 VNNI-less CPUs).
+    #[serde(default)]
+    pub reduce_range: bool,
+    /// Q/DQ placement policy.
+    pub placement: Placement,
+    /// How activation ranges are chosen.
+    pub calibration_method: RangeMethod,
+    /// Op types to quantize (empty: the policy's defaults).
+    #[serde(default)]
+    pub op_types_to_quantize: Vec<String>,
+    /// Op types never quantized.
+    #[serde(default)]
+    pub op_types_to_exclude: Vec<String>,
+    /// Only nodes whose name matches one of these (exact names or regex, matched at the start
+    /// like Python's `re.match`).
+    #[serde(default)]
+    pub nodes_to_quantize: Vec<String>,
+    /// Nodes never quantized (exact names or regex, `re.match`).
+    #[serde(default)]
+    pub nodes_to_exclude: Vec<String>,
+    /// Quantize only between these nodes (their names); empty: from the inputs.
+    #[serde(default)]
+    pub subgraph_start: Vec<String>,
+    /// ... and these (empty: to the outputs).
+    #[serde(default)]
+    pub subgraph_end: Vec<String>,
+    /// Block size of int4 weights.
+    #[serde(default = "default_block_size")]
+    pub block_size: usize,
+    /// Graph clean-ups applied first.
+    #[serde(default)]
+    pub preprocessing: Preprocessing,
+    /// Per-tensor overrides, by tensor name.
+    #[serde(default)]
+    pub tensor_overrides: BTreeMap<String, TensorOverride>,
+}
+
+fn default_block_size() -> usize {
+    128
+}
+
+impl Default for Recipe {
+    /// onnxruntime `quantize_static`'s usual setting: uint8 activations, int8 per-channel
+    /// weights, MinMax, its placement.
+    fn default() -> Self {
+        Recipe {
+            version: RECIPE_VERSION,
+            mode: QuantMode::Int8,
+            activation_type: QuantType::Uint8,
+            weight_type: QuantType::Int8,
+            symmetric_activations: false,
+            symmetric_weights: true,
+            per_channel: true,
+            reduce_range: false,
+            placement: Placement::Ort,
+            calibration_method: RangeMethod::MinMax {
+                moving_average: false,
+            },
+            op_types_to_quantize: Vec::new(),
+            op_types_to_exclude: Vec::new(),
+            nodes_to_quantize: Vec::new(),
+            nodes_to_exclude: Vec::new(),
+            subgraph_start: Vec::new(),
+            subgraph_end: Vec::new(),
+            block_size: default_block_size(),
+            preprocessing: Preprocessing::default(),
+            tensor_overrides: BTreeMap::new(),
+        }
+    }
+}
+
+/// A recipe problem, with the line it is on when it came from a file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecipeError {
+    /// The TOML does not parse or has unknown keys.
+    #[error("{path}: {message}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// Settings that contradict each other or the model.
+    #[error("{}", .problems.join("; "))]
+    Invalid {
+        /// One line per problem.
+        problems: Vec<String>,
+    },
+    /// The file could not be read or written.
+    #[error("{path}: {reason}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The 1-based line of `key` in `text`, for messages.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines()
+        .position(|l| l.trim_start().starts_with(key))
+        .map(|i| i + 1)
+}
+
+/// A node-name pattern: an exact name or a regex matched at the start (`re.match`).
+#[derive(Debug, Clone)]
+pub struct NamePattern {
+    text: String,
+    regex: Option<Regex>,
+}
+
+impl NamePattern {
+    /// Compiles a pattern; a string that is not valid regex is taken literally.
+    pub fn new(text: &str) -> Self {
+        NamePattern {
+            text: text.to_owned(),
+            regex: Regex::new(&format!("^(?:{text})")).ok(),
+        }
+    }
+
+    /// True when `name` is the pattern or the regex matches at its start.
+    pub fn matches(&self, name: &str) -> bool {
+        name == self.text || self.regex.as_ref().is_some_and(|r| r.is_match(name))
+    }
+}
+
+/// Up to three names close to `wanted`, for "did you mean" messages.
+pub fn close_matches<'a>(wanted: &str, candidates: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut scored: Vec<(f64, &str)> = candidates
+        .map(|c| (strsim::normalized_levenshtein(wanted, c), c))
+        .filter(|(score, _)| *score > 0.5)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, c)| c.to_owned())
+        .collect()
+}
+
+impl Recipe {
+    /// Parses TOML, refusing unknown keys (with their line).
+    pub fn from_toml(text: &str, origin: &str) -> Result<Recipe, RecipeError> {
+        let recipe: Recipe = toml::from_str(text).map_err(|e| RecipeError::Parse {
+            path: origin.to_owned(),
+            message: e.to_string().replace('\n', " "),
+        })?;
+        if recipe.version > RECIPE_VERSION {
+            return Err(RecipeError::Parse {
+                path: origin.to_owned(),
+                message: format!(
+                    "recipe version {} is newer than this qdq-studio understands ({RECIPE_VERSION})",
+                    recipe.version
+                ),
+            });
+        }
+        recipe
+            .check_settings()
+            .map_err(|problems| RecipeError::Invalid {
+                problems: problems
+                    .into_iter()
+                    .map(|(key, p)| match line_of(text, key) {
+                        Some(line) => format!("{origin} line {line}: {p}"),
+                        None => format!("{origin}: {p}"),
+                    })
+                    .collect(),
+            })?;
+        Ok(recipe)
+    }
+
+    /// Reads a recipe file.
+    pub fn load(path: &Path) -> Result<Recipe, RecipeError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RecipeError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// The recipe as TOML.
+    pub fn to_toml(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Writes the recipe atomically.
+    pub fn save(&self, path: &Path) -> Result<(), RecipeError> {
+        crate::atomic::write(path, self.to_toml().as_bytes())
+            .map(|_| ())
+            .map_err(|e| RecipeError::Io {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Settings that contradict each other, as (key, message).
+    fn check_settings(&self) -> Result<(), Vec<(&'static str, String)>> {
+        let mut problems = Vec::new();
+        let fp8 = QuantType::Float8e4m3fn;
+        match self.mode {
+            QuantMode::Fp8 => {
+                if self.activation_type != fp8 {
+                    problems.push((
+                        "activation_type",
+                        format!(
+                            "fp8 mode needs activation_type = \"float8e4m3fn\", not {:?}",
+                            self.activation_type
+                        ),
+                    ));
+                }
+                if self.weight_type != fp8 {
+                    problems.push((
+                        "weight_type",
+                        "fp8 mode needs weight_type = \"float8e4m3fn\"".to_owned(),
+                    ));
+                }
+            }
+            QuantMode::Int4 => {
+                if !matches!(self.weight_type, QuantType::Int4 | QuantType::Uint4) {
+                    problems.push((
+                        "weight_type",
+                        "int4 mode needs weight_type = \"int4\" or \"uint4\"".to_owned(),
+                    ));
+                }
+                if self.block_size < 16 || !self.block_size.is_power_of_two() {
+                    problems.push((
+                        "block_size",
+                        format!(
+                            "block_size must be a power of two ≥ 16, got {}",
+                            self.block_size
+                        ),
+                    ));
+                }
+            }
+            QuantMode::Int8 => {
+                if self.activation_type == fp8 || self.weight_type == fp8 {
+                    problems.push(("mode", "float8e4m3fn types need mode = \"fp8\"".to_owned()));
+                }
+                if matches!(self.activation_type, QuantType::Int4 | QuantType::Uint4) {
+                    problems.push((
+                        "activation_type",
+                        "4-bit activations are not supported".to_owned(),
+                    ));
+                }
+                if self.activation_type.is_signed() && !self.weight_type.is_signed() {
+                    problems.push(("weight_type", "signed activations with unsigned weights are not supported by onnxruntime's kernels".to_owned()));
+                }
+            }
+        }
+        for (name, o) in &self.tensor_overrides {
+            if let Some([lo, hi]) = o.range
+                && !(lo <= hi && lo.is_finite() && hi.is_finite())
+            {
+                problems.push((
+                    "tensor_overrides",
+                    format!("override of '{name}': range [{lo}, {hi}] is not a finite lo ≤ hi"),
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Checks that every node and op type the recipe names exists in `graph`; suggests close
+    /// matches for the ones that do not.
+    pub fn check_against(&self, graph: &Graph) -> Result<(), RecipeError> {
+        let mut problems = Vec::new();
+        let names: Vec<&str> = graph.nodes().iter().map(|n| n.name.as_str()).collect();
+        let op_types: std::collections::BTreeSet<&str> =
+            graph.nodes().iter().map(|n| n.op_type.as_str()).collect();
+        let suggest = |wanted: &str, pool: &mut dyn Iterator<Item = &str>| {
+            let close = close_matches(wanted, pool);
+            if close.is_empty() {
+                String::new()
+            } else {
+                format!(" (did you mean {}?)", close.join(", "))
+            }
+        };
+        for (key, patterns) in [
+            ("nodes_to_quantize", &self.nodes_to_quantize),
+            ("nodes_to_exclude", &self.nodes_to_exclude),
+            ("subgraph_start", &self.subgraph_start),
+            ("subgraph_end", &self.subgraph_end),
+        ] {
+            for pattern in patterns {
+                let p = NamePattern::new(pattern);
+                if !names.iter().any(|n| p.matches(n)) {
+                    problems.push(format!(
+                        "{key}: no node matches '{pattern}'{}",
+                        suggest(pattern, &mut names.iter().copied())
+                    ));
+                }
+            }
+        }
+        for (key, list) in [
+            ("op_types_to_quantize", &self.op_types_to_quantize),
+            ("op_types_to_exclude", &self.op_types_to_exclude),
+        ] {
+            for op in list {
+                if !op_types.contains(op.as_str()) {
+                    problems.push(format!(
+                        "{key}: the model has no '{op}' nodes{}",
+                        suggest(op, &mut op_types.iter().copied())
+                    ));
+                }
+            }
+        }
+        for name in self.tensor_overrides.keys() {
+            if graph.tensor(name).is_none() {
+                let tensors: Vec<&str> = graph.tensors().iter().map(|t| t.name.as_str()).collect();
+                problems.push(format!(
+                    "tensor_overrides: the model has no tensor '{name}'{}",
+                    suggest(name, &mut tensors.iter().copied())
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(RecipeError::Invalid { problems })
+        }
+    }
+
+    /// The range override for a tensor, if the recipe fixes one.
+    pub fn fixed_range(&self, tensor: &str) -> Option<Range> {
+        self.tensor_overrides
+            .get(tensor)
+            .and_then(|o| o.range)
+            .map(|[lo, hi]| Range { lo, hi })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_recipe_round_trips_through_toml() {
+        let mut recipe = Recipe::default();
+        recipe.nodes_to_exclude.push("head/.*".into());
+        recipe.tensor_overrides.insert(
+            "t".into(),
+            TensorOverride {
+                range: Some([-1.0, 2.0]),
+                ..Default::default()
+            },
+        );
+        let text = recipe.to_toml();
+        assert_eq!(Recipe::from_toml(&text, "r.toml").unwrap(), recipe);
+    }
+
+    #[test]
+    fn unknown_keys_and_contradictions_name_their_line() {
+        let mut text = Recipe::default().to_toml();
+        text.push_str("colour = \"blue\"\n");
+        let err = Recipe::from_toml(&text, "r.toml").unwrap_err();
+        assert!(err.to_string().contains("colour"), "{err}");
+
+        let text = Recipe::default()
+            .to_toml()
+            .replace("mode = \"int8\"", "mode = \"fp8\"");
+        let err = Recipe::from_toml(&text, "r.toml").unwrap_err().to_string();
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("activation_type"))
+            .unwrap()
+            + 1;
+        assert!(
+            err.contains(&format!("r.toml line {line}")) && err.contains("float8e4m3fn"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn patterns_match_like_python_re_match() {
+        let p = NamePattern::new("conv.*");
+        assert!(p.matches("conv1") && p.matches("conv") && !p.matches("my_conv"));
+        let exact = NamePattern::new("a.b[");
+        assert!(
+            exact.matches("a.b["),
+            "invalid regex falls back to the literal name"
+        );
+        assert_eq!(
+            close_matches("conv_1", ["conv_2", "relu", "conv_11"].into_iter()).len(),
+            2
+        );
+    }
+}
