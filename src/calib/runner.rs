@@ -19,7 +19,7 @@ use crate::model::builder::value_info;
 use crate::model::proto::ValueInfoProto;
 use crate::model::{DataType, Graph, Model, TensorKind};
 use crate::runtime::value::to_value;
-use crate::runtime::{Runtime, SessionOptions};
+use crate::runtime::{Optimization, Runtime, SessionOptions};
 
 /// The tensors calibration observes: every float (or untyped) tensor read or written by a
 /// node, that is not a weight. Ordered as the graph computes them.
@@ -129,7 +129,11 @@ pub fn calibrate(
     }
     let bytes = augmented_model(model, &graph, &tensors)?;
     let options = SessionOptions {
-        optimize: config.optimize,
+        optimization: if config.optimize {
+            Optimization::All
+        } else {
+            Optimization::Disable
+        },
         intra_threads: 0,
     };
     let mut session = runtime.session_from_bytes(&bytes, &config.execution_providers, options)?;

@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 pub mod inspect;
+pub mod quantize;
 pub mod runtime;
 
 use std::path::PathBuf;
@@ -30,6 +31,10 @@ pub enum Command {
     Runtime(runtime::RuntimeArgs),
     /// Run calibration data through the model and save per-tensor statistics.
     Calibrate(Box<calibrate::CalibrateArgs>),
+    /// Quantize a model to QDQ (calibrating first unless statistics are given).
+    Quantize(Box<quantize::QuantizeArgs>),
+    /// Apply the quantizer's pre-processing only (constants, BatchNormalization, Identity).
+    Preprocess(quantize::PreprocessArgs),
 }
 
 /// Runs a headless subcommand.
@@ -38,6 +43,8 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Inspect(args) => inspect::run(&args),
         Command::Runtime(args) => runtime::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),
+        Command::Quantize(args) => quantize::run(&args),
+        Command::Preprocess(args) => quantize::run_preprocess(&args),
     }
 }
 

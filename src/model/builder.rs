@@ -170,6 +170,20 @@ impl ModelBuilder {
         self
     }
 
+    /// Declares a graph input of unknown shape (not even its rank).
+    pub fn input_any_shape(&mut self, name: &str, dtype: DataType) -> &mut Self {
+        let mut info = value_info(name, dtype, &[]);
+        if let Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(t)),
+            ..
+        }) = info.r#type.as_mut()
+        {
+            t.shape = None;
+        }
+        self.graph().input.push(info);
+        self
+    }
+
     /// Declares a graph output.
     pub fn output(&mut self, name: &str, dtype: DataType, shape: &[i64]) -> &mut Self {
         self.graph().output.push(value_info(name, dtype, shape));

@@ -14,7 +14,7 @@ use crate::calib::stats::CalibrationStats;
 use crate::model::proto::StringStringEntryProto;
 use crate::model::{Graph, Model, ModelError};
 use crate::recipe::{QuantMode, QuantType, Recipe, RecipeError};
-use crate::runtime::{EpSpec, Runtime, RuntimeError, SessionOptions};
+use crate::runtime::{EpSpec, Optimization, Runtime, RuntimeError, SessionOptions};
 
 pub use plan::{Exclusion, Plan, TensorRole};
 pub use preprocess::PreprocessReport;
@@ -174,10 +174,14 @@ pub fn quantize(
         });
     }
     let rewritten = rewrite::rewrite(&mut work, &graph, &plan, recipe, stats)?;
+    let observed_rank = |tensor: &str| -> Option<usize> {
+        stats?.tensors.get(tensor)?.shapes.first().map(Vec::len)
+    };
     let opset_raised = opset::raise(
         work.proto_mut(),
         &graph,
         needed_opset(recipe, rewritten.per_axis),
+        &observed_rank,
     )?;
     let proto = work.proto_mut();
     proto
@@ -214,11 +218,29 @@ pub fn quantize(
     })
 }
 
+/// The session options a quantized model runs with on the CPU (FP8 models need basic
+/// optimizations only; see [`Optimization::Basic`]).
+pub fn cpu_session_options(model: &Model) -> SessionOptions {
+    let fp8 = model
+        .graph()
+        .initializer
+        .iter()
+        .any(|t| t.data_type() == crate::model::DataType::Float8E4M3FN.to_onnx());
+    SessionOptions {
+        optimization: if fp8 {
+            Optimization::Basic
+        } else {
+            Optimization::All
+        },
+        ..SessionOptions::default()
+    }
+}
+
 /// Opens the model in an ONNX Runtime session on the CPU: a saved model must load.
 pub fn verify_loads(model: &Model, runtime: &Runtime) -> Result<(), QuantError> {
     let bytes = model.to_bytes()?;
     runtime
-        .session_from_bytes(&bytes, &[EpSpec::Cpu], SessionOptions::default())
+        .session_from_bytes(&bytes, &[EpSpec::Cpu], cpu_session_options(model))
         .map(|_| ())
         .map_err(|e| QuantError::Invalid(e.to_string()))
 }

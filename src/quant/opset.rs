@@ -55,8 +55,14 @@ pub fn default_opset(proto: &crate::model::proto::ModelProto) -> Option<i64> {
         .map(|o| o.version())
 }
 
-/// Nodes whose behaviour would change if the opset went from `from` to `to`.
-pub fn blocking_nodes(graph: &Graph, from: i64, to: i64) -> Vec<String> {
+/// Nodes whose behaviour would change if the opset went from `from` to `to`. `observed_rank`
+/// gives a tensor's rank seen during calibration when the model does not declare it.
+pub fn blocking_nodes(
+    graph: &Graph,
+    from: i64,
+    to: i64,
+    observed_rank: &dyn Fn(&str) -> Option<usize>,
+) -> Vec<String> {
     let mut blocking = Vec::new();
     for node in graph
         .nodes()
@@ -75,9 +81,7 @@ pub fn blocking_nodes(graph: &Graph, from: i64, to: i64) -> Vec<String> {
             let rank = node
                 .inputs
                 .first()
-                .and_then(|i| graph.tensor(i))
-                .and_then(|t| t.shape.as_ref())
-                .map(Vec::len);
+                .and_then(|i| rank_of(graph, i).or_else(|| observed_rank(i)));
             let axis = node_axis(node);
             let last = matches!((rank, axis), (Some(r), Some(a)) if a == -1 || a == r as i64 - 1);
             if !last {
@@ -102,12 +106,13 @@ pub fn raise(
     proto: &mut crate::model::proto::ModelProto,
     graph: &Graph,
     to: i64,
+    observed_rank: &dyn Fn(&str) -> Option<usize>,
 ) -> Result<Option<(i64, i64)>, QuantError> {
     let from = default_opset(proto).unwrap_or(1);
     if from >= to {
         return Ok(None);
     }
-    let blocking = blocking_nodes(graph, from, to);
+    let blocking = blocking_nodes(graph, from, to, observed_rank);
     if !blocking.is_empty() {
         return Err(QuantError::OpsetRaise { from, to, blocking });
     }

@@ -1,7 +1,7 @@
 //! Which nodes are quantized and what happens to each of their tensors, for each placement
 //! policy. The plan is pure data; [`super::rewrite`] turns it into a QDQ model.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use crate::model::{DataType, Graph, NodeId, TensorKind};
 use crate::recipe::{NamePattern, Placement, QuantMode, Recipe};
@@ -114,8 +114,8 @@ pub struct Plan {
     pub excluded: BTreeMap<NodeId, Exclusion>,
     /// Tensor name → role.
     pub roles: BTreeMap<String, TensorRole>,
-    /// Relu/Clip nodes removed because the previous range makes them exact: node → (its
-    /// input, its output).
+    /// Relu/Clip nodes removed because the previous range makes them exact: (node, its input,
+    /// its output). The input's producer is renamed to write the output.
     pub removed: Vec<(NodeId, String, String)>,
 }
 
@@ -216,14 +216,6 @@ pub fn plan(
         .map(|(n, _)| n.as_str())
         .collect();
     let mut p = Plan::default();
-    let mut alias: HashMap<String, String> = HashMap::new();
-    let resolve = |alias: &HashMap<String, String>, name: &str| -> String {
-        let mut name = name.to_owned();
-        while let Some(next) = alias.get(&name) {
-            name = next.clone();
-        }
-        name
-    };
     let is_weight = |name: &str| {
         graph
             .tensor(name)
@@ -259,12 +251,7 @@ pub fn plan(
             p.roles.entry(name.to_owned()).or_insert(role);
             true
         };
-        let input = |i: usize| {
-            node.inputs
-                .get(i)
-                .map(|n| resolve(&alias, n))
-                .unwrap_or_default()
-        };
+        let input = |i: usize| node.inputs.get(i).cloned().unwrap_or_default();
         let op = node.op_type.as_str();
         let quantize_outputs = recipe.placement == Placement::Ort && recipe.mode == QuantMode::Int8;
         let activation_inputs = recipe.mode != QuantMode::Int4;
@@ -336,31 +323,42 @@ pub fn plan(
                 && consumers(&x) == 1
                 && !graph.tensor(&x).is_some_and(|t| t.is_output)
                 && !graph.tensor(&y).is_some_and(|t| t.is_output);
-            if removable {
+            if removable && graph.tensor(&x).is_some_and(|t| t.producer.is_some()) {
+                // As onnxruntime does, the producer then writes the Relu's output name, which
+                // carries the Relu's (calibrated) range.
+                if let Some(role) = p.roles.remove(&x) {
+                    p.roles.insert(y.clone(), role);
+                }
                 p.removed.push((id, x.clone(), y.clone()));
-                alias.insert(y, x);
             } else {
                 set(&mut p, &x, TensorRole::Activation);
                 set(&mut p, &y, TensorRole::Activation);
             }
         } else if recipe.placement == Placement::Tensorrt {
-            // Inputs only; a residual Add quantizes only its non-residual input.
+            // Inputs only. An Add of two activations is a residual join: only the
+            // non-residual input gets Q/DQ. An Add with a constant is a bias TensorRT fuses
+            // into the preceding layer: left alone.
             let inputs: Vec<String> = (0..node.inputs.len()).map(input).collect();
-            let residual = if op == "Add" && inputs.len() == 2 {
-                residual_input(graph, &inputs)
-            } else {
-                None
-            };
-            for (i, x) in inputs.iter().enumerate() {
-                if Some(i) == residual {
-                    continue;
+            if op == "Add" {
+                let activations = inputs.len() == 2 && !inputs.iter().any(|i| is_weight(i));
+                match residual_input(graph, &inputs).filter(|_| activations) {
+                    Some(residual) => {
+                        set(&mut p, &inputs[1 - residual], TensorRole::Activation);
+                    }
+                    None => {
+                        p.excluded.insert(id, Exclusion::OpTypeNotQuantized);
+                        continue;
+                    }
                 }
-                let role = if is_weight(x) {
-                    TensorRole::ConstantActivation
-                } else {
-                    TensorRole::Activation
-                };
-                set(&mut p, x, role);
+            } else {
+                for x in &inputs {
+                    let role = if is_weight(x) {
+                        TensorRole::ConstantActivation
+                    } else {
+                        TensorRole::Activation
+                    };
+                    set(&mut p, x, role);
+                }
             }
         } else {
             let norm = NORM_OPS.contains(&op);
@@ -393,13 +391,15 @@ pub fn plan(
 }
 
 /// For a residual `Add(a, b)`, the index of the input that comes from further back (the
-/// skip connection), which TensorRT fuses without Q/DQ.
+/// skip connection, produced earlier or a graph input), which TensorRT fuses without Q/DQ.
 fn residual_input(graph: &Graph, inputs: &[String]) -> Option<usize> {
-    let depth = |name: &str| {
-        graph
-            .topological_order()
-            .iter()
-            .position(|&id| graph.node(id).outputs.iter().any(|o| o == name))
+    let order = graph.topological_order();
+    let depth = |name: &str| -> Option<i64> {
+        let tensor = graph.tensor(name)?;
+        match tensor.producer {
+            Some(p) => order.iter().position(|&id| id == p).map(|d| d as i64),
+            None => Some(-1),
+        }
     };
     match (depth(&inputs[0]), depth(&inputs[1])) {
         (Some(a), Some(b)) if a != b => Some(if a < b { 0 } else { 1 }),

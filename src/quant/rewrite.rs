@@ -708,18 +708,12 @@ pub fn rewrite(
 
     // 5. Rebuild the node list in topological order.
     let removed: HashSet<usize> = plan.removed.iter().map(|(id, _, _)| id.0).collect();
-    let removed_alias: HashMap<String, String> = plan
+    // A removed Relu/Clip's producer writes the removed node's output name instead.
+    let producer_renames: HashMap<String, String> = plan
         .removed
         .iter()
-        .map(|(_, x, y)| (y.clone(), x.clone()))
+        .map(|(_, x, y)| (x.clone(), y.clone()))
         .collect();
-    let resolve_alias = |name: &str| -> String {
-        let mut n = name.to_owned();
-        while let Some(x) = removed_alias.get(&n) {
-            n = x.clone();
-        }
-        n
-    };
     let mut nodes: Vec<NodeProto> = weight_dq;
     for input in graph.inputs() {
         if let Some(pair) = qdq_after.remove(input) {
@@ -735,11 +729,15 @@ pub fn rewrite(
             if input.is_empty() {
                 continue;
             }
-            let resolved = resolve_alias(input);
-            *input = replaced_inputs.get(&resolved).cloned().unwrap_or(resolved);
+            if let Some(replacement) = replaced_inputs.get(input.as_str()) {
+                *input = replacement.clone();
+            }
         }
         let mut after = Vec::new();
         for output in &mut n.output {
+            if let Some(renamed) = producer_renames.get(output.as_str()) {
+                *output = renamed.clone();
+            }
             if let Some(pair) = qdq_after.remove(output.as_str()) {
                 after.extend(pair);
             }
@@ -761,9 +759,16 @@ pub fn rewrite(
         .iter()
         .flat_map(|n| n.input.iter().cloned())
         .collect();
+    // Constant inputs of removed Relu/Clip nodes (Clip's min/max) are now unread.
+    let removed_inputs: HashSet<String> = plan
+        .removed
+        .iter()
+        .flat_map(|(id, _, _)| proto_graph.node[id.0].input.iter().skip(1).cloned())
+        .collect();
     let dropped = |name: &str| {
         drop_biases.contains(name)
-            || (drop_initializers.contains(name) && !still_read.contains(name))
+            || ((drop_initializers.contains(name) || removed_inputs.contains(name))
+                && !still_read.contains(name))
     };
     g.initializer.retain(|t| !dropped(t.name()));
     // Old models list initializers as graph inputs too: a dropped one must not stay an input.

@@ -179,11 +179,24 @@ fn probe_model() -> Result<Vec<u8>, RuntimeError> {
         .map_err(|e| RuntimeError::Ort(e.to_string()))
 }
 
+/// How much ONNX Runtime may rewrite the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Optimization {
+    /// None (calibration, as onnxruntime's calibrator: fused nodes would hide tensors).
+    Disable,
+    /// Constant folding and redundant-node removal only. FP8 QDQ models need this on the CPU:
+    /// the extended QDQ fusions turn float8 DequantizeLinear+MatMul into kernels that have
+    /// no float8 implementation.
+    Basic,
+    /// Everything (inference).
+    All,
+}
+
 /// Session settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOptions {
-    /// Apply ONNX Runtime's graph optimizations (off for calibration, as ORT's calibrator does).
-    pub optimize: bool,
+    /// Graph optimization level.
+    pub optimization: Optimization,
     /// Threads inside one operator (0 = ONNX Runtime's default).
     pub intra_threads: usize,
 }
@@ -191,7 +204,7 @@ pub struct SessionOptions {
 impl Default for SessionOptions {
     fn default() -> Self {
         SessionOptions {
-            optimize: true,
+            optimization: Optimization::All,
             intra_threads: 0,
         }
     }
@@ -324,10 +337,10 @@ impl Runtime {
     ) -> Result<ort::session::builder::SessionBuilder, RuntimeError> {
         let mut builder = Session::builder(&self.environment)?;
         builder = builder
-            .with_optimization_level(if options.optimize {
-                GraphOptimizationLevel::All
-            } else {
-                GraphOptimizationLevel::Disable
+            .with_optimization_level(match options.optimization {
+                Optimization::Disable => GraphOptimizationLevel::Disable,
+                Optimization::Basic => GraphOptimizationLevel::Level1,
+                Optimization::All => GraphOptimizationLevel::All,
             })
             .map_err(ort::Error::from)?;
         if options.intra_threads > 0 {

@@ -1,0 +1,588 @@
+//! The QDQ quantizer against onnxruntime's (fixture from
+//! `tests/fixtures/make_ort_qdq_fixture.py`) and real ONNX Runtime sessions.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ndarray::{Array4, ArrayD, Dimension, IxDyn};
+use qdq_studio::calib::data::{DataSpec, model_inputs};
+use qdq_studio::calib::{CalibrationConfig, CalibrationStats, calibrate};
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray};
+use qdq_studio::quant::{self, preprocess::preprocess};
+use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe};
+use qdq_studio::runtime::{EpSpec, SessionOptions};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use common::{cli, runtime};
+
+fn asset(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/sample")
+        .join(name)
+}
+
+fn sample() -> Model {
+    Model::load(&asset("ppocr_cls.onnx")).unwrap()
+}
+
+/// Calibrates the model as the quantizer will see it (pre-processed, nodes named).
+fn stats_for(model: &Model, recipe: &Recipe, data: &Path, batch_size: usize) -> CalibrationStats {
+    let (mut prepared, _) = preprocess(model, &recipe.preprocessing).unwrap();
+    quant::name_nodes(&mut prepared);
+    let inputs = model_inputs(&Graph::build(&prepared));
+    let mut source = DataSpec::Npz {
+        path: data.to_path_buf(),
+    }
+    .open(&inputs)
+    .unwrap();
+    let config = CalibrationConfig {
+        batch_size,
+        ..CalibrationConfig::default()
+    };
+    calibrate(
+        &prepared,
+        source.as_mut(),
+        &runtime(),
+        &config,
+        &JobContext::silent(),
+    )
+    .unwrap()
+}
+
+/// Runs a model on the sample's evaluation images; returns the class scores.
+fn run(model: &Model) -> ArrayD<f32> {
+    let inputs = model_inputs(&Graph::build(model));
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&inputs)
+    .unwrap();
+    let batch = source.next_batch(16).unwrap().unwrap();
+    let TensorArray::Float32(x) = batch.inputs[0].1.clone() else {
+        panic!()
+    };
+    let bytes = model.to_bytes().unwrap();
+    let mut session = runtime()
+        .session_from_bytes(&bytes, &[EpSpec::Cpu], SessionOptions::default())
+        .unwrap();
+    let value = ort::value::Tensor::from_array(x).unwrap();
+    let outputs = session.run(ort::inputs!["x" => value]).unwrap();
+    outputs[0].try_extract_array::<f32>().unwrap().to_owned()
+}
+
+fn sqnr(reference: &ArrayD<f32>, test: &ArrayD<f32>) -> f64 {
+    let signal: f64 = reference
+        .iter()
+        .map(|&v| f64::from(v).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let noise: f64 = reference
+        .iter()
+        .zip(test)
+        .map(|(&a, &b)| f64::from(a - b).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    20.0 * (signal.max(f64::EPSILON) / noise.max(f64::EPSILON)).log10()
+}
+
+fn argmax_rows(a: &ArrayD<f32>) -> Vec<usize> {
+    a.outer_iter()
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .max_by(|x, y| x.1.total_cmp(y.1))
+                .map(|(i, _)| i)
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Our scales, zero points and quantized-weight digests, in the fixture's form.
+fn extract(model: &Model) -> BTreeMap<String, Value> {
+    model
+        .graph()
+        .initializer
+        .iter()
+        .filter_map(|t| {
+            let array = model.tensor_array(t).unwrap();
+            let name = t.name().to_owned();
+            if name.ends_with("_scale") || name.ends_with("_zero_point") {
+                let values: Vec<Value> = match &array {
+                    TensorArray::Float32(a) => {
+                        a.iter().map(|&v| Value::from(f64::from(v))).collect()
+                    }
+                    other => other
+                        .to_f32()
+                        .iter()
+                        .map(|&v| Value::from(v as i64))
+                        .collect(),
+                };
+                Some((name, serde_json::json!({ "values": values })))
+            } else if name.ends_with("_quantized") {
+                let raw = array.to_proto("").raw_data.unwrap();
+                let digest: String = Sha256::digest(&raw)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                Some((name, serde_json::json!({ "sha256": digest })))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn compare_with_onnxruntime(per_channel: bool) {
+    let fixture: Value =
+        serde_json::from_str(include_str!("fixtures/ort_qdq_sample.json")).unwrap();
+    let expected = fixture[if per_channel {
+        "per_channel"
+    } else {
+        "per_tensor"
+    }]
+    .as_object()
+    .unwrap();
+    let recipe = Recipe {
+        per_channel,
+        ..Recipe::default()
+    };
+    let model = sample();
+    let stats = stats_for(&model, &recipe, &asset("calib.npz"), 4);
+    let quantized = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let ours = extract(&quantized.model);
+    let mut compared = 0;
+    for (name, want) in expected {
+        let Some(got) = ours.get(name) else { continue };
+        compared += 1;
+        if let Some(digest) = want.get("sha256") {
+            assert_eq!(&got["sha256"], digest, "{name}: quantized weights differ");
+        } else {
+            let want: Vec<f64> = want["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            let got: Vec<f64> = got["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            let same = want.len() == got.len()
+                && want
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| (*a as f32).to_bits() == (*b as f32).to_bits());
+            assert!(same, "{name}: ours {got:?} vs onnxruntime {want:?}");
+        }
+    }
+    // onnxruntime also writes a few tensors we place differently; nearly all must be shared.
+    assert!(
+        compared * 100 >= expected.len() * 95,
+        "only {compared} of {} onnxruntime tensors found",
+        expected.len()
+    );
+    runtime_check(&quantized.model);
+}
+
+fn runtime_check(model: &Model) {
+    quant::verify_loads(model, &runtime()).unwrap();
+}
+
+#[test]
+fn per_tensor_scales_zero_points_and_weights_equal_onnxruntime() {
+    compare_with_onnxruntime(false);
+}
+
+#[test]
+fn per_channel_scales_zero_points_and_weights_equal_onnxruntime() {
+    compare_with_onnxruntime(true);
+}
+
+#[test]
+fn the_quantized_sample_stays_accurate() {
+    let model = sample();
+    let recipe = Recipe::default();
+    let stats = stats_for(&model, &recipe, &asset("calib.npz"), 8);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    assert_eq!(q.opset_raised, Some((11, 13)), "per-channel needs opset 13");
+    let float = run(&model);
+    let quantized = run(&q.model);
+    let db = sqnr(&float, &quantized);
+    assert!(db > 30.0, "output SQNR {db:.2} dB");
+    assert_eq!(argmax_rows(&float), argmax_rows(&quantized));
+    let recipe_text = q
+        .model
+        .proto()
+        .metadata_props
+        .iter()
+        .find(|p| p.key() == "qdq_studio.recipe")
+        .map(|p| p.value().to_owned())
+        .unwrap();
+    assert_eq!(Recipe::from_toml(&recipe_text, "metadata").unwrap(), recipe);
+}
+
+/// A small transformer-like block: MatMul+bias, Softmax attention-ish mixing, LayerNorm.
+fn transformer() -> Model {
+    let mut b = ModelBuilder::new(17);
+    let w = |seed: usize, shape: &[usize]| {
+        TensorArray::Float32(ArrayD::from_shape_fn(IxDyn(shape), |i| {
+            let k = i
+                .as_array_view()
+                .iter()
+                .fold(seed, |a, &v| a.wrapping_mul(31).wrapping_add(v));
+            ((k % 97) as f32 / 97.0 - 0.5) * 0.2
+        }))
+    };
+    b.input("x", DataType::Float32, &[-1, 8, 64]);
+    b.initializer("wq", w(1, &[64, 64]));
+    b.initializer("bq", w(2, &[64]));
+    b.initializer("w1", w(3, &[64, 128]));
+    b.initializer("w2", w(4, &[128, 64]));
+    b.initializer(
+        "gamma",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[64]), 1.0)),
+    );
+    b.initializer("beta", TensorArray::Float32(ArrayD::zeros(IxDyn(&[64]))));
+    b.node("MatMul", &["x", "wq"], &["q"]).name("q_proj");
+    b.node("Add", &["q", "bq"], &["qb"]).name("q_bias");
+    b.node("Softmax", &["qb"], &["p"])
+        .name("softmax")
+        .attr_int("axis", -1);
+    b.node("MatMul", &["p", "w1"], &["h"]).name("fc1");
+    b.node("Relu", &["h"], &["a"]).name("act");
+    b.node("MatMul", &["a", "w2"], &["o"]).name("fc2");
+    b.node("Add", &["x", "o"], &["r"]).name("residual");
+    b.node("LayerNormalization", &["r", "gamma", "beta"], &["y"])
+        .name("ln")
+        .attr_int("axis", -1);
+    b.output("y", DataType::Float32, &[-1, 8, 64]);
+    b.build()
+}
+
+fn transformer_stats(model: &Model, recipe: &Recipe) -> CalibrationStats {
+    let (mut prepared, _) = preprocess(model, &recipe.preprocessing).unwrap();
+    quant::name_nodes(&mut prepared);
+    let inputs = model_inputs(&Graph::build(&prepared));
+    let mut source = DataSpec::Random {
+        samples: 16,
+        shapes: BTreeMap::new(),
+        seed: 3,
+    }
+    .open(&inputs)
+    .unwrap();
+    let config = CalibrationConfig {
+        batch_size: 4,
+        ..CalibrationConfig::default()
+    };
+    calibrate(
+        &prepared,
+        source.as_mut(),
+        &runtime(),
+        &config,
+        &JobContext::silent(),
+    )
+    .unwrap()
+}
+
+fn run_transformer(model: &Model) -> ArrayD<f32> {
+    let x = Array4::<f32>::from_shape_fn((1, 2, 8, 64), |(_, b, t, c)| {
+        ((b * 7 + t * 3 + c) % 13) as f32 / 13.0
+    });
+    let x = x.into_shape_with_order((2, 8, 64)).unwrap();
+    let bytes = model.to_bytes().unwrap();
+    let mut session = runtime()
+        .session_from_bytes(&bytes, &[EpSpec::Cpu], quant::cpu_session_options(model))
+        .unwrap();
+    let outputs = session
+        .run(ort::inputs!["x" => ort::value::Tensor::from_array(x).unwrap()])
+        .unwrap();
+    outputs[0].try_extract_array::<f32>().unwrap().to_owned()
+}
+
+#[test]
+fn fp8_and_int4_models_load_and_run() {
+    let model = transformer();
+    let float = run_transformer(&model);
+    let fp8 = Recipe {
+        mode: QuantMode::Fp8,
+        activation_type: QuantType::Float8e4m3fn,
+        weight_type: QuantType::Float8e4m3fn,
+        ..Recipe::default()
+    };
+    let stats = transformer_stats(&model, &fp8);
+    let q = quant::quantize(&model, Some(&stats), &fp8).unwrap();
+    assert_eq!(q.opset_raised, Some((17, 19)));
+    let out = run_transformer(&q.model);
+    assert!(
+        sqnr(&float, &out) > 15.0,
+        "fp8 SQNR {:.1}",
+        sqnr(&float, &out)
+    );
+
+    let int4 = Recipe {
+        mode: QuantMode::Int4,
+        weight_type: QuantType::Int4,
+        block_size: 32,
+        ..Recipe::default()
+    };
+    let q = quant::quantize(&model, None, &int4).unwrap();
+    assert_eq!(q.opset_raised, Some((17, 21)));
+    let dq = q
+        .model
+        .graph()
+        .node
+        .iter()
+        .filter(|n| n.op_type() == "DequantizeLinear")
+        .count();
+    assert_eq!(dq, 3, "the three MatMul weights");
+    let out = run_transformer(&q.model);
+    assert!(
+        sqnr(&float, &out) > 15.0,
+        "int4 SQNR {:.1}",
+        sqnr(&float, &out)
+    );
+}
+
+#[test]
+fn tensorrt_placement_quantizes_compute_inputs_only() {
+    let model = transformer();
+    let recipe = Recipe {
+        placement: Placement::Tensorrt,
+        activation_type: QuantType::Int8,
+        symmetric_activations: true,
+        ..Recipe::default()
+    };
+    let stats = transformer_stats(&model, &recipe);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let g = Graph::build(&q.model);
+    let quantized_tensors: Vec<String> = g
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "QuantizeLinear")
+        .map(|n| n.inputs[0].clone())
+        .collect();
+    // Inputs of the MatMuls and the residual branch of the Add; never the bias Add's input,
+    // the Softmax/LayerNorm inputs or the graph output.
+    let mut sorted = quantized_tensors.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["a", "o", "p", "x"]);
+    // o is quantized only as the residual Add's non-residual input.
+    let residual = g.node_by_name("residual").unwrap();
+    assert_eq!(residual.inputs[1], "o_DequantizeLinear_Output");
+    // Weights per channel, symmetric int8.
+    let w = g.node_by_name("wq_DequantizeLinear").unwrap();
+    assert_eq!(w.int_attribute("axis"), Some(1));
+    runtime_check(&q.model);
+}
+
+#[test]
+fn a_recipe_saved_by_the_cli_reproduces_the_model_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let model = asset("ppocr_cls.onnx");
+    let status = cli()
+        .args(["calibrate", "--onnx_path"])
+        .arg(&model)
+        .arg("--calibration_data_path")
+        .arg(asset("calib.npz"))
+        .args(["--batch_size", "8", "-o"])
+        .arg(&stats)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let first = dir.path().join("a.onnx");
+    let recipe = dir.path().join("r.toml");
+    let out = cli()
+        .args(["quantize", "--onnx_path"])
+        .arg(&model)
+        .arg("--calibration_cache_path")
+        .arg(&stats)
+        .args([
+            "--per_tensor",
+            "--calibration_method",
+            "percentile",
+            "--nodes_to_exclude",
+            "Conv@1.*",
+            "-o",
+        ])
+        .arg(&first)
+        .arg("--save-recipe")
+        .arg(&recipe)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let second = dir.path().join("b.onnx");
+    let out = cli()
+        .args(["quantize", "--onnx_path"])
+        .arg(&model)
+        .arg("--calibration_cache_path")
+        .arg(&stats)
+        .arg("--recipe")
+        .arg(&recipe)
+        .arg("-o")
+        .arg(&second)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&second).unwrap()
+    );
+    let text = std::fs::read_to_string(&recipe).unwrap();
+    assert!(
+        text.contains("per_channel = false") && text.contains("Conv@1.*"),
+        "{text}"
+    );
+}
+
+fn quantize_err(model: &Model, stats: Option<&CalibrationStats>, recipe: &Recipe) -> String {
+    match quant::quantize(model, stats, recipe) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("expected an error"),
+    }
+}
+
+#[test]
+fn recipes_naming_missing_nodes_or_ops_suggest_close_matches() {
+    let model = sample();
+    let recipe = Recipe {
+        nodes_to_exclude: vec!["conv2d_9999".into()],
+        op_types_to_exclude: vec!["Comv".into()],
+        ..Recipe::default()
+    };
+    let err = quantize_err(&model, None, &recipe);
+    assert!(err.contains("no node matches 'conv2d_9999'"), "{err}");
+    assert!(err.contains("did you mean"), "{err}");
+    assert!(
+        err.contains("no 'Comv' nodes (did you mean Conv?)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unquantizable_models_missing_stats_and_bad_weights_are_explained() {
+    // Nothing matches.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4]);
+    b.node("Sin", &["x"], &["y"]).name("sin");
+    b.output("y", DataType::Float32, &[1, 4]);
+    let err = quantize_err(&b.build(), None, &Recipe::default());
+    assert!(
+        err.contains("nothing to quantize") && err.contains("Sin"),
+        "{err}"
+    );
+
+    // A tensor with no statistics.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4]);
+    b.initializer(
+        "w",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[4, 4]), 0.5)),
+    );
+    b.node("MatMul", &["x", "w"], &["y"]).name("mm");
+    b.output("y", DataType::Float32, &[1, 4]);
+    let model = b.build();
+    let err = quantize_err(&model, None, &Recipe::default());
+    assert!(err.contains("tensor 'x' has no range"), "{err}");
+
+    // A NaN weight.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 2]);
+    b.initializer(
+        "w",
+        TensorArray::Float32(
+            ArrayD::from_shape_vec(IxDyn(&[2, 2]), vec![1.0, f32::NAN, 0.0, 1.0]).unwrap(),
+        ),
+    );
+    b.node("MatMul", &["x", "w"], &["y"]).name("mm");
+    b.output("y", DataType::Float32, &[1, 2]);
+    let mut recipe = Recipe::default();
+    recipe.tensor_overrides.insert(
+        "x".into(),
+        qdq_studio::recipe::TensorOverride {
+            range: Some([-1.0, 1.0]),
+            ..Default::default()
+        },
+    );
+    recipe.tensor_overrides.insert(
+        "y".into(),
+        qdq_studio::recipe::TensorOverride {
+            range: Some([-1.0, 1.0]),
+            ..Default::default()
+        },
+    );
+    let err = quantize_err(&b.build(), None, &recipe);
+    assert!(err.contains("weight 'w' holds 1 NaN/Inf"), "{err}");
+}
+
+#[test]
+fn an_unsafe_opset_raise_is_refused_naming_the_node() {
+    // Softmax at opset 11 over an input of unknown rank: raising to 13 could change it.
+    let mut b = ModelBuilder::new(11);
+    b.input_any_shape("x", DataType::Float32);
+    b.initializer(
+        "w",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[4, 4]), 0.5)),
+    );
+    b.node("MatMul", &["x", "w"], &["h"]).name("mm");
+    b.node("Softmax", &["h"], &["y"]).name("sm");
+    b.output("y", DataType::Float32, &[1, 4]);
+    let mut recipe = Recipe::default();
+    for t in ["x", "h", "y"] {
+        recipe.tensor_overrides.insert(
+            t.into(),
+            qdq_studio::recipe::TensorOverride {
+                range: Some([-1.0, 1.0]),
+                ..Default::default()
+            },
+        );
+    }
+    let err = quantize_err(&b.build(), None, &recipe);
+    assert!(
+        err.contains("needs opset 13") && err.contains("'sm'"),
+        "{err}"
+    );
+    // Per-tensor needs no raise.
+    recipe.per_channel = false;
+    assert!(quant::quantize(&b.build(), None, &recipe).is_ok());
+}
+
+#[test]
+fn the_cli_refuses_to_overwrite_the_input_or_write_into_a_missing_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("m.onnx");
+    std::fs::copy(asset("ppocr_cls.onnx"), &input).unwrap();
+    let before = common::digest(&input);
+    for output in [input.clone(), dir.path().join("missing").join("q.onnx")] {
+        let out = cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(&input)
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .args(["--batch_size", "8", "-o"])
+            .arg(&output)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("refusing to write") || stderr.contains("does not exist"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(common::digest(&input), before);
+}
