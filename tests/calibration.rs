@@ -18,7 +18,7 @@ use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray, Tenso
 use qdq_studio::runtime::EpSpec;
 use serde_json::Value;
 
-use common::runtime;
+use common::{runtime, wide_model};
 
 fn sample_model() -> Model {
     Model::load(
@@ -217,20 +217,6 @@ fn default_entropy_does_not_collapse_to_minmax() {
         "only {clipped}/{} ranges clipped",
         stats.tensors.len()
     );
-}
-
-/// y = Relu(x) + 1 over x: [N, 256, 256], to push many large batches through.
-fn wide_model() -> Model {
-    let mut b = ModelBuilder::new(17);
-    b.input("x", DataType::Float32, &[-1, 256, 256]);
-    b.initializer(
-        "one",
-        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[1]), 1.0)),
-    );
-    b.node("Relu", &["x"], &["r"]).name("relu");
-    b.node("Add", &["r", "one"], &["y"]).name("add");
-    b.output("y", DataType::Float32, &[-1, 256, 256]);
-    b.build()
 }
 
 fn write_npz(path: &Path, arrays: &[(&str, TensorArray)]) {

@@ -6,27 +6,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use ndarray::{ArrayD, IxDyn};
 use qdq_studio::calib::data::{DataSpec, model_inputs};
 use qdq_studio::calib::{CalibrationConfig, calibrate};
 use qdq_studio::jobs::{CancelToken, JobContext};
-use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray};
+use qdq_studio::model::Graph;
 
-use common::runtime;
-
-/// y = Relu(x) + 1 over x: [N, 256, 256], to push many large batches through.
-fn wide_model() -> Model {
-    let mut b = ModelBuilder::new(17);
-    b.input("x", DataType::Float32, &[-1, 256, 256]);
-    b.initializer(
-        "one",
-        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[1]), 1.0)),
-    );
-    b.node("Relu", &["x"], &["r"]).name("relu");
-    b.node("Add", &["r", "one"], &["y"]).name("add");
-    b.output("y", DataType::Float32, &[-1, 256, 256]);
-    b.build()
-}
+use common::{runtime, wide_model};
 
 #[test]
 fn memory_does_not_grow_with_the_number_of_batches() {

@@ -30,15 +30,16 @@ fn sample() -> Model {
 }
 
 /// Calibrates the model as the quantizer will see it (pre-processed, nodes named).
-fn stats_for(model: &Model, recipe: &Recipe, data: &Path, batch_size: usize) -> CalibrationStats {
+fn calibrate_for(
+    model: &Model,
+    recipe: &Recipe,
+    spec: DataSpec,
+    batch_size: usize,
+) -> CalibrationStats {
     let (mut prepared, _) = preprocess(model, &recipe.preprocessing).unwrap();
     quant::name_nodes(&mut prepared);
     let inputs = model_inputs(&Graph::build(&prepared));
-    let mut source = DataSpec::Npz {
-        path: data.to_path_buf(),
-    }
-    .open(&inputs)
-    .unwrap();
+    let mut source = spec.open(&inputs).unwrap();
     let config = CalibrationConfig {
         batch_size,
         ..CalibrationConfig::default()
@@ -51,6 +52,17 @@ fn stats_for(model: &Model, recipe: &Recipe, data: &Path, batch_size: usize) -> 
         &JobContext::silent(),
     )
     .unwrap()
+}
+
+fn stats_for(model: &Model, recipe: &Recipe, data: &Path, batch_size: usize) -> CalibrationStats {
+    calibrate_for(
+        model,
+        recipe,
+        DataSpec::Npz {
+            path: data.to_path_buf(),
+        },
+        batch_size,
+    )
 }
 
 /// Runs a model on the sample's evaluation images; returns the class scores.
@@ -266,28 +278,12 @@ fn transformer() -> Model {
 }
 
 fn transformer_stats(model: &Model, recipe: &Recipe) -> CalibrationStats {
-    let (mut prepared, _) = preprocess(model, &recipe.preprocessing).unwrap();
-    quant::name_nodes(&mut prepared);
-    let inputs = model_inputs(&Graph::build(&prepared));
-    let mut source = DataSpec::Random {
+    let random = DataSpec::Random {
         samples: 16,
         shapes: BTreeMap::new(),
         seed: 3,
-    }
-    .open(&inputs)
-    .unwrap();
-    let config = CalibrationConfig {
-        batch_size: 4,
-        ..CalibrationConfig::default()
     };
-    calibrate(
-        &prepared,
-        source.as_mut(),
-        &runtime(),
-        &config,
-        &JobContext::silent(),
-    )
-    .unwrap()
+    calibrate_for(model, recipe, random, 4)
 }
 
 fn run_transformer(model: &Model) -> ArrayD<f32> {

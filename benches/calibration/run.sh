@@ -5,10 +5,5 @@
 #   bash benches/calibration/run.sh [--quick]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-VENV=target/bench-venv
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet "onnxruntime==1.31.1" "onnx==1.23.2" numpy
-fi
-cargo build --release --quiet
+source benches/venv.sh
 "$VENV/bin/python" benches/calibration/bench.py --binary target/release/qdq-studio "$@"

@@ -112,20 +112,39 @@ impl Histogram {
             return;
         }
         let last = (n - 1) as f32;
-        // Bin of v: floor((v + t) * n / 2t), clamped, in f32.
+        // Bin of v: floor((v + t) * n / 2t), clamped, in f32. Four interleaved count arrays
+        // keep runs of equal values (the zeros after a Relu) from serialising on one counter.
         let per_unit = n as f32 / (2.0 * self.half_range);
         let offset = self.half_range * per_unit;
-        let counts = &mut self.counts;
-        if all_finite {
-            for &v in values {
-                let position = (v * per_unit + offset).clamp(0.0, last);
-                counts[position as usize] += 1;
+        let bin = |v: f32| (v * per_unit + offset).max(0.0).min(last) as usize;
+        let mut local = vec![0u32; 4 * n];
+        let flush = |local: &mut Vec<u32>, counts: &mut Vec<u64>| {
+            for lane in local.chunks_exact_mut(n) {
+                for (c, l) in counts.iter_mut().zip(lane.iter_mut()) {
+                    *c += u64::from(std::mem::take(l));
+                }
             }
-        } else {
-            for &v in values.iter().filter(|v| v.is_finite()) {
-                let position = (v * per_unit + offset).clamp(0.0, last);
-                counts[position as usize] += 1;
+        };
+        // u32 lanes: flush before any could overflow.
+        for block in values.chunks(1 << 30) {
+            let chunks = block.chunks_exact(4);
+            let tail = chunks.remainder();
+            if all_finite {
+                for c in chunks {
+                    local[bin(c[0])] += 1;
+                    local[n + bin(c[1])] += 1;
+                    local[2 * n + bin(c[2])] += 1;
+                    local[3 * n + bin(c[3])] += 1;
+                }
+                for &v in tail {
+                    local[bin(v)] += 1;
+                }
+            } else {
+                for &v in block.iter().filter(|v| v.is_finite()) {
+                    local[bin(v)] += 1;
+                }
             }
+            flush(&mut local, &mut self.counts);
         }
     }
 

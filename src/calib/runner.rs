@@ -150,6 +150,7 @@ pub fn calibrate(
         &[Pass::Streaming]
     };
     let mut batches = 0;
+    let (mut run_seconds, mut stats_seconds) = (0.0, 0.0);
     for (pass_index, &pass) in passes.iter().enumerate() {
         if pass_index > 0 {
             source.rewind()?;
@@ -185,7 +186,10 @@ pub fn calibrate(
                 .iter()
                 .map(|(name, value)| (Cow::Borrowed(name.as_str()), value.into()))
                 .collect();
+            let run_started = Instant::now();
             let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
+            let stats_started = Instant::now();
+            run_seconds += (stats_started - run_started).as_secs_f64();
             fold_outputs(
                 &outputs,
                 &tensors,
@@ -194,6 +198,7 @@ pub fn calibrate(
                 pass,
                 config,
             );
+            stats_seconds += stats_started.elapsed().as_secs_f64();
             drop(outputs);
             drop(owned);
             done += count;
@@ -220,6 +225,8 @@ pub fn calibrate(
         histogram_bins: config.histogram_bins,
         ort_parity: config.ort_parity.is_some(),
         seconds: started.elapsed().as_secs_f64(),
+        run_seconds,
+        stats_seconds,
     };
     Ok(CalibrationStats {
         info,

@@ -83,22 +83,43 @@ impl BatchSummary {
     /// Scans the values. The common all-finite case is one branch-free pass (`f32::min` and
     /// `max` skip NaN; infinities are counted separately and only then rescanned).
     pub fn of(values: &[f32]) -> Self {
-        let (mut min, mut max, mut min_abs) = (f32::INFINITY, f32::NEG_INFINITY, f32::INFINITY);
-        let mut non_finite = 0u64;
-        for &v in values {
-            min = min.min(v);
-            max = max.max(v);
-            min_abs = min_abs.min(v.abs());
-            non_finite += u64::from(!v.is_finite());
+        // Eight independent lanes with compare-and-select let the compiler vectorise the scan
+        // (f32::min's NaN rules would not); NaN compares false and is skipped, and any
+        // non-finite value sends us to the exact slow path below.
+        const LANES: usize = 8;
+        let (mut min, mut max, mut min_abs) = (
+            [f32::INFINITY; LANES],
+            [f32::NEG_INFINITY; LANES],
+            [f32::INFINITY; LANES],
+        );
+        let mut non_finite = [0u32; LANES];
+        let chunks = values.chunks_exact(LANES);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for i in 0..LANES {
+                let v = chunk[i];
+                let a = v.abs();
+                min[i] = if v < min[i] { v } else { min[i] };
+                max[i] = if v > max[i] { v } else { max[i] };
+                min_abs[i] = if a < min_abs[i] { a } else { min_abs[i] };
+                non_finite[i] += u32::from(a >= f32::INFINITY || a.is_nan());
+            }
         }
-        if non_finite == 0 {
+        for (i, &v) in tail.iter().enumerate() {
+            let a = v.abs();
+            min[i] = if v < min[i] { v } else { min[i] };
+            max[i] = if v > max[i] { v } else { max[i] };
+            min_abs[i] = if a < min_abs[i] { a } else { min_abs[i] };
+            non_finite[i] += u32::from(a >= f32::INFINITY || a.is_nan());
+        }
+        if non_finite.iter().all(|&n| n == 0) {
             return BatchSummary {
                 count: values.len() as u64,
                 nan: 0,
                 inf: 0,
-                min,
-                max,
-                min_abs,
+                min: min.iter().copied().fold(f32::INFINITY, f32::min),
+                max: max.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                min_abs: min_abs.iter().copied().fold(f32::INFINITY, f32::min),
             };
         }
         let mut s = BatchSummary {
@@ -203,6 +224,12 @@ pub struct CalibrationInfo {
     pub ort_parity: bool,
     /// Seconds the calibration took.
     pub seconds: f64,
+    /// Of which ONNX Runtime ran the model.
+    #[serde(default)]
+    pub run_seconds: f64,
+    /// Of which statistics were folded in.
+    #[serde(default)]
+    pub stats_seconds: f64,
 }
 
 /// The statistics of every calibrated tensor, as saved to and loaded from disk.

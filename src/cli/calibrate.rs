@@ -5,14 +5,13 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
-use qdq_studio::calib::data::{DataSpec, model_inputs, parse_shapes};
+use qdq_studio::calib::data::model_inputs;
 use qdq_studio::calib::file;
 use qdq_studio::calib::range::{self, RangeMethod, RangeTarget};
 use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins, calibrate};
 use qdq_studio::jobs::{CancelToken, JobContext};
 use qdq_studio::model::{Graph, Model};
-use qdq_studio::runtime::{EpSpec, LoadOptions, Runtime};
+use qdq_studio::runtime::{LoadOptions, Runtime};
 
 /// Arguments of `calibrate` (ModelOpt's flag names, kebab-case spellings accepted too).
 #[derive(Debug, clap::Args)]
@@ -62,31 +61,9 @@ pub struct CalibrateArgs {
     /// Let ONNX Runtime optimise the graph during calibration.
     #[arg(long)]
     pub optimize: bool,
-    /// Image folders: output size WxH (default: the model input's fixed size).
-    #[arg(long = "image_size", visible_alias = "image-size")]
-    pub image_size: Option<String>,
-    /// Image folders: resize the shorter side to this, then centre-crop (0: plain resize).
-    #[arg(
-        long = "resize_shorter",
-        visible_alias = "resize-shorter",
-        default_value_t = 0
-    )]
-    pub resize_shorter: u32,
-    /// Image folders: channel order.
-    #[arg(long, value_enum, default_value = "rgb")]
-    pub channels: ChannelArg,
-    /// Image folders: tensor layout.
-    #[arg(long, value_enum, default_value = "nchw")]
-    pub layout: LayoutArg,
-    /// Image folders: multiplier for 0..255 pixel values.
-    #[arg(long, default_value_t = 1.0 / 255.0)]
-    pub scale: f32,
-    /// Image folders: per-channel mean, `r,g,b`.
-    #[arg(long, default_value = "0.485,0.456,0.406")]
-    pub mean: String,
-    /// Image folders: per-channel std, `r,g,b`.
-    #[arg(long, default_value = "0.229,0.224,0.225")]
-    pub std: String,
+    /// Image-folder preprocessing.
+    #[command(flatten)]
+    pub images: super::common::ImageArgs,
     /// Where to write the statistics (qdq-studio format, re-usable by `quantize`).
     #[arg(short = 'o', long = "output_path", visible_alias = "output-path")]
     pub output: PathBuf,
@@ -105,83 +82,6 @@ pub struct CalibrateArgs {
     pub calibration_method: String,
 }
 
-/// `--channels`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum ChannelArg {
-    /// Red, green, blue.
-    Rgb,
-    /// Blue, green, red.
-    Bgr,
-}
-
-/// `--layout`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum LayoutArg {
-    /// Channels first.
-    Nchw,
-    /// Channels last.
-    Nhwc,
-}
-
-fn triple(text: &str, flag: &str) -> anyhow::Result<[f32; 3]> {
-    let values: Vec<f32> = text
-        .split(',')
-        .map(|v| v.trim().parse::<f32>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("--{flag} '{text}' is not three numbers"))?;
-    values
-        .try_into()
-        .map_err(|_| anyhow::anyhow!("--{flag} needs exactly three values, got '{text}'"))
-}
-
-/// The image preprocessing the flags describe; the size defaults to the model input's.
-fn preprocess(
-    args: &CalibrateArgs,
-    inputs: &[qdq_studio::calib::data::InputSpec],
-) -> anyhow::Result<Preprocess> {
-    let layout = match args.layout {
-        LayoutArg::Nchw => Layout::Nchw,
-        LayoutArg::Nhwc => Layout::Nhwc,
-    };
-    let (width, height) = match &args.image_size {
-        Some(size) => {
-            let (w, h) = size
-                .split_once('x')
-                .with_context(|| format!("--image_size '{size}' is not WxH"))?;
-            (w.trim().parse()?, h.trim().parse()?)
-        }
-        None => {
-            let dims = inputs
-                .first()
-                .and_then(|i| i.shape.clone())
-                .unwrap_or_default();
-            let fixed = |axis: usize| match dims.get(axis) {
-                Some(qdq_studio::model::Dim::Fixed(v)) if *v > 0 => Some(*v as u32),
-                _ => None,
-            };
-            let (h_axis, w_axis) = if layout == Layout::Nchw {
-                (2, 3)
-            } else {
-                (1, 2)
-            };
-            (fixed(w_axis).unwrap_or(224), fixed(h_axis).unwrap_or(224))
-        }
-    };
-    Ok(Preprocess {
-        width,
-        height,
-        resize_shorter: args.resize_shorter,
-        channels: match args.channels {
-            ChannelArg::Rgb => ChannelOrder::Rgb,
-            ChannelArg::Bgr => ChannelOrder::Bgr,
-        },
-        layout,
-        scale: args.scale,
-        mean: triple(&args.mean, "mean")?,
-        std: triple(&args.std, "std")?,
-    })
-}
-
 fn progress_bar() -> ProgressBar {
     let bar = ProgressBar::new(0);
     bar.set_style(
@@ -198,13 +98,7 @@ fn progress_bar() -> ProgressBar {
 pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let method = RangeMethod::parse(&args.calibration_method)
         .with_context(|| format!("unknown calibration method '{}'", args.calibration_method))?;
-    let eps = args
-        .calibration_eps
-        .iter()
-        .flat_map(|s| s.split(','))
-        .filter(|s| !s.is_empty())
-        .map(EpSpec::parse)
-        .collect::<Result<Vec<_>, _>>()?;
+    let eps = super::common::parse_eps(&args.calibration_eps)?;
     if args.num_bins < 8 || !args.num_bins.is_multiple_of(4) {
         bail!(
             "--num_bins must be a multiple of 4 and at least 8, got {}",
@@ -213,24 +107,12 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     }
     let model = Model::load(&args.onnx_path)?;
     let inputs = model_inputs(&Graph::build(&model));
-    let spec = match &args.calibration_data_path {
-        Some(path) => DataSpec::from_path(path, preprocess(args, &inputs)?),
-        None => {
-            eprintln!(
-                "no --calibration_data_path: calibrating on random data (ranges will not be representative)"
-            );
-            DataSpec::Random {
-                samples: args.random_samples,
-                shapes: args
-                    .calibration_shapes
-                    .as_deref()
-                    .map(parse_shapes)
-                    .transpose()?
-                    .unwrap_or_default(),
-                seed: 0,
-            }
-        }
-    };
+    let spec = super::common::data_spec(
+        args.calibration_data_path.as_deref(),
+        args.images.preprocess(&inputs)?,
+        args.calibration_shapes.as_deref(),
+        args.random_samples,
+    )?;
     let mut source = spec.open(&inputs)?;
     let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
     let config = CalibrationConfig {
@@ -291,11 +173,13 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
 fn print_summary(stats: &CalibrationStats, args: &CalibrateArgs) {
     let info = &stats.info;
     println!(
-        "calibrated {} tensors on {} samples in {} batches ({:.2} s, {} via ONNX Runtime {})",
+        "calibrated {} tensors on {} samples in {} batches ({:.2} s: model {:.2} s, statistics {:.2} s; {} via ONNX Runtime {})",
         stats.tensors.len(),
         info.samples,
         info.batches,
         info.seconds,
+        info.run_seconds,
+        info.stats_seconds,
         info.execution_providers.join(" > "),
         info.runtime_version
     );

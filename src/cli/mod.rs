@@ -1,6 +1,7 @@
 //! The headless face: one subcommand per file, each a thin layer over the engine.
 
 pub mod calibrate;
+mod common;
 pub mod inspect;
 pub mod quantize;
 pub mod runtime;

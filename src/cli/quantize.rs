@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use qdq_studio::calib::data::{DataSpec, model_inputs, parse_shapes};
+use qdq_studio::calib::data::model_inputs;
 use qdq_studio::calib::range::RangeMethod;
 use qdq_studio::calib::stats::{CalibrationInfo, CalibrationStats, TensorStats};
 use qdq_studio::calib::{CalibrationConfig, ParityBins, calibrate, file};
@@ -13,7 +13,7 @@ use qdq_studio::jobs::{CancelToken, JobContext};
 use qdq_studio::model::{Graph, Model, SaveOptions};
 use qdq_studio::quant::{self, preprocess::preprocess};
 use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe};
-use qdq_studio::runtime::{EpSpec, LoadOptions, Runtime};
+use qdq_studio::runtime::{LoadOptions, Runtime};
 
 /// Arguments of `quantize`. Flags override the `--recipe` file; unset flags keep its values
 /// (or the defaults: int8, uint8 activations, int8 per-channel weights, MinMax, ort placement).
@@ -110,6 +110,9 @@ pub struct QuantizeArgs {
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
     pub no_preprocess: bool,
+    /// Image-folder preprocessing.
+    #[command(flatten)]
+    pub images: super::common::ImageArgs,
     /// Random calibration samples when no data is given.
     #[arg(
         long = "random_samples",
@@ -225,6 +228,8 @@ pub fn load_statistics(path: &Path) -> anyhow::Result<CalibrationStats> {
             histogram_bins: 0,
             ort_parity: false,
             seconds: 0.0,
+            run_seconds: 0.0,
+            stats_seconds: 0.0,
         },
         tensors,
     })
@@ -257,33 +262,15 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
             let mut named = prepared;
             quant::name_nodes(&mut named);
             let inputs = model_inputs(&Graph::build(&named));
-            let spec = match &args.calibration_data_path {
-                Some(path) => DataSpec::from_path(path, Default::default()),
-                None => {
-                    eprintln!(
-                        "no --calibration_data_path or --calibration_cache_path: calibrating on random data"
-                    );
-                    DataSpec::Random {
-                        samples: args.random_samples,
-                        shapes: args
-                            .calibration_shapes
-                            .as_deref()
-                            .map(parse_shapes)
-                            .transpose()?
-                            .unwrap_or_default(),
-                        seed: 0,
-                    }
-                }
-            };
+            let spec = super::common::data_spec(
+                args.calibration_data_path.as_deref(),
+                args.images.preprocess(&inputs)?,
+                args.calibration_shapes.as_deref(),
+                args.random_samples,
+            )?;
             let mut source = spec.open(&inputs)?;
             let config = CalibrationConfig {
-                execution_providers: args
-                    .calibration_eps
-                    .iter()
-                    .flat_map(|s| s.split(','))
-                    .filter(|s| !s.is_empty())
-                    .map(EpSpec::parse)
-                    .collect::<Result<_, _>>()?,
+                execution_providers: super::common::parse_eps(&args.calibration_eps)?,
                 batch_size: args.batch_size,
                 ort_parity: args.ort_parity.then(ParityBins::default),
                 ..CalibrationConfig::default()
@@ -293,8 +280,11 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
             Some(calibrate(&named, source.as_mut(), &runtime, &config, &ctx)?)
         }
     };
+    let started = std::time::Instant::now();
     let quantized = quant::quantize(&model, stats.as_ref(), &recipe)?;
+    let quantize_ms = started.elapsed().as_secs_f64() * 1e3;
     quant::verify_loads(&quantized.model, &runtime)?;
+    let verify_ms = started.elapsed().as_secs_f64() * 1e3 - quantize_ms;
     let report = quantized.model.save(
         &output,
         &SaveOptions {
@@ -328,6 +318,10 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     if let Some((from, to)) = quantized.opset_raised {
         println!("opset raised from {from} to {to}");
     }
+    println!(
+        "timings: quantize {quantize_ms:.0} ms, check in ONNX Runtime {verify_ms:.0} ms, save {:.0} ms",
+        started.elapsed().as_secs_f64() * 1e3 - quantize_ms - verify_ms
+    );
     println!(
         "wrote {} ({} bytes{})",
         report.model_path.display(),

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ndarray::{ArrayD, Axis, IxDyn};
+use rayon::prelude::*;
 
 use super::QuantError;
 use super::plan::{Plan, TensorRole};
@@ -440,49 +441,64 @@ pub fn rewrite(
         .map(|(n, _)| n)
         .collect();
     weight_names.sort();
-    for name in weight_names {
-        let values = float_value(name)?;
-        let q = match &plan.roles[name] {
-            TensorRole::Weight { axis } if recipe.mode == QuantMode::Int4 => {
-                if values.ndim() != 2 {
-                    continue;
-                }
-                let _ = axis;
-                quantize_blockwise(
-                    name,
-                    &values,
-                    recipe.weight_type,
-                    recipe.block_size,
-                    recipe.symmetric_weights,
-                )?
+    // Weights are independent: quantize them in parallel, then emit in name order.
+    let quantized_weights: Vec<(&String, ArrayD<f32>, QuantizedWeight)> = weight_names
+        .par_iter()
+        .filter_map(|&name| {
+            let result = (|| -> Result<Option<(ArrayD<f32>, QuantizedWeight)>, QuantError> {
+                let values = float_value(name)?;
+                let q = match &plan.roles[name] {
+                    TensorRole::Weight { .. } if recipe.mode == QuantMode::Int4 => {
+                        if values.ndim() != 2 {
+                            return Ok(None);
+                        }
+                        quantize_blockwise(
+                            name,
+                            &values,
+                            recipe.weight_type,
+                            recipe.block_size,
+                            recipe.symmetric_weights,
+                        )?
+                    }
+                    TensorRole::Weight { axis } => {
+                        let axis = if recipe.per_channel { *axis } else { None };
+                        let per_channel =
+                            axis.is_some_and(|a| a < values.ndim() && values.ndim() > 1);
+                        let symmetric = recipe.symmetric_weights
+                            || per_channel
+                            || recipe.weight_type == QuantType::Float8e4m3fn;
+                        let bias_adjust = bias_of.get(name.as_str()).and_then(|(input, bias)| {
+                            let input_scale = out.params.get(*input)?.params[0].scale;
+                            let b = float_value(bias).ok()?;
+                            Some((input_scale, b.iter().fold(0f32, |m, v| m.max(v.abs()))))
+                        });
+                        quantize_weight(
+                            name,
+                            &values,
+                            axis,
+                            recipe.weight_type,
+                            symmetric,
+                            recipe.reduce_range,
+                            bias_adjust,
+                        )?
+                    }
+                    _ => {
+                        let qtype = activation_qtype(name);
+                        let symmetric =
+                            recipe.symmetric_activations || qtype == QuantType::Float8e4m3fn;
+                        quantize_weight(name, &values, None, qtype, symmetric, false, None)?
+                    }
+                };
+                Ok(Some((values, q)))
+            })();
+            match result {
+                Ok(Some((values, q))) => Some(Ok((name, values, q))),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
             }
-            TensorRole::Weight { axis } => {
-                let axis = if recipe.per_channel { *axis } else { None };
-                let per_channel = axis.is_some_and(|a| a < values.ndim() && values.ndim() > 1);
-                let symmetric = recipe.symmetric_weights
-                    || per_channel
-                    || recipe.weight_type == QuantType::Float8e4m3fn;
-                let bias_adjust = bias_of.get(name.as_str()).and_then(|(input, bias)| {
-                    let input_scale = out.params.get(*input)?.params[0].scale;
-                    let b = float_value(bias).ok()?;
-                    Some((input_scale, b.iter().fold(0f32, |m, v| m.max(v.abs()))))
-                });
-                quantize_weight(
-                    name,
-                    &values,
-                    axis,
-                    recipe.weight_type,
-                    symmetric,
-                    recipe.reduce_range,
-                    bias_adjust,
-                )?
-            }
-            _ => {
-                let qtype = activation_qtype(name);
-                let symmetric = recipe.symmetric_activations || qtype == QuantType::Float8e4m3fn;
-                quantize_weight(name, &values, None, qtype, symmetric, false, None)?
-            }
-        };
+        })
+        .collect::<Result<_, QuantError>>()?;
+    for (name, values, q) in quantized_weights {
         let qtype = match &plan.roles[name] {
             TensorRole::ConstantActivation => activation_qtype(name),
             _ => recipe.weight_type,

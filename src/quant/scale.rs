@@ -120,7 +120,8 @@ pub fn scale_zp_for(
 /// type's full range (even when the scale came from a reduced or symmetric range).
 pub fn quantize_value(x: f32, p: ScaleZp, qtype: QuantType) -> i64 {
     let (lo, hi) = storage_range(qtype);
-    let q = round_half_even(f64::from(x / p.scale)) as i64 + p.zero_point;
+    // numpy divides and rounds in float32.
+    let q = (x / p.scale).round_ties_even() as i64 + p.zero_point;
     q.clamp(lo, hi)
 }
 

@@ -67,3 +67,19 @@ pub fn digest(path: &Path) -> String {
 pub fn cli() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_qdq-studio"))
 }
+
+/// y = Relu(x) + 1 over x: [N, 256, 256], to push many large batches through.
+pub fn wide_model() -> qdq_studio::model::Model {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 256, 256]);
+    b.initializer(
+        "one",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[1]), 1.0)),
+    );
+    b.node("Relu", &["x"], &["r"]).name("relu");
+    b.node("Add", &["r", "one"], &["y"]).name("add");
+    b.output("y", DataType::Float32, &[-1, 256, 256]);
+    b.build()
+}

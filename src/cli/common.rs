@@ -1,0 +1,158 @@
+//! Pieces the calibrating subcommands share: the EP list and the data source.
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
+use qdq_studio::calib::data::{DataSpec, parse_shapes};
+use qdq_studio::runtime::EpSpec;
+
+/// `--calibration_eps cpu cuda:0 trt` (space- or comma-separated) in priority order.
+pub fn parse_eps(values: &[String]) -> anyhow::Result<Vec<EpSpec>> {
+    Ok(values
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.is_empty())
+        .map(EpSpec::parse)
+        .collect::<Result<_, _>>()?)
+}
+
+/// The data source: the given path (npz/npy, image folder or ONNX Runtime test data), or
+/// random data from the input specs with a warning.
+pub fn data_spec(
+    path: Option<&Path>,
+    preprocess: Preprocess,
+    shapes: Option<&str>,
+    random_samples: usize,
+) -> anyhow::Result<DataSpec> {
+    Ok(match path {
+        Some(path) => DataSpec::from_path(path, preprocess),
+        None => {
+            eprintln!(
+                "no calibration data given: calibrating on random data (ranges will not be representative)"
+            );
+            DataSpec::Random {
+                samples: random_samples,
+                shapes: shapes.map(parse_shapes).transpose()?.unwrap_or_default(),
+                seed: 0,
+            }
+        }
+    })
+}
+
+/// How images of an image folder become input tensors.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImageArgs {
+    /// Image folders: output size WxH (default: the model input's fixed size).
+    #[arg(long = "image_size", visible_alias = "image-size")]
+    pub image_size: Option<String>,
+    /// Image folders: resize the shorter side to this, then centre-crop (0: plain resize).
+    #[arg(
+        long = "resize_shorter",
+        visible_alias = "resize-shorter",
+        default_value_t = 0
+    )]
+    pub resize_shorter: u32,
+    /// Image folders: channel order.
+    #[arg(long, value_enum, default_value = "rgb")]
+    pub channels: ChannelArg,
+    /// Image folders: tensor layout.
+    #[arg(long, value_enum, default_value = "nchw")]
+    pub layout: LayoutArg,
+    /// Image folders: multiplier for 0..255 pixel values.
+    #[arg(long, default_value_t = 1.0 / 255.0)]
+    pub scale: f32,
+    /// Image folders: per-channel mean, `r,g,b`.
+    #[arg(long, default_value = "0.485,0.456,0.406")]
+    pub mean: String,
+    /// Image folders: per-channel std, `r,g,b`.
+    #[arg(long, default_value = "0.229,0.224,0.225")]
+    pub std: String,
+}
+
+impl ImageArgs {
+    /// The preprocessing these flags describe; the size defaults to the model input's.
+    pub fn preprocess(
+        &self,
+        inputs: &[qdq_studio::calib::data::InputSpec],
+    ) -> anyhow::Result<Preprocess> {
+        preprocess_of(self, inputs)
+    }
+}
+
+/// `--channels`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ChannelArg {
+    /// Red, green, blue.
+    Rgb,
+    /// Blue, green, red.
+    Bgr,
+}
+
+/// `--layout`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LayoutArg {
+    /// Channels first.
+    Nchw,
+    /// Channels last.
+    Nhwc,
+}
+
+fn triple(text: &str, flag: &str) -> anyhow::Result<[f32; 3]> {
+    let values: Vec<f32> = text
+        .split(',')
+        .map(|v| v.trim().parse::<f32>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--{flag} '{text}' is not three numbers"))?;
+    values
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("--{flag} needs exactly three values, got '{text}'"))
+}
+
+fn preprocess_of(
+    args: &ImageArgs,
+    inputs: &[qdq_studio::calib::data::InputSpec],
+) -> anyhow::Result<Preprocess> {
+    let layout = match args.layout {
+        LayoutArg::Nchw => Layout::Nchw,
+        LayoutArg::Nhwc => Layout::Nhwc,
+    };
+    let (width, height) = match &args.image_size {
+        Some(size) => {
+            let (w, h) = size
+                .split_once('x')
+                .with_context(|| format!("--image_size '{size}' is not WxH"))?;
+            (w.trim().parse()?, h.trim().parse()?)
+        }
+        None => {
+            let dims = inputs
+                .first()
+                .and_then(|i| i.shape.clone())
+                .unwrap_or_default();
+            let fixed = |axis: usize| match dims.get(axis) {
+                Some(qdq_studio::model::Dim::Fixed(v)) if *v > 0 => Some(*v as u32),
+                _ => None,
+            };
+            let (h_axis, w_axis) = if layout == Layout::Nchw {
+                (2, 3)
+            } else {
+                (1, 2)
+            };
+            (fixed(w_axis).unwrap_or(224), fixed(h_axis).unwrap_or(224))
+        }
+    };
+    Ok(Preprocess {
+        width,
+        height,
+        resize_shorter: args.resize_shorter,
+        channels: match args.channels {
+            ChannelArg::Rgb => ChannelOrder::Rgb,
+            ChannelArg::Bgr => ChannelOrder::Bgr,
+        },
+        layout,
+        scale: args.scale,
+        mean: triple(&args.mean, "mean")?,
+        std: triple(&args.std, "std")?,
+    })
+}
