@@ -124,6 +124,10 @@ pub struct Preprocessing {
     /// Remove Identity and Dropout nodes.
     #[serde(default = "yes")]
     pub drop_identity: bool,
+    /// Record the activation shapes observed during calibration as `value_info` (dims that
+    /// varied between batches stay symbolic), so runtimes and viewers know them.
+    #[serde(default = "yes")]
+    pub write_observed_shapes: bool,
 }
 
 fn yes() -> bool {
@@ -136,6 +140,7 @@ impl Default for Preprocessing {
             constants_to_initializers: true,
             fold_batchnorm: true,
             drop_identity: true,
+            write_observed_shapes: true,
         }
     }
 }

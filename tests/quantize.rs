@@ -582,3 +582,69 @@ fn the_cli_refuses_to_overwrite_the_input_or_write_into_a_missing_folder() {
     }
     assert_eq!(common::digest(&input), before);
 }
+
+#[test]
+fn subgraph_ranges_and_tensor_overrides_are_honoured() {
+    let model = transformer();
+    // Only between fc1 and fc2 (inclusive).
+    let recipe = Recipe {
+        subgraph_start: vec!["fc1".into()],
+        subgraph_end: vec!["fc2".into()],
+        ..Recipe::default()
+    };
+    let stats = transformer_stats(&model, &recipe);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let mut nodes = q.quantized_nodes.clone();
+    nodes.sort();
+    assert_eq!(nodes, ["act", "fc1", "fc2"]);
+    assert_eq!(
+        q.excluded_nodes["q_proj"],
+        quant::Exclusion::OutsideSubgraph
+    );
+    runtime_check(&q.model);
+
+    // keep_float leaves a tensor alone; a uint16 override needs opset 21.
+    let mut recipe = Recipe::default();
+    recipe.tensor_overrides.insert(
+        "p".into(),
+        qdq_studio::recipe::TensorOverride {
+            keep_float: true,
+            ..Default::default()
+        },
+    );
+    recipe.tensor_overrides.insert(
+        "o".into(),
+        qdq_studio::recipe::TensorOverride {
+            dtype: Some(QuantType::Uint16),
+            ..Default::default()
+        },
+    );
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    assert!(!q.params.contains_key("p"));
+    assert_eq!(q.params["o"].qtype, QuantType::Uint16);
+    assert_eq!(q.opset_raised, Some((17, 21)));
+    runtime_check(&q.model);
+}
+
+#[test]
+fn observed_shapes_are_recorded_as_value_info() {
+    let model = sample();
+    let recipe = Recipe::default();
+    let stats = stats_for(&model, &recipe, &asset("calib.npz"), 8);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    assert!(
+        q.preprocess.shapes_written > 100,
+        "{}",
+        q.preprocess.summary()
+    );
+    let graph = Graph::build(&q.model);
+    // The Softmax input's rank is now known from the model itself.
+    let softmax = graph
+        .nodes()
+        .iter()
+        .find(|n| n.op_type == "Softmax")
+        .unwrap();
+    let input = softmax.inputs[0].trim_end_matches("_DequantizeLinear_Output");
+    let shape = graph.tensor(input).and_then(|t| t.shape.clone()).unwrap();
+    assert_eq!(shape.len(), 2, "{shape:?}");
+}

@@ -261,7 +261,7 @@ fn fold_outputs(
     config: &CalibrationConfig,
 ) {
     // f32 outputs are read in place; other float types are converted once.
-    let converted: Vec<Option<ndarray::ArrayD<f32>>> = tensors
+    let converted: Vec<Option<(DataType, ndarray::ArrayD<f32>)>> = tensors
         .iter()
         .map(|name| {
             let value = outputs.get(name.as_str())?;
@@ -276,10 +276,15 @@ fn fold_outputs(
         .iter()
         .zip(&converted)
         .map(|(name, owned)| match owned {
-            Some(array) => Some(array.view()),
+            Some((_, array)) => Some(array.view()),
             None => outputs.get(name.as_str())?.try_extract_array::<f32>().ok(),
         })
         .collect();
+    for ((s, view), owned) in stats.iter_mut().zip(&views).zip(&converted) {
+        if view.is_some() && s.dtype.is_none() {
+            s.dtype = Some(owned.as_ref().map_or(DataType::Float32, |(t, _)| *t));
+        }
+    }
     for (seen, view) in float_seen.iter_mut().zip(&views) {
         *seen |= view.is_some();
     }

@@ -32,6 +32,9 @@ pub struct TensorStats {
     pub batches: u64,
     /// Distinct shapes observed (at most a few).
     pub shapes: Vec<Vec<usize>>,
+    /// The element type the tensor had in the session.
+    #[serde(default)]
+    pub dtype: Option<crate::model::DataType>,
     /// Signed histogram (see [`Histogram`]).
     pub histogram: Option<Histogram>,
     /// onnxruntime-parity signed histogram for Entropy (parity mode only).
@@ -55,6 +58,7 @@ impl Default for TensorStats {
             batch_max_sum: 0.0,
             batches: 0,
             shapes: Vec::new(),
+            dtype: None,
             histogram: None,
             parity_histogram: None,
             abs_histogram: None,

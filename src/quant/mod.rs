@@ -140,7 +140,12 @@ pub fn quantize(
     recipe.check_against(&original)?;
     let mut named = model.clone();
     name_nodes(&mut named);
-    let (mut work, preprocess) = preprocess::preprocess(&named, &recipe.preprocessing)?;
+    let (mut work, mut preprocess) = preprocess::preprocess(&named, &recipe.preprocessing)?;
+    if recipe.preprocessing.write_observed_shapes
+        && let Some(stats) = stats
+    {
+        preprocess.shapes_written = preprocess::write_observed_shapes(&mut work, stats);
+    }
     let graph = Graph::build(&work);
     graph.check()?;
     let calibrated: HashSet<&str> = stats

@@ -21,16 +21,19 @@ pub struct PreprocessReport {
     pub folded_batchnorms: Vec<String>,
     /// Identity/Dropout nodes removed.
     pub removed_identities: usize,
+    /// Activations whose observed shape was written as `value_info`.
+    pub shapes_written: usize,
 }
 
 impl PreprocessReport {
     /// One line for logs and the CLI.
     pub fn summary(&self) -> String {
         format!(
-            "{} Constant node(s) became initializers, {} BatchNormalization node(s) folded, {} Identity/Dropout node(s) removed",
+            "{} Constant node(s) became initializers, {} BatchNormalization node(s) folded, {} Identity/Dropout node(s) removed, {} observed shape(s) recorded",
             self.constants_to_initializers,
             self.folded_batchnorms.len(),
-            self.removed_identities
+            self.removed_identities,
+            self.shapes_written
         )
     }
 }
@@ -306,4 +309,80 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
         .initializer
         .retain(|t| !bn_params.contains(t.name()) || used.contains(t.name()));
     Ok(folded)
+}
+
+/// Writes the shapes calibration observed as `value_info` for activations the model does not
+/// describe yet. Sizes are written only when every graph input is fully static (then the
+/// observed shapes are the shapes); otherwise only the rank is recorded, with unknown dims, so
+/// a batch size or sequence length seen during calibration is never pinned into the model.
+/// Returns how many were written.
+pub fn write_observed_shapes(model: &mut Model, stats: &crate::calib::CalibrationStats) -> usize {
+    use crate::model::builder::value_info;
+    use crate::model::proto::tensor_shape_proto::dimension::Value as DimValue;
+    use crate::model::proto::type_proto;
+
+    let Some(graph) = model.proto_mut().graph.as_mut() else {
+        return 0;
+    };
+    let described: HashSet<String> = graph
+        .value_info
+        .iter()
+        .chain(&graph.input)
+        .chain(&graph.output)
+        .map(|v| v.name().to_owned())
+        .chain(graph.initializer.iter().map(|t| t.name().to_owned()))
+        .collect();
+    let produced: HashSet<&str> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.output.iter().map(String::as_str))
+        .collect();
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let static_inputs = graph.input.iter().filter(|i| !initializers.contains(i.name())).all(|i| {
+        matches!(&i.r#type, Some(crate::model::proto::TypeProto {
+            value: Some(type_proto::Value::TensorType(t)),
+            ..
+        }) if t.shape.as_ref().is_some_and(|s| s.dim.iter().all(|d| matches!(d.value, Some(DimValue::DimValue(v)) if v > 0))))
+    });
+    let mut written = 0;
+    let mut additions = Vec::new();
+    for (name, s) in &stats.tensors {
+        let Some(dtype) = s.dtype else { continue };
+        if described.contains(name) || !produced.contains(name.as_str()) || s.shapes.is_empty() {
+            continue;
+        }
+        let rank = s.shapes[0].len();
+        if s.shapes.iter().any(|shape| shape.len() != rank) {
+            continue;
+        }
+        let dims: Vec<i64> = (0..rank)
+            .map(|axis| {
+                let first = s.shapes[0][axis];
+                let stable = s.shapes.iter().all(|shape| shape[axis] == first);
+                if static_inputs && stable {
+                    first as i64
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        let mut info = value_info(name, dtype, &dims);
+        // Dims not known for sure are written without value or name.
+        if let Some(crate::model::proto::TypeProto {
+            value: Some(type_proto::Value::TensorType(t)),
+            ..
+        }) = info.r#type.as_mut()
+            && let Some(shape) = t.shape.as_mut()
+        {
+            for d in &mut shape.dim {
+                if matches!(d.value, Some(DimValue::DimParam(_))) {
+                    d.value = None;
+                }
+            }
+        }
+        additions.push(info);
+        written += 1;
+    }
+    graph.value_info.extend(additions);
+    written
 }

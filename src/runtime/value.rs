@@ -31,19 +31,21 @@ pub fn to_value(array: TensorArray) -> Result<ort::value::DynValue, RuntimeError
     Ok(value)
 }
 
-/// A float output as f32 (float16/bfloat16/float64 converted); `None` for other types.
-pub fn float_output(value: &ort::value::DynValue) -> Option<ArrayD<f32>> {
+/// A float output as f32 (float16/bfloat16/float64 converted) with its original element type;
+/// `None` for other types.
+pub fn float_output(value: &ort::value::DynValue) -> Option<(crate::model::DataType, ArrayD<f32>)> {
+    use crate::model::DataType;
     if let Ok(a) = value.try_extract_array::<f32>() {
-        return Some(a.to_owned());
+        return Some((DataType::Float32, a.to_owned()));
     }
     if let Ok(a) = value.try_extract_array::<half::f16>() {
-        return Some(a.mapv(half::f16::to_f32));
+        return Some((DataType::Float16, a.mapv(half::f16::to_f32)));
     }
     if let Ok(a) = value.try_extract_array::<half::bf16>() {
-        return Some(a.mapv(half::bf16::to_f32));
+        return Some((DataType::BFloat16, a.mapv(half::bf16::to_f32)));
     }
     if let Ok(a) = value.try_extract_array::<f64>() {
-        return Some(a.mapv(|v| v as f32));
+        return Some((DataType::Float64, a.mapv(|v| v as f32)));
     }
     None
 }
