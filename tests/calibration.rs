@@ -18,7 +18,7 @@ use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray, Tenso
 use qdq_studio::runtime::EpSpec;
 use serde_json::Value;
 
-use common::{runtime, wide_model};
+use common::{runtime, wide_model, write_npz};
 
 fn sample_model() -> Model {
     Model::load(
@@ -217,43 +217,6 @@ fn default_entropy_does_not_collapse_to_minmax() {
         "only {clipped}/{} ranges clipped",
         stats.tensors.len()
     );
-}
-
-fn write_npz(path: &Path, arrays: &[(&str, TensorArray)]) {
-    let file = std::fs::File::create(path).unwrap();
-    let mut zip = zip::ZipWriter::new(file);
-    for (name, array) in arrays {
-        zip.start_file(
-            format!("{name}.npy"),
-            zip::write::SimpleFileOptions::default(),
-        )
-        .unwrap();
-        let (descr, bytes) = match array {
-            TensorArray::Float32(a) => (
-                "<f4",
-                a.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
-            ),
-            TensorArray::Int64(a) => ("<i8", a.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            TensorArray::Float16(a) => (
-                "<f2",
-                a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-            ),
-            _ => unreachable!(),
-        };
-        let shape = array
-            .shape()
-            .iter()
-            .map(|d| format!("{d},"))
-            .collect::<String>();
-        let dict =
-            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({shape}), }}\n");
-        let mut npy = b"\x93NUMPY\x01\x00".to_vec();
-        npy.extend((dict.len() as u16).to_le_bytes());
-        npy.extend(dict.as_bytes());
-        npy.extend(bytes);
-        std::io::Write::write_all(&mut zip, &npy).unwrap();
-    }
-    zip.finish().unwrap();
 }
 
 fn floats(shape: &[usize]) -> TensorArray {

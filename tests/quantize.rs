@@ -648,3 +648,67 @@ fn observed_shapes_are_recorded_as_value_info() {
     let shape = graph.tensor(input).and_then(|t| t.shape.clone()).unwrap();
     assert_eq!(shape.len(), 2, "{shape:?}");
 }
+
+/// `((i * 2654435761) mod 2003) / 2003 * 2 - 1` in float32: the fixture script's data.
+fn pattern(shape: &[usize]) -> TensorArray {
+    let n: usize = shape.iter().product();
+    let values = (0..n as u64)
+        .map(|i| (((i * 2_654_435_761) % 2003) as f32 / 2003.0) * 2.0 - 1.0)
+        .collect();
+    TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values).unwrap())
+}
+
+#[test]
+fn ppocr_det_and_rec_scales_zero_points_and_weights_equal_onnxruntime() {
+    let fixture: Value = serde_json::from_str(include_str!("fixtures/ort_qdq_ppocr.json")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, shape) in [
+        (common::PPOCR_DET, [4, 3, 64, 64]),
+        (common::PPOCR_REC, [4, 3, 48, 96]),
+    ] {
+        let model = Model::load(&common::ppocr(name)).unwrap();
+        let data = dir.path().join("data.npz");
+        common::write_npz(&data, &[("x", pattern(&shape))]);
+        let recipe = Recipe::default();
+        let stats = calibrate_for(&model, &recipe, DataSpec::Npz { path: data }, 2);
+        let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+        let ours: BTreeMap<String, String> = q
+            .model
+            .graph()
+            .initializer
+            .iter()
+            .filter(|t| {
+                ["_scale", "_zero_point", "_quantized"]
+                    .iter()
+                    .any(|s| t.name().ends_with(s))
+            })
+            .map(|t| {
+                let array = q.model.tensor_array(t).unwrap();
+                let raw = array.to_proto("").raw_data.unwrap();
+                let digest: String = Sha256::digest(&raw)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                (t.name().to_owned(), format!("{}:{digest}", array.dtype()))
+            })
+            .collect();
+        let expected = fixture[name].as_object().unwrap();
+        let mut compared = 0;
+        for (tensor, digest) in expected {
+            if let Some(got) = ours.get(tensor) {
+                assert_eq!(
+                    got,
+                    digest.as_str().unwrap(),
+                    "{name}: {tensor} differs from onnxruntime's"
+                );
+                compared += 1;
+            }
+        }
+        assert!(
+            compared * 100 >= expected.len() * 95,
+            "{name}: only {compared} of {} found",
+            expected.len()
+        );
+        runtime_check(&q.model);
+    }
+}

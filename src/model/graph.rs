@@ -81,6 +81,8 @@ pub struct Node {
     pub subgraphs: Vec<(String, usize)>,
     /// The node's integer attributes (`axis`, `group`, `transB`, ...).
     pub attributes: Vec<(String, i64)>,
+    /// The names of all its attributes.
+    pub attribute_names: Vec<String>,
 }
 
 /// Where a tensor comes from.
@@ -328,6 +330,11 @@ impl Graph {
                     .iter()
                     .filter(|a| a.r#type() == AttributeType::Int)
                     .map(|a| (a.name().to_owned(), a.i()))
+                    .collect(),
+                attribute_names: proto
+                    .attribute
+                    .iter()
+                    .map(|a| a.name().to_owned())
                     .collect(),
             });
         }

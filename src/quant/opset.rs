@@ -8,39 +8,92 @@
 use super::QuantError;
 use crate::model::{Dim, Graph};
 
-/// Op types whose signature or semantics changed at a version, with the change.
-const CHANGES: &[(&str, i64, &str)] = &[
-    ("Squeeze", 13, "axes moved from an attribute to an input"),
-    ("Unsqueeze", 13, "axes moved from an attribute to an input"),
-    ("ReduceSum", 13, "axes moved from an attribute to an input"),
-    ("Split", 13, "split moved from an attribute to an input"),
-    ("Split", 18, "num_outputs added"),
-    ("ReduceMean", 18, "axes moved from an attribute to an input"),
-    ("ReduceMax", 18, "axes moved from an attribute to an input"),
-    ("ReduceMin", 18, "axes moved from an attribute to an input"),
-    ("ReduceProd", 18, "axes moved from an attribute to an input"),
-    ("ReduceL1", 18, "axes moved from an attribute to an input"),
-    ("ReduceL2", 18, "axes moved from an attribute to an input"),
+/// Op types whose signature changed at a version: (op, version, attribute that moved to an
+/// input or `None` when every node is affected, change). A node is affected only if it uses
+/// the moved attribute: without it, old and new versions compute the same thing. Affected
+/// nodes with a moved attribute are upgraded (the attribute becomes an int64 initializer
+/// input, exactly what the newer version expects); the others block the raise.
+const CHANGES: &[(&str, i64, Option<&str>, &str)] = &[
+    (
+        "Squeeze",
+        13,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "Unsqueeze",
+        13,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceSum",
+        13,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "Split",
+        13,
+        Some("split"),
+        "split moved from an attribute to an input",
+    ),
+    (
+        "ReduceMean",
+        18,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceMax",
+        18,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceMin",
+        18,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceProd",
+        18,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceL1",
+        18,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
+    (
+        "ReduceL2",
+        18,
+        Some("axes"),
+        "axes moved from an attribute to an input",
+    ),
     (
         "ReduceLogSum",
         18,
+        Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
         "ReduceLogSumExp",
         18,
+        Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
         "ReduceSumSquare",
         18,
+        Some("axes"),
         "axes moved from an attribute to an input",
     ),
-    ("Resize", 13, "coordinate transformation defaults changed"),
-    ("Resize", 18, "antialias and axes added"),
-    ("Pad", 18, "axes input added"),
-    ("Upsample", 10, "removed in favour of Resize"),
-    ("Scan", 9, "scan_input_axes semantics changed"),
+    ("Upsample", 10, None, "removed in favour of Resize"),
+    ("Scan", 9, None, "scan_input_axes semantics changed"),
 ];
 
 /// Softmax-family axis semantics changed at 13: safe only when the axis is the last one.
@@ -69,8 +122,9 @@ pub fn blocking_nodes(
         .iter()
         .filter(|n| n.domain.is_empty() || n.domain == "ai.onnx")
     {
-        for (op, version, change) in CHANGES {
-            if node.op_type == *op && from < *version && *version <= to {
+        for (op, version, attribute, change) in CHANGES {
+            // Nodes using a moved attribute are upgraded by `raise`; only the rest block.
+            if node.op_type == *op && from < *version && *version <= to && attribute.is_none() {
                 blocking.push(format!(
                     "'{}' ({}: {change} at opset {version})",
                     node.name, node.op_type
@@ -116,6 +170,7 @@ pub fn raise(
     if !blocking.is_empty() {
         return Err(QuantError::OpsetRaise { from, to, blocking });
     }
+    move_attributes_to_inputs(proto, from, to);
     for opset in proto
         .opset_import
         .iter_mut()
@@ -133,6 +188,46 @@ pub fn raise(
         proto.ir_version = Some(ir);
     }
     Ok(Some((from, to)))
+}
+
+/// Upgrades nodes whose attribute became an input between `from` and `to` (Squeeze's and
+/// Unsqueeze's `axes` at 13, Split's `split` at 13, the reductions' `axes` at 13/18): the
+/// values move into an int64 initializer appended as the node's second input.
+fn move_attributes_to_inputs(proto: &mut crate::model::proto::ModelProto, from: i64, to: i64) {
+    use crate::model::TensorArray;
+    use ndarray::{ArrayD, IxDyn};
+    let Some(graph) = proto.graph.as_mut() else {
+        return;
+    };
+    let mut new_initializers = Vec::new();
+    for node in graph
+        .node
+        .iter_mut()
+        .filter(|n| n.domain().is_empty() || n.domain() == "ai.onnx")
+    {
+        for (op, version, attribute, _) in CHANGES {
+            let Some(attribute) = attribute else { continue };
+            if node.op_type() != *op || !(from < *version && *version <= to) {
+                continue;
+            }
+            let Some(at) = node.attribute.iter().position(|a| a.name() == *attribute) else {
+                continue;
+            };
+            let values = node.attribute.remove(at).ints;
+            let name = format!("{}_{attribute}", node.name());
+            let tensor = TensorArray::Int64(
+                ArrayD::from_shape_vec(IxDyn(&[values.len()]), values).unwrap_or_default(),
+            );
+            new_initializers.push(tensor.to_proto(&name));
+            // The moved input is the second one in every new signature.
+            if node.input.len() < 2 {
+                node.input.push(name);
+            } else {
+                node.input.insert(1, name);
+            }
+        }
+    }
+    graph.initializer.extend(new_initializers);
 }
 
 /// The rank of a tensor if the index knows it.

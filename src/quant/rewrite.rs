@@ -207,7 +207,7 @@ fn quantize_weight(
     qtype: QuantType,
     symmetric: bool,
     reduce_range: bool,
-    bias_adjust: Option<(f32, f32)>,
+    bias_adjust: Option<(f32, Vec<f32>)>,
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
     let axis = axis.filter(|&a| a < values.ndim() && values.ndim() > 1);
@@ -229,12 +229,17 @@ fn quantize_weight(
         .iter()
         .map(|&(lo, hi)| scale_zp_for(lo, hi, qtype, symmetric, reduce_range))
         .collect();
-    if let Some((input_scale, bias_abs_max)) = bias_adjust
+    // onnxruntime's int32-bias adjustment: per channel against that channel's |bias|,
+    // per tensor against the whole bias's magnitude (zero included).
+    if let Some((input_scale, bias)) = bias_adjust
         && matches!(qtype, QuantType::Int8 | QuantType::Int16)
         && params.iter().all(|p| p.zero_point == 0)
     {
-        for p in &mut params {
-            p.scale = adjust_weight_scale_for_bias(p.scale, input_scale, bias_abs_max);
+        let per_channel = params.len() > 1 && params.len() == bias.len();
+        let whole = bias.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (c, p) in params.iter_mut().enumerate() {
+            let magnitude = if per_channel { bias[c].abs() } else { whole };
+            p.scale = adjust_weight_scale_for_bias(p.scale, input_scale, magnitude, per_channel);
         }
     }
     Ok(QuantizedWeight {
@@ -470,7 +475,7 @@ pub fn rewrite(
                         let bias_adjust = bias_of.get(name.as_str()).and_then(|(input, bias)| {
                             let input_scale = out.params.get(*input)?.params[0].scale;
                             let b = float_value(bias).ok()?;
-                            Some((input_scale, b.iter().fold(0f32, |m, v| m.max(v.abs()))))
+                            Some((input_scale, b.iter().copied().collect()))
                         });
                         quantize_weight(
                             name,

@@ -143,8 +143,22 @@ pub fn quantize_bias(b: f32, scale: f32) -> i32 {
 
 /// onnxruntime's int32-bias weight-scale adjustment: if `input_scale · weight_scale` is so
 /// small that the bias would overflow int32, raise the weight scale (f64 maths, f32 result).
-pub fn adjust_weight_scale_for_bias(weight_scale: f32, input_scale: f32, bias_abs_max: f32) -> f32 {
-    let smallest = 1.0001 * 2.0 * f64::from(bias_abs_max.max(0.0)) / (f64::from(u32::MAX) - 1.0);
+/// `bias_magnitude` is the channel's |bias| when per-channel, else the whole bias's absmax;
+/// onnxruntime computes `1.0001 · 2·|b|` in float32 in the per-channel case, and that
+/// rounding is reproduced.
+pub fn adjust_weight_scale_for_bias(
+    weight_scale: f32,
+    input_scale: f32,
+    bias_magnitude: f32,
+    per_channel: bool,
+) -> f32 {
+    let qrange = f64::from(i32::MAX) - f64::from(i32::MIN + 1);
+    let numerator = if per_channel {
+        f64::from(1.0001f32 * (2.0 * bias_magnitude.max(0.0)))
+    } else {
+        1.0001 * (2.0 * f64::from(bias_magnitude.max(0.0)))
+    };
+    let smallest = numerator / qrange;
     let product = f64::from(input_scale) * f64::from(weight_scale);
     if product > 0.0 && product < smallest {
         (f64::from(weight_scale) * (smallest / product)) as f32
@@ -200,9 +214,9 @@ mod tests {
 
     #[test]
     fn tiny_weight_scales_are_raised_for_int32_bias() {
-        let adjusted = adjust_weight_scale_for_bias(1e-10, 1e-3, 100.0);
+        let adjusted = adjust_weight_scale_for_bias(1e-10, 1e-3, 100.0, false);
         assert!(adjusted > 1e-10);
         assert!(quantize_bias(100.0, 1e-3 * adjusted).abs() < i32::MAX);
-        assert_eq!(adjust_weight_scale_for_bias(0.01, 0.01, 1.0), 0.01);
+        assert_eq!(adjust_weight_scale_for_bias(0.01, 0.01, 1.0, true), 0.01);
     }
 }

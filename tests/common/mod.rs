@@ -83,3 +83,43 @@ pub fn wide_model() -> qdq_studio::model::Model {
     b.output("y", DataType::Float32, &[-1, 256, 256]);
     b.build()
 }
+
+/// Writes a `.npz` (stored, numpy's layout) of float32/int64/float16 arrays, for data tests.
+pub fn write_npz(path: &Path, arrays: &[(&str, qdq_studio::model::TensorArray)]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut zip = zip::ZipWriter::new(file);
+    for (name, array) in arrays {
+        zip.start_file(
+            format!("{name}.npy"),
+            zip::write::SimpleFileOptions::default(),
+        )
+        .unwrap();
+        let (descr, bytes) = match array {
+            qdq_studio::model::TensorArray::Float32(a) => (
+                "<f4",
+                a.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+            ),
+            qdq_studio::model::TensorArray::Int64(a) => {
+                ("<i8", a.iter().flat_map(|v| v.to_le_bytes()).collect())
+            }
+            qdq_studio::model::TensorArray::Float16(a) => (
+                "<f2",
+                a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+            ),
+            _ => unreachable!(),
+        };
+        let shape = array
+            .shape()
+            .iter()
+            .map(|d| format!("{d},"))
+            .collect::<String>();
+        let dict =
+            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({shape}), }}\n");
+        let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+        npy.extend((dict.len() as u16).to_le_bytes());
+        npy.extend(dict.as_bytes());
+        npy.extend(bytes);
+        std::io::Write::write_all(&mut zip, &npy).unwrap();
+    }
+    zip.finish().unwrap();
+}
