@@ -7,6 +7,7 @@
 
 pub mod atomic;
 pub mod calib;
+pub mod eval;
 pub mod jobs;
 pub mod model;
 pub mod quant;

@@ -2,6 +2,7 @@
 
 pub mod calibrate;
 mod common;
+pub mod compare;
 pub mod inspect;
 pub mod quantize;
 pub mod runtime;
@@ -36,6 +37,8 @@ pub enum Command {
     Quantize(Box<quantize::QuantizeArgs>),
     /// Apply the quantizer's pre-processing only (constants, BatchNormalization, Identity).
     Preprocess(quantize::PreprocessArgs),
+    /// Compare a float and a QDQ model's outputs (SQNR, cosine, MSE, top-k) and latency.
+    Compare(Box<compare::CompareArgs>),
 }
 
 /// Runs a headless subcommand.
@@ -46,6 +49,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Quantize(args) => quantize::run(&args),
         Command::Preprocess(args) => quantize::run_preprocess(&args),
+        Command::Compare(args) => compare::run(&args),
     }
 }
 

@@ -1,0 +1,134 @@
+//! `qdq-studio compare`: float against quantized outputs, and latency, on evaluation data.
+
+use std::path::PathBuf;
+
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+
+use qdq_studio::calib::data::model_inputs;
+use qdq_studio::eval::{compare_outputs, measure_latency};
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::{Graph, Model};
+use qdq_studio::runtime::{LoadOptions, Runtime};
+
+/// Arguments of `compare`.
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The float model.
+    #[arg(long = "float")]
+    pub float: PathBuf,
+    /// The QDQ model (qdq-studio's, onnxruntime's or ModelOpt's).
+    #[arg(long = "quant")]
+    pub quant: PathBuf,
+    /// Evaluation data (.npz/.npy, an image folder or ONNX Runtime test data).
+    #[arg(long = "data")]
+    pub data: PathBuf,
+    /// Samples per batch.
+    #[arg(long = "batch_size", visible_alias = "batch-size", default_value_t = 1)]
+    pub batch_size: usize,
+    /// Execution providers, in priority order.
+    #[arg(long = "eps", num_args = 1.., default_value = "cpu")]
+    pub eps: Vec<String>,
+    /// Timed runs per model for latency (0: skip).
+    #[arg(
+        long = "latency_runs",
+        visible_alias = "latency-runs",
+        default_value_t = 20
+    )]
+    pub latency_runs: usize,
+    /// Image-folder preprocessing.
+    #[command(flatten)]
+    pub images: super::common::ImageArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0))
+}
+
+/// Runs `compare`.
+pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+    let float = Model::load(&args.float)?;
+    let quant = Model::load(&args.quant)?;
+    qdq_studio::eval::check_comparable(&float, &quant, &args.quant.display().to_string())?;
+    let eps = super::common::parse_eps(&args.eps)?;
+    let inputs = model_inputs(&Graph::build(&float));
+    let spec =
+        super::common::data_spec(Some(&args.data), args.images.preprocess(&inputs)?, None, 0)?;
+    let mut source = spec.open(&inputs)?;
+    let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
+    let metrics = compare_outputs(
+        &float,
+        &quant,
+        source.as_mut(),
+        &runtime,
+        &eps,
+        args.batch_size,
+        &JobContext::silent(),
+    )?;
+    let latency = if args.latency_runs > 0 {
+        let f = measure_latency(
+            &float,
+            source.as_mut(),
+            &runtime,
+            &eps,
+            args.batch_size,
+            3,
+            args.latency_runs,
+        )?;
+        let q = measure_latency(
+            &quant,
+            source.as_mut(),
+            &runtime,
+            &eps,
+            args.batch_size,
+            3,
+            args.latency_runs,
+        )?;
+        Some((f, q))
+    } else {
+        None
+    };
+    if args.json {
+        let value = serde_json::json!({ "outputs": metrics, "latency": latency.as_ref().map(|(f, q)| serde_json::json!({"float": f, "quantized": q})) });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "output",
+        "SQNR dB",
+        "cosine",
+        "MSE",
+        "max |err|",
+        "top-1",
+        "top-5",
+    ]);
+    for m in &metrics {
+        table.add_row([
+            m.name.clone(),
+            format!("{:.2}", m.sqnr_db),
+            format!("{:.5}", m.cosine),
+            format!("{:.3e}", m.mse),
+            format!("{:.3e}", m.max_abs_error),
+            percent(m.top1_agreement),
+            percent(m.top5_agreement),
+        ]);
+    }
+    println!("{table}");
+    if let Some((f, q)) = latency {
+        println!(
+            "latency on {} ({} runs, batch {}): float {:.2} ms median / {:.2} ms p90, quantized {:.2} ms / {:.2} ms ({:.2}x)",
+            f.execution_providers.join(" > "),
+            f.runs,
+            args.batch_size,
+            f.median_ms,
+            f.p90_ms,
+            q.median_ms,
+            q.p90_ms,
+            f.median_ms / q.median_ms.max(f64::EPSILON)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,314 @@
+//! Float against quantized: per-output error metrics over evaluation data (streaming, memory
+//! bounded by one batch) and latency of both models on the chosen execution providers.
+
+use std::borrow::Cow;
+use std::time::Instant;
+
+use ndarray::{ArrayD, Axis};
+use serde::Serialize;
+
+use crate::calib::data::{BatchSource, DataError, model_inputs, validate};
+use crate::jobs::{JobContext, RateMeter};
+use crate::model::{Graph, Model, ModelError};
+use crate::quant::cpu_session_options;
+use crate::runtime::value::{float_output, to_value};
+use crate::runtime::{EpSpec, Runtime, RuntimeError, SessionOptions};
+
+/// Errors of a comparison.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// A model could not be read.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The data could not be read or does not fit.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// ONNX Runtime failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The two models do not have the same interface.
+    #[error("the models cannot be compared: {}", .0.join("; "))]
+    Mismatch(Vec<String>),
+    /// The "quantized" model has no QuantizeLinear/DequantizeLinear node.
+    #[error("{0} has no QuantizeLinear or DequantizeLinear node: it is not a QDQ model")]
+    NotQuantized(String),
+    /// A batch failed to run.
+    #[error("batch {batch} failed on the {model} model: {reason}")]
+    Run {
+        /// The batch.
+        batch: usize,
+        /// "float" or "quantized".
+        model: &'static str,
+        /// ONNX Runtime's message.
+        reason: String,
+    },
+    /// Cancelled.
+    #[error("the comparison was cancelled")]
+    Cancelled,
+}
+
+/// Error metrics of one output, float as the reference.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutputMetrics {
+    /// Output name.
+    pub name: String,
+    /// Signal-to-quantization-noise ratio in dB (onnxruntime's `qdq_loss_debug` formula).
+    pub sqnr_db: f64,
+    /// Cosine similarity of the flattened outputs.
+    pub cosine: f64,
+    /// Mean squared error.
+    pub mse: f64,
+    /// Largest absolute difference.
+    pub max_abs_error: f64,
+    /// For classifier-like outputs (`[N, classes]`): share of rows whose argmax agrees.
+    pub top1_agreement: Option<f64>,
+    /// ... share of rows whose float argmax is in the quantized top 5 (≥ 5 classes).
+    pub top5_agreement: Option<f64>,
+    /// Elements compared.
+    pub elements: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Accumulator {
+    reference2: f64,
+    test2: f64,
+    dot: f64,
+    noise2: f64,
+    max_abs: f64,
+    elements: u64,
+    rows: u64,
+    top1: u64,
+    top5: u64,
+    classifier: bool,
+}
+
+fn argsort_desc(row: &[f32]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+    idx
+}
+
+impl Accumulator {
+    fn add(&mut self, reference: &ArrayD<f32>, test: &ArrayD<f32>) {
+        for (&a, &b) in reference.iter().zip(test.iter()) {
+            let (a, b) = (f64::from(a), f64::from(b));
+            self.reference2 += a * a;
+            self.test2 += b * b;
+            self.dot += a * b;
+            self.noise2 += (a - b) * (a - b);
+            self.max_abs = self.max_abs.max((a - b).abs());
+        }
+        self.elements += reference.len() as u64;
+        self.classifier = reference.ndim() == 2 && reference.shape()[1] >= 2;
+        if self.classifier {
+            for (r, t) in reference.axis_iter(Axis(0)).zip(test.axis_iter(Axis(0))) {
+                let (r, t): (Vec<f32>, Vec<f32>) =
+                    (r.iter().copied().collect(), t.iter().copied().collect());
+                let best = argsort_desc(&r)[0];
+                let ranked = argsort_desc(&t);
+                self.rows += 1;
+                self.top1 += u64::from(ranked[0] == best);
+                self.top5 += u64::from(ranked.iter().take(5).any(|&i| i == best));
+            }
+        }
+    }
+
+    fn finish(&self, name: &str, classes: usize) -> OutputMetrics {
+        let eps = f64::EPSILON;
+        let sqnr = 20.0 * (self.reference2.sqrt().max(eps) / self.noise2.sqrt().max(eps)).log10();
+        let cosine = self.dot / (self.reference2.sqrt() * self.test2.sqrt()).max(eps);
+        OutputMetrics {
+            name: name.to_owned(),
+            sqnr_db: sqnr,
+            cosine,
+            mse: self.noise2 / self.elements.max(1) as f64,
+            max_abs_error: self.max_abs,
+            top1_agreement: (self.classifier && self.rows > 0)
+                .then(|| self.top1 as f64 / self.rows as f64),
+            top5_agreement: (self.classifier && self.rows > 0 && classes >= 5)
+                .then(|| self.top5 as f64 / self.rows as f64),
+            elements: self.elements,
+        }
+    }
+}
+
+/// Checks that `float` and `quant` can be compared: same inputs and outputs, and `quant`
+/// really is a QDQ model.
+pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Result<(), EvalError> {
+    let (fg, qg) = (Graph::build(float), Graph::build(quant));
+    let mut problems = Vec::new();
+    let inputs = |g: &Graph| -> Vec<(String, Option<i32>)> {
+        g.inputs()
+            .iter()
+            .map(|n| (n.clone(), g.tensor(n).and_then(|t| t.elem_type)))
+            .collect()
+    };
+    if inputs(&fg) != inputs(&qg) {
+        problems.push(format!(
+            "inputs differ (float: {}; quantized: {})",
+            fg.inputs().join(", "),
+            qg.inputs().join(", ")
+        ));
+    }
+    if fg.outputs() != qg.outputs() {
+        problems.push(format!(
+            "outputs differ (float: {}; quantized: {})",
+            fg.outputs().join(", "),
+            qg.outputs().join(", ")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(EvalError::Mismatch(problems));
+    }
+    let has_qdq = qg
+        .nodes()
+        .iter()
+        .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear");
+    if !has_qdq {
+        return Err(EvalError::NotQuantized(quant_label.to_owned()));
+    }
+    Ok(())
+}
+
+/// Runs both models on `source` batch by batch and accumulates each output's metrics.
+pub fn compare_outputs(
+    float: &Model,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    ctx: &JobContext,
+) -> Result<Vec<OutputMetrics>, EvalError> {
+    check_comparable(float, quant, "the quantized model")?;
+    let graph = Graph::build(float);
+    let inputs = model_inputs(&graph);
+    let samples = source.samples();
+    validate(&inputs, &source.arrays(), samples, batch_size.max(1))?;
+    let mut float_session =
+        runtime.session_from_bytes(&float.to_bytes()?, eps, SessionOptions::default())?;
+    let mut quant_session =
+        runtime.session_from_bytes(&quant.to_bytes()?, eps, cpu_session_options(quant))?;
+    let outputs: Vec<String> = graph.outputs().to_vec();
+    let mut accumulators = vec![Accumulator::default(); outputs.len()];
+    let mut classes = vec![0usize; outputs.len()];
+    let meter = RateMeter::new("comparing", samples as u64);
+    let mut done = 0;
+    while let Some(batch) = source.next_batch(batch_size.max(1))? {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let index = batch.index;
+        let owned: Vec<(String, ort::value::DynValue)> = batch
+            .inputs
+            .into_iter()
+            .map(|(n, a)| Ok((n, to_value(a)?)))
+            .collect::<Result<_, EvalError>>()?;
+        let mut results: Vec<Vec<Option<ArrayD<f32>>>> = Vec::new();
+        for (label, session) in [
+            ("float", &mut float_session),
+            ("quantized", &mut quant_session),
+        ] {
+            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
+                .iter()
+                .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.into()))
+                .collect();
+            let out = session.run(values).map_err(|e| EvalError::Run {
+                batch: index,
+                model: label,
+                reason: e.to_string(),
+            })?;
+            results.push(
+                outputs
+                    .iter()
+                    .map(|name| {
+                        out.get(name.as_str())
+                            .and_then(float_output)
+                            .map(|(_, a)| a)
+                    })
+                    .collect(),
+            );
+        }
+        for (i, (reference, test)) in results[0].iter().zip(&results[1]).enumerate() {
+            if let (Some(reference), Some(test)) = (reference, test) {
+                classes[i] = reference.shape().last().copied().unwrap_or(0);
+                accumulators[i].add(reference, test);
+            }
+        }
+        done += batch.samples;
+        ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
+    }
+    Ok(outputs
+        .iter()
+        .zip(&accumulators)
+        .zip(&classes)
+        .filter(|((_, a), _)| a.elements > 0)
+        .map(|((name, a), &c)| a.finish(name, c))
+        .collect())
+}
+
+/// Latency of one model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latency {
+    /// Median milliseconds per run.
+    pub median_ms: f64,
+    /// 90th percentile milliseconds.
+    pub p90_ms: f64,
+    /// Timed runs.
+    pub runs: usize,
+    /// The execution providers used.
+    pub execution_providers: Vec<String>,
+}
+
+/// Times `model` on one batch of `source`: `warmup` untimed runs, then `runs` timed ones.
+pub fn measure_latency(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    warmup: usize,
+    runs: usize,
+) -> Result<Latency, EvalError> {
+    source.rewind()?;
+    let batch = source
+        .next_batch(batch_size.max(1))?
+        .ok_or(DataError::Empty)?;
+    let owned: Vec<(String, ort::value::DynValue)> = batch
+        .inputs
+        .into_iter()
+        .map(|(n, a)| Ok((n, to_value(a)?)))
+        .collect::<Result<_, EvalError>>()?;
+    let options = if Graph::build(model)
+        .nodes()
+        .iter()
+        .any(|n| n.op_type == "DequantizeLinear")
+    {
+        cpu_session_options(model)
+    } else {
+        SessionOptions::default()
+    };
+    let mut session = runtime.session_from_bytes(&model.to_bytes()?, eps, options)?;
+    let mut times = Vec::with_capacity(runs);
+    for i in 0..warmup + runs.max(1) {
+        let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
+            .iter()
+            .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.into()))
+            .collect();
+        let started = Instant::now();
+        session.run(values).map_err(|e| EvalError::Run {
+            batch: 0,
+            model: "timed",
+            reason: e.to_string(),
+        })?;
+        if i >= warmup {
+            times.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok(Latency {
+        median_ms: at(0.5),
+        p90_ms: at(0.9),
+        runs: times.len(),
+        execution_providers: eps.iter().map(ToString::to_string).collect(),
+    })
+}

@@ -1,0 +1,121 @@
+//! Float against quantized comparison on real sessions.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use qdq_studio::calib::data::{DataSpec, model_inputs};
+use qdq_studio::eval::{EvalError, check_comparable, compare_outputs, measure_latency};
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
+use qdq_studio::runtime::EpSpec;
+
+use common::{cli, runtime};
+
+fn asset(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/sample")
+        .join(name)
+}
+
+/// The sample quantized by the CLI (MinMax, per-channel, calibration set).
+fn quantized_sample(dir: &Path) -> PathBuf {
+    let out = dir.join("q.onnx");
+    let status = cli()
+        .args(["quantize", "--onnx_path"])
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--calibration_data_path")
+        .arg(asset("calib.npz"))
+        .args(["--batch_size", "8", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    out
+}
+
+#[test]
+fn the_quantized_sample_agrees_with_the_float_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let quant = Model::load(&quantized_sample(dir.path())).unwrap();
+    let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let inputs = model_inputs(&Graph::build(&float));
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&inputs)
+    .unwrap();
+    let metrics = compare_outputs(
+        &float,
+        &quant,
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        4,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert_eq!(metrics.len(), 1);
+    let m = &metrics[0];
+    assert!(m.sqnr_db > 30.0 && m.cosine > 0.999, "{m:?}");
+    assert_eq!(m.top1_agreement, Some(1.0));
+    assert_eq!(m.top5_agreement, None, "two classes: no top-5");
+    assert_eq!(m.elements, 32);
+    let latency =
+        measure_latency(&quant, source.as_mut(), &runtime(), &[EpSpec::Cpu], 4, 1, 5).unwrap();
+    assert!(latency.median_ms > 0.0 && latency.p90_ms >= latency.median_ms && latency.runs == 5);
+}
+
+#[test]
+fn a_model_against_itself_has_no_error_and_non_qdq_models_are_refused() {
+    let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let err = check_comparable(&float, &float, "float.onnx").unwrap_err();
+    assert!(matches!(err, EvalError::NotQuantized(_)), "{err}");
+
+    let mut b = ModelBuilder::new(17);
+    b.input("other", DataType::Float32, &[1, 2]);
+    b.node("Relu", &["other"], &["y"]);
+    b.output("y", DataType::Float32, &[1, 2]);
+    let err = check_comparable(&float, &b.build(), "other.onnx").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("inputs differ") && text.contains("outputs differ"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_cli_prints_the_table_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let quant = quantized_sample(dir.path());
+    let out = cli()
+        .args(["compare", "--float"])
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--quant")
+        .arg(&quant)
+        .arg("--data")
+        .arg(asset("eval.npz"))
+        .args(["--batch_size", "8", "--latency_runs", "3", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(value["outputs"][0]["sqnr_db"].as_f64().unwrap() > 30.0);
+    assert!(value["latency"]["quantized"]["median_ms"].as_f64().unwrap() > 0.0);
+    // Comparing against a non-QDQ model is one line and a failure.
+    let out = cli()
+        .args(["compare", "--float"])
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--quant")
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--data")
+        .arg(asset("eval.npz"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a QDQ model"));
+}
