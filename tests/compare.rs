@@ -119,3 +119,100 @@ fn the_cli_prints_the_table_and_json() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a QDQ model"));
 }
+
+#[test]
+fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/ort_loss_debug_sample.json")).unwrap();
+    let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let (mut float, _) =
+        qdq_studio::quant::preprocess::preprocess(&float, &Default::default()).unwrap();
+    qdq_studio::quant::name_nodes(&mut float);
+    let quant = Model::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ort_qdq_sample_pt.onnx"),
+    )
+    .unwrap();
+    let inputs = model_inputs(&Graph::build(&float));
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&inputs)
+    .unwrap();
+    let errors = qdq_studio::eval::tensors::tensor_errors(
+        &float,
+        &quant,
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        4,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(errors.unmatched.is_empty(), "{:?}", errors.unmatched);
+    let expected = fixture["activations"].as_object().unwrap();
+    let mut compared = 0;
+    for a in &errors.activations {
+        let Some(want) = expected.get(&a.tensor) else {
+            continue;
+        };
+        compared += 1;
+        let (qdq, xmodel) = (
+            want["qdq_err"].as_f64().unwrap(),
+            want["xmodel_err"].as_f64().unwrap(),
+        );
+        assert!(
+            (a.qdq_sqnr_db - qdq).abs() < 0.1,
+            "{}: qdq {} vs {qdq}",
+            a.tensor,
+            a.qdq_sqnr_db
+        );
+        assert!(
+            (a.xmodel_sqnr_db - xmodel).abs() < 0.1,
+            "{}: xmodel {} vs {xmodel}",
+            a.tensor,
+            a.xmodel_sqnr_db
+        );
+    }
+    assert!(
+        compared * 100 >= expected.len() * 95,
+        "only {compared} of {} activations compared",
+        expected.len()
+    );
+    let weights = fixture["weights"].as_object().unwrap();
+    let unsigned: Vec<String> = quant
+        .graph()
+        .initializer
+        .iter()
+        .filter(|t| t.data_type() == DataType::Uint8.to_onnx())
+        .map(|t| t.name().trim_end_matches("_quantized").to_owned())
+        .collect();
+    let mut compared = 0;
+    for w in &errors.weights {
+        let Some(want) = weights.get(&w.weight).and_then(|v| v.as_f64()) else {
+            continue;
+        };
+        compared += 1;
+        if unsigned.contains(&w.weight) {
+            // onnxruntime's create_weight_matching subtracts the zero point in uint8 and wraps
+            // around (a defect we do not copy): ours must be at least as good.
+            assert!(
+                w.sqnr_db >= want - 0.1,
+                "{}: {} vs {want}",
+                w.weight,
+                w.sqnr_db
+            );
+        } else {
+            assert!(
+                (w.sqnr_db - want).abs() < 0.1,
+                "{}: {} vs {want}",
+                w.weight,
+                w.sqnr_db
+            );
+        }
+    }
+    assert!(
+        compared * 100 >= weights.len() * 95,
+        "only {compared} of {} weights compared",
+        weights.len()
+    );
+}

@@ -38,6 +38,10 @@ pub struct CompareArgs {
     /// Image-folder preprocessing.
     #[command(flatten)]
     pub images: super::common::ImageArgs,
+    /// Also compute per-tensor errors (onnxruntime's qdq_loss_debug semantics) and list the
+    /// worst tensors.
+    #[arg(long = "per_tensor", visible_alias = "per-tensor")]
+    pub per_tensor: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +71,19 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         args.batch_size,
         &JobContext::silent(),
     )?;
+    let tensors = if args.per_tensor {
+        Some(qdq_studio::eval::tensors::tensor_errors(
+            &float,
+            &quant,
+            source.as_mut(),
+            &runtime,
+            &eps,
+            args.batch_size,
+            &JobContext::silent(),
+        )?)
+    } else {
+        None
+    };
     let latency = if args.latency_runs > 0 {
         let f = measure_latency(
             &float,
@@ -91,7 +108,11 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         None
     };
     if args.json {
-        let value = serde_json::json!({ "outputs": metrics, "latency": latency.as_ref().map(|(f, q)| serde_json::json!({"float": f, "quantized": q})) });
+        let value = serde_json::json!({
+            "outputs": metrics,
+            "tensors": tensors,
+            "latency": latency.as_ref().map(|(f, q)| serde_json::json!({"float": f, "quantized": q})),
+        });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
@@ -117,6 +138,31 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{table}");
+    if let Some(tensors) = &tensors {
+        let mut worst = tensors.activations.clone();
+        worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED).set_header([
+            "worst activations",
+            "float vs QDQ dB",
+            "pre-Q vs post-DQ dB",
+        ]);
+        for a in worst.iter().take(10) {
+            table.add_row([
+                a.tensor.clone(),
+                format!("{:.2}", a.xmodel_sqnr_db),
+                format!("{:.2}", a.qdq_sqnr_db),
+            ]);
+        }
+        println!("{table}");
+        if !tensors.unmatched.is_empty() {
+            println!(
+                "could not match {} Q/DQ pair(s) to float tensors: {}",
+                tensors.unmatched.len(),
+                tensors.unmatched.join(", ")
+            );
+        }
+    }
     if let Some((f, q)) = latency {
         println!(
             "latency on {} ({} runs, batch {}): float {:.2} ms median / {:.2} ms p90, quantized {:.2} ms / {:.2} ms ({:.2}x)",

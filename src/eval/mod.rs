@@ -1,6 +1,8 @@
 //! Float against quantized: per-output error metrics over evaluation data (streaming, memory
 //! bounded by one batch) and latency of both models on the chosen execution providers.
 
+pub mod tensors;
+
 use std::borrow::Cow;
 use std::time::Instant;
 

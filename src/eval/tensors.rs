@@ -1,0 +1,312 @@
+//! Per-tensor error with onnxruntime's `qdq_loss_debug` semantics: for every quantized
+//! activation, SQNR of the tensor before quantization against after dequantization inside the
+//! QDQ model (`qdq_err`), and of the float model's tensor against the dequantized one
+//! (`xmodel_err`); for every quantized weight, the float weight against its dequantized value.
+//!
+//! Tensors are matched structurally (QuantizeLinear → DequantizeLinear pairs), so QDQ models
+//! from onnxruntime, ModelOpt or qdq-studio all work; pairs that cannot be matched to a float
+//! tensor are listed rather than dropped silently.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
+use ndarray::{ArrayD, Axis};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::EvalError;
+use crate::calib::data::BatchSource;
+use crate::calib::runner::augmented_model;
+use crate::jobs::{JobContext, RateMeter};
+use crate::model::{Graph, Model};
+use crate::quant::cpu_session_options;
+use crate::runtime::value::{float_output, to_value};
+use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
+
+/// Errors of one activation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ActivationError {
+    /// The float model's tensor name.
+    pub tensor: String,
+    /// SQNR (dB) of the QDQ model's tensor before Q against after DQ.
+    pub qdq_sqnr_db: f64,
+    /// SQNR (dB) of the float model's tensor against the QDQ model's dequantized tensor.
+    pub xmodel_sqnr_db: f64,
+}
+
+/// Error of one weight.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WeightError {
+    /// The float weight's name.
+    pub weight: String,
+    /// SQNR (dB) of the float weight against its dequantized value.
+    pub sqnr_db: f64,
+}
+
+/// Everything the per-tensor comparison found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TensorErrors {
+    /// Activations, in the float graph's order.
+    pub activations: Vec<ActivationError>,
+    /// Weights, by name.
+    pub weights: Vec<WeightError>,
+    /// Q/DQ pairs whose float tensor could not be found.
+    pub unmatched: Vec<String>,
+}
+
+/// A Q→DQ pair on an activation: the Q input, the DQ output and the float tensor it stands for.
+#[derive(Debug, Clone)]
+struct Pair {
+    pre: String,
+    post: String,
+    float: String,
+}
+
+fn sqnr(signal2: f64, noise2: f64) -> f64 {
+    let eps = f64::EPSILON;
+    20.0 * (signal2.sqrt().max(eps) / noise2.sqrt().max(eps)).log10()
+}
+
+/// Finds the activation Q/DQ pairs of a QDQ model and the float tensors they stand for.
+fn pairs(quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<String>) {
+    let mut found = Vec::new();
+    let mut unmatched = Vec::new();
+    for q in quant
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "QuantizeLinear")
+    {
+        let pre = q.inputs[0].clone();
+        if quant
+            .tensor(&pre)
+            .is_some_and(|t| t.producer.is_none() && t.kind != crate::model::TensorKind::Input)
+        {
+            continue; // a weight quantized in the graph
+        }
+        let Some(q_out) = q.outputs.first().and_then(|o| quant.tensor(o)) else {
+            continue;
+        };
+        let Some(dq) = q_out
+            .consumers
+            .iter()
+            .map(|&id| quant.node(id))
+            .find(|n| n.op_type == "DequantizeLinear")
+        else {
+            continue;
+        };
+        let post = dq.outputs[0].clone();
+        let candidates = [
+            pre.trim_end_matches("_QuantizeLinear_Input").to_owned(),
+            pre.clone(),
+            post.clone(),
+        ];
+        match candidates.iter().find(|c| float.tensor(c).is_some()) {
+            Some(name) => found.push(Pair {
+                pre,
+                post,
+                float: name.clone(),
+            }),
+            None => unmatched.push(pre),
+        }
+    }
+    (found, unmatched)
+}
+
+/// Dequantizes every DequantizeLinear on an initializer and compares it to the float weight.
+fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalError> {
+    let qg = Graph::build(quant);
+    let inits: HashMap<&str, &crate::model::proto::TensorProto> = quant
+        .graph()
+        .initializer
+        .iter()
+        .map(|t| (t.name(), t))
+        .collect();
+    let mut out = Vec::new();
+    for dq in qg
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "DequantizeLinear")
+    {
+        let (Some(q), Some(scale)) = (
+            inits.get(dq.inputs[0].as_str()),
+            dq.inputs.get(1).and_then(|s| inits.get(s.as_str())),
+        ) else {
+            continue;
+        };
+        let base = dq.inputs[0].trim_end_matches("_quantized");
+        let Some(reference) = float.weight(base)? else {
+            continue;
+        };
+        let reference = reference.to_f32();
+        let values = quant.tensor_array(q)?.to_f32();
+        let scales = quant.tensor_array(scale)?.to_f32();
+        let zero_points = match dq.inputs.get(2).and_then(|z| inits.get(z.as_str())) {
+            Some(z) => quant.tensor_array(z)?.to_f32(),
+            None => ArrayD::zeros(scales.raw_dim()),
+        };
+        if values.shape() != reference.shape() || dq.int_attribute("block_size").is_some() {
+            continue;
+        }
+        let axis = if scales.len() > 1 {
+            dq.int_attribute("axis").unwrap_or(1) as usize
+        } else {
+            0
+        };
+        let mut dequantized = values.clone();
+        if scales.len() > 1 && axis < values.ndim() {
+            for (c, mut lane) in dequantized.axis_iter_mut(Axis(axis)).enumerate() {
+                let (s, z) = (
+                    scales.as_slice().map_or(1.0, |v| v[c]),
+                    zero_points.as_slice().map_or(0.0, |v| v[c]),
+                );
+                lane.mapv_inplace(|v| (v - z) * s);
+            }
+        } else {
+            let (s, z) = (
+                scales.iter().next().copied().unwrap_or(1.0),
+                zero_points.iter().next().copied().unwrap_or(0.0),
+            );
+            dequantized.mapv_inplace(|v| (v - z) * s);
+        }
+        let (signal, noise) = reference
+            .iter()
+            .zip(dequantized.iter())
+            .fold((0.0, 0.0), |(s, n), (&a, &b)| {
+                (s + f64::from(a).powi(2), n + f64::from(a - b).powi(2))
+            });
+        out.push(WeightError {
+            weight: base.to_owned(),
+            sqnr_db: sqnr(signal, noise),
+        });
+    }
+    out.sort_by(|a, b| a.weight.cmp(&b.weight));
+    Ok(out)
+}
+
+/// Runs both models on `source` with every matched tensor exposed and accumulates the errors.
+pub fn tensor_errors(
+    float: &Model,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    ctx: &JobContext,
+) -> Result<TensorErrors, EvalError> {
+    super::check_comparable(float, quant, "the quantized model")?;
+    let (fg, qg) = (Graph::build(float), Graph::build(quant));
+    let (pairs, unmatched) = pairs(&qg, &fg);
+    let float_names: Vec<String> = pairs
+        .iter()
+        .map(|p| p.float.clone())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let quant_names: Vec<String> = pairs
+        .iter()
+        .flat_map(|p| [p.pre.clone(), p.post.clone()])
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    let float_bytes = augmented_model(float, &fg, &float_names).map_err(|e| EvalError::Run {
+        batch: 0,
+        model: "float",
+        reason: e.to_string(),
+    })?;
+    let quant_bytes = augmented_model(quant, &qg, &quant_names).map_err(|e| EvalError::Run {
+        batch: 0,
+        model: "quantized",
+        reason: e.to_string(),
+    })?;
+    // As qdq_loss_debug: no graph optimizations, so every tensor stays observable.
+    let plain = SessionOptions {
+        optimization: Optimization::Disable,
+        ..cpu_session_options(quant)
+    };
+    let mut float_session = runtime.session_from_bytes(&float_bytes, eps, plain)?;
+    let mut quant_session = runtime.session_from_bytes(&quant_bytes, eps, plain)?;
+    // (qdq signal², qdq noise², xmodel signal², xmodel noise²) per pair.
+    let mut sums = vec![[0f64; 4]; pairs.len()];
+    let meter = RateMeter::new("per-tensor error", source.samples() as u64);
+    let mut done = 0;
+    source.rewind()?;
+    while let Some(batch) = source.next_batch(batch_size.max(1))? {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let index = batch.index;
+        let owned: Vec<(String, ort::value::DynValue)> = batch
+            .inputs
+            .into_iter()
+            .map(|(n, a)| Ok((n, to_value(a)?)))
+            .collect::<Result<_, EvalError>>()?;
+        let collect = |session: &mut ort::session::Session,
+                       names: &[String],
+                       label: &'static str|
+         -> Result<HashMap<String, ArrayD<f32>>, EvalError> {
+            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
+                .iter()
+                .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.into()))
+                .collect();
+            let out = session.run(values).map_err(|e| EvalError::Run {
+                batch: index,
+                model: label,
+                reason: e.to_string(),
+            })?;
+            Ok(names
+                .iter()
+                .filter_map(|n| {
+                    out.get(n.as_str())
+                        .and_then(float_output)
+                        .map(|(_, a)| (n.clone(), a))
+                })
+                .collect())
+        };
+        let f = collect(&mut float_session, &float_names, "float")?;
+        let q = collect(&mut quant_session, &quant_names, "quantized")?;
+        sums.par_iter_mut()
+            .zip(pairs.par_iter())
+            .for_each(|(s, p)| {
+                let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
+                    return;
+                };
+                for (&a, &b) in pre.iter().zip(post.iter()) {
+                    s[0] += f64::from(a).powi(2);
+                    s[1] += f64::from(a - b).powi(2);
+                }
+                if let Some(reference) = f.get(&p.float).filter(|r| r.len() == post.len()) {
+                    for (&a, &b) in reference.iter().zip(post.iter()) {
+                        s[2] += f64::from(a).powi(2);
+                        s[3] += f64::from(a - b).powi(2);
+                    }
+                }
+            });
+        done += batch.samples;
+        ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
+    }
+    let order: HashMap<&str, usize> = fg
+        .topological_order()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &id)| fg.node(id).outputs.iter().map(move |o| (o.as_str(), i)))
+        .collect();
+    let mut activations: Vec<ActivationError> = pairs
+        .iter()
+        .zip(&sums)
+        .map(|(p, s)| ActivationError {
+            tensor: p.float.clone(),
+            qdq_sqnr_db: sqnr(s[0], s[1]),
+            xmodel_sqnr_db: sqnr(s[2], s[3]),
+        })
+        .collect();
+    activations.sort_by_key(|a| {
+        (
+            order.get(a.tensor.as_str()).copied().unwrap_or(0),
+            a.tensor.clone(),
+        )
+    });
+    activations.dedup_by(|a, b| a.tensor == b.tensor);
+    Ok(TensorErrors {
+        activations,
+        weights: weight_errors(quant, float)?,
+        unmatched,
+    })
+}
