@@ -216,3 +216,118 @@ fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
         weights.len()
     );
 }
+
+/// x → Add(c) → a → Mul(s) → y → MatMul(w) → out, where s scales channel 0 by 1000 and w
+/// ignores channel 0: quantizing y per tensor crushes the channels the output depends on, so
+/// the Mul is the harmful node (the MatMul is left out of the recipe).
+fn outlier_model() -> Model {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::model::TensorArray;
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 16]);
+    b.initializer(
+        "c",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[16]), 0.1)),
+    );
+    let mut s = vec![1.0f32; 16];
+    s[0] = 1000.0;
+    b.initializer(
+        "s",
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&[16]), s).unwrap()),
+    );
+    b.node("Add", &["x", "c"], &["a"]).name("benign_add");
+    b.node("Mul", &["a", "s"], &["y"]).name("harmful_mul");
+    let w: Vec<f32> = (0..64)
+        .map(|i| {
+            if i < 4 {
+                0.0
+            } else {
+                ((i % 7) as f32 - 3.0) / 3.0
+            }
+        })
+        .collect();
+    b.initializer(
+        "w",
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&[16, 4]), w).unwrap()),
+    );
+    b.node("MatMul", &["y", "w"], &["out"]).name("head");
+    b.output("out", DataType::Float32, &[-1, 4]);
+    b.build()
+}
+
+#[test]
+fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
+    use qdq_studio::calib::{CalibrationConfig, calibrate};
+    use qdq_studio::eval::sensitivity::{Evaluator, auto_exclude, scan};
+    use qdq_studio::recipe::Recipe;
+
+    let model = outlier_model();
+    let inputs = model_inputs(&Graph::build(&model));
+    let random = DataSpec::Random {
+        samples: 32,
+        shapes: Default::default(),
+        seed: 5,
+    };
+    let mut calib = random.open(&inputs).unwrap();
+    let stats = calibrate(
+        &model,
+        calib.as_mut(),
+        &runtime(),
+        &CalibrationConfig::default(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let mut eval_source = DataSpec::Random {
+        samples: 16,
+        shapes: Default::default(),
+        seed: 6,
+    }
+    .open(&inputs)
+    .unwrap();
+    let rt = runtime();
+    let mut evaluator = Evaluator {
+        float: &model,
+        stats: &stats,
+        source: eval_source.as_mut(),
+        runtime: &rt,
+        eps: &[EpSpec::Cpu],
+        batch_size: 8,
+    };
+    let recipe = Recipe {
+        op_types_to_quantize: vec!["Add".into(), "Mul".into()],
+        ..Recipe::default()
+    };
+    let result = scan(&mut evaluator, &recipe, &JobContext::silent()).unwrap();
+    assert_eq!(result.nodes.len(), 2);
+    assert_eq!(result.nodes[0].node, "harmful_mul", "{result:?}");
+    assert!(
+        result.nodes[0].sqnr_without_db > result.baseline_db + 10.0,
+        "{result:?}"
+    );
+    assert!(
+        result.nodes[1].sqnr_only_db > result.nodes[0].sqnr_only_db,
+        "{result:?}"
+    );
+
+    let target = result.baseline_db + 10.0;
+    let fixed = auto_exclude(
+        &mut evaluator,
+        &recipe,
+        &result,
+        target,
+        5,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(fixed.reached, "{fixed:?}");
+    assert_eq!(fixed.excluded, ["harmful_mul"]);
+    assert!(
+        fixed
+            .recipe
+            .nodes_to_exclude
+            .iter()
+            .any(|p| p.starts_with("harmful_mul"))
+    );
+    // The recipe it wrote reproduces the SQNR it reported.
+    assert!((evaluator.sqnr(&fixed.recipe).unwrap() - fixed.sqnr_db).abs() < 1e-9);
+}

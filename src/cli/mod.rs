@@ -6,6 +6,7 @@ pub mod compare;
 pub mod inspect;
 pub mod quantize;
 pub mod runtime;
+pub mod sensitivity;
 
 use std::path::PathBuf;
 
@@ -39,6 +40,8 @@ pub enum Command {
     Preprocess(quantize::PreprocessArgs),
     /// Compare a float and a QDQ model's outputs (SQNR, cosine, MSE, top-k) and latency.
     Compare(Box<compare::CompareArgs>),
+    /// Rank quantized nodes by their cost to the outputs; auto-exclude to a target SQNR.
+    Sensitivity(Box<sensitivity::SensitivityArgs>),
 }
 
 /// Runs a headless subcommand.
@@ -50,6 +53,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Quantize(args) => quantize::run(&args),
         Command::Preprocess(args) => quantize::run_preprocess(&args),
         Command::Compare(args) => compare::run(&args),
+        Command::Sensitivity(args) => sensitivity::run(&args),
     }
 }
 

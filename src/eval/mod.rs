@@ -1,6 +1,7 @@
 //! Float against quantized: per-output error metrics over evaluation data (streaming, memory
 //! bounded by one batch) and latency of both models on the chosen execution providers.
 
+pub mod sensitivity;
 pub mod tensors;
 
 use std::borrow::Cow;
@@ -44,6 +45,9 @@ pub enum EvalError {
         /// ONNX Runtime's message.
         reason: String,
     },
+    /// A variant of the recipe quantizes nothing (the sensitivity scan treats it as float).
+    #[error("the recipe quantizes nothing in this model")]
+    NothingToQuantize,
     /// Cancelled.
     #[error("the comparison was cancelled")]
     Cancelled,
