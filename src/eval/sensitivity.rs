@@ -109,17 +109,12 @@ pub fn scan(
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let mut without = recipe.clone();
         without.nodes_to_exclude.push(exact(node));
-        let sqnr_without_db = match eval.sqnr(&without) {
-            Ok(v) => v,
-            // Excluding the last quantizable node leaves the float model.
-            Err(EvalError::Run { reason, .. }) if reason.contains("nothing to quantize") => {
-                f64::INFINITY
-            }
-            Err(e) => return Err(e),
-        };
+        // Excluding the last quantizable node leaves the float model; quantizing only a node
+        // that shares its input's scale quantizes nothing.
+        let sqnr_without_db = or_float(eval.sqnr(&without))?;
         let mut only = recipe.clone();
         only.nodes_to_quantize = vec![exact(node)];
-        let sqnr_only_db = eval.sqnr(&only)?;
+        let sqnr_only_db = or_float(eval.sqnr(&only))?;
         nodes.push(NodeSensitivity {
             node: node.clone(),
             sqnr_without_db,
