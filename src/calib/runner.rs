@@ -2,7 +2,6 @@
 //! data through ONNX Runtime batch by batch on the chosen execution providers, and fold each
 //! batch into per-tensor statistics in parallel.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -18,7 +17,7 @@ use crate::jobs::{JobContext, RateMeter};
 use crate::model::builder::value_info;
 use crate::model::proto::ValueInfoProto;
 use crate::model::{DataType, Graph, Model, TensorKind};
-use crate::runtime::value::to_value;
+use crate::runtime::value::{owned_inputs, session_inputs};
 use crate::runtime::{Optimization, Runtime, SessionOptions};
 
 /// The tensors calibration observes: every float (or untyped) tensor read or written by a
@@ -177,15 +176,8 @@ pub fn calibrate(
             };
             // The inputs must outlive the outputs: ONNX Runtime hands a graph input that is also
             // an output back as the same buffer, which the input value owns.
-            let owned: Vec<(String, ort::value::DynValue)> = batch
-                .inputs
-                .into_iter()
-                .map(|(name, array)| Ok((name, to_value(array)?)))
-                .collect::<Result<_, CalibError>>()?;
-            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
-                .iter()
-                .map(|(name, value)| (Cow::Borrowed(name.as_str()), value.into()))
-                .collect();
+            let owned = owned_inputs(batch.inputs)?;
+            let values = session_inputs(&owned);
             let run_started = Instant::now();
             let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
             let stats_started = Instant::now();

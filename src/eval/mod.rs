@@ -4,7 +4,6 @@
 pub mod sensitivity;
 pub mod tensors;
 
-use std::borrow::Cow;
 use std::time::Instant;
 
 use ndarray::{ArrayD, Axis};
@@ -14,7 +13,7 @@ use crate::calib::data::{BatchSource, DataError, model_inputs, validate};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, ModelError};
 use crate::quant::cpu_session_options;
-use crate::runtime::value::{float_output, to_value};
+use crate::runtime::value::{float_output, owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Runtime, RuntimeError, SessionOptions};
 
 /// Errors of a comparison.
@@ -203,20 +202,13 @@ pub fn compare_outputs(
     while let Some(batch) = source.next_batch(batch_size.max(1))? {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let index = batch.index;
-        let owned: Vec<(String, ort::value::DynValue)> = batch
-            .inputs
-            .into_iter()
-            .map(|(n, a)| Ok((n, to_value(a)?)))
-            .collect::<Result<_, EvalError>>()?;
+        let owned = owned_inputs(batch.inputs)?;
         let mut results: Vec<Vec<Option<ArrayD<f32>>>> = Vec::new();
         for (label, session) in [
             ("float", &mut float_session),
             ("quantized", &mut quant_session),
         ] {
-            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
-                .iter()
-                .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.into()))
-                .collect();
+            let values = session_inputs(&owned);
             let out = session.run(values).map_err(|e| EvalError::Run {
                 batch: index,
                 model: label,
@@ -278,11 +270,7 @@ pub fn measure_latency(
     let batch = source
         .next_batch(batch_size.max(1))?
         .ok_or(DataError::Empty)?;
-    let owned: Vec<(String, ort::value::DynValue)> = batch
-        .inputs
-        .into_iter()
-        .map(|(n, a)| Ok((n, to_value(a)?)))
-        .collect::<Result<_, EvalError>>()?;
+    let owned = owned_inputs(batch.inputs)?;
     let options = if Graph::build(model)
         .nodes()
         .iter()
@@ -295,10 +283,7 @@ pub fn measure_latency(
     let mut session = runtime.session_from_bytes(&model.to_bytes()?, eps, options)?;
     let mut times = Vec::with_capacity(runs);
     for i in 0..warmup + runs.max(1) {
-        let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
-            .iter()
-            .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.into()))
-            .collect();
+        let values = session_inputs(&owned);
         let started = Instant::now();
         session.run(values).map_err(|e| EvalError::Run {
             batch: 0,

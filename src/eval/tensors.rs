@@ -7,7 +7,6 @@
 //! from onnxruntime, ModelOpt or qdq-studio all work; pairs that cannot be matched to a float
 //! tensor are listed rather than dropped silently.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use ndarray::{ArrayD, Axis};
@@ -20,7 +19,7 @@ use crate::calib::runner::augmented_model;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
-use crate::runtime::value::{float_output, to_value};
+use crate::runtime::value::{float_output, owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
 
 /// Errors of one activation.
@@ -233,19 +232,12 @@ pub fn tensor_errors(
     while let Some(batch) = source.next_batch(batch_size.max(1))? {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let index = batch.index;
-        let owned: Vec<(String, ort::value::DynValue)> = batch
-            .inputs
-            .into_iter()
-            .map(|(n, a)| Ok((n, to_value(a)?)))
-            .collect::<Result<_, EvalError>>()?;
+        let owned = owned_inputs(batch.inputs)?;
         let collect = |session: &mut ort::session::Session,
                        names: &[String],
                        label: &'static str|
          -> Result<HashMap<String, ArrayD<f32>>, EvalError> {
-            let values: Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> = owned
-                .iter()
-                .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.into()))
-                .collect();
+            let values = session_inputs(&owned);
             let out = session.run(values).map_err(|e| EvalError::Run {
                 batch: index,
                 model: label,

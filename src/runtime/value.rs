@@ -1,5 +1,7 @@
 //! Conversions between the engine's arrays and ONNX Runtime values.
 
+use std::borrow::Cow;
+
 use ndarray::ArrayD;
 
 use super::error::RuntimeError;
@@ -48,4 +50,25 @@ pub fn float_output(value: &ort::value::DynValue) -> Option<(crate::model::DataT
         return Some((DataType::Float64, a.mapv(|v| v as f32)));
     }
     None
+}
+
+/// A batch's arrays as owned session inputs. Keep them alive until the outputs are consumed:
+/// ONNX Runtime returns a graph input that is also an output as the same buffer.
+pub fn owned_inputs(
+    inputs: Vec<(String, TensorArray)>,
+) -> Result<Vec<(String, ort::value::DynValue)>, RuntimeError> {
+    inputs
+        .into_iter()
+        .map(|(name, array)| Ok((name, to_value(array)?)))
+        .collect()
+}
+
+/// Borrowed session inputs over [`owned_inputs`], for `Session::run`.
+pub fn session_inputs(
+    owned: &[(String, ort::value::DynValue)],
+) -> Vec<(Cow<'_, str>, ort::session::SessionInputValue<'_>)> {
+    owned
+        .iter()
+        .map(|(name, value)| (Cow::Borrowed(name.as_str()), value.into()))
+        .collect()
 }
