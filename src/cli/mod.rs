@@ -65,7 +65,9 @@ pub fn studio_placeholder(model: Option<&std::path::Path>) -> anyhow::Result<()>
         None => {
             let model = qdq_studio::sample::sample_model()?;
             let graph = qdq_studio::model::Graph::build(&model);
-            qdq_studio::model::summary::ModelSummary::of(&model, &graph)
+            let mut summary = qdq_studio::model::summary::ModelSummary::of(&model, &graph);
+            summary.path = Some(qdq_studio::sample::SAMPLE_NAME.into());
+            summary
         }
     };
     print!("{}", inspect::render(&summary));
