@@ -229,8 +229,9 @@ impl<'a> TypedField<'a> {
     }
 }
 
-fn array<T>(shape: Vec<usize>, values: Vec<T>) -> ArrayD<T> {
-    // The length was checked against the shape by the caller, so this cannot fail.
+/// An array of `shape` from `values`, whose length the caller has already matched to the
+/// shape (a mismatch is a bug in the caller, never a property of the input data).
+pub(crate) fn array<T>(shape: Vec<usize>, values: Vec<T>) -> ArrayD<T> {
     ArrayD::from_shape_vec(IxDyn(&shape), values).unwrap_or_else(|_| unreachable!("length checked"))
 }
 

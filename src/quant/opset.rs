@@ -195,7 +195,6 @@ pub fn raise(
 /// values move into an int64 initializer appended as the node's second input.
 fn move_attributes_to_inputs(proto: &mut crate::model::proto::ModelProto, from: i64, to: i64) {
     use crate::model::TensorArray;
-    use ndarray::{ArrayD, IxDyn};
     let Some(graph) = proto.graph.as_mut() else {
         return;
     };
@@ -215,9 +214,8 @@ fn move_attributes_to_inputs(proto: &mut crate::model::proto::ModelProto, from: 
             };
             let values = node.attribute.remove(at).ints;
             let name = format!("{}_{attribute}", node.name());
-            let tensor = TensorArray::Int64(
-                ArrayD::from_shape_vec(IxDyn(&[values.len()]), values).unwrap_or_default(),
-            );
+            let tensor =
+                TensorArray::Int64(crate::model::tensor::array(vec![values.len()], values));
             new_initializers.push(tensor.to_proto(&name));
             // The moved input is the second one in every new signature.
             if node.input.len() < 2 {

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray::{ArrayD, Axis};
 
 use crate::model::constant::constant_tensor;
 use crate::model::proto::{GraphProto, NodeProto};
@@ -248,9 +248,7 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
                 ((b - f64::from(mean[c])) * factor[c] + f64::from(beta[c])) as f32
             })
             .collect();
-        let new_b = TensorArray::Float32(
-            ArrayD::from_shape_vec(IxDyn(&[channels]), new_b).unwrap_or_default(),
-        );
+        let new_b = TensorArray::Float32(crate::model::tensor::array(vec![channels], new_b));
         let bias_name = match conv.input.get(2).filter(|b| !b.is_empty()) {
             Some(b) => b.clone(),
             None => format!("{}_folded_bias", conv.input[1]),

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray::{ArrayD, Axis};
 use rayon::prelude::*;
 
 use super::QuantError;
@@ -15,6 +15,7 @@ use super::scale::{
 use crate::calib::range::{self, RangeMethod, RangeTarget};
 use crate::calib::stats::CalibrationStats;
 use crate::model::proto::{AttributeProto, NodeProto, TensorProto, attribute_proto::AttributeType};
+use crate::model::tensor::array;
 use crate::model::{Graph, Model, TensorArray};
 use crate::recipe::{QuantMode, QuantType, Recipe};
 
@@ -50,45 +51,33 @@ fn qtype_range_target(qtype: QuantType, symmetric: bool) -> RangeTarget {
     }
 }
 
-/// The array a quantized tensor is stored as.
+/// The array a quantized tensor is stored as (`values` for integer types, `fp8` bits for
+/// float8; the length always matches `shape`).
 fn quantized_array(values: &[i64], fp8: &[u8], qtype: QuantType, shape: &[usize]) -> TensorArray {
-    let shape = IxDyn(shape);
-    let build = |v: Vec<i64>| v;
+    let shape = shape.to_vec();
     match qtype {
-        QuantType::Uint8 => TensorArray::Uint8(
-            ArrayD::from_shape_vec(
-                shape,
-                build(values.to_vec()).iter().map(|&v| v as u8).collect(),
-            )
-            .unwrap_or_default(),
-        ),
-        QuantType::Int8 => TensorArray::Int8(
-            ArrayD::from_shape_vec(shape, values.iter().map(|&v| v as i8).collect())
-                .unwrap_or_default(),
-        ),
-        QuantType::Uint16 => TensorArray::Uint16(
-            ArrayD::from_shape_vec(shape, values.iter().map(|&v| v as u16).collect())
-                .unwrap_or_default(),
-        ),
-        QuantType::Int16 => TensorArray::Int16(
-            ArrayD::from_shape_vec(shape, values.iter().map(|&v| v as i16).collect())
-                .unwrap_or_default(),
-        ),
-        QuantType::Int4 => TensorArray::Int4(
-            ArrayD::from_shape_vec(shape, values.iter().map(|&v| v as i8).collect())
-                .unwrap_or_default(),
-        ),
-        QuantType::Uint4 => TensorArray::Uint4(
-            ArrayD::from_shape_vec(shape, values.iter().map(|&v| v as u8).collect())
-                .unwrap_or_default(),
-        ),
-        QuantType::Float8e4m3fn => TensorArray::Float8E4M3FN(
-            ArrayD::from_shape_vec(
-                shape,
-                fp8.iter().map(|&b| float8::F8E4M3::from_bits(b)).collect(),
-            )
-            .unwrap_or_default(),
-        ),
+        QuantType::Uint8 => {
+            TensorArray::Uint8(array(shape, values.iter().map(|&v| v as u8).collect()))
+        }
+        QuantType::Int8 => {
+            TensorArray::Int8(array(shape, values.iter().map(|&v| v as i8).collect()))
+        }
+        QuantType::Uint16 => {
+            TensorArray::Uint16(array(shape, values.iter().map(|&v| v as u16).collect()))
+        }
+        QuantType::Int16 => {
+            TensorArray::Int16(array(shape, values.iter().map(|&v| v as i16).collect()))
+        }
+        QuantType::Int4 => {
+            TensorArray::Int4(array(shape, values.iter().map(|&v| v as i8).collect()))
+        }
+        QuantType::Uint4 => {
+            TensorArray::Uint4(array(shape, values.iter().map(|&v| v as u8).collect()))
+        }
+        QuantType::Float8e4m3fn => TensorArray::Float8E4M3FN(array(
+            shape,
+            fp8.iter().map(|&b| float8::F8E4M3::from_bits(b)).collect(),
+        )),
     }
 }
 
@@ -119,8 +108,7 @@ fn scale_tensor(name: &str, params: &[ScaleZp], shape: Option<Vec<usize>>) -> Te
             vec![values.len()]
         }
     });
-    TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&shape), values).unwrap_or_default())
-        .to_proto(name)
+    TensorArray::Float32(array(shape, values)).to_proto(name)
 }
 
 fn node(
@@ -602,10 +590,8 @@ pub fn rewrite(
             }]
         };
         new_initializers.push(
-            TensorArray::Int32(
-                ArrayD::from_shape_vec(IxDyn(values.shape()), q).unwrap_or_default(),
-            )
-            .to_proto(&format!("{bias}_quantized")),
+            TensorArray::Int32(array(values.shape().to_vec(), q))
+                .to_proto(&format!("{bias}_quantized")),
         );
         new_initializers.push(scale_tensor(
             &format!("{bias}_quantized_scale"),
@@ -619,10 +605,8 @@ pub fn rewrite(
             vec![zeros.len()]
         };
         new_initializers.push(
-            TensorArray::Int32(
-                ArrayD::from_shape_vec(IxDyn(&zero_shape), zeros).unwrap_or_default(),
-            )
-            .to_proto(&format!("{bias}_quantized_zero_point")),
+            TensorArray::Int32(array(zero_shape, zeros))
+                .to_proto(&format!("{bias}_quantized_zero_point")),
         );
         let mut attributes = Vec::new();
         if per_channel {
