@@ -18,19 +18,14 @@ use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray, Tenso
 use qdq_studio::runtime::EpSpec;
 use serde_json::Value;
 
-use common::{runtime, wide_model, write_npz};
+use common::{asset, runtime, wide_model, write_npz};
 
 fn sample_model() -> Model {
-    Model::load(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("assets/sample/ppocr_cls.onnx")
-            .as_path(),
-    )
-    .unwrap()
+    Model::load(asset("ppocr_cls.onnx").as_path()).unwrap()
 }
 
 fn sample_data() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/calib.npz")
+    asset("calib.npz")
 }
 
 fn run(
@@ -427,7 +422,7 @@ fn statistics_files_round_trip_and_the_cli_writes_them() {
     let cache_path = dir.path().join("ort.json");
     let out = common::cli()
         .args(["calibrate", "--onnx_path"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/ppocr_cls.onnx"))
+        .arg(asset("ppocr_cls.onnx"))
         .arg("--calibration_data_path")
         .arg(sample_data())
         .args(["--batch_size", "8", "-o"])
@@ -454,7 +449,7 @@ fn statistics_files_round_trip_and_the_cli_writes_them() {
     // A bad EP name is one line on stderr and a failure.
     let out = common::cli()
         .args(["calibrate", "--onnx_path"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/ppocr_cls.onnx"))
+        .arg(asset("ppocr_cls.onnx"))
         .args(["--calibration_eps", "tpu", "-o"])
         .arg(dir.path().join("never.json"))
         .output()
@@ -480,7 +475,7 @@ fn image_folders_and_onnx_runtime_test_data_feed_the_model() {
     let stats = dir.path().join("stats.json");
     let out = common::cli()
         .args(["calibrate", "--onnx_path"])
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/ppocr_cls.onnx"))
+        .arg(asset("ppocr_cls.onnx"))
         .arg("--calibration_data_path")
         .arg(&images)
         .args([

@@ -10,13 +10,7 @@ use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
 use qdq_studio::runtime::EpSpec;
 
-use common::{cli, runtime};
-
-fn asset(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("assets/sample")
-        .join(name)
-}
+use common::{asset, cli, runtime};
 
 /// The sample quantized by the CLI (MinMax, per-channel, calibration set).
 fn quantized_sample(dir: &Path) -> PathBuf {

@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ndarray::{Array4, ArrayD, Dimension, IxDyn};
 use qdq_studio::calib::data::{DataSpec, model_inputs};
@@ -17,13 +17,7 @@ use qdq_studio::runtime::{EpSpec, SessionOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use common::{cli, runtime};
-
-fn asset(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("assets/sample")
-        .join(name)
-}
+use common::{asset, cli, runtime};
 
 fn sample() -> Model {
     Model::load(&asset("ppocr_cls.onnx")).unwrap()

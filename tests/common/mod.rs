@@ -63,6 +63,13 @@ pub fn digest(path: &Path) -> String {
     wheel::sha256_file(path).expect("readable")
 }
 
+/// A file of the bundled sample (`assets/sample/NAME`).
+pub fn asset(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/sample")
+        .join(name)
+}
+
 /// The CLI binary.
 pub fn cli() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_qdq-studio"))

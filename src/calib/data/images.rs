@@ -8,7 +8,7 @@ use image::imageops::FilterType;
 use ndarray::{Array4, ArrayD};
 use serde::{Deserialize, Serialize};
 
-use super::{ArraySpec, Batch, BatchSource, DataError};
+use super::{ArraySpec, Batch, BatchCursor, BatchSource, DataError};
 use crate::model::{DataType, TensorArray};
 
 /// Channel order of the model's input.
@@ -82,7 +82,7 @@ pub struct ImageFolderSource {
     files: Vec<PathBuf>,
     input: String,
     preprocess: Preprocess,
-    position: usize,
+    cursor: BatchCursor,
 }
 
 fn is_image(path: &Path) -> bool {
@@ -130,7 +130,7 @@ impl ImageFolderSource {
             files,
             input: input.to_owned(),
             preprocess,
-            position: 0,
+            cursor: BatchCursor::default(),
         })
     }
 
@@ -188,20 +188,20 @@ impl BatchSource for ImageFolderSource {
     }
 
     fn rewind(&mut self) -> Result<(), DataError> {
-        self.position = 0;
+        self.cursor.reset();
         Ok(())
     }
 
     fn next_batch(&mut self, max_samples: usize) -> Result<Option<Batch>, DataError> {
-        let count = max_samples.max(1).min(self.files.len() - self.position);
-        if count == 0 {
+        let Some((index, first_sample, count)) = self.cursor.claim(max_samples, self.files.len())
+        else {
             return Ok(None);
-        }
+        };
         let p = self.preprocess.clone();
         let (h, w) = (p.height as usize, p.width as usize);
         let mut nchw = Array4::<f32>::zeros((count, 3, h, w));
         for i in 0..count {
-            let image = self.load(&self.files[self.position + i])?;
+            let image = self.load(&self.files[first_sample + i])?;
             for (x, y, pixel) in image.enumerate_pixels() {
                 for c in 0..3 {
                     let source = if p.channels == ChannelOrder::Bgr {
@@ -223,12 +223,11 @@ impl BatchSource for ImageFolderSource {
                 .into_dyn(),
         };
         let batch = Batch {
-            index: self.position / max_samples.max(1),
-            first_sample: self.position,
+            index,
+            first_sample,
             samples: count,
             inputs: vec![(self.input.clone(), TensorArray::Float32(array))],
         };
-        self.position += count;
         Ok(Some(batch))
     }
 }

@@ -91,6 +91,36 @@ pub struct Batch {
     pub inputs: Vec<(String, TensorArray)>,
 }
 
+/// Where a source with samples stacked on axis 0 stands: the next sample and the next batch
+/// number. Shared by the sources so batch numbering is the same everywhere.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchCursor {
+    next_sample: usize,
+    next_batch: usize,
+}
+
+impl BatchCursor {
+    /// Claims the next batch of at most `max_samples` (at least 1) of `total` samples:
+    /// `(batch index, first sample, sample count)`, or `None` at the end.
+    pub fn claim(&mut self, max_samples: usize, total: usize) -> Option<(usize, usize, usize)> {
+        let count = max_samples
+            .max(1)
+            .min(total.saturating_sub(self.next_sample));
+        if count == 0 {
+            return None;
+        }
+        let claimed = (self.next_batch, self.next_sample, count);
+        self.next_sample += count;
+        self.next_batch += 1;
+        Some(claimed)
+    }
+
+    /// Back to the first sample.
+    pub fn reset(&mut self) {
+        *self = BatchCursor::default();
+    }
+}
+
 /// A source of calibration batches.
 pub trait BatchSource: Send {
     /// A label for messages (the path, "random data", ...).
@@ -430,6 +460,17 @@ mod tests {
             validate(&inputs, &[array("x", DataType::Float32, &[0, 2])], 0, 1),
             Err(DataError::Empty)
         ));
+    }
+
+    #[test]
+    fn the_cursor_numbers_batches_and_ends_with_a_short_one() {
+        let mut cursor = BatchCursor::default();
+        assert_eq!(cursor.claim(4, 10), Some((0, 0, 4)));
+        assert_eq!(cursor.claim(4, 10), Some((1, 4, 4)));
+        assert_eq!(cursor.claim(4, 10), Some((2, 8, 2)));
+        assert_eq!(cursor.claim(4, 10), None);
+        cursor.reset();
+        assert_eq!(cursor.claim(0, 10), Some((0, 0, 1)), "at least one sample");
     }
 
     #[test]

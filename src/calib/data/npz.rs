@@ -10,7 +10,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::npy::{NpyHeader, read_header, read_samples};
-use super::{ArraySpec, Batch, BatchSource, DataError};
+use super::{ArraySpec, Batch, BatchCursor, BatchSource, DataError};
 
 /// One array of the file and the stream positioned at its next sample.
 struct Stream {
@@ -34,9 +34,8 @@ pub struct NpzSource {
     path: PathBuf,
     entries: Vec<Entry>,
     streams: Vec<Stream>,
-    position: usize,
+    cursor: BatchCursor,
     samples: usize,
-    batch_index: usize,
 }
 
 impl std::fmt::Debug for NpzSource {
@@ -116,9 +115,8 @@ impl NpzSource {
             path: path.to_path_buf(),
             entries,
             streams: Vec::new(),
-            position: 0,
+            cursor: BatchCursor::default(),
             samples: 0,
-            batch_index: 0,
         };
         source.rewind()?;
         Ok(source)
@@ -201,16 +199,15 @@ impl BatchSource for NpzSource {
                     .join(", "),
             });
         }
-        self.position = 0;
-        self.batch_index = 0;
+        self.cursor.reset();
         Ok(())
     }
 
     fn next_batch(&mut self, max_samples: usize) -> Result<Option<Batch>, DataError> {
-        let count = max_samples.max(1).min(self.samples - self.position);
-        if count == 0 {
+        let Some((index, first_sample, count)) = self.cursor.claim(max_samples, self.samples)
+        else {
             return Ok(None);
-        }
+        };
         let inputs = self
             .streams
             .iter_mut()
@@ -222,13 +219,11 @@ impl BatchSource for NpzSource {
             })
             .collect::<Result<Vec<_>, DataError>>()?;
         let batch = Batch {
-            index: self.batch_index,
-            first_sample: self.position,
+            index,
+            first_sample,
             samples: count,
             inputs,
         };
-        self.position += count;
-        self.batch_index += 1;
         Ok(Some(batch))
     }
 }

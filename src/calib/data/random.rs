@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::{ArraySpec, Batch, BatchSource, DataError, InputSpec};
+use super::{ArraySpec, Batch, BatchCursor, BatchSource, DataError, InputSpec};
 use crate::model::{DataType, Dim, TensorArray};
 
 /// Generates batches of uniform values: floats in [0, 1), integers in [0, 100), random bools.
@@ -18,8 +18,7 @@ pub struct RandomSource {
     samples: usize,
     seed: u64,
     rng: SmallRng,
-    position: usize,
-    batch_index: usize,
+    cursor: BatchCursor,
 }
 
 impl RandomSource {
@@ -76,8 +75,7 @@ impl RandomSource {
             samples,
             seed,
             rng: SmallRng::seed_from_u64(seed),
-            position: 0,
-            batch_index: 0,
+            cursor: BatchCursor::default(),
         })
     }
 }
@@ -97,16 +95,15 @@ impl BatchSource for RandomSource {
 
     fn rewind(&mut self) -> Result<(), DataError> {
         self.rng = SmallRng::seed_from_u64(self.seed);
-        self.position = 0;
-        self.batch_index = 0;
+        self.cursor.reset();
         Ok(())
     }
 
     fn next_batch(&mut self, max_samples: usize) -> Result<Option<Batch>, DataError> {
-        let count = max_samples.max(1).min(self.samples - self.position);
-        if count == 0 {
+        let Some((index, first_sample, count)) = self.cursor.claim(max_samples, self.samples)
+        else {
             return Ok(None);
-        }
+        };
         let rng = &mut self.rng;
         let inputs = self
             .arrays
@@ -145,13 +142,11 @@ impl BatchSource for RandomSource {
             })
             .collect();
         let batch = Batch {
-            index: self.batch_index,
-            first_sample: self.position,
+            index,
+            first_sample,
             samples: count,
             inputs,
         };
-        self.position += count;
-        self.batch_index += 1;
         Ok(Some(batch))
     }
 }
