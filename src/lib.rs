@@ -12,5 +12,6 @@ pub mod jobs;
 pub mod model;
 pub mod quant;
 pub mod recipe;
+pub mod report;
 pub mod runtime;
 pub mod sample;

@@ -115,6 +115,93 @@ fn the_cli_prints_the_table_and_json() {
 }
 
 #[test]
+fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let quant = quantized_sample(dir.path());
+    let compare = |extra: &[&str]| {
+        cli()
+            .args(["compare", "--float"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--quant")
+            .arg(&quant)
+            .arg("--data")
+            .arg(asset("eval.npz"))
+            .args(["--batch_size", "8", "--latency_runs", "2"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let html = dir.path().join("report.html");
+    let out = compare(&["--json", "--report", html.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let activations = value["tensors"]["activations"].as_array().unwrap();
+    // Every activation of qdq-studio's model has a constant per-tensor scale: a range, and an
+    // exact clipped share.
+    assert!(activations.iter().all(|a| a["range"].is_array()));
+    assert!(activations.iter().all(|a| {
+        let c = a["clipped"].as_f64().unwrap();
+        (0.0..=1.0).contains(&c)
+    }));
+    let worst = activations
+        .iter()
+        .min_by(|a, b| {
+            a["xmodel_sqnr_db"]
+                .as_f64()
+                .unwrap()
+                .total_cmp(&b["xmodel_sqnr_db"].as_f64().unwrap())
+        })
+        .unwrap()["tensor"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"));
+    // One SQNR chart, eight histograms, one weight chart; nothing fetched from elsewhere.
+    assert_eq!(page.matches("<svg").count(), 10, "charts inline");
+    assert!(!page.contains("src=\"http") && !page.contains("href=\"http"));
+    assert!(page.contains("save_infer_model/scale_0.tmp_1"));
+    assert!(
+        page.contains(&format!("worst: {worst}")),
+        "the worst tensor is named on the chart"
+    );
+    assert!(page.contains("Latency") && page.contains("speed-up"));
+
+    let md = dir.path().join("report.md");
+    let out = compare(&["--report", md.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&md).unwrap();
+    let charts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("![").and_then(|l| l.split("](").nth(1)))
+        .map(|l| l.trim_end_matches(')'))
+        .collect();
+    assert_eq!(charts.len(), 10, "{text}");
+    for chart in charts {
+        let svg = std::fs::read_to_string(dir.path().join(chart)).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}");
+    }
+    assert!(text.contains("| worst activations |"));
+
+    // A report name without a known extension is refused before any work, in one line.
+    let out = compare(&["--report", dir.path().join("report.pdf").to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("name it .html or .md") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
 fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/ort_loss_debug_sample.json")).unwrap();

@@ -8,6 +8,7 @@ use qdq_studio::calib::data::model_inputs;
 use qdq_studio::eval::{compare_outputs, measure_latency};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Graph, Model};
+use qdq_studio::report::{CompareReport, Format, LatencyPair, latency_line};
 use qdq_studio::runtime::{LoadOptions, Runtime};
 
 /// Arguments of `compare`.
@@ -42,6 +43,10 @@ pub struct CompareArgs {
     /// worst tensors.
     #[arg(long = "per_tensor", visible_alias = "per-tensor")]
     pub per_tensor: bool,
+    /// Write a report: a self-contained HTML page (`.html`) or Markdown with SVG charts beside
+    /// it (`.md`). Implies `--per_tensor`.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -53,6 +58,10 @@ fn percent(v: Option<f64>) -> String {
 
 /// Runs `compare`.
 pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.report {
+        // Refuse a bad report name before the long work, not after it.
+        Format::of(path)?;
+    }
     let float = Model::load(&args.float)?;
     let quant = Model::load(&args.quant)?;
     qdq_studio::eval::check_comparable(&float, &quant, &args.quant.display().to_string())?;
@@ -71,7 +80,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         args.batch_size,
         &JobContext::silent(),
     )?;
-    let tensors = if args.per_tensor {
+    let tensors = if args.per_tensor || args.report.is_some() {
         Some(qdq_studio::eval::tensors::tensor_errors(
             &float,
             &quant,
@@ -107,11 +116,38 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let report = CompareReport {
+        float_model: args.float.display().to_string(),
+        quant_model: args.quant.display().to_string(),
+        data: args.data.display().to_string(),
+        samples: source.samples(),
+        execution_providers: eps.iter().map(ToString::to_string).collect(),
+        outputs: metrics,
+        tensors,
+        latency: latency.map(|(float, quantized)| LatencyPair { float, quantized }),
+    };
+    if let Some(path) = &args.report {
+        let written = report.write(path)?;
+        eprintln!(
+            "report written: {}",
+            written
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let CompareReport {
+        outputs: metrics,
+        tensors,
+        latency,
+        ..
+    } = report;
     if args.json {
         let value = serde_json::json!({
             "outputs": metrics,
             "tensors": tensors,
-            "latency": latency.as_ref().map(|(f, q)| serde_json::json!({"float": f, "quantized": q})),
+            "latency": latency,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -163,18 +199,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if let Some((f, q)) = latency {
-        println!(
-            "latency on {} ({} runs, batch {}): float {:.2} ms median / {:.2} ms p90, quantized {:.2} ms / {:.2} ms ({:.2}x)",
-            f.execution_providers.join(" > "),
-            f.runs,
-            args.batch_size,
-            f.median_ms,
-            f.p90_ms,
-            q.median_ms,
-            q.p90_ms,
-            f.median_ms / q.median_ms.max(f64::EPSILON)
-        );
+    if let Some(latency) = &latency {
+        println!("latency {}", latency_line(latency));
     }
     Ok(())
 }

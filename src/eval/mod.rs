@@ -254,6 +254,10 @@ pub struct Latency {
     pub runs: usize,
     /// The execution providers used.
     pub execution_providers: Vec<String>,
+    /// Intra-op threads of the session (0: ONNX Runtime's default, one per physical core).
+    pub intra_op_threads: usize,
+    /// Samples per timed run.
+    pub batch_size: usize,
 }
 
 /// Times `model` on one batch of `source`: `warmup` untimed runs, then `runs` timed ones.
@@ -301,5 +305,7 @@ pub fn measure_latency(
         p90_ms: at(0.9),
         runs: times.len(),
         execution_providers: eps.iter().map(ToString::to_string).collect(),
+        intra_op_threads: options.intra_threads,
+        batch_size: batch.samples,
     })
 }

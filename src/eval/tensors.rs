@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::EvalError;
 use crate::calib::data::BatchSource;
+use crate::calib::histogram::Histogram;
 use crate::calib::runner::augmented_model;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
@@ -31,7 +32,20 @@ pub struct ActivationError {
     pub qdq_sqnr_db: f64,
     /// SQNR (dB) of the float model's tensor against the QDQ model's dequantized tensor.
     pub xmodel_sqnr_db: f64,
+    /// The float range the QDQ model can represent for this tensor (from the QuantizeLinear's
+    /// scale and zero point), when they are per-tensor constants.
+    pub range: Option<(f32, f32)>,
+    /// Share of the values entering the QuantizeLinear that fall outside `range`: what
+    /// quantization clips (counted exactly, value by value).
+    pub clipped: Option<f64>,
+    /// Histogram of the float model's values of this tensor over the evaluation data: what
+    /// the report and the studio draw the range on.
+    #[serde(skip)]
+    pub histogram: Option<Histogram>,
 }
+
+/// Bins of the per-tensor value histograms (enough to see clipping, small in memory).
+pub const HISTOGRAM_BINS: usize = 256;
 
 /// Error of one weight.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -59,6 +73,34 @@ struct Pair {
     pre: String,
     post: String,
     float: String,
+    range: Option<(f32, f32)>,
+}
+
+/// The float range `[(qmin - zp)·s, (qmax - zp)·s]` a QuantizeLinear node represents, when its
+/// scale (and zero point) are per-tensor constants of the model.
+fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f32)> {
+    let scale = model.weight(q.inputs.get(1)?).ok()??;
+    let scale = scale.to_f32();
+    if scale.len() != 1 {
+        return None;
+    }
+    let s = *scale.iter().next()?;
+    let (zp, dtype) = match q.inputs.get(2).filter(|z| !z.is_empty()) {
+        Some(z) => {
+            let z = model.weight(z).ok()??;
+            let dtype = z.dtype();
+            (*z.to_f32().iter().next()?, dtype)
+        }
+        // Without a zero point the output is uint8 (unless output_dtype says otherwise).
+        None => (
+            0.0,
+            q.int_attribute("output_dtype")
+                .and_then(|c| crate::model::DataType::from_onnx(c as i32).ok())
+                .unwrap_or(crate::model::DataType::Uint8),
+        ),
+    };
+    let (qmin, qmax) = dtype.quantized_range()?;
+    Some(((qmin as f32 - zp) * s, (qmax as f32 - zp) * s))
 }
 
 fn sqnr(signal2: f64, noise2: f64) -> f64 {
@@ -67,7 +109,7 @@ fn sqnr(signal2: f64, noise2: f64) -> f64 {
 }
 
 /// Finds the activation Q/DQ pairs of a QDQ model and the float tensors they stand for.
-fn pairs(quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<String>) {
+fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<String>) {
     let mut found = Vec::new();
     let mut unmatched = Vec::new();
     for q in quant
@@ -104,6 +146,7 @@ fn pairs(quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<String>) {
                 pre,
                 post,
                 float: name.clone(),
+                range: representable_range(quant_model, q),
             }),
             None => unmatched.push(pre),
         }
@@ -121,9 +164,11 @@ fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalE
         .map(|t| (t.name(), t))
         .collect();
     let mut out = Vec::new();
+    // In graph order, so charts of weight error read along the model.
     for dq in qg
-        .nodes()
+        .topological_order()
         .iter()
+        .map(|&id| qg.node(id))
         .filter(|n| n.op_type == "DequantizeLinear")
     {
         let (Some(q), Some(scale)) = (
@@ -178,7 +223,6 @@ fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalE
             sqnr_db: sqnr(signal, noise),
         });
     }
-    out.sort_by(|a, b| a.weight.cmp(&b.weight));
     Ok(out)
 }
 
@@ -194,7 +238,7 @@ pub fn tensor_errors(
 ) -> Result<TensorErrors, EvalError> {
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
-    let (pairs, unmatched) = pairs(&qg, &fg);
+    let (pairs, unmatched) = pairs(quant, &qg, &fg);
     let float_names: Vec<String> = pairs
         .iter()
         .map(|p| p.float.clone())
@@ -224,8 +268,10 @@ pub fn tensor_errors(
     };
     let mut float_session = runtime.session_from_bytes(&float_bytes, eps, plain)?;
     let mut quant_session = runtime.session_from_bytes(&quant_bytes, eps, plain)?;
-    // (qdq signal², qdq noise², xmodel signal², xmodel noise²) per pair.
-    let mut sums = vec![[0f64; 4]; pairs.len()];
+    // (qdq signal², qdq noise², xmodel signal², xmodel noise², values outside the range,
+    // values seen) per pair.
+    let mut sums = vec![[0f64; 6]; pairs.len()];
+    let mut histograms = vec![Histogram::new(HISTOGRAM_BINS); pairs.len()];
     let meter = RateMeter::new("per-tensor error", source.samples() as u64);
     let mut done = 0;
     source.rewind()?;
@@ -255,8 +301,9 @@ pub fn tensor_errors(
         let f = collect(&mut float_session, &float_names, "float")?;
         let q = collect(&mut quant_session, &quant_names, "quantized")?;
         sums.par_iter_mut()
+            .zip(histograms.par_iter_mut())
             .zip(pairs.par_iter())
-            .for_each(|(s, p)| {
+            .for_each(|((s, h), p)| {
                 let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
                     return;
                 };
@@ -264,7 +311,18 @@ pub fn tensor_errors(
                     s[0] += f64::from(a).powi(2);
                     s[1] += f64::from(a - b).powi(2);
                 }
+                if let Some((lo, hi)) = p.range {
+                    s[4] += pre.iter().filter(|&&v| v < lo || v > hi).count() as f64;
+                    s[5] += pre.len() as f64;
+                }
                 if let Some(reference) = f.get(&p.float).filter(|r| r.len() == post.len()) {
+                    if let Some(values) = reference.as_slice() {
+                        let abs_max = values
+                            .iter()
+                            .filter(|v| v.is_finite())
+                            .fold(0f32, |m, v| m.max(v.abs()));
+                        h.add(values, abs_max);
+                    }
                     for (&a, &b) in reference.iter().zip(post.iter()) {
                         s[2] += f64::from(a).powi(2);
                         s[3] += f64::from(a - b).powi(2);
@@ -283,10 +341,14 @@ pub fn tensor_errors(
     let mut activations: Vec<ActivationError> = pairs
         .iter()
         .zip(&sums)
-        .map(|(p, s)| ActivationError {
+        .zip(histograms)
+        .map(|((p, s), h)| ActivationError {
             tensor: p.float.clone(),
             qdq_sqnr_db: sqnr(s[0], s[1]),
             xmodel_sqnr_db: sqnr(s[2], s[3]),
+            range: p.range,
+            clipped: (s[5] > 0.0).then(|| s[4] / s[5]),
+            histogram: (h.total() > 0).then_some(h),
         })
         .collect();
     activations.sort_by_key(|a| {

@@ -148,6 +148,20 @@ impl DataType {
         (elements * self.bits() as u64).div_ceil(8)
     }
 
+    /// The integer range `[min, max]` of the 4/8/16-bit integer types a QuantizeLinear can
+    /// produce (`None` for the others): the range a scale and zero point map back to floats.
+    pub fn quantized_range(self) -> Option<(i64, i64)> {
+        match self {
+            DataType::Int4 => Some((-8, 7)),
+            DataType::Uint4 => Some((0, 15)),
+            DataType::Int8 => Some((-128, 127)),
+            DataType::Uint8 => Some((0, 255)),
+            DataType::Int16 => Some((-32768, 32767)),
+            DataType::Uint16 => Some((0, 65535)),
+            _ => None,
+        }
+    }
+
     /// True for the floating-point types, the ones calibration observes.
     pub fn is_float(self) -> bool {
         matches!(

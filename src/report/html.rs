@@ -1,0 +1,132 @@
+//! The HTML report: one file, no external resources (styles inline, charts as inline SVG), so
+//! it can be attached to a ticket or opened offline.
+
+use std::fmt::Write as _;
+
+use super::{
+    Chart, CompareReport, TextTable, activation_table, latency_line, output_table, summary_items,
+    weight_table,
+};
+
+/// Escapes text for HTML element content and attribute values.
+fn esc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1000px;color:#222;padding:0 1em}\
+h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}\
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}\
+th{background:#f3f3f3}td.name,th.name{text-align:left;font-family:ui-monospace,monospace}\
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0;font-family:ui-monospace,monospace}\
+figure{margin:1em 0}figcaption{font-size:.9em;color:#555}.grid{display:flex;flex-wrap:wrap;gap:8px}.grid figure{margin:0}\
+.note{color:#666;font-size:.9em}";
+
+fn table(out: &mut String, t: &TextTable) {
+    let (header, rows) = (&t.header, &t.rows);
+    out.push_str("<table><thead><tr>");
+    for (i, h) in header.iter().enumerate() {
+        let class = if i == 0 { " class=\"name\"" } else { "" };
+        let _ = write!(out, "<th{class}>{}</th>", esc(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows {
+        out.push_str("<tr>");
+        for (i, cell) in row.iter().enumerate() {
+            let class = if i == 0 { " class=\"name\"" } else { "" };
+            let _ = write!(out, "<td{class}>{}</td>", esc(cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+fn figure(out: &mut String, chart: &Chart) {
+    let _ = writeln!(
+        out,
+        "<figure id=\"{}\">{}<figcaption>{}</figcaption></figure>",
+        esc(&chart.stem),
+        chart.svg,
+        esc(&chart.title)
+    );
+}
+
+/// Renders the whole page.
+pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>qdq-studio report: {}</title><style>{STYLE}</style></head><body>\n",
+        esc(&report.quant_model)
+    );
+    out.push_str("<h1>Float against quantized</h1>\n<dl>");
+    for (k, v) in summary_items(report) {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
+    }
+    out.push_str("</dl>\n<h2>Outputs</h2>\n");
+    table(&mut out, &output_table(report));
+    if let Some(latency) = &report.latency {
+        let _ = write!(
+            out,
+            "<h2>Latency</h2>\n<p>{}</p>\n",
+            esc(&latency_line(latency))
+        );
+    }
+    let Some(tensors) = &report.tensors else {
+        out.push_str("<p class=\"note\">Per-tensor errors were not computed.</p></body></html>\n");
+        return out;
+    };
+    out.push_str("<h2>Per-tensor error</h2>\n<p class=\"note\">onnxruntime's qdq_loss_debug semantics: <b>float vs QDQ</b> compares the float model's tensor with the QDQ model's dequantized one (error accumulated up to there); <b>pre-Q vs post-DQ</b> is the error this Q/DQ pair adds alone.</p>\n");
+    for chart in charts.iter().filter(|c| c.stem == "sqnr_along_graph") {
+        figure(&mut out, chart);
+    }
+    table(&mut out, &activation_table(tensors));
+    let histograms: Vec<&Chart> = charts
+        .iter()
+        .filter(|c| c.stem.starts_with("histogram_"))
+        .collect();
+    if !histograms.is_empty() {
+        out.push_str("<h2>Histograms of the worst tensors</h2>\n<p class=\"note\">Float values over the evaluation data (log count); the red lines are the range the QDQ model represents, values beyond them are clipped.</p>\n<div class=\"grid\">");
+        for chart in histograms {
+            figure(&mut out, chart);
+        }
+        out.push_str("</div>\n");
+    }
+    if !tensors.weights.is_empty() {
+        out.push_str("<h2>Weights</h2>\n");
+        for chart in charts.iter().filter(|c| c.stem == "weight_sqnr") {
+            figure(&mut out, chart);
+        }
+        table(&mut out, &weight_table(tensors));
+    }
+    if !tensors.unmatched.is_empty() {
+        let _ = write!(
+            out,
+            "<h2>Not matched</h2>\n<p>{} Q/DQ pair(s) could not be matched to a float tensor: {}</p>\n",
+            tensors.unmatched.len(),
+            esc(&tensors.unmatched.join(", "))
+        );
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn escapes_markup_in_names() {
+        assert_eq!(esc("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
+    }
+}

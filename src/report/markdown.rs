@@ -1,0 +1,104 @@
+//! The Markdown report: the same tables as the HTML one, charts linked as SVG files in a
+//! folder beside it (Markdown viewers do not render inline SVG).
+
+use std::fmt::Write as _;
+
+use super::{
+    Chart, CompareReport, TextTable, activation_table, latency_line, output_table, summary_items,
+    weight_table,
+};
+
+/// Escapes a table cell (pipes would end the cell; backticks and stars would format).
+fn cell(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace('`', "\\`")
+        .replace('*', "\\*")
+        .replace('_', "\\_")
+}
+
+fn table(out: &mut String, t: &TextTable) {
+    let (header, rows) = (&t.header, &t.rows);
+    let _ = writeln!(out, "| {} |", header.join(" | "));
+    let _ = writeln!(
+        out,
+        "|{}",
+        header
+            .iter()
+            .enumerate()
+            .map(|(i, _)| if i == 0 { " --- |" } else { " ---: |" })
+            .collect::<String>()
+    );
+    for row in rows {
+        let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    out.push('\n');
+}
+
+fn image(out: &mut String, chart: &Chart, folder: &str) {
+    let _ = writeln!(
+        out,
+        "![{}]({folder}/{}.svg)\n",
+        chart.title.replace(['[', ']'], ""),
+        chart.stem
+    );
+}
+
+/// Renders the page; chart images are referenced as `<folder>/<stem>.svg`.
+pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> String {
+    let mut out = String::from("# Float against quantized\n\n");
+    for (k, v) in summary_items(report) {
+        let _ = writeln!(out, "- **{k}**: `{v}`");
+    }
+    out.push_str("\n## Outputs\n\n");
+    table(&mut out, &output_table(report));
+    if let Some(latency) = &report.latency {
+        let _ = writeln!(out, "## Latency\n\n{}\n", latency_line(latency));
+    }
+    let Some(tensors) = &report.tensors else {
+        out.push_str("Per-tensor errors were not computed.\n");
+        return out;
+    };
+    out.push_str("## Per-tensor error\n\n*float vs QDQ*: the float model's tensor against the QDQ model's dequantized one; *pre-Q vs post-DQ*: the error this Q/DQ pair adds alone (onnxruntime's qdq_loss_debug semantics).\n\n");
+    for chart in charts.iter().filter(|c| c.stem == "sqnr_along_graph") {
+        image(&mut out, chart, folder);
+    }
+    table(&mut out, &activation_table(tensors));
+    let histograms: Vec<&Chart> = charts
+        .iter()
+        .filter(|c| c.stem.starts_with("histogram_"))
+        .collect();
+    if !histograms.is_empty() {
+        out.push_str("## Histograms of the worst tensors\n\nFloat values over the evaluation data (log count); the red lines are the range the QDQ model represents.\n\n");
+        for chart in histograms {
+            image(&mut out, chart, folder);
+        }
+    }
+    if !tensors.weights.is_empty() {
+        out.push_str("## Weights\n\n");
+        for chart in charts.iter().filter(|c| c.stem == "weight_sqnr") {
+            image(&mut out, chart, folder);
+        }
+        table(&mut out, &weight_table(tensors));
+    }
+    if !tensors.unmatched.is_empty() {
+        let _ = writeln!(
+            out,
+            "## Not matched\n\n{} Q/DQ pair(s) could not be matched to a float tensor: {}\n",
+            tensors.unmatched.len(),
+            cell(&tensors.unmatched.join(", "))
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cell;
+
+    #[test]
+    fn table_cells_escape_pipes_and_emphasis() {
+        assert_eq!(cell("a|b_c*d"), "a\\|b\\_c\\*d");
+    }
+}

@@ -1,0 +1,346 @@
+//! Reports of a float-against-quantized comparison: a self-contained HTML page (charts inline
+//! as SVG) or a Markdown page with its charts as SVG files beside it. The charts come from
+//! [`charts`], the same functions the studio draws with.
+
+pub mod charts;
+mod html;
+mod markdown;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::eval::tensors::{ActivationError, TensorErrors};
+use crate::eval::{Latency, OutputMetrics};
+
+pub use charts::ChartError;
+
+/// How many of the worst activations get a histogram in a report.
+pub const WORST_HISTOGRAMS: usize = 8;
+
+/// Errors of writing a report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A chart failed.
+    #[error(transparent)]
+    Chart(#[from] ChartError),
+    /// The report's extension says neither HTML nor Markdown.
+    #[error("cannot tell the report format from {0}: name it .html or .md")]
+    Format(PathBuf),
+    /// Writing failed.
+    #[error("cannot write the report {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Float and quantized latency, side by side.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatencyPair {
+    /// The float model.
+    pub float: Latency,
+    /// The QDQ model.
+    pub quantized: Latency,
+}
+
+/// Everything a comparison found, ready to be rendered.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompareReport {
+    /// The float model's path as given.
+    pub float_model: String,
+    /// The QDQ model's path as given.
+    pub quant_model: String,
+    /// The evaluation data as given.
+    pub data: String,
+    /// Samples evaluated.
+    pub samples: usize,
+    /// The execution providers, in priority order.
+    pub execution_providers: Vec<String>,
+    /// Per output.
+    pub outputs: Vec<OutputMetrics>,
+    /// Per tensor, when computed.
+    pub tensors: Option<TensorErrors>,
+    /// Latency, when measured.
+    pub latency: Option<LatencyPair>,
+}
+
+/// The report formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One self-contained HTML file.
+    Html,
+    /// A Markdown file and a folder of SVG charts beside it.
+    Markdown,
+}
+
+impl Format {
+    /// The format a path's extension names.
+    pub fn of(path: &Path) -> Result<Format, ReportError> {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("html" | "htm") => Ok(Format::Html),
+            Some("md" | "markdown") => Ok(Format::Markdown),
+            _ => Err(ReportError::Format(path.to_owned())),
+        }
+    }
+}
+
+/// One rendered chart: a file stem and its SVG.
+#[derive(Debug, Clone)]
+pub(crate) struct Chart {
+    pub stem: String,
+    pub title: String,
+    pub svg: String,
+}
+
+impl CompareReport {
+    /// The worst activations (lowest float-against-QDQ SQNR) that have a histogram.
+    pub fn worst_with_histograms(&self, count: usize) -> Vec<&ActivationError> {
+        self.tensors
+            .iter()
+            .flat_map(|t| worst_activations(t, usize::MAX))
+            .filter(|a| a.histogram.is_some())
+            .take(count)
+            .collect()
+    }
+
+    /// Renders every chart the report holds, in reading order.
+    pub(crate) fn charts(&self) -> Result<Vec<Chart>, ChartError> {
+        let mut out = Vec::new();
+        let Some(tensors) = &self.tensors else {
+            return Ok(out);
+        };
+        if !tensors.activations.is_empty() {
+            out.push(Chart {
+                stem: "sqnr_along_graph".into(),
+                title: "Per-tensor SQNR along the graph".into(),
+                svg: charts::to_svg(960, 380, |area| {
+                    charts::sqnr_along_graph(area, &tensors.activations, 5)
+                })?,
+            });
+        }
+        for (i, a) in self
+            .worst_with_histograms(WORST_HISTOGRAMS)
+            .into_iter()
+            .enumerate()
+        {
+            let Some(histogram) = &a.histogram else {
+                continue;
+            };
+            out.push(Chart {
+                stem: format!("histogram_{:02}", i + 1),
+                title: format!("{} ({:.2} dB float vs QDQ)", a.tensor, a.xmodel_sqnr_db),
+                svg: charts::to_svg(460, 260, |area| {
+                    charts::value_histogram(area, &a.tensor, histogram, a.range, a.clipped)
+                })?,
+            });
+        }
+        if !tensors.weights.is_empty() {
+            out.push(Chart {
+                stem: "weight_sqnr".into(),
+                title: "Weight SQNR per layer".into(),
+                svg: charts::to_svg(960, 320, |area| {
+                    charts::weight_error_per_layer(area, &tensors.weights)
+                })?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Renders the report as one self-contained HTML page.
+    pub fn to_html(&self) -> Result<String, ReportError> {
+        Ok(html::render(self, &self.charts()?))
+    }
+
+    /// Writes the report to `path` in the format its extension names, atomically. A Markdown
+    /// report's charts go to `<stem>_charts/` beside it. Returns every file written.
+    pub fn write(&self, path: &Path) -> Result<Vec<PathBuf>, ReportError> {
+        let write = |target: &Path, bytes: &[u8]| {
+            crate::atomic::write(target, bytes).map_err(|source| ReportError::Write {
+                path: target.to_owned(),
+                source,
+            })
+        };
+        match Format::of(path)? {
+            Format::Html => {
+                write(path, self.to_html()?.as_bytes())?;
+                Ok(vec![path.to_owned()])
+            }
+            Format::Markdown => {
+                let stem = path
+                    .file_stem()
+                    .map_or_else(|| "report".into(), |s| s.to_string_lossy().into_owned());
+                let folder_name = format!("{stem}_charts");
+                let folder = path.with_file_name(&folder_name);
+                let charts = self.charts()?;
+                let mut written = Vec::new();
+                if !charts.is_empty() {
+                    std::fs::create_dir_all(&folder).map_err(|source| ReportError::Write {
+                        path: folder.clone(),
+                        source,
+                    })?;
+                }
+                for chart in &charts {
+                    let file = folder.join(format!("{}.svg", chart.stem));
+                    write(&file, chart.svg.as_bytes())?;
+                    written.push(file);
+                }
+                write(
+                    path,
+                    markdown::render(self, &charts, &folder_name).as_bytes(),
+                )?;
+                written.push(path.to_owned());
+                Ok(written)
+            }
+        }
+    }
+}
+
+/// A table: its header and rows of text cells, shared by the HTML and Markdown renderers.
+pub(crate) struct TextTable {
+    pub header: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// The report's heading facts, as (label, value).
+pub(crate) fn summary_items(report: &CompareReport) -> Vec<(&'static str, String)> {
+    vec![
+        ("float model", report.float_model.clone()),
+        ("QDQ model", report.quant_model.clone()),
+        ("evaluation data", report.data.clone()),
+        ("samples", report.samples.to_string()),
+        (
+            "execution providers",
+            report.execution_providers.join(" > "),
+        ),
+        (
+            "made by",
+            format!("qdq-studio {}", env!("CARGO_PKG_VERSION")),
+        ),
+    ]
+}
+
+/// The per-output table.
+pub(crate) fn output_table(report: &CompareReport) -> TextTable {
+    TextTable {
+        header: vec![
+            "output",
+            "SQNR dB",
+            "cosine",
+            "MSE",
+            "max abs err",
+            "top-1 agreement",
+            "top-5 agreement",
+        ],
+        rows: report
+            .outputs
+            .iter()
+            .map(|m| {
+                vec![
+                    m.name.clone(),
+                    db(m.sqnr_db),
+                    format!("{:.5}", m.cosine),
+                    format!("{:.3e}", m.mse),
+                    format!("{:.3e}", m.max_abs_error),
+                    percent(m.top1_agreement),
+                    percent(m.top5_agreement),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// The table of the 15 worst activations.
+pub(crate) fn activation_table(tensors: &TensorErrors) -> TextTable {
+    TextTable {
+        header: vec![
+            "worst activations",
+            "float vs QDQ dB",
+            "pre-Q vs post-DQ dB",
+            "quantized range",
+            "clipped",
+        ],
+        rows: worst_activations(tensors, 15)
+            .into_iter()
+            .map(|a| {
+                vec![
+                    a.tensor.clone(),
+                    db(a.xmodel_sqnr_db),
+                    db(a.qdq_sqnr_db),
+                    a.range
+                        .map_or_else(|| "-".into(), |(lo, hi)| format!("[{lo:.4}, {hi:.4}]")),
+                    clipped(a),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// The table of the 10 worst weights.
+pub(crate) fn weight_table(tensors: &TensorErrors) -> TextTable {
+    let mut worst: Vec<_> = tensors.weights.iter().collect();
+    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+    TextTable {
+        header: vec!["worst weights", "SQNR dB"],
+        rows: worst
+            .iter()
+            .take(10)
+            .map(|w| vec![w.weight.clone(), db(w.sqnr_db)])
+            .collect(),
+    }
+}
+
+/// Formats a dB figure (∞ for an exact match).
+pub(crate) fn db(v: f64) -> String {
+    if v.is_infinite() && v > 0.0 {
+        "∞".into()
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Formats a share as a percentage, or "-".
+pub(crate) fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0))
+}
+
+/// Clipped share of an activation as text, when it was counted.
+pub(crate) fn clipped(a: &ActivationError) -> String {
+    a.clipped
+        .map_or_else(|| "-".into(), |c| format!("{:.3}%", c * 100.0))
+}
+
+/// The worst `count` activations by float-against-QDQ SQNR.
+pub(crate) fn worst_activations(tensors: &TensorErrors, count: usize) -> Vec<&ActivationError> {
+    let mut worst: Vec<&ActivationError> = tensors.activations.iter().collect();
+    worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
+    worst.truncate(count);
+    worst
+}
+
+/// One line saying how the latency was measured and what it came to.
+pub fn latency_line(l: &LatencyPair) -> String {
+    let threads = if l.float.intra_op_threads == 0 {
+        "ONNX Runtime's default intra-op threads".to_owned()
+    } else {
+        format!("{} intra-op threads", l.float.intra_op_threads)
+    };
+    format!(
+        "on {} with {threads}, batch {}, {} timed runs after warm-up: float {:.2} ms median / {:.2} ms p90, quantized {:.2} ms / {:.2} ms, speed-up {:.2}×",
+        l.float.execution_providers.join(" > "),
+        l.float.batch_size,
+        l.float.runs,
+        l.float.median_ms,
+        l.float.p90_ms,
+        l.quantized.median_ms,
+        l.quantized.p90_ms,
+        l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
+    )
+}
