@@ -201,6 +201,84 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
     );
 }
 
+/// A QDQ model as other tools write it: the float weight quantized inside the graph
+/// (QuantizeLinear on the initializer), tensors named freely (`x_q`, `x_dq`, `mm_out`).
+#[test]
+fn per_tensor_errors_match_a_qdq_model_from_another_tool() {
+    use qdq_studio::eval::tensors::tensor_errors;
+    use qdq_studio::model::TensorArray;
+
+    let w: Vec<f32> = (0..32).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+    let weight =
+        TensorArray::Float32(ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[8, 4]), w).unwrap());
+    let scalar = |v: f32| TensorArray::Float32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), v));
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 8]);
+    b.initializer("W", weight.clone());
+    b.node("MatMul", &["x", "W"], &["y"]).name("mm");
+    b.output("y", DataType::Float32, &[-1, 4]);
+    let float = b.build();
+
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 8]);
+    b.initializer("W", weight);
+    b.initializer("sx", scalar(4.0 / 255.0));
+    b.initializer(
+        "zx",
+        TensorArray::Uint8(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), 128)),
+    );
+    b.initializer("sw", scalar(1.2 / 127.0));
+    b.initializer(
+        "zw",
+        TensorArray::Int8(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), 0)),
+    );
+    b.node("QuantizeLinear", &["x", "sx", "zx"], &["x_q"]);
+    b.node("DequantizeLinear", &["x_q", "sx", "zx"], &["x_dq"]);
+    b.node("QuantizeLinear", &["W", "sw", "zw"], &["W_q"]);
+    b.node("DequantizeLinear", &["W_q", "sw", "zw"], &["W_dq"]);
+    b.node("MatMul", &["x_dq", "W_dq"], &["mm_out"]).name("mm");
+    b.node("QuantizeLinear", &["mm_out", "sx", "zx"], &["mm_q"]);
+    b.node("DequantizeLinear", &["mm_q", "sx", "zx"], &["y"]);
+    b.output("y", DataType::Float32, &[-1, 4]);
+    let quant = b.build();
+
+    let inputs = model_inputs(&Graph::build(&float));
+    let mut source = DataSpec::Random {
+        samples: 8,
+        shapes: Default::default(),
+        seed: 3,
+    }
+    .open(&inputs)
+    .unwrap();
+    let errors = tensor_errors(
+        &float,
+        &quant,
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        4,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(errors.unmatched.is_empty(), "{errors:?}");
+    let names: Vec<&str> = errors
+        .activations
+        .iter()
+        .map(|a| a.tensor.as_str())
+        .collect();
+    // The input by its own name; the MatMul output through the DQ output it became.
+    assert_eq!(names, ["x", "y"], "{errors:?}");
+    let x = &errors.activations[0];
+    let (lo, hi) = x.range.unwrap();
+    assert!((lo - (-128.0 * 4.0 / 255.0)).abs() < 1e-5 && (hi - 127.0 * 4.0 / 255.0).abs() < 1e-5);
+    // The weight quantized in the graph is evaluated as ONNX defines QuantizeLinear: values
+    // are multiples of 0.2 and 1.2 / 127 steps leave a small rounding error only.
+    assert_eq!(errors.weights.len(), 1, "{errors:?}");
+    assert_eq!(errors.weights[0].weight, "W");
+    let db = errors.weights[0].sqnr_db;
+    assert!(db > 35.0 && db < 80.0, "{db}");
+}
+
 #[test]
 fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
     let fixture: serde_json::Value =
@@ -339,7 +417,8 @@ fn outlier_model() -> Model {
 #[test]
 fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     use qdq_studio::calib::{CalibrationConfig, calibrate};
-    use qdq_studio::eval::sensitivity::{Evaluator, auto_exclude, scan};
+    use qdq_studio::eval::reference::Reference;
+    use qdq_studio::eval::sensitivity::{Evaluator, Granularity, Target, auto_exclude, scan};
     use qdq_studio::recipe::Recipe;
 
     let model = outlier_model();
@@ -366,19 +445,34 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     .open(&inputs)
     .unwrap();
     let rt = runtime();
-    let mut evaluator = Evaluator {
+    let reference = Reference::capture(
+        &model,
+        eval_source.as_mut(),
+        &rt,
+        &[EpSpec::Cpu],
+        8,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert_eq!(reference.samples(), 16);
+    let evaluator = Evaluator {
         float: &model,
         stats: &stats,
-        source: eval_source.as_mut(),
+        reference: &reference,
         runtime: &rt,
         eps: &[EpSpec::Cpu],
-        batch_size: 8,
     };
     let recipe = Recipe {
         op_types_to_quantize: vec!["Add".into(), "Mul".into()],
         ..Recipe::default()
     };
-    let result = scan(&mut evaluator, &recipe, &JobContext::silent()).unwrap();
+    let result = scan(
+        &evaluator,
+        &recipe,
+        Granularity::Node,
+        &JobContext::silent(),
+    )
+    .unwrap();
     assert_eq!(result.nodes.len(), 2);
     assert_eq!(result.nodes[0].node, "harmful_mul", "{result:?}");
     assert!(
@@ -392,10 +486,10 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
 
     let target = result.baseline_db + 10.0;
     let fixed = auto_exclude(
-        &mut evaluator,
+        &evaluator,
         &recipe,
         &result,
-        target,
+        Target::SqnrDb(target),
         5,
         &JobContext::silent(),
     )
@@ -411,4 +505,33 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     );
     // The recipe it wrote reproduces the SQNR it reported.
     assert!((evaluator.sqnr(&fixed.recipe).unwrap() - fixed.sqnr_db).abs() < 1e-9);
+    assert_eq!(
+        fixed.quantized_by_op_type,
+        [("Add".to_owned(), 1)].into(),
+        "the Add stays quantized"
+    );
+
+    // The op-type scan runs one pair of variants per op type.
+    let by_type = scan(
+        &evaluator,
+        &recipe,
+        Granularity::OpType,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let types: Vec<&str> = by_type.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(types.len(), 2, "{by_type:?}");
+    assert!(types.contains(&"Add") && types.contains(&"Mul"));
+    assert_eq!(types[0], "Mul", "the harmful node is a Mul: {by_type:?}");
+    // The output is [N, 4]: a top-1 agreement target works too, and is met exactly.
+    let fixed = auto_exclude(
+        &evaluator,
+        &recipe,
+        &result,
+        Target::Top1(1.0),
+        5,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(fixed.reached && fixed.score == 1.0, "{fixed:?}");
 }

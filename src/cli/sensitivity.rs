@@ -7,7 +7,10 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::ProgressBar;
 
 use qdq_studio::calib::data::model_inputs;
-use qdq_studio::eval::sensitivity::{Evaluator, auto_exclude, scan};
+use qdq_studio::eval::reference::Reference;
+use qdq_studio::eval::sensitivity::{
+    Evaluator, Granularity, Target, auto_exclude, scan, scan_units,
+};
 use qdq_studio::jobs::{CancelToken, JobContext};
 use qdq_studio::model::{Graph, Model};
 use qdq_studio::recipe::Recipe;
@@ -37,9 +40,23 @@ pub struct SensitivityArgs {
     /// Execution providers, in priority order.
     #[arg(long = "eps", num_args = 1.., default_value = "cpu")]
     pub eps: Vec<String>,
+    /// Scan per op type instead of per node (a few runs: a first look at a large model).
+    #[arg(long = "by_op_type", visible_alias = "by-op-type")]
+    pub by_op_type: bool,
+    /// Scan only these nodes (or op types, with --by_op_type) instead of all.
+    #[arg(long = "candidates", num_args = 1..)]
+    pub candidates: Vec<String>,
     /// Auto-exclude until the worst output's SQNR reaches this many dB.
-    #[arg(long = "target_sqnr", visible_alias = "target-sqnr")]
+    #[arg(long = "target_sqnr", visible_alias = "target-sqnr", conflicts_with_all = ["target_top1", "by_op_type"])]
     pub target_sqnr: Option<f64>,
+    /// Auto-exclude until the worst classifier output's top-1 agreement reaches this
+    /// percentage.
+    #[arg(
+        long = "target_top1",
+        visible_alias = "target-top1",
+        conflicts_with = "by_op_type"
+    )]
+    pub target_top1: Option<f64>,
     /// At most this many nodes are excluded.
     #[arg(
         long = "max_excluded",
@@ -50,6 +67,9 @@ pub struct SensitivityArgs {
     /// Write the auto-excluded recipe here.
     #[arg(long = "save-recipe", visible_alias = "save_recipe")]
     pub save_recipe: Option<PathBuf>,
+    /// Also write the whole scan (and auto-exclude result) as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
     /// Image-folder preprocessing.
     #[command(flatten)]
     pub images: super::common::ImageArgs,
@@ -76,21 +96,59 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         sink.set_position(p.done);
         sink.set_message(p.detail);
     });
-    let mut evaluator = Evaluator {
+    let reference = Reference::capture(
+        &model,
+        source.as_mut(),
+        &runtime,
+        &eps,
+        args.batch_size,
+        &JobContext::silent(),
+    )?;
+    let evaluator = Evaluator {
         float: &model,
         stats: &stats,
-        source: source.as_mut(),
+        reference: &reference,
         runtime: &runtime,
         eps: &eps,
-        batch_size: args.batch_size,
     };
-    let result = scan(&mut evaluator, &recipe, &ctx);
+    let granularity = if args.by_op_type {
+        Granularity::OpType
+    } else {
+        Granularity::Node
+    };
+    let started = std::time::Instant::now();
+    let graph = Graph::build(&model);
+    for candidate in &args.candidates {
+        let known = if args.by_op_type {
+            graph.nodes().iter().any(|n| &n.op_type == candidate)
+        } else {
+            graph.node_by_name(candidate).is_some()
+        };
+        if !known {
+            anyhow::bail!(
+                "--candidates: the model has no {} named {candidate}",
+                if args.by_op_type { "op type" } else { "node" }
+            );
+        }
+    }
+    let result = if args.candidates.is_empty() {
+        scan(&evaluator, &recipe, granularity, &ctx)
+    } else {
+        scan_units(&evaluator, &recipe, granularity, &args.candidates, &ctx)
+    };
     bar.finish_and_clear();
     let result = result?;
-    println!("baseline output SQNR {:.2} dB", result.baseline_db);
+    println!(
+        "baseline output SQNR {:.2} dB; {} {} scanned in {:.1} s ({} in parallel)",
+        result.baseline_db,
+        result.nodes.len(),
+        if args.by_op_type { "op types" } else { "nodes" },
+        started.elapsed().as_secs_f64(),
+        result.workers
+    );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "node",
+        if args.by_op_type { "op type" } else { "node" },
         "SQNR with it in float",
         "SQNR with only it quantized",
     ]);
@@ -102,17 +160,28 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{table}");
-    if let Some(target) = args.target_sqnr {
+    let target = match (args.target_sqnr, args.target_top1) {
+        (Some(db), _) => Some(Target::SqnrDb(db)),
+        (None, Some(pct)) => Some(Target::Top1(pct / 100.0)),
+        (None, None) => None,
+    };
+    let mut fixed_json = serde_json::Value::Null;
+    if let Some(target) = target {
         let fixed = auto_exclude(
-            &mut evaluator,
+            &evaluator,
             &recipe,
             &result,
             target,
             args.max_excluded,
             &JobContext::silent(),
         )?;
+        let goal = match target {
+            Target::SqnrDb(db) => format!("output SQNR {db:.2} dB"),
+            Target::Top1(share) => format!("top-1 agreement {:.1}%", share * 100.0),
+        };
+        let count = |op: &str| fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
         println!(
-            "auto-exclude: {} node(s) kept in float ({}), output SQNR {:.2} dB, target {target:.2} dB {}",
+            "auto-exclude: {} node(s) kept in float ({}); output SQNR {:.2} dB; target {goal} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
             fixed.excluded.len(),
             fixed.excluded.join(", "),
             fixed.sqnr_db,
@@ -120,12 +189,21 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
                 "reached"
             } else {
                 "NOT reached"
-            }
+            },
+            count("Conv"),
+            count("MatMul"),
+            count("Gemm"),
         );
         if let Some(path) = &args.save_recipe {
             fixed.recipe.save(path)?;
             println!("recipe written to {}", path.display());
         }
+        fixed_json = serde_json::to_value(&fixed)?;
+    }
+    if let Some(path) = &args.json {
+        let value = serde_json::json!({"scan": result, "auto_exclude": fixed_json});
+        qdq_studio::atomic::write(path, serde_json::to_string_pretty(&value)?.as_bytes())?;
+        println!("scan written to {}", path.display());
     }
     Ok(())
 }

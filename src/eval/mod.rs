@@ -1,6 +1,7 @@
 //! Float against quantized: per-output error metrics over evaluation data (streaming, memory
 //! bounded by one batch) and latency of both models on the chosen execution providers.
 
+pub mod reference;
 pub mod sensitivity;
 pub mod tensors;
 
@@ -47,6 +48,9 @@ pub enum EvalError {
     /// A variant of the recipe quantizes nothing (the sensitivity scan treats it as float).
     #[error("the recipe quantizes nothing in this model")]
     NothingToQuantize,
+    /// A top-1 target was given but no output is classifier-like (`[N, classes]`).
+    #[error("no output is classifier-like ([N, classes]): use an SQNR target instead")]
+    NoClassifierOutput,
     /// Cancelled.
     #[error("the comparison was cancelled")]
     Cancelled,
@@ -203,44 +207,68 @@ pub fn compare_outputs(
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let index = batch.index;
         let owned = owned_inputs(batch.inputs)?;
-        let mut results: Vec<Vec<Option<ArrayD<f32>>>> = Vec::new();
-        for (label, session) in [
-            ("float", &mut float_session),
-            ("quantized", &mut quant_session),
-        ] {
-            let values = session_inputs(&owned);
-            let out = session.run(values).map_err(|e| EvalError::Run {
-                batch: index,
-                model: label,
-                reason: e.to_string(),
-            })?;
-            results.push(
-                outputs
-                    .iter()
-                    .map(|name| {
-                        out.get(name.as_str())
-                            .and_then(float_output)
-                            .map(|(_, a)| a)
-                    })
-                    .collect(),
-            );
-        }
-        for (i, (reference, test)) in results[0].iter().zip(&results[1]).enumerate() {
-            if let (Some(reference), Some(test)) = (reference, test) {
-                classes[i] = reference.shape().last().copied().unwrap_or(0);
-                accumulators[i].add(reference, test);
-            }
-        }
+        let reference = run_outputs(&mut float_session, &owned, &outputs, index, "float")?;
+        let test = run_outputs(&mut quant_session, &owned, &outputs, index, "quantized")?;
+        accumulate(&mut accumulators, &mut classes, &reference, &test);
         done += batch.samples;
         ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
     }
-    Ok(outputs
+    Ok(finish(&outputs, &accumulators, &classes))
+}
+
+/// Runs `session` on one batch and takes the named outputs as f32 arrays.
+fn run_outputs(
+    session: &mut ort::session::Session,
+    owned: &[(String, ort::value::DynValue)],
+    names: &[String],
+    batch: usize,
+    model: &'static str,
+) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
+    let out = session
+        .run(session_inputs(owned))
+        .map_err(|e| EvalError::Run {
+            batch,
+            model,
+            reason: e.to_string(),
+        })?;
+    Ok(names
         .iter()
-        .zip(&accumulators)
-        .zip(&classes)
+        .map(|name| {
+            out.get(name.as_str())
+                .and_then(float_output)
+                .map(|(_, a)| a)
+        })
+        .collect())
+}
+
+/// Adds one batch's outputs to the per-output accumulators.
+fn accumulate(
+    accumulators: &mut [Accumulator],
+    classes: &mut [usize],
+    reference: &[Option<ArrayD<f32>>],
+    test: &[Option<ArrayD<f32>>],
+) {
+    for (i, (reference, test)) in reference.iter().zip(test).enumerate() {
+        if let (Some(reference), Some(test)) = (reference, test) {
+            classes[i] = reference.shape().last().copied().unwrap_or(0);
+            accumulators[i].add(reference, test);
+        }
+    }
+}
+
+/// The metrics of every output that received data.
+fn finish(
+    outputs: &[String],
+    accumulators: &[Accumulator],
+    classes: &[usize],
+) -> Vec<OutputMetrics> {
+    outputs
+        .iter()
+        .zip(accumulators)
+        .zip(classes)
         .filter(|((_, a), _)| a.elements > 0)
         .map(|((name, a), &c)| a.finish(name, c))
-        .collect())
+        .collect()
 }
 
 /// Latency of one model.

@@ -1,22 +1,70 @@
-//! Sensitivity scan and auto-exclude: how much each quantized node costs the outputs, and the
-//! smallest set of nodes to keep in float to reach a target. Every figure comes from a real
-//! run of a model re-quantized from the cached statistics (no re-calibration).
+//! Sensitivity scan and auto-exclude: how much each quantized node (or op type) costs the
+//! outputs, and a small set of nodes to keep in float to reach a target. Every figure comes
+//! from a real run of a model re-quantized from the cached statistics (no re-calibration),
+//! compared against the float outputs captured once in a [`Reference`].
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
 use serde::Serialize;
 
-use super::{EvalError, compare_outputs};
-use crate::calib::data::BatchSource;
+use super::reference::Reference;
+use super::{EvalError, OutputMetrics};
 use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::Model;
+use crate::model::{Graph, Model};
 use crate::quant::{self, QuantError};
 use crate::recipe::Recipe;
 use crate::runtime::{EpSpec, Runtime};
 
-/// One node's sensitivity.
+/// What a scan varies: one node at a time, or one op type at a time (a quick first look at a
+/// large model: a few runs instead of two per node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Granularity {
+    /// Each quantized node.
+    Node,
+    /// Each op type among the quantized nodes.
+    OpType,
+}
+
+/// The goal of auto-exclude, and the score a scan ranks by.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Target {
+    /// The worst output's SQNR reaches this many dB.
+    SqnrDb(f64),
+    /// The worst classifier-like output's top-1 agreement reaches this share (0..1).
+    Top1(f64),
+}
+
+impl Target {
+    /// The score of a run's metrics under this target (higher is better).
+    fn score(&self, metrics: &[OutputMetrics]) -> Result<f64, EvalError> {
+        match self {
+            Target::SqnrDb(_) => Ok(metrics
+                .iter()
+                .map(|m| m.sqnr_db)
+                .fold(f64::INFINITY, f64::min)),
+            Target::Top1(_) => metrics
+                .iter()
+                .filter_map(|m| m.top1_agreement)
+                .reduce(f64::min)
+                .ok_or(EvalError::NoClassifierOutput),
+        }
+    }
+
+    /// The value to reach.
+    fn goal(&self) -> f64 {
+        match *self {
+            Target::SqnrDb(v) | Target::Top1(v) => v,
+        }
+    }
+}
+
+/// One unit's sensitivity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeSensitivity {
-    /// The node's name.
+    /// The node's name (or the op type, for an op-type scan).
     pub node: String,
     /// Output SQNR (dB, worst output) with every other node quantized and this one in float.
     pub sqnr_without_db: f64,
@@ -27,10 +75,14 @@ pub struct NodeSensitivity {
 /// The scan's result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sensitivity {
+    /// What was varied.
+    pub granularity: Granularity,
     /// Output SQNR of the recipe as it is.
     pub baseline_db: f64,
-    /// Per node, most harmful first (largest gain when left in float).
+    /// Per unit, most harmful first (largest gain when left in float).
     pub nodes: Vec<NodeSensitivity>,
+    /// Variants run in parallel (1 on GPU execution providers).
+    pub workers: usize,
 }
 
 /// An anchored, escaped pattern naming exactly one node.
@@ -49,7 +101,7 @@ fn quant_error(e: QuantError) -> EvalError {
     }
 }
 
-/// A variant that quantizes nothing is the float model: infinite SQNR.
+/// A variant that quantizes nothing is the float model: infinite SQNR, full agreement.
 fn or_float(result: Result<f64, EvalError>) -> Result<f64, EvalError> {
     match result {
         Err(EvalError::NothingToQuantize) => Ok(f64::INFINITY),
@@ -63,67 +115,147 @@ pub struct Evaluator<'a> {
     pub float: &'a Model,
     /// Cached calibration statistics.
     pub stats: &'a CalibrationStats,
-    /// Evaluation data.
-    pub source: &'a mut dyn BatchSource,
+    /// The evaluation data with the float outputs on it.
+    pub reference: &'a Reference,
     /// ONNX Runtime.
     pub runtime: &'a Runtime,
     /// Execution providers.
     pub eps: &'a [EpSpec],
-    /// Samples per batch.
-    pub batch_size: usize,
 }
 
 impl Evaluator<'_> {
-    /// Worst output SQNR of `recipe`'s model.
-    pub fn sqnr(&mut self, recipe: &Recipe) -> Result<f64, EvalError> {
+    /// The metrics of `recipe`'s model; `intra_threads` as in [`Reference::compare`].
+    pub fn metrics(
+        &self,
+        recipe: &Recipe,
+        intra_threads: usize,
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
         let q = quant::quantize(self.float, Some(self.stats), recipe).map_err(quant_error)?;
-        self.source.rewind()?;
-        let metrics = compare_outputs(
-            self.float,
-            &q.model,
-            self.source,
-            self.runtime,
-            self.eps,
-            self.batch_size,
-            &JobContext::silent(),
-        )?;
-        Ok(metrics
-            .iter()
-            .map(|m| m.sqnr_db)
-            .fold(f64::INFINITY, f64::min))
+        self.reference
+            .compare(self.float, &q.model, self.runtime, self.eps, intra_threads)
+    }
+
+    /// Worst output SQNR of `recipe`'s model.
+    pub fn sqnr(&self, recipe: &Recipe) -> Result<f64, EvalError> {
+        Target::SqnrDb(0.0).score(&self.metrics(recipe, 0)?)
+    }
+
+    /// How many variants to run at once: every core on the CPU EP (each session on one
+    /// thread), one at a time on accelerators (they run one model at a time anyway, and GPU
+    /// memory is the limit).
+    pub fn workers(&self) -> usize {
+        if self.eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
+            rayon::current_num_threads().clamp(1, 8)
+        } else {
+            1
+        }
     }
 }
 
-/// For each node the recipe quantizes: output SQNR with only it left in float, and with only
-/// it quantized. Reports progress per node; cancellable between runs.
+/// The recipe variants of one unit: (it left in float, only it quantized).
+fn variants(recipe: &Recipe, unit: &str, granularity: Granularity) -> (Recipe, Recipe) {
+    let mut without = recipe.clone();
+    let mut only = recipe.clone();
+    match granularity {
+        Granularity::Node => {
+            without.nodes_to_exclude.push(exact(unit));
+            only.nodes_to_quantize = vec![exact(unit)];
+        }
+        Granularity::OpType => {
+            without.op_types_to_exclude.push(unit.to_owned());
+            only.op_types_to_quantize = vec![unit.to_owned()];
+        }
+    }
+    (without, only)
+}
+
+/// For each node (or op type) the recipe quantizes: output SQNR with only it left in float,
+/// and with only it quantized. Variants run in parallel on the CPU EP; progress per unit;
+/// cancellable between runs.
 pub fn scan(
-    eval: &mut Evaluator<'_>,
+    eval: &Evaluator<'_>,
     recipe: &Recipe,
+    granularity: Granularity,
     ctx: &JobContext,
 ) -> Result<Sensitivity, EvalError> {
     let base = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
+    let units: Vec<String> = match granularity {
+        Granularity::Node => base.quantized_nodes.clone(),
+        Granularity::OpType => {
+            let graph = Graph::build(eval.float);
+            let mut types: Vec<String> = base
+                .quantized_nodes
+                .iter()
+                .filter_map(|n| graph.node_by_name(n).map(|node| node.op_type.clone()))
+                .collect();
+            types.sort();
+            types.dedup();
+            types
+        }
+    };
+    scan_units(eval, recipe, granularity, &units, ctx)
+}
+
+/// [`scan`] over chosen units only (node names, or op types): a quick look at the nodes a
+/// user suspects, or the second pass over a first pass's worst.
+pub fn scan_units(
+    eval: &Evaluator<'_>,
+    recipe: &Recipe,
+    granularity: Granularity,
+    units: &[String],
+    ctx: &JobContext,
+) -> Result<Sensitivity, EvalError> {
     let baseline_db = eval.sqnr(recipe)?;
-    let meter = RateMeter::new("sensitivity scan", base.quantized_nodes.len() as u64);
-    let mut nodes = Vec::with_capacity(base.quantized_nodes.len());
-    for (i, node) in base.quantized_nodes.iter().enumerate() {
+    let workers = eval.workers();
+    let threads = if workers > 1 { 1 } else { 0 };
+    let meter = RateMeter::new("sensitivity scan", units.len() as u64);
+    let done = AtomicU64::new(0);
+    let run_unit = |unit: &String| -> Result<NodeSensitivity, EvalError> {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let mut without = recipe.clone();
-        without.nodes_to_exclude.push(exact(node));
+        let (without, only) = variants(recipe, unit, granularity);
+        let score = |r: &Recipe| Target::SqnrDb(0.0).score(&eval.metrics(r, threads)?);
         // Excluding the last quantizable node leaves the float model; quantizing only a node
         // that shares its input's scale quantizes nothing.
-        let sqnr_without_db = or_float(eval.sqnr(&without))?;
-        let mut only = recipe.clone();
-        only.nodes_to_quantize = vec![exact(node)];
-        let sqnr_only_db = or_float(eval.sqnr(&only))?;
-        nodes.push(NodeSensitivity {
-            node: node.clone(),
+        let sqnr_without_db = or_float(score(&without))?;
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let sqnr_only_db = or_float(score(&only))?;
+        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+        ctx.report(meter.progress(finished, unit.clone()));
+        Ok(NodeSensitivity {
+            node: unit.clone(),
             sqnr_without_db,
             sqnr_only_db,
-        });
-        ctx.report(meter.progress(i as u64 + 1, node.clone()));
-    }
-    nodes.sort_by(|a, b| b.sqnr_without_db.total_cmp(&a.sqnr_without_db));
-    Ok(Sensitivity { baseline_db, nodes })
+        })
+    };
+    let mut nodes = if workers > 1 {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .build()
+            .map_err(|e| EvalError::Run {
+                batch: 0,
+                model: "quantized",
+                reason: format!("cannot start the scan's worker threads: {e}"),
+            })?;
+        pool.install(|| {
+            units
+                .par_iter()
+                .map(run_unit)
+                .collect::<Result<Vec<_>, _>>()
+        })?
+    } else {
+        units.iter().map(run_unit).collect::<Result<Vec<_>, _>>()?
+    };
+    nodes.sort_by(|a, b| {
+        b.sqnr_without_db
+            .total_cmp(&a.sqnr_without_db)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    Ok(Sensitivity {
+        granularity,
+        baseline_db,
+        nodes,
+        workers,
+    })
 }
 
 /// The result of auto-exclude.
@@ -134,49 +266,119 @@ pub struct AutoExclude {
     pub recipe: Recipe,
     /// The nodes kept in float, in the order they were added.
     pub excluded: Vec<String>,
-    /// Output SQNR reached (verified by a real run).
+    /// The target's score reached (dB, or top-1 share), verified by a real run.
+    pub score: f64,
+    /// Worst output SQNR of the final recipe (dB).
     pub sqnr_db: f64,
     /// Whether the target was reached.
     pub reached: bool,
+    /// Quantized nodes per op type in the final model (how many Conv/MatMul/Gemm stay
+    /// quantized is what decides the speed-up).
+    pub quantized_by_op_type: BTreeMap<String, usize>,
 }
 
-/// Greedy auto-exclude: keep the most harmful nodes (by the scan) in float, one at a time,
-/// verifying each step with a real run, until the output SQNR reaches `target_db` or
-/// `max_excluded` nodes are out.
+/// Greedy auto-exclude: keep the most harmful nodes (by a node scan) in float, one at a time,
+/// verifying each step with a real run and keeping it only if it helps, until `target` is
+/// reached or `max_excluded` nodes are out.
+///
+/// Nodes are tried in order of harm done alone (lowest SQNR with only that node quantized),
+/// then by gain when left out: when error is spread over many nodes, leaving any single one in
+/// float barely moves the output, but the nodes that hurt most on their own still add up.
 pub fn auto_exclude(
-    eval: &mut Evaluator<'_>,
+    eval: &Evaluator<'_>,
     recipe: &Recipe,
     scan: &Sensitivity,
-    target_db: f64,
+    target: Target,
     max_excluded: usize,
     ctx: &JobContext,
 ) -> Result<AutoExclude, EvalError> {
+    let score_of = |r: &Recipe| match eval.metrics(r, 0) {
+        Ok(m) => Ok((target.score(&m)?, Target::SqnrDb(0.0).score(&m)?)),
+        Err(EvalError::NothingToQuantize) => Ok((f64::INFINITY, f64::INFINITY)),
+        Err(e) => Err(e),
+    };
     let mut current = recipe.clone();
     let mut excluded = Vec::new();
-    let mut sqnr_db = scan.baseline_db;
-    for node in scan
-        .nodes
-        .iter()
-        .filter(|n| n.sqnr_without_db > scan.baseline_db)
-    {
-        if sqnr_db >= target_db || excluded.len() >= max_excluded {
-            break;
-        }
-        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let mut next = current.clone();
-        next.nodes_to_exclude.push(exact(&node.node));
-        let reached = or_float(eval.sqnr(&next))?;
-        // Keep a step only if the real run confirms it helps.
-        if reached > sqnr_db {
-            current = next;
-            excluded.push(node.node.clone());
-            sqnr_db = reached;
+    let (mut score, mut sqnr_db) = score_of(&current)?;
+    if scan.granularity == Granularity::Node {
+        let meter = RateMeter::new("auto-exclude", max_excluded as u64);
+        let mut order: Vec<&NodeSensitivity> = scan
+            .nodes
+            .iter()
+            .filter(|n| n.sqnr_only_db.is_finite() || n.sqnr_without_db > scan.baseline_db)
+            .collect();
+        order.sort_by(|a, b| {
+            a.sqnr_only_db
+                .total_cmp(&b.sqnr_only_db)
+                .then_with(|| b.sqnr_without_db.total_cmp(&a.sqnr_without_db))
+        });
+        for node in order {
+            if score >= target.goal() || excluded.len() >= max_excluded {
+                break;
+            }
+            ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+            let mut next = current.clone();
+            next.nodes_to_exclude.push(exact(&node.node));
+            let (s, db) = score_of(&next)?;
+            // Keep a step only if the real run confirms it helps (ties broken by SQNR).
+            if s > score || (s == score && db > sqnr_db) {
+                current = next;
+                excluded.push(node.node.clone());
+                score = s;
+                sqnr_db = db;
+                ctx.report(meter.progress(excluded.len() as u64, node.node.clone()));
+            }
         }
     }
+    let quantized_by_op_type = match quant::quantize(eval.float, Some(eval.stats), &current) {
+        Ok(q) => {
+            let graph = Graph::build(eval.float);
+            let mut counts = BTreeMap::new();
+            for name in &q.quantized_nodes {
+                if let Some(node) = graph.node_by_name(name) {
+                    *counts.entry(node.op_type.clone()).or_insert(0) += 1;
+                }
+            }
+            counts
+        }
+        Err(QuantError::NothingToQuantize { .. }) => BTreeMap::new(),
+        Err(e) => return Err(quant_error(e)),
+    };
     Ok(AutoExclude {
         recipe: current,
         excluded,
+        score,
         sqnr_db,
-        reached: sqnr_db >= target_db,
+        reached: score >= target.goal(),
+        quantized_by_op_type,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
+        OutputMetrics {
+            name: "y".into(),
+            sqnr_db,
+            cosine: 1.0,
+            mse: 0.0,
+            max_abs_error: 0.0,
+            top1_agreement: top1,
+            top5_agreement: None,
+            elements: 1,
+        }
+    }
+
+    #[test]
+    fn targets_score_the_worst_output() {
+        let m = [metrics(30.0, Some(0.9)), metrics(20.0, Some(0.95))];
+        assert_eq!(Target::SqnrDb(25.0).score(&m).unwrap(), 20.0);
+        assert_eq!(Target::Top1(0.99).score(&m).unwrap(), 0.9);
+        let err = Target::Top1(0.99)
+            .score(&[metrics(30.0, None)])
+            .unwrap_err();
+        assert!(matches!(err, EvalError::NoClassifierOutput), "{err}");
+    }
 }

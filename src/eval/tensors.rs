@@ -35,8 +35,9 @@ pub struct ActivationError {
     /// The float range the QDQ model can represent for this tensor (from the QuantizeLinear's
     /// scale and zero point), when they are per-tensor constants.
     pub range: Option<(f32, f32)>,
-    /// Share of the values entering the QuantizeLinear that fall outside `range`: what
-    /// quantization clips (counted exactly, value by value).
+    /// Share of the float model's values of this tensor beyond `range` (by more than half a
+    /// quantization step): what quantization clips, counted value by value. Measured on the
+    /// float model so that a Relu folded into the range is not counted as clipping.
     pub clipped: Option<f64>,
     /// Histogram of the float model's values of this tensor over the evaluation data: what
     /// the report and the studio draw the range on.
@@ -74,11 +75,13 @@ struct Pair {
     post: String,
     float: String,
     range: Option<(f32, f32)>,
+    /// Steps between the range's ends (`qmax - qmin`).
+    levels: i64,
 }
 
 /// The float range `[(qmin - zp)·s, (qmax - zp)·s]` a QuantizeLinear node represents, when its
 /// scale (and zero point) are per-tensor constants of the model.
-fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f32)> {
+fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f32, i64)> {
     let scale = model.weight(q.inputs.get(1)?).ok()??;
     let scale = scale.to_f32();
     if scale.len() != 1 {
@@ -100,7 +103,7 @@ fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f3
         ),
     };
     let (qmin, qmax) = dtype.quantized_range()?;
-    Some(((qmin as f32 - zp) * s, (qmax as f32 - zp) * s))
+    Some(((qmin as f32 - zp) * s, (qmax as f32 - zp) * s, qmax - qmin))
 }
 
 fn sqnr(signal2: f64, noise2: f64) -> f64 {
@@ -142,27 +145,95 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
             post.clone(),
         ];
         match candidates.iter().find(|c| float.tensor(c).is_some()) {
-            Some(name) => found.push(Pair {
-                pre,
-                post,
-                float: name.clone(),
-                range: representable_range(quant_model, q),
-            }),
+            Some(name) => {
+                let range = representable_range(quant_model, q);
+                found.push(Pair {
+                    pre,
+                    post,
+                    float: name.clone(),
+                    range: range.map(|(lo, hi, _)| (lo, hi)),
+                    levels: range.map_or(1, |(_, _, n)| n),
+                })
+            }
             None => unmatched.push(pre),
         }
     }
     (found, unmatched)
 }
 
-/// Dequantizes every DequantizeLinear on an initializer and compares it to the float weight.
+/// Applies `f(value, scale, zero_point)` to every element, per channel along `axis` when there
+/// is more than one scale.
+fn per_axis(
+    values: &ArrayD<f32>,
+    scales: &ArrayD<f32>,
+    zero_points: &ArrayD<f32>,
+    axis: usize,
+    f: impl Fn(f32, f32, f32) -> f32,
+) -> ArrayD<f32> {
+    let mut out = values.clone();
+    if scales.len() > 1 && axis < values.ndim() {
+        for (c, mut lane) in out.axis_iter_mut(Axis(axis)).enumerate() {
+            let (s, z) = (
+                scales.as_slice().map_or(1.0, |v| v[c]),
+                zero_points.as_slice().map_or(0.0, |v| v[c]),
+            );
+            lane.mapv_inplace(|v| f(v, s, z));
+        }
+    } else {
+        let (s, z) = (
+            scales.iter().next().copied().unwrap_or(1.0),
+            zero_points.iter().next().copied().unwrap_or(0.0),
+        );
+        out.mapv_inplace(|v| f(v, s, z));
+    }
+    out
+}
+
+/// The integer values a DequantizeLinear reads and the float weight they stand for: either an
+/// initializer of integers (onnxruntime and qdq-studio store weights quantized, named
+/// `<weight>_quantized`), or a QuantizeLinear applied to the float weight inside the graph
+/// (ModelOpt's and PyTorch exporters' form), which is evaluated here as ONNX defines it.
+fn weight_codes(
+    quant: &Model,
+    graph: &Graph,
+    dq: &crate::model::Node,
+    scales: &ArrayD<f32>,
+    zero_points: &ArrayD<f32>,
+    axis: usize,
+) -> Result<Option<(String, ArrayD<f32>)>, EvalError> {
+    let input = dq.inputs[0].as_str();
+    if let Some(codes) = quant.graph().initializer.iter().find(|t| t.name() == input) {
+        let base = input.trim_end_matches("_quantized").to_owned();
+        return Ok(Some((base, quant.tensor_array(codes)?.to_f32())));
+    }
+    let Some(q) = graph
+        .tensor(input)
+        .and_then(|t| t.producer)
+        .map(|id| graph.node(id))
+        .filter(|n| n.op_type == "QuantizeLinear")
+    else {
+        return Ok(None);
+    };
+    let Some(weight) = quant.weight(&q.inputs[0])? else {
+        return Ok(None);
+    };
+    let dtype = match q.inputs.get(2).filter(|z| !z.is_empty()) {
+        Some(z) => quant.weight(z)?.map(|z| z.dtype()),
+        None => Some(crate::model::DataType::Uint8),
+    };
+    let Some((qmin, qmax)) = dtype.and_then(|d| d.quantized_range()) else {
+        return Ok(None);
+    };
+    let codes = per_axis(&weight.to_f32(), scales, zero_points, axis, |v, s, z| {
+        let q = crate::quant::scale::round_half_even(f64::from(v / s)) as f32 + z;
+        q.clamp(qmin as f32, qmax as f32)
+    });
+    Ok(Some((q.inputs[0].clone(), codes)))
+}
+
+/// Dequantizes every DequantizeLinear on a weight and compares it to the float weight.
 fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalError> {
     let qg = Graph::build(quant);
-    let inits: HashMap<&str, &crate::model::proto::TensorProto> = quant
-        .graph()
-        .initializer
-        .iter()
-        .map(|t| (t.name(), t))
-        .collect();
     let mut out = Vec::new();
     // In graph order, so charts of weight error read along the model.
     for dq in qg
@@ -171,24 +242,24 @@ fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalE
         .map(|&id| qg.node(id))
         .filter(|n| n.op_type == "DequantizeLinear")
     {
-        let (Some(q), Some(scale)) = (
-            inits.get(dq.inputs[0].as_str()),
-            dq.inputs.get(1).and_then(|s| inits.get(s.as_str())),
-        ) else {
+        let Some(scales) = dq
+            .inputs
+            .get(1)
+            .map(|s| quant.weight(s))
+            .transpose()?
+            .flatten()
+        else {
             continue;
         };
-        let base = dq.inputs[0].trim_end_matches("_quantized");
-        let Some(reference) = float.weight(base)? else {
-            continue;
-        };
-        let reference = reference.to_f32();
-        let values = quant.tensor_array(q)?.to_f32();
-        let scales = quant.tensor_array(scale)?.to_f32();
-        let zero_points = match dq.inputs.get(2).and_then(|z| inits.get(z.as_str())) {
-            Some(z) => quant.tensor_array(z)?.to_f32(),
+        let scales = scales.to_f32();
+        let zero_points = match dq.inputs.get(2).filter(|z| !z.is_empty()) {
+            Some(z) => match quant.weight(z)? {
+                Some(z) => z.to_f32(),
+                None => continue,
+            },
             None => ArrayD::zeros(scales.raw_dim()),
         };
-        if values.shape() != reference.shape() || dq.int_attribute("block_size").is_some() {
+        if dq.int_attribute("block_size").is_some() {
             continue;
         }
         let axis = if scales.len() > 1 {
@@ -196,22 +267,18 @@ fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalE
         } else {
             0
         };
-        let mut dequantized = values.clone();
-        if scales.len() > 1 && axis < values.ndim() {
-            for (c, mut lane) in dequantized.axis_iter_mut(Axis(axis)).enumerate() {
-                let (s, z) = (
-                    scales.as_slice().map_or(1.0, |v| v[c]),
-                    zero_points.as_slice().map_or(0.0, |v| v[c]),
-                );
-                lane.mapv_inplace(|v| (v - z) * s);
-            }
-        } else {
-            let (s, z) = (
-                scales.iter().next().copied().unwrap_or(1.0),
-                zero_points.iter().next().copied().unwrap_or(0.0),
-            );
-            dequantized.mapv_inplace(|v| (v - z) * s);
+        let Some((base, values)) = weight_codes(quant, &qg, dq, &scales, &zero_points, axis)?
+        else {
+            continue;
+        };
+        let Some(reference) = float.weight(&base)? else {
+            continue;
+        };
+        let reference = reference.to_f32();
+        if values.shape() != reference.shape() {
+            continue;
         }
+        let dequantized = per_axis(&values, &scales, &zero_points, axis, |v, s, z| (v - z) * s);
         let (signal, noise) = reference
             .iter()
             .zip(dequantized.iter())
@@ -219,7 +286,7 @@ fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalE
                 (s + f64::from(a).powi(2), n + f64::from(a - b).powi(2))
             });
         out.push(WeightError {
-            weight: base.to_owned(),
+            weight: base,
             sqnr_db: sqnr(signal, noise),
         });
     }
@@ -311,10 +378,6 @@ pub fn tensor_errors(
                     s[0] += f64::from(a).powi(2);
                     s[1] += f64::from(a - b).powi(2);
                 }
-                if let Some((lo, hi)) = p.range {
-                    s[4] += pre.iter().filter(|&&v| v < lo || v > hi).count() as f64;
-                    s[5] += pre.len() as f64;
-                }
                 if let Some(reference) = f.get(&p.float).filter(|r| r.len() == post.len()) {
                     if let Some(values) = reference.as_slice() {
                         let abs_max = values
@@ -322,6 +385,18 @@ pub fn tensor_errors(
                             .filter(|v| v.is_finite())
                             .fold(0f32, |m, v| m.max(v.abs()));
                         h.add(values, abs_max);
+                    }
+                    if let Some((lo, hi, half_step)) = p
+                        .range
+                        .map(|(lo, hi)| (lo, hi, (hi - lo) / (2.0 * p.levels.max(1) as f32)))
+                    {
+                        // Within half a step of an end a value rounds to the end as any
+                        // other value rounds: only beyond it is it clipped.
+                        s[4] += reference
+                            .iter()
+                            .filter(|&&v| v < lo - half_step || v > hi + half_step)
+                            .count() as f64;
+                        s[5] += reference.len() as f64;
                     }
                     for (&a, &b) in reference.iter().zip(post.iter()) {
                         s[2] += f64::from(a).powi(2);

@@ -1,0 +1,112 @@
+//! The evaluation set held in memory together with the float model's outputs on it, so that
+//! the many variants of a sensitivity scan are each compared with one quantized run: the float
+//! model runs once, the data is read once, and variants can run in parallel.
+//!
+//! [`super::compare_outputs`] stays streaming (memory bounded by one batch) for the one-off
+//! comparison; a scan trades memory (inputs and float outputs of the evaluation set) for
+//! hundreds of runs saved.
+
+use ndarray::ArrayD;
+
+use super::{Accumulator, EvalError, OutputMetrics, check_comparable, run_outputs};
+use crate::calib::data::{BatchSource, model_inputs, validate};
+use crate::jobs::{JobContext, RateMeter};
+use crate::model::{Graph, Model, TensorArray};
+use crate::quant::cpu_session_options;
+use crate::runtime::value::owned_inputs;
+use crate::runtime::{EpSpec, Runtime, SessionOptions};
+
+/// One batch: its inputs and the float model's outputs.
+#[derive(Debug, Clone)]
+struct ReferenceBatch {
+    index: usize,
+    inputs: Vec<(String, TensorArray)>,
+    outputs: Vec<Option<ArrayD<f32>>>,
+}
+
+/// The evaluation data and the float model's outputs on it.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    outputs: Vec<String>,
+    batches: Vec<ReferenceBatch>,
+    samples: usize,
+}
+
+impl Reference {
+    /// Runs the float model once over `source` and keeps inputs and outputs.
+    pub fn capture(
+        float: &Model,
+        source: &mut dyn BatchSource,
+        runtime: &Runtime,
+        eps: &[EpSpec],
+        batch_size: usize,
+        ctx: &JobContext,
+    ) -> Result<Reference, EvalError> {
+        let graph = Graph::build(float);
+        let inputs = model_inputs(&graph);
+        let samples = source.samples();
+        validate(&inputs, &source.arrays(), samples, batch_size.max(1))?;
+        let mut session =
+            runtime.session_from_bytes(&float.to_bytes()?, eps, SessionOptions::default())?;
+        let outputs: Vec<String> = graph.outputs().to_vec();
+        let meter = RateMeter::new("float reference", samples as u64);
+        let mut batches = Vec::new();
+        let mut done = 0;
+        source.rewind()?;
+        while let Some(batch) = source.next_batch(batch_size.max(1))? {
+            ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+            let owned = owned_inputs(batch.inputs.clone())?;
+            let results = run_outputs(&mut session, &owned, &outputs, batch.index, "float")?;
+            done += batch.samples;
+            batches.push(ReferenceBatch {
+                index: batch.index,
+                inputs: batch.inputs,
+                outputs: results,
+            });
+            ctx.report(meter.progress(done as u64, format!("batch {}", batch.index + 1)));
+        }
+        Ok(Reference {
+            outputs,
+            batches,
+            samples: done,
+        })
+    }
+
+    /// Samples held.
+    pub fn samples(&self) -> usize {
+        self.samples
+    }
+
+    /// Runs `quant` over the held data and measures each output against the float outputs.
+    /// `intra_threads` bounds the session's threads (0: ONNX Runtime's default), so parallel
+    /// callers do not oversubscribe the CPU.
+    pub fn compare(
+        &self,
+        float: &Model,
+        quant: &Model,
+        runtime: &Runtime,
+        eps: &[EpSpec],
+        intra_threads: usize,
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
+        check_comparable(float, quant, "the quantized model")?;
+        let options = SessionOptions {
+            intra_threads,
+            ..cpu_session_options(quant)
+        };
+        let mut session = runtime.session_from_bytes(&quant.to_bytes()?, eps, options)?;
+        let mut accumulators = vec![Accumulator::default(); self.outputs.len()];
+        let mut classes = vec![0usize; self.outputs.len()];
+        for batch in &self.batches {
+            let owned = owned_inputs(batch.inputs.clone())?;
+            let results = run_outputs(
+                &mut session,
+                &owned,
+                &self.outputs,
+                batch.index,
+                "quantized",
+            )?;
+            super::accumulate(&mut accumulators, &mut classes, &batch.outputs, &results);
+        }
+        Ok(super::finish(&self.outputs, &accumulators, &classes))
+    }
+}
