@@ -48,8 +48,11 @@ pub enum EvalError {
     /// A variant of the recipe quantizes nothing (the sensitivity scan treats it as float).
     #[error("the recipe quantizes nothing in this model")]
     NothingToQuantize,
-    /// A top-1 target was given but no output is classifier-like (`[N, classes]`).
-    #[error("no output is classifier-like ([N, classes]): use an SQNR target instead")]
+    /// A top-1 target was given but no output is classifier-like (`[N, classes]` or
+    /// `[N, T, classes]`).
+    #[error(
+        "no output is classifier-like ([N, classes] or [N, T, classes]): use an SQNR target instead"
+    )]
     NoClassifierOutput,
     /// Cancelled.
     #[error("the comparison was cancelled")]
@@ -69,7 +72,8 @@ pub struct OutputMetrics {
     pub mse: f64,
     /// Largest absolute difference.
     pub max_abs_error: f64,
-    /// For classifier-like outputs (`[N, classes]`): share of rows whose argmax agrees.
+    /// For classifier-like outputs (`[N, classes]`, or `[N, T, classes]` per position): share
+    /// of rows (positions) whose argmax agrees.
     pub top1_agreement: Option<f64>,
     /// ... share of rows whose float argmax is in the quantized top 5 (≥ 5 classes).
     pub top5_agreement: Option<f64>,
@@ -108,9 +112,13 @@ impl Accumulator {
             self.max_abs = self.max_abs.max((a - b).abs());
         }
         self.elements += reference.len() as u64;
-        self.classifier = reference.ndim() == 2 && reference.shape()[1] >= 2;
+        // `[N, classes]` (a classifier) or `[N, T, classes]` (a sequence model: OCR, speech,
+        // token logits), where greedy decoding reads the argmax at each position.
+        self.classifier =
+            matches!(reference.ndim(), 2 | 3) && reference.shape().last().is_some_and(|&c| c >= 2);
         if self.classifier {
-            for (r, t) in reference.axis_iter(Axis(0)).zip(test.axis_iter(Axis(0))) {
+            let last = Axis(reference.ndim() - 1);
+            for (r, t) in reference.lanes(last).into_iter().zip(test.lanes(last)) {
                 let (r, t): (Vec<f32>, Vec<f32>) =
                     (r.iter().copied().collect(), t.iter().copied().collect());
                 let best = argsort_desc(&r)[0];

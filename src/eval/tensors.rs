@@ -20,6 +20,7 @@ use crate::calib::runner::augmented_model;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
+use crate::recipe::Preprocessing;
 use crate::runtime::value::{float_output, owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
 
@@ -234,6 +235,17 @@ fn weight_codes(
 /// Dequantizes every DequantizeLinear on a weight and compares it to the float weight.
 fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalError> {
     let qg = Graph::build(quant);
+    // Quantizers fold BatchNormalization into the preceding Conv before quantizing (ours and
+    // onnxruntime's pre-processing both do): the weight they quantized is the folded one, so
+    // compare against the float model folded the same way, not against the raw weight.
+    let has_bn = |g: &Graph| g.nodes().iter().any(|n| n.op_type == "BatchNormalization");
+    let folded;
+    let float = if has_bn(&Graph::build(float)) && !has_bn(&qg) {
+        folded = crate::quant::preprocess::preprocess(float, &Preprocessing::default())?.0;
+        &folded
+    } else {
+        float
+    };
     let mut out = Vec::new();
     // In graph order, so charts of weight error read along the model.
     for dq in qg
