@@ -5,6 +5,7 @@
 //! quantization rules. The `qdq-studio` binary's CLI and studio are thin faces over it.
 #![warn(missing_docs)]
 
+pub mod app;
 pub mod atomic;
 pub mod calib;
 pub mod eval;

@@ -1,0 +1,226 @@
+//! The layered top-to-bottom layout of a model's graph for the studio's graph view.
+//!
+//! Constant nodes are folded into their consumers, as Netron does (initializers are not nodes
+//! at all): otherwise hundreds of one-edge vertices pull the layout sideways. Positions come
+//! from `rust-sugiyama` (layering, crossing minimisation, coordinate assignment: a library of
+//! the field; only the folding and the packing of disconnected parts are ours). Large graphs
+//! take seconds, so the studio runs this as a job.
+
+use std::collections::HashMap;
+
+use crate::model::{Graph, NodeId};
+
+/// Vertical distance between layers and horizontal spacing between boxes, in layout units
+/// (the view's points at zoom 1).
+const SPACING: f64 = 28.0;
+/// Height of a node box.
+pub const NODE_HEIGHT: f32 = 30.0;
+/// Gap between disconnected parts placed side by side.
+const PART_GAP: f32 = 60.0;
+
+/// Width of a node's box: room for its op type.
+pub fn node_width(op_type: &str) -> f32 {
+    (op_type.chars().count() as f32 * 7.5 + 24.0).max(56.0)
+}
+
+/// An edge of the laid-out graph: a tensor from one node to another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayoutEdge {
+    /// The producer.
+    pub from: NodeId,
+    /// The consumer.
+    pub to: NodeId,
+    /// The tensor's name.
+    pub tensor: String,
+}
+
+/// Where every node goes.
+#[derive(Debug, Clone, Default)]
+pub struct GraphLayout {
+    /// Centre of each node's box, by node id; `None` for folded Constant nodes.
+    pub positions: Vec<Option<(f32, f32)>>,
+    /// The edges drawn (tensors between two laid-out nodes).
+    pub edges: Vec<LayoutEdge>,
+    /// Extent of the whole layout.
+    pub size: (f32, f32),
+    /// Edges left out to break cycles (a valid ONNX graph has none; a broken one is shown
+    /// anyway, with these flagged).
+    pub cycle_edges: Vec<LayoutEdge>,
+}
+
+/// The layout library failed on this graph.
+#[derive(Debug, thiserror::Error)]
+#[error("the graph could not be laid out: {0}")]
+pub struct LayoutError(String);
+
+/// Lays `graph` out top to bottom.
+pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
+    let nodes = graph.nodes();
+    let folded = |id: NodeId| nodes[id.0].op_type == "Constant";
+    // Rank of each node in topological order: an edge that goes backwards closes a cycle.
+    let mut rank = vec![usize::MAX; nodes.len()];
+    for (i, &id) in graph.topological_order().iter().enumerate() {
+        rank[id.0] = i;
+    }
+    let mut edges = Vec::new();
+    let mut cycle_edges = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let to = NodeId(i);
+        if folded(to) {
+            continue;
+        }
+        for input in &node.inputs {
+            let Some(from) = graph.tensor(input).and_then(|t| t.producer) else {
+                continue;
+            };
+            if folded(from) || from == to {
+                continue;
+            }
+            let edge = LayoutEdge {
+                from,
+                to,
+                tensor: input.clone(),
+            };
+            if rank[from.0] < rank[to.0] && rank[to.0] != usize::MAX {
+                edges.push(edge);
+            } else {
+                cycle_edges.push(edge);
+            }
+        }
+    }
+    // The library numbers vertices by insertion order whatever ids it is given: use compact
+    // indices and map them back.
+    let laid_out: Vec<usize> = (0..nodes.len()).filter(|&i| !folded(NodeId(i))).collect();
+    let mut compact = vec![u32::MAX; nodes.len()];
+    for (k, &i) in laid_out.iter().enumerate() {
+        compact[i] = k as u32;
+    }
+    let vertices: Vec<(u32, (f64, f64))> = laid_out
+        .iter()
+        .map(|&i| {
+            (
+                compact[i],
+                (
+                    f64::from(node_width(&nodes[i].op_type)),
+                    f64::from(NODE_HEIGHT),
+                ),
+            )
+        })
+        .collect();
+    let mut pairs: Vec<(u32, u32)> = edges
+        .iter()
+        .map(|e| (compact[e.from.0], compact[e.to.0]))
+        .collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let config = rust_sugiyama::configure::Config {
+        vertex_spacing: SPACING,
+        ..Default::default()
+    };
+    // The library asserts on inputs it cannot handle; a model is user input, so a panic in
+    // it becomes an error here instead of taking the studio down.
+    let parts = std::panic::catch_unwind(|| {
+        rust_sugiyama::from_vertices_and_edges(&vertices, &pairs, &config)
+    })
+    .map_err(|e| {
+        LayoutError(
+            e.downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "the layout library failed".to_owned()),
+        )
+    })?;
+    let mut positions = vec![None; nodes.len()];
+    // Parts side by side, biggest first (the main network on the left), tops aligned.
+    let mut parts = parts;
+    parts.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+    let (mut x_offset, mut height) = (0f32, 0f32);
+    for (part, _, _) in parts {
+        let (min_x, max_x, min_y, max_y) = part.iter().fold(
+            (
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+            ),
+            |(a, b, c, d), &(k, (x, y))| {
+                let width = laid_out
+                    .get(k)
+                    .map_or(56.0, |&i| node_width(&nodes[i].op_type));
+                let half = f64::from(width) / 2.0;
+                (a.min(x - half), b.max(x + half), c.min(y), d.max(y))
+            },
+        );
+        for (k, (x, y)) in part {
+            if let Some(slot) = laid_out.get(k).and_then(|&id| positions.get_mut(id)) {
+                *slot = Some(((x - min_x) as f32 + x_offset, (y - min_y) as f32));
+            }
+        }
+        x_offset += (max_x - min_x) as f32 + PART_GAP;
+        height = height.max((max_y - min_y) as f32 + NODE_HEIGHT);
+    }
+    Ok(GraphLayout {
+        positions,
+        edges,
+        size: ((x_offset - PART_GAP).max(0.0), height),
+        cycle_edges,
+    })
+}
+
+/// Index from node id to its neighbours in the layout, for emphasising a selection.
+pub fn neighbours(layout: &GraphLayout) -> HashMap<NodeId, Vec<NodeId>> {
+    let mut out: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+    for e in &layout.edges {
+        out.entry(e.from).or_default().push(e.to);
+        out.entry(e.to).or_default().push(e.from);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DataType, ModelBuilder, TensorArray};
+
+    #[test]
+    fn layers_go_top_down_constants_fold_and_parts_sit_side_by_side() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4]);
+        b.input("z", DataType::Float32, &[1, 4]);
+        b.node("Constant", &[], &["c"]).name("const").attr_tensor(
+            "value",
+            &TensorArray::Float32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[1, 4]))),
+        );
+        b.node("Add", &["x", "c"], &["a"]).name("add");
+        b.node("Relu", &["a"], &["r"]).name("relu");
+        b.node("Sigmoid", &["a"], &["s"]).name("sigmoid");
+        b.node("Mul", &["r", "s"], &["y"]).name("mul");
+        b.node("Neg", &["z"], &["w"]).name("separate");
+        b.output("y", DataType::Float32, &[1, 4]);
+        b.output("w", DataType::Float32, &[1, 4]);
+        let graph = Graph::build(&b.build());
+        let l = layout(&graph).unwrap();
+        let pos = |name: &str| {
+            let id = graph.nodes().iter().position(|n| n.name == name).unwrap();
+            l.positions[id]
+        };
+        assert_eq!(pos("const"), None, "the Constant is folded into the Add");
+        for e in &l.edges {
+            let (a, b) = (l.positions[e.from.0].unwrap(), l.positions[e.to.0].unwrap());
+            assert!(a.1 < b.1, "{} flows downwards", e.tensor);
+        }
+        assert_eq!(l.edges.len(), 4);
+        let (relu, sigmoid) = (pos("relu").unwrap(), pos("sigmoid").unwrap());
+        assert_eq!(relu.1, sigmoid.1, "parallel branches share a layer");
+        assert!((relu.0 - sigmoid.0).abs() > 40.0, "and do not overlap");
+        // The disconnected Neg sits to the right of the main part.
+        let max_main = ["add", "relu", "sigmoid", "mul"]
+            .iter()
+            .map(|n| pos(n).unwrap().0)
+            .fold(f32::MIN, f32::max);
+        assert!(pos("separate").unwrap().0 > max_main);
+        assert!(l.cycle_edges.is_empty());
+        assert!(l.size.0 > 0.0 && l.size.1 >= 3.0 * NODE_HEIGHT);
+        assert_eq!(neighbours(&l)[&NodeId(4)].len(), 2, "mul has two inputs");
+    }
+}
