@@ -5,6 +5,7 @@
 use std::sync::Once;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -109,6 +110,33 @@ fn db_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
     (lo - margin, hi + margin)
 }
 
+/// A chart of dB values against a position along the graph, with its caption and mesh drawn.
+fn db_chart<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+    x_desc: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> Result<ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>, ChartError> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, (FONT, 18).into_font().color(&BLACK))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(52)
+        .build_cartesian_2d(x, y)
+        .map_err(draw_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc("SQNR (dB)")
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(draw_err)?;
+    Ok(chart)
+}
+
 /// Per-tensor SQNR along the float graph's order: float against QDQ (the error as it has
 /// accumulated by that tensor) and pre-Q against post-DQ (the error this Q/DQ adds alone).
 /// The `worst` lowest float-against-QDQ points are marked, the very worst one named.
@@ -127,25 +155,13 @@ pub fn sqnr_along_graph<DB: DrawingBackend>(
         .collect();
     let (lo, hi) = db_range(xmodel.iter().chain(&qdq).copied());
     let n = activations.len().max(2);
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            "Per-tensor SQNR along the graph",
-            (FONT, 18).into_font().color(&BLACK),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(52)
-        .build_cartesian_2d(0f64..(n - 1) as f64, lo..hi)
-        .map_err(draw_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("quantized activation, in graph order")
-        .y_desc("SQNR (dB)")
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(draw_err)?;
+    let mut chart = db_chart(
+        area,
+        "Per-tensor SQNR along the graph",
+        "quantized activation, in graph order",
+        0f64..(n - 1) as f64,
+        lo..hi,
+    )?;
     chart
         .draw_series(LineSeries::new(
             qdq.iter().enumerate().map(|(i, &v)| (i as f64, v)),
@@ -313,25 +329,13 @@ pub fn weight_error_per_layer<DB: DrawingBackend>(
     let values: Vec<f64> = weights.iter().map(|w| finite_db(w.sqnr_db)).collect();
     let (_, hi) = db_range(values.iter().copied());
     let n = weights.len().max(1);
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            "Weight SQNR per layer",
-            (FONT, 18).into_font().color(&BLACK),
-        )
-        .margin(12)
-        .x_label_area_size(36)
-        .y_label_area_size(52)
-        .build_cartesian_2d(0f64..n as f64, 0f64..hi.max(1.0))
-        .map_err(draw_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("quantized weight, in graph order")
-        .y_desc("SQNR (dB)")
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()
-        .map_err(draw_err)?;
+    let mut chart = db_chart(
+        area,
+        "Weight SQNR per layer",
+        "quantized weight, in graph order",
+        0f64..n as f64,
+        0f64..hi.max(1.0),
+    )?;
     let worst = values.iter().copied().fold(f64::INFINITY, f64::min);
     chart
         .draw_series(values.iter().enumerate().map(|(i, &v)| {

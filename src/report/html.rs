@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    Chart, CompareReport, TextTable, activation_table, latency_line, output_table, summary_items,
-    weight_table,
+    Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, output_table,
+    summary_items, weight_table,
 };
 
 /// Escapes text for HTML element content and attribute values.
@@ -87,14 +87,11 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
         return out;
     };
     out.push_str("<h2>Per-tensor error</h2>\n<p class=\"note\">onnxruntime's qdq_loss_debug semantics: <b>float vs QDQ</b> compares the float model's tensor with the QDQ model's dequantized one (error accumulated up to there); <b>pre-Q vs post-DQ</b> is the error this Q/DQ pair adds alone.</p>\n");
-    for chart in charts.iter().filter(|c| c.stem == "sqnr_along_graph") {
+    for chart in charts_named(charts, "sqnr_along_graph") {
         figure(&mut out, chart);
     }
     table(&mut out, &activation_table(tensors));
-    let histograms: Vec<&Chart> = charts
-        .iter()
-        .filter(|c| c.stem.starts_with("histogram_"))
-        .collect();
+    let histograms = charts_named(charts, "histogram_");
     if !histograms.is_empty() {
         out.push_str("<h2>Histograms of the worst tensors</h2>\n<p class=\"note\">Float values over the evaluation data (log count); the red lines are the range the QDQ model represents, values beyond them are clipped.</p>\n<div class=\"grid\">");
         for chart in histograms {
@@ -104,7 +101,7 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
     }
     if !tensors.weights.is_empty() {
         out.push_str("<h2>Weights</h2>\n");
-        for chart in charts.iter().filter(|c| c.stem == "weight_sqnr") {
+        for chart in charts_named(charts, "weight_sqnr") {
             figure(&mut out, chart);
         }
         table(&mut out, &weight_table(tensors));

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    Chart, CompareReport, TextTable, activation_table, latency_line, output_table, summary_items,
-    weight_table,
+    Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, output_table,
+    summary_items, weight_table,
 };
 
 /// Escapes a table cell (pipes would end the cell; backticks and stars would format).
@@ -61,14 +61,11 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> 
         return out;
     };
     out.push_str("## Per-tensor error\n\n*float vs QDQ*: the float model's tensor against the QDQ model's dequantized one; *pre-Q vs post-DQ*: the error this Q/DQ pair adds alone (onnxruntime's qdq_loss_debug semantics).\n\n");
-    for chart in charts.iter().filter(|c| c.stem == "sqnr_along_graph") {
+    for chart in charts_named(charts, "sqnr_along_graph") {
         image(&mut out, chart, folder);
     }
     table(&mut out, &activation_table(tensors));
-    let histograms: Vec<&Chart> = charts
-        .iter()
-        .filter(|c| c.stem.starts_with("histogram_"))
-        .collect();
+    let histograms = charts_named(charts, "histogram_");
     if !histograms.is_empty() {
         out.push_str("## Histograms of the worst tensors\n\nFloat values over the evaluation data (log count); the red lines are the range the QDQ model represents.\n\n");
         for chart in histograms {
@@ -77,7 +74,7 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> 
     }
     if !tensors.weights.is_empty() {
         out.push_str("## Weights\n\n");
-        for chart in charts.iter().filter(|c| c.stem == "weight_sqnr") {
+        for chart in charts_named(charts, "weight_sqnr") {
             image(&mut out, chart, folder);
         }
         table(&mut out, &weight_table(tensors));

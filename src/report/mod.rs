@@ -297,6 +297,20 @@ pub(crate) fn weight_table(tensors: &TensorErrors) -> TextTable {
     }
 }
 
+/// The charts whose stem is `stem`, or starts with it when it ends in `_`.
+pub(crate) fn charts_named<'a>(charts: &'a [Chart], stem: &str) -> Vec<&'a Chart> {
+    charts
+        .iter()
+        .filter(|c| {
+            if stem.ends_with('_') {
+                c.stem.starts_with(stem)
+            } else {
+                c.stem == stem
+            }
+        })
+        .collect()
+}
+
 /// Formats a dB figure (∞ for an exact match).
 pub(crate) fn db(v: f64) -> String {
     if v.is_infinite() && v > 0.0 {
