@@ -280,6 +280,53 @@ fn per_tensor_errors_match_a_qdq_model_from_another_tool() {
 }
 
 #[test]
+fn evaluation_data_that_does_not_fit_the_inputs_is_one_clear_line() {
+    use qdq_studio::model::TensorArray;
+
+    let dir = tempfile::tempdir().unwrap();
+    let quant = quantized_sample(dir.path());
+    let float =
+        |shape: &[usize]| TensorArray::Float32(ndarray::ArrayD::zeros(ndarray::IxDyn(shape)));
+    let cases = [
+        ("wrong_name.npz", ("image", float(&[2, 3, 48, 192])), "x"),
+        ("wrong_channels.npz", ("x", float(&[2, 1, 48, 192])), "x"),
+        (
+            "wrong_dtype.npz",
+            (
+                "x",
+                TensorArray::Int64(ndarray::ArrayD::zeros(ndarray::IxDyn(&[2, 3, 48, 192]))),
+            ),
+            "x",
+        ),
+    ];
+    for (file, (name, array), mentions) in cases {
+        let path = dir.path().join(file);
+        common::write_npz(&path, &[(name, array)]);
+        for extra in [&["--latency_runs", "0"][..], &["--report", "r.html"][..]] {
+            let out = cli()
+                .current_dir(dir.path())
+                .args(["compare", "--float"])
+                .arg(asset("ppocr_cls.onnx"))
+                .arg("--quant")
+                .arg(&quant)
+                .arg("--data")
+                .arg(&path)
+                .args(extra)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{file}");
+            assert_eq!(err.lines().count(), 1, "{file}: {err}");
+            assert!(err.contains(mentions), "{file}: {err}");
+            assert!(
+                !dir.path().join("r.html").exists(),
+                "no report from a failed run"
+            );
+        }
+    }
+}
+
+#[test]
 fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
     let fixture: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/ort_loss_debug_sample.json")).unwrap();

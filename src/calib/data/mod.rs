@@ -49,7 +49,7 @@ pub enum DataError {
         counts: String,
     },
     /// The data does not fit the model; every problem is listed.
-    #[error("the calibration data does not fit the model: {}", .problems.join("; "))]
+    #[error("the data does not fit the model: {}", .problems.join("; "))]
     Mismatch {
         /// One line per problem, expected against got.
         problems: Vec<String>,
