@@ -28,6 +28,18 @@ fn quantized_sample(dir: &Path) -> PathBuf {
     out
 }
 
+/// `qdq-studio compare` of the sample against `quant` on `data`.
+fn compare_cmd(quant: &Path, data: &Path) -> std::process::Command {
+    let mut cmd = cli();
+    cmd.args(["compare", "--float"])
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--quant")
+        .arg(quant)
+        .arg("--data")
+        .arg(data);
+    cmd
+}
+
 #[test]
 fn the_quantized_sample_agrees_with_the_float_model() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,13 +94,7 @@ fn a_model_against_itself_has_no_error_and_non_qdq_models_are_refused() {
 fn the_cli_prints_the_table_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let quant = quantized_sample(dir.path());
-    let out = cli()
-        .args(["compare", "--float"])
-        .arg(asset("ppocr_cls.onnx"))
-        .arg("--quant")
-        .arg(&quant)
-        .arg("--data")
-        .arg(asset("eval.npz"))
+    let out = compare_cmd(&quant, &asset("eval.npz"))
         .args(["--batch_size", "8", "--latency_runs", "3", "--json"])
         .output()
         .unwrap();
@@ -101,13 +107,7 @@ fn the_cli_prints_the_table_and_json() {
     assert!(value["outputs"][0]["sqnr_db"].as_f64().unwrap() > 30.0);
     assert!(value["latency"]["quantized"]["median_ms"].as_f64().unwrap() > 0.0);
     // Comparing against a non-QDQ model is one line and a failure.
-    let out = cli()
-        .args(["compare", "--float"])
-        .arg(asset("ppocr_cls.onnx"))
-        .arg("--quant")
-        .arg(asset("ppocr_cls.onnx"))
-        .arg("--data")
-        .arg(asset("eval.npz"))
+    let out = compare_cmd(&asset("ppocr_cls.onnx"), &asset("eval.npz"))
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -119,13 +119,7 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
     let dir = tempfile::tempdir().unwrap();
     let quant = quantized_sample(dir.path());
     let compare = |extra: &[&str]| {
-        cli()
-            .args(["compare", "--float"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--quant")
-            .arg(&quant)
-            .arg("--data")
-            .arg(asset("eval.npz"))
+        compare_cmd(&quant, &asset("eval.npz"))
             .args(["--batch_size", "8", "--latency_runs", "2"])
             .args(extra)
             .output()
@@ -303,14 +297,8 @@ fn evaluation_data_that_does_not_fit_the_inputs_is_one_clear_line() {
         let path = dir.path().join(file);
         common::write_npz(&path, &[(name, array)]);
         for extra in [&["--latency_runs", "0"][..], &["--report", "r.html"][..]] {
-            let out = cli()
+            let out = compare_cmd(&quant, &path)
                 .current_dir(dir.path())
-                .args(["compare", "--float"])
-                .arg(asset("ppocr_cls.onnx"))
-                .arg("--quant")
-                .arg(&quant)
-                .arg("--data")
-                .arg(&path)
                 .args(extra)
                 .output()
                 .unwrap();
