@@ -6,7 +6,7 @@
 //! It holds no GUI types: the window calls these methods from clicks, shortcuts and menus, and
 //! tests call them directly, so what a button does and what the recipe says are one thing.
 
-use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use crate::model::{Graph, NodeId};
 use crate::quant::plan::{Exclusion, plan};
@@ -244,18 +244,17 @@ impl RecipeEditor {
     /// excluded and, when the recipe lists types, listed), sorted by name.
     pub fn op_types(&self, graph: &Graph) -> Vec<(String, usize, bool)> {
         let defaults = crate::quant::plan::default_op_types(&self.recipe);
-        let types: BTreeSet<&str> = graph.nodes().iter().map(|n| n.op_type.as_str()).collect();
-        types
+        graph
+            .op_type_counts()
             .into_iter()
-            .map(|t| {
-                let count = graph.nodes().iter().filter(|n| n.op_type == t).count();
+            .map(|(t, count)| {
                 let listed = if self.recipe.op_types_to_quantize.is_empty() {
-                    defaults.contains(&t)
+                    defaults.contains(&t.as_str())
                 } else {
-                    self.recipe.op_types_to_quantize.iter().any(|q| q == t)
+                    self.recipe.op_types_to_quantize.contains(&t)
                 };
-                let checked = listed && !self.recipe.op_types_to_exclude.iter().any(|e| e == t);
-                (t.to_owned(), count, checked)
+                let checked = listed && !self.recipe.op_types_to_exclude.contains(&t);
+                (t, count, checked)
             })
             .collect()
     }

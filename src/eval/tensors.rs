@@ -233,14 +233,18 @@ fn weight_codes(
 }
 
 /// Dequantizes every DequantizeLinear on a weight and compares it to the float weight.
-fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalError> {
-    let qg = Graph::build(quant);
+fn weight_errors(
+    quant: &Model,
+    qg: &Graph,
+    float: &Model,
+    fg: &Graph,
+) -> Result<Vec<WeightError>, EvalError> {
     // Quantizers fold BatchNormalization into the preceding Conv before quantizing (ours and
     // onnxruntime's pre-processing both do): the weight they quantized is the folded one, so
     // compare against the float model folded the same way, not against the raw weight.
     let has_bn = |g: &Graph| g.nodes().iter().any(|n| n.op_type == "BatchNormalization");
     let folded;
-    let float = if has_bn(&Graph::build(float)) && !has_bn(&qg) {
+    let float = if has_bn(fg) && !has_bn(qg) {
         folded = crate::quant::preprocess::preprocess(float, &Preprocessing::default())?.0;
         &folded
     } else {
@@ -279,8 +283,7 @@ fn weight_errors(quant: &Model, float: &Model) -> Result<Vec<WeightError>, EvalE
         } else {
             0
         };
-        let Some((base, values)) = weight_codes(quant, &qg, dq, &scales, &zero_points, axis)?
-        else {
+        let Some((base, values)) = weight_codes(quant, qg, dq, &scales, &zero_points, axis)? else {
             continue;
         };
         let Some(reference) = float.weight(&base)? else {
@@ -447,7 +450,7 @@ pub fn tensor_errors(
     activations.dedup_by(|a, b| a.tensor == b.tensor);
     Ok(TensorErrors {
         activations,
-        weights: weight_errors(quant, float)?,
+        weights: weight_errors(quant, &qg, float, &fg)?,
         unmatched,
     })
 }
