@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         Some(command) => cli::run(command),
-        None => cli::studio_placeholder(cli.model.as_deref()),
+        None => qdq_studio::app::run(cli.model),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -155,6 +155,11 @@ impl RecipeEditor {
         self.step(|r| {
             if quantize {
                 r.op_types_to_exclude.retain(|t| t != op_type);
+                let defaults = crate::quant::plan::default_op_types(r);
+                if r.op_types_to_quantize.is_empty() && !defaults.contains(&op_type) {
+                    // A type outside the policy's defaults: the recipe now lists its types.
+                    r.op_types_to_quantize = defaults.iter().map(|t| (*t).to_owned()).collect();
+                }
                 if !r.op_types_to_quantize.is_empty()
                     && !r.op_types_to_quantize.iter().any(|t| t == op_type)
                 {

@@ -46,7 +46,15 @@ pub struct GraphLayout {
     /// Edges left out to break cycles (a valid ONNX graph has none; a broken one is shown
     /// anyway, with these flagged).
     pub cycle_edges: Vec<LayoutEdge>,
+    /// True when the graph was too big for crossing minimisation and got the simple layered
+    /// layout (see [`SIMPLE_LAYOUT_ABOVE`]).
+    pub simplified: bool,
 }
+
+/// Above this many drawn nodes the layout is the simple one: layers by longest path, one
+/// barycentre pass to order each layer. Crossing minimisation is super-linear and a
+/// 50,000-node graph would keep the user waiting for minutes.
+pub const SIMPLE_LAYOUT_ABOVE: usize = 10_000;
 
 /// The layout library failed on this graph.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +95,10 @@ pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
                 cycle_edges.push(edge);
             }
         }
+    }
+    let drawn = nodes.iter().filter(|n| n.op_type != "Constant").count();
+    if drawn > SIMPLE_LAYOUT_ABOVE {
+        return Ok(simple_layout(graph, edges, cycle_edges));
     }
     // The library numbers vertices by insertion order whatever ids it is given: use compact
     // indices and map them back.
@@ -164,7 +176,70 @@ pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
         edges,
         size: ((x_offset - PART_GAP).max(0.0), height),
         cycle_edges,
+        simplified: false,
     })
+}
+
+/// The layout for very large graphs: each node on the layer of its longest path from an
+/// input, each layer ordered once by the mean position of its producers. Linear time.
+fn simple_layout(
+    graph: &Graph,
+    edges: Vec<LayoutEdge>,
+    cycle_edges: Vec<LayoutEdge>,
+) -> GraphLayout {
+    let nodes = graph.nodes();
+    let mut producers: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for e in &edges {
+        producers[e.to.0].push(e.from.0);
+    }
+    let mut depth = vec![0usize; nodes.len()];
+    for &id in graph.topological_order() {
+        depth[id.0] = producers[id.0]
+            .iter()
+            .map(|&p| depth[p] + 1)
+            .max()
+            .unwrap_or(0);
+    }
+    let drawn: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].op_type != "Constant")
+        .collect();
+    let layers = drawn.iter().map(|&i| depth[i]).max().map_or(0, |d| d + 1);
+    let mut by_layer: Vec<Vec<usize>> = vec![Vec::new(); layers];
+    for &i in &drawn {
+        by_layer[depth[i]].push(i);
+    }
+    let mut positions = vec![None; nodes.len()];
+    let mut width = 0f32;
+    for (layer, members) in by_layer.iter_mut().enumerate() {
+        let key = |i: usize| -> f32 {
+            let xs: Vec<f32> = producers[i]
+                .iter()
+                .filter_map(|&p| positions[p].map(|(x, _): (f32, f32)| x))
+                .collect();
+            if xs.is_empty() {
+                i as f32
+            } else {
+                xs.iter().sum::<f32>() / xs.len() as f32
+            }
+        };
+        let mut keyed: Vec<(f32, usize)> = members.iter().map(|&i| (key(i), i)).collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let y = layer as f32 * (NODE_HEIGHT + SPACING as f32) + NODE_HEIGHT / 2.0;
+        let mut x = 0f32;
+        for (_, i) in keyed {
+            let w = node_width(&nodes[i].op_type);
+            positions[i] = Some((x + w / 2.0, y));
+            x += w + SPACING as f32;
+        }
+        width = width.max(x);
+    }
+    GraphLayout {
+        positions,
+        edges,
+        size: (width, layers as f32 * (NODE_HEIGHT + SPACING as f32)),
+        cycle_edges,
+        simplified: true,
+    }
 }
 
 /// Index from node id to its neighbours in the layout, for emphasising a selection.

@@ -1,6 +1,57 @@
-//! The studio. This part holds what the window is made of that needs no GUI toolkit: the
-//! recipe editing behind every click and shortcut ([`edit`]) and the graph layout
-//! ([`layout`]); the eframe window is built on them.
+//! The studio: the eframe window over the engine.
+//!
+//! [`Studio`] holds the window's state and draws it; every user action is a
+//! [`command::Command`] carried out in one place ([`Studio::apply`]). The parts that need no
+//! window live beside it and are tested on their own: recipe editing with undo ([`edit`]),
+//! the layered layout ([`layout`]), search ([`search`]), weight statistics ([`weights`]).
+//! The graph view ([`canvas`]) draws through egui_graphs' display traits with navigation of
+//! its own, so an idle window does not repaint.
 
+pub mod canvas;
+pub mod command;
+pub mod dialogs;
+pub mod document;
 pub mod edit;
+pub mod inspector;
 pub mod layout;
+pub mod panels;
+pub mod runtime_status;
+pub mod search;
+pub mod settings;
+pub mod studio;
+pub mod weights;
+
+use std::path::PathBuf;
+
+pub use document::Source;
+pub use settings::Settings;
+pub use studio::{Studio, StudioOptions};
+
+/// Opens the studio window on `model` (the bundled sample when `None`) and runs it until the
+/// window closes.
+pub fn run(model: Option<PathBuf>) -> anyhow::Result<()> {
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("qdq-studio")
+            .with_app_id("qdq-studio")
+            .with_inner_size([1440.0, 900.0])
+            .with_min_inner_size([800.0, 500.0])
+            .with_drag_and_drop(true),
+        renderer: eframe::Renderer::Glow,
+        ..Default::default()
+    };
+    eframe::run_native(
+        "qdq-studio",
+        options,
+        Box::new(move |cc| {
+            let settings: Settings = cc
+                .storage
+                .and_then(|s| eframe::get_value(s, eframe::APP_KEY))
+                .unwrap_or_default();
+            let mut studio = Studio::new(StudioOptions::default(), settings);
+            studio.open(model.map_or(Source::Sample, Source::File));
+            Ok(Box::new(studio))
+        }),
+    )
+    .map_err(|e| anyhow::anyhow!("the studio window could not start: {e}"))
+}

@@ -56,23 +56,3 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Sensitivity(args) => sensitivity::run(&args),
     }
 }
-
-/// What runs without a subcommand until the studio lands: a summary of MODEL (or of the
-/// bundled sample) and the list of subcommands.
-pub fn studio_placeholder(model: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let summary = match model {
-        Some(path) => inspect::summarize(path)?,
-        None => {
-            let model = qdq_studio::sample::sample_model()?;
-            let graph = qdq_studio::model::Graph::build(&model);
-            let mut summary = qdq_studio::model::summary::ModelSummary::of(&model, &graph);
-            summary.path = Some(qdq_studio::sample::SAMPLE_NAME.into());
-            summary
-        }
-    };
-    print!("{}", inspect::render(&summary));
-    eprintln!(
-        "\nThe studio window is not in this build yet; headless subcommands: inspect, runtime (see --help)."
-    );
-    Ok(())
-}

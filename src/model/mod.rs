@@ -18,7 +18,7 @@ pub mod visit;
 pub use builder::ModelBuilder;
 pub use dtype::DataType;
 pub use error::ModelError;
-pub use graph::{Dim, Graph, Node, NodeId, TensorInfo, TensorKind};
+pub use graph::{Dim, Graph, GraphProblem, Node, NodeId, TensorInfo, TensorKind, format_shape};
 pub use onnx_model::Model;
 pub use save::{SaveOptions, SaveReport};
 pub use tensor::TensorArray;

@@ -1,0 +1,403 @@
+//! How one op-type box and one tensor edge look: egui_graphs' display traits implemented for
+//! the studio's graph. The canvas ([`super::GraphCanvas`]) decides what is visible and calls
+//! these for it; the shapes know nothing of navigation.
+
+use egui::epaint::CubicBezierShape;
+use egui::{Color32, CornerRadius, FontId, Pos2, Rect, Shape, Stroke, StrokeKind, Vec2};
+use egui_graphs::{DisplayEdge, DisplayNode, DrawContext, EdgeProps, Node, NodeProps};
+use petgraph::Directed;
+
+use crate::app::edit::NodeState;
+use crate::model::NodeId;
+
+/// Below this on-screen font size labels are not drawn (the boxes alone carry the colour).
+const MIN_LABEL_PX: f32 = 5.5;
+/// Zoom from which the node name is drawn under the op type.
+const NAME_ZOOM: f32 = 1.6;
+
+/// How a node is emphasised right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Emphasis {
+    /// Nothing special.
+    #[default]
+    Normal,
+    /// Something else is selected and this node is not next to it.
+    Dimmed,
+    /// A neighbour of the selection.
+    Neighbour,
+    /// A search match.
+    Match,
+    /// The search match the view is centred on.
+    CurrentMatch,
+}
+
+/// What a node box shows: recomputed when the recipe, selection or search changes.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct NodeLook {
+    /// Fill colour (the node's quantization state).
+    pub fill: Color32,
+    /// Label colour, readable on `fill`.
+    pub text: Color32,
+    /// Outline colour for selection and emphasis.
+    pub accent: Color32,
+    /// Emphasis.
+    pub emphasis: Emphasis,
+    /// The node has a structural problem (dangling input, on a cycle).
+    pub flagged: bool,
+}
+
+/// The payload of a graph-view node: which model node it is and how to draw it.
+#[derive(Debug, Clone)]
+pub struct OpNode {
+    /// The model node.
+    pub id: NodeId,
+    /// Its op type (the box's label).
+    pub op_type: String,
+    /// Its name (drawn when zoomed in).
+    pub name: String,
+    /// Box size in layout units.
+    pub size: Vec2,
+    /// Current look.
+    pub look: NodeLook,
+}
+
+/// The payload of a graph-view edge: the tensor it carries.
+#[derive(Debug, Clone)]
+pub struct TensorEdge {
+    /// The tensor's name.
+    pub tensor: String,
+    /// The edge closes a cycle (drawn dashed in red).
+    pub cycle: bool,
+    /// The edge touches the selection.
+    pub emphasised: bool,
+    /// Something is selected and this edge does not touch it.
+    pub dimmed: bool,
+}
+
+/// The graph type behind the view.
+pub type ViewGraph = egui_graphs::Graph<OpNode, TensorEdge, Directed, u32, OpBox, TensorLink>;
+
+/// Fill colour of a node in each state; the legend uses the same colours.
+pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
+    match (state, dark) {
+        (NodeState::Quantized, _) => Color32::from_rgb(38, 150, 105),
+        (NodeState::ExcludedByOpType, _) => Color32::from_rgb(205, 135, 35),
+        (NodeState::ExcludedByNode, _) => Color32::from_rgb(200, 70, 75),
+        (NodeState::OutsideSubgraph, _) => Color32::from_rgb(125, 100, 190),
+        (NodeState::NotQuantizable, true) => Color32::from_rgb(82, 86, 92),
+        (NodeState::NotQuantizable, false) => Color32::from_rgb(205, 208, 212),
+    }
+}
+
+/// Label colour readable on [`state_fill`].
+pub fn state_text(state: NodeState, dark: bool) -> Color32 {
+    match (state, dark) {
+        (NodeState::NotQuantizable, false) => Color32::from_rgb(30, 30, 30),
+        (NodeState::NotQuantizable, true) => Color32::from_rgb(225, 225, 225),
+        _ => Color32::WHITE,
+    }
+}
+
+/// The display of an op-type box (egui_graphs' [`DisplayNode`]).
+#[derive(Debug, Clone)]
+pub struct OpBox {
+    centre: Pos2,
+    size: Vec2,
+    op_type: String,
+    name: String,
+    look: NodeLook,
+    selected: bool,
+    hovered: bool,
+}
+
+impl OpBox {
+    /// The box in layout coordinates.
+    pub fn rect(&self) -> Rect {
+        Rect::from_center_size(self.centre, self.size)
+    }
+}
+
+impl From<NodeProps<OpNode>> for OpBox {
+    fn from(props: NodeProps<OpNode>) -> Self {
+        OpBox {
+            centre: props.location(),
+            size: props.payload.size,
+            op_type: props.payload.op_type.clone(),
+            name: props.payload.name.clone(),
+            look: props.payload.look,
+            selected: props.selected,
+            hovered: props.hovered,
+        }
+    }
+}
+
+/// Shortens `text` to about `max_chars` characters with an ellipsis.
+fn elide(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_owned();
+    }
+    let keep: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    format!("{keep}…")
+}
+
+impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
+    fn closest_boundary_point(&self, dir: Vec2) -> Pos2 {
+        // Edges run top to bottom: leave from the bottom, arrive at the top.
+        let half = self.size / 2.0;
+        if dir.y >= 0.0 {
+            self.centre + Vec2::new(0.0, half.y)
+        } else {
+            self.centre - Vec2::new(0.0, half.y)
+        }
+    }
+
+    fn shapes(&mut self, ctx: &DrawContext) -> Vec<Shape> {
+        let zoom = ctx.meta.zoom;
+        let rect =
+            Rect::from_center_size(ctx.meta.canvas_to_screen_pos(self.centre), self.size * zoom);
+        let look = self.look;
+        let alpha = if look.emphasis == Emphasis::Dimmed {
+            0.35
+        } else {
+            1.0
+        };
+        let fill = look.fill.gamma_multiply(alpha);
+        let radius = CornerRadius::same((4.0 * zoom).clamp(0.0, 12.0) as u8);
+        let mut out = Vec::with_capacity(4);
+        // A box smaller than a few pixels is a dot in an overview: no outline, no text.
+        if rect.height() < 3.0 {
+            out.push(Shape::rect_filled(rect, 0.0, fill));
+            return out;
+        }
+        let outline = if self.selected {
+            Stroke::new(3.0, look.accent)
+        } else if look.emphasis == Emphasis::CurrentMatch {
+            Stroke::new(3.0, Color32::from_rgb(250, 200, 30))
+        } else if look.emphasis == Emphasis::Match {
+            Stroke::new(2.0, Color32::from_rgb(250, 200, 30))
+        } else if look.emphasis == Emphasis::Neighbour || self.hovered {
+            Stroke::new(1.5, look.accent)
+        } else {
+            Stroke::new(1.0, Color32::from_black_alpha(60).gamma_multiply(alpha))
+        };
+        out.push(Shape::Rect(egui::epaint::RectShape::new(
+            rect,
+            radius,
+            fill,
+            outline,
+            StrokeKind::Outside,
+        )));
+        let font_px = 12.0 * zoom;
+        if font_px >= MIN_LABEL_PX {
+            let text = look.text.gamma_multiply(alpha);
+            let with_name = zoom >= NAME_ZOOM && !self.name.is_empty();
+            let op_centre = if with_name {
+                rect.center() - Vec2::new(0.0, rect.height() * 0.18)
+            } else {
+                rect.center()
+            };
+            ctx.ctx.fonts_mut(|fonts| {
+                let galley =
+                    fonts.layout_no_wrap(self.op_type.clone(), FontId::proportional(font_px), text);
+                out.push(Shape::galley(op_centre - galley.size() / 2.0, galley, text));
+                if with_name {
+                    let name_px = 8.0 * zoom;
+                    let max_chars = (rect.width() / (name_px * 0.55)).max(4.0) as usize;
+                    let galley = fonts.layout_no_wrap(
+                        elide(&self.name, max_chars),
+                        FontId::monospace(name_px),
+                        text.gamma_multiply(0.85),
+                    );
+                    let at = rect.center() + Vec2::new(0.0, rect.height() * 0.22);
+                    out.push(Shape::galley(at - galley.size() / 2.0, galley, text));
+                }
+            });
+        }
+        if look.flagged {
+            let r = (5.0 * zoom).max(3.0);
+            let at = rect.right_top();
+            out.push(Shape::circle_filled(at, r, Color32::from_rgb(220, 40, 40)));
+            if r >= 4.0 {
+                ctx.ctx.fonts_mut(|fonts| {
+                    let g = fonts.layout_no_wrap(
+                        "!".to_owned(),
+                        FontId::proportional(r * 1.6),
+                        Color32::WHITE,
+                    );
+                    out.push(Shape::galley(at - g.size() / 2.0, g, Color32::WHITE));
+                });
+            }
+        }
+        out
+    }
+
+    fn update(&mut self, props: &NodeProps<OpNode>) {
+        self.centre = props.location();
+        self.size = props.payload.size;
+        self.look = props.payload.look;
+        self.selected = props.selected;
+        self.hovered = props.hovered;
+        if self.op_type != props.payload.op_type {
+            self.op_type.clone_from(&props.payload.op_type);
+        }
+        if self.name != props.payload.name {
+            self.name.clone_from(&props.payload.name);
+        }
+    }
+
+    fn is_inside(&self, pos: Pos2) -> bool {
+        self.rect().contains(pos)
+    }
+}
+
+/// The display of a tensor edge (egui_graphs' [`DisplayEdge`]): a vertical cubic curve from
+/// the producer's bottom to the consumer's top with an arrow head.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TensorLink {
+    cycle: bool,
+    emphasised: bool,
+    dimmed: bool,
+}
+
+impl From<EdgeProps<TensorEdge>> for TensorLink {
+    fn from(props: EdgeProps<TensorEdge>) -> Self {
+        TensorLink {
+            cycle: props.payload.cycle,
+            emphasised: props.payload.emphasised,
+            dimmed: props.payload.dimmed,
+        }
+    }
+}
+
+/// The curve of an edge between two boxes, in layout coordinates.
+pub fn edge_curve(start: &OpBox, end: &OpBox) -> [Pos2; 4] {
+    let a = start.closest_boundary_point(Vec2::DOWN);
+    let b = if end.centre.y > start.centre.y {
+        end.closest_boundary_point(Vec2::UP)
+    } else {
+        // A cycle edge goes back up: enter from below.
+        end.closest_boundary_point(Vec2::DOWN)
+    };
+    let bend = ((b.y - a.y).abs() * 0.5).max(20.0);
+    let down = if b.y >= a.y { bend } else { -bend };
+    [a, a + Vec2::new(0.0, bend), b - Vec2::new(0.0, down), b]
+}
+
+/// Shortest distance from `pos` to the curve, sampled.
+pub fn distance_to_curve(curve: [Pos2; 4], pos: Pos2) -> f32 {
+    let bezier =
+        CubicBezierShape::from_points_stroke(curve, false, Color32::TRANSPARENT, Stroke::NONE);
+    (0..=16)
+        .map(|i| bezier.sample(i as f32 / 16.0).distance(pos))
+        .fold(f32::INFINITY, f32::min)
+}
+
+impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
+    fn shapes(
+        &mut self,
+        start: &Node<OpNode, TensorEdge, Directed, u32, OpBox>,
+        end: &Node<OpNode, TensorEdge, Directed, u32, OpBox>,
+        ctx: &DrawContext,
+    ) -> Vec<Shape> {
+        let zoom = ctx.meta.zoom;
+        let curve =
+            edge_curve(start.display(), end.display()).map(|p| ctx.meta.canvas_to_screen_pos(p));
+        let visuals = &ctx.ctx.global_style().visuals;
+        let base = if self.cycle {
+            Color32::from_rgb(220, 50, 50)
+        } else if self.emphasised {
+            visuals.selection.stroke.color
+        } else {
+            visuals
+                .widgets
+                .noninteractive
+                .fg_stroke
+                .color
+                .gamma_multiply(0.7)
+        };
+        let colour = if self.dimmed {
+            base.gamma_multiply(0.3)
+        } else {
+            base
+        };
+        let width = if self.emphasised { 2.0 } else { 1.0 } * zoom.clamp(0.5, 1.5);
+        let stroke = Stroke::new(width, colour);
+        // Zoomed far out, curves and arrow heads are invisible detail: a straight segment is
+        // a fraction of the tessellation work on a graph of thousands of edges.
+        if zoom < 0.35 {
+            return vec![Shape::line_segment([curve[0], curve[3]], stroke)];
+        }
+        let mut out = Vec::with_capacity(2);
+        if self.cycle {
+            let points =
+                CubicBezierShape::from_points_stroke(curve, false, Color32::TRANSPARENT, stroke)
+                    .flatten(Some(1.0));
+            out.extend(Shape::dashed_line(&points, stroke, 6.0, 4.0));
+        } else {
+            out.push(Shape::CubicBezier(CubicBezierShape::from_points_stroke(
+                curve,
+                false,
+                Color32::TRANSPARENT,
+                stroke,
+            )));
+        }
+        // Arrow head pointing along the curve's last tangent.
+        let tip = curve[3];
+        let dir = (curve[3] - curve[2]).normalized();
+        let size = (6.0 * zoom).clamp(2.0, 10.0);
+        if size > 2.5 {
+            let side = Vec2::new(-dir.y, dir.x) * size * 0.5;
+            let back = tip - dir * size;
+            out.push(Shape::convex_polygon(
+                vec![tip, back + side, back - side],
+                colour,
+                Stroke::NONE,
+            ));
+        }
+        out
+    }
+
+    fn update(&mut self, props: &EdgeProps<TensorEdge>) {
+        self.cycle = props.payload.cycle;
+        self.emphasised = props.payload.emphasised;
+        self.dimmed = props.payload.dimmed;
+    }
+
+    fn is_inside(
+        &self,
+        start: &Node<OpNode, TensorEdge, Directed, u32, OpBox>,
+        end: &Node<OpNode, TensorEdge, Directed, u32, OpBox>,
+        pos: Pos2,
+    ) -> bool {
+        distance_to_curve(edge_curve(start.display(), end.display()), pos) < 4.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_elided_short_ones_kept() {
+        assert_eq!(elide("conv1", 8), "conv1");
+        assert_eq!(elide("backbone.stage3.conv", 8), "backbon…");
+    }
+
+    #[test]
+    fn edges_leave_at_the_bottom_and_enter_at_the_top() {
+        let boxed = |y: f32| OpBox {
+            centre: Pos2::new(0.0, y),
+            size: Vec2::new(60.0, 30.0),
+            op_type: "Conv".into(),
+            name: String::new(),
+            look: NodeLook::default(),
+            selected: false,
+            hovered: false,
+        };
+        let curve = edge_curve(&boxed(0.0), &boxed(100.0));
+        assert_eq!(curve[0], Pos2::new(0.0, 15.0));
+        assert_eq!(curve[3], Pos2::new(0.0, 85.0));
+        assert!(distance_to_curve(curve, Pos2::new(0.0, 50.0)) < 1.0);
+        assert!(distance_to_curve(curve, Pos2::new(30.0, 50.0)) > 20.0);
+    }
+}

@@ -1,0 +1,264 @@
+//! Everything the user can do in the studio, as values: menus, buttons, shortcuts, the
+//! context menu and tests all produce [`Command`]s, and [`crate::app::Studio::apply`] is the
+//! one place that carries them out.
+
+use std::path::PathBuf;
+
+use egui::{Key, KeyboardShortcut, Modifiers};
+
+use crate::model::NodeId;
+
+/// How a click changes the selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectMode {
+    /// Select only this node.
+    Replace,
+    /// Add the node, or remove it when already selected (Shift/Ctrl+click).
+    Toggle,
+}
+
+/// One user action.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// File ▸ Open…: the native dialog (or the path field when none is available).
+    OpenDialog,
+    /// File ▸ Open path…: the path field.
+    OpenPathPrompt,
+    /// Open this model file.
+    Open(PathBuf),
+    /// Open the bundled sample.
+    OpenSample,
+    /// File ▸ Save recipe…
+    SaveRecipeDialog,
+    /// Save the recipe to this file.
+    SaveRecipe(PathBuf),
+    /// File ▸ Load recipe…
+    LoadRecipeDialog,
+    /// Load the recipe in this file.
+    LoadRecipe(PathBuf),
+    /// Check (quantize) or uncheck (exclude) an op type.
+    SetOpType {
+        /// The op type.
+        op_type: String,
+        /// Quantize it.
+        quantize: bool,
+    },
+    /// Select a node.
+    Select(NodeId, SelectMode),
+    /// Select exactly these nodes.
+    SelectNodes(Vec<NodeId>),
+    /// Clear the selection.
+    ClearSelection,
+    /// X: exclude the selected nodes, or include them again when all are excluded.
+    ToggleExclusion,
+    /// Exclude (`true`) or include (`false`) nodes by name.
+    SetExcluded(Vec<NodeId>, bool),
+    /// Exclude every node of this node's op type.
+    ExcludeOpTypeOf(NodeId),
+    /// Exclude this node and everything after it.
+    ExcludeAfter(NodeId),
+    /// Make this node the subgraph's start (`None` clears).
+    SubgraphStart(Option<NodeId>),
+    /// Make this node the subgraph's end (`None` clears).
+    SubgraphEnd(Option<NodeId>),
+    /// Undo the last recipe change.
+    Undo,
+    /// Redo it.
+    Redo,
+    /// Ctrl+F: show the search bar.
+    OpenSearch,
+    /// Search for this text.
+    Search(String),
+    /// Next match.
+    SearchNext,
+    /// Previous match.
+    SearchPrevious,
+    /// Escape: close the search bar, else clear the selection.
+    Escape,
+    /// Show the whole graph.
+    Fit,
+    /// Zoom to the selection.
+    ZoomToSelection,
+    /// Zoom in.
+    ZoomIn,
+    /// Zoom out.
+    ZoomOut,
+    /// Pan the view by this many points.
+    Pan(egui::Vec2),
+    /// Help ▸ Keyboard shortcuts.
+    ShowShortcuts,
+    /// Help ▸ About.
+    ShowAbout,
+    /// View ▸ Theme.
+    SetTheme(egui::ThemePreference),
+    /// Close the window.
+    Quit,
+}
+
+/// A keyboard shortcut and what it does, as the Shortcuts window lists it.
+#[derive(Debug, Clone, Copy)]
+pub struct Shortcut {
+    /// The keys.
+    pub keys: KeyboardShortcut,
+    /// What it does, for the Shortcuts window.
+    pub description: &'static str,
+    /// Fires even while a text field has the keyboard.
+    pub global: bool,
+    /// The command.
+    pub command: fn() -> Command,
+}
+
+const fn shortcut(
+    modifiers: Modifiers,
+    key: Key,
+    description: &'static str,
+    global: bool,
+    command: fn() -> Command,
+) -> Shortcut {
+    Shortcut {
+        keys: KeyboardShortcut::new(modifiers, key),
+        description,
+        global,
+        command,
+    }
+}
+
+const CTRL: Modifiers = Modifiers::COMMAND;
+const CTRL_SHIFT: Modifiers = Modifiers {
+    shift: true,
+    ..Modifiers::COMMAND
+};
+const NONE: Modifiers = Modifiers::NONE;
+const SHIFT: Modifiers = Modifiers::SHIFT;
+
+/// Every shortcut, most specific first (Ctrl+Shift+Z before Ctrl+Z): the input handler and
+/// the Shortcuts window both read this table, so they cannot disagree.
+pub const SHORTCUTS: &[Shortcut] = &[
+    shortcut(
+        CTRL_SHIFT,
+        Key::O,
+        "Open a model by typing its path",
+        true,
+        || Command::OpenPathPrompt,
+    ),
+    shortcut(CTRL, Key::O, "Open a model", true, || Command::OpenDialog),
+    shortcut(CTRL, Key::S, "Save the recipe", true, || {
+        Command::SaveRecipeDialog
+    }),
+    shortcut(CTRL, Key::L, "Load a recipe", true, || {
+        Command::LoadRecipeDialog
+    }),
+    shortcut(CTRL_SHIFT, Key::Z, "Redo", false, || Command::Redo),
+    shortcut(CTRL, Key::Y, "Redo", false, || Command::Redo),
+    shortcut(CTRL, Key::Z, "Undo", false, || Command::Undo),
+    shortcut(
+        CTRL,
+        Key::F,
+        "Find a node by name, op type or tensor",
+        true,
+        || Command::OpenSearch,
+    ),
+    shortcut(SHIFT, Key::F3, "Previous match", true, || {
+        Command::SearchPrevious
+    }),
+    shortcut(NONE, Key::F3, "Next match", true, || Command::SearchNext),
+    shortcut(
+        NONE,
+        Key::X,
+        "Exclude / include the selected nodes",
+        false,
+        || Command::ToggleExclusion,
+    ),
+    shortcut(NONE, Key::F, "Fit the whole graph", false, || Command::Fit),
+    shortcut(NONE, Key::Z, "Zoom to the selection", false, || {
+        Command::ZoomToSelection
+    }),
+    shortcut(NONE, Key::Plus, "Zoom in", false, || Command::ZoomIn),
+    shortcut(NONE, Key::Equals, "Zoom in", false, || Command::ZoomIn),
+    shortcut(NONE, Key::Minus, "Zoom out", false, || Command::ZoomOut),
+    shortcut(NONE, Key::ArrowUp, "Pan up", false, || {
+        Command::Pan(egui::vec2(0.0, 80.0))
+    }),
+    shortcut(NONE, Key::ArrowDown, "Pan down", false, || {
+        Command::Pan(egui::vec2(0.0, -80.0))
+    }),
+    shortcut(NONE, Key::ArrowLeft, "Pan left", false, || {
+        Command::Pan(egui::vec2(80.0, 0.0))
+    }),
+    shortcut(NONE, Key::ArrowRight, "Pan right", false, || {
+        Command::Pan(egui::vec2(-80.0, 0.0))
+    }),
+    shortcut(
+        NONE,
+        Key::Escape,
+        "Close the search, else clear the selection",
+        true,
+        || Command::Escape,
+    ),
+    shortcut(NONE, Key::F1, "Keyboard shortcuts", true, || {
+        Command::ShowShortcuts
+    }),
+    shortcut(CTRL, Key::Q, "Quit", true, || Command::Quit),
+];
+
+/// The shortcuts pressed this frame, consumed from `input`. While a text field has the
+/// keyboard only the global ones fire (Ctrl+Z there undoes typing, X types an x).
+pub fn pressed(input: &mut egui::InputState, text_focused: bool) -> Vec<Command> {
+    SHORTCUTS
+        .iter()
+        .filter(|s| s.global || !text_focused)
+        .filter(|s| input.consume_shortcut(&s.keys))
+        .map(|s| (s.command)())
+        .collect()
+}
+
+/// The menu label of a shortcut ("Ctrl+Shift+Z").
+pub fn label(shortcut: &KeyboardShortcut) -> String {
+    shortcut.format(&egui::ModifierNames::NAMES, cfg!(target_os = "macos"))
+}
+
+/// The shortcut of the first table entry that issues `command`, for menus.
+pub fn for_command(command: &Command) -> Option<KeyboardShortcut> {
+    SHORTCUTS
+        .iter()
+        .find(|s| (s.command)() == *command)
+        .map(|s| s.keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redo_is_matched_before_undo_and_text_fields_keep_plain_keys() {
+        let mut input = egui::InputState::default();
+        input.events.push(egui::Event::Key {
+            key: Key::Z,
+            physical_key: None,
+            pressed: true,
+            repeat: false,
+            modifiers: CTRL_SHIFT,
+        });
+        input.modifiers = CTRL_SHIFT;
+        assert_eq!(pressed(&mut input, false), vec![Command::Redo]);
+
+        let mut input = egui::InputState::default();
+        input.events.push(egui::Event::Key {
+            key: Key::X,
+            physical_key: None,
+            pressed: true,
+            repeat: false,
+            modifiers: NONE,
+        });
+        assert!(pressed(&mut input.clone(), true).is_empty(), "typing an x");
+        assert_eq!(pressed(&mut input, false), vec![Command::ToggleExclusion]);
+    }
+
+    #[test]
+    fn every_menu_command_shows_its_shortcut() {
+        assert_eq!(
+            for_command(&Command::Undo).map(|k| label(&k)),
+            Some("Ctrl+Z".to_owned())
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! An open model in the studio: the file, its graph index and layout, the recipe being
+//! edited, the selection and the search, and the loading job that produces it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text};
+use crate::app::edit::{Counts, NodeState, RecipeEditor};
+use crate::app::layout::{self, GraphLayout, LayoutError};
+use crate::app::search::Search;
+use crate::jobs::{Cancelled, JobContext, Progress};
+use crate::model::{Graph, GraphProblem, Model, ModelError, NodeId};
+use crate::recipe::Recipe;
+
+/// Where a model came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A file on disk.
+    File(PathBuf),
+    /// The sample bundled with the app.
+    Sample,
+}
+
+impl Source {
+    /// A short name for titles and the status bar.
+    pub fn label(&self) -> String {
+        match self {
+            Source::File(path) => path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            ),
+            Source::Sample => crate::sample::SAMPLE_NAME.to_owned(),
+        }
+    }
+
+    /// The file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Source::File(path) => Some(path),
+            Source::Sample => None,
+        }
+    }
+}
+
+/// Why a model could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The file is not a readable ONNX model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The layout failed.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The user opened something else.
+    #[error("cancelled")]
+    Cancelled(#[from] Cancelled),
+}
+
+/// How long each step of opening took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OpenTimings {
+    /// Reading and decoding the file.
+    pub read: Duration,
+    /// Building the graph index.
+    pub index: Duration,
+    /// Laying the graph out.
+    pub layout: Duration,
+}
+
+/// A model read, indexed and laid out, ready to become a [`Document`].
+#[derive(Debug)]
+pub struct Loaded {
+    /// Where it came from.
+    pub source: Source,
+    /// The model.
+    pub model: Model,
+    /// Its graph index.
+    pub graph: Graph,
+    /// Its layout.
+    pub layout: GraphLayout,
+    /// How long it took.
+    pub timings: OpenTimings,
+}
+
+fn stage(ctx: &JobContext, stage: &str, done: u64, detail: String) {
+    ctx.report(Progress {
+        stage: stage.to_owned(),
+        done,
+        total: 3,
+        rate: None,
+        eta_seconds: None,
+        memory_bytes: crate::jobs::resident_memory_bytes(),
+        detail,
+    });
+}
+
+/// Reads, indexes and lays out a model: the body of the studio's open job.
+pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
+    let started = Instant::now();
+    stage(ctx, "reading", 0, source.label());
+    let model = match &source {
+        Source::File(path) => Model::load(path)?,
+        Source::Sample => crate::sample::sample_model()?,
+    };
+    let read = started.elapsed();
+    ctx.checkpoint()?;
+    stage(
+        ctx,
+        "indexing",
+        1,
+        format!("{} nodes", model.graph().node.len()),
+    );
+    let started = Instant::now();
+    let graph = Graph::build(&model);
+    let index = started.elapsed();
+    ctx.checkpoint()?;
+    stage(
+        ctx,
+        "laying out",
+        2,
+        format!("{} nodes", graph.nodes().len()),
+    );
+    let started = Instant::now();
+    let layout = layout::layout(&graph)?;
+    let layout_time = started.elapsed();
+    ctx.checkpoint()?;
+    Ok(Loaded {
+        source,
+        model,
+        graph,
+        layout,
+        timings: OpenTimings {
+            read,
+            index,
+            layout: layout_time,
+        },
+    })
+}
+
+/// An open model and everything the user did to it.
+pub struct Document {
+    /// Where it came from.
+    pub source: Source,
+    /// The model.
+    pub model: Model,
+    /// Its graph index.
+    pub graph: Graph,
+    /// Its layout.
+    pub layout: GraphLayout,
+    /// The recipe being edited.
+    pub editor: RecipeEditor,
+    /// Each node's state under the current recipe (by node id).
+    pub states: Vec<NodeState>,
+    /// Counts of `states`.
+    pub counts: Counts,
+    /// Selected nodes, in the order they were picked.
+    pub selection: Vec<NodeId>,
+    /// The graph view.
+    pub canvas: GraphCanvas,
+    /// The search bar's state.
+    pub search: Search,
+    /// The file the recipe was last saved to or loaded from.
+    pub recipe_path: Option<PathBuf>,
+    /// Nodes with a structural problem.
+    pub flagged: HashSet<NodeId>,
+    /// How long opening took.
+    pub timings: OpenTimings,
+    neighbours: HashMap<NodeId, Vec<NodeId>>,
+    dark: bool,
+}
+
+impl std::fmt::Debug for Document {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Document")
+            .field("source", &self.source)
+            .field("selection", &self.selection)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Document {
+    /// A document for a freshly loaded model with `recipe`.
+    pub fn new(loaded: Loaded, recipe: Recipe, dark: bool) -> Self {
+        let mut flagged = HashSet::new();
+        for problem in loaded.graph.problems() {
+            match problem {
+                GraphProblem::DanglingInput { node, .. } => {
+                    flagged.insert(*node);
+                }
+                GraphProblem::Cycle { nodes } => flagged.extend(nodes.iter().copied()),
+            }
+        }
+        for e in &loaded.layout.cycle_edges {
+            flagged.insert(e.to);
+        }
+        let canvas = GraphCanvas::new(&loaded.graph, &loaded.layout, &flagged);
+        let neighbours = layout::neighbours(&loaded.layout);
+        let mut doc = Document {
+            source: loaded.source,
+            model: loaded.model,
+            graph: loaded.graph,
+            layout: loaded.layout,
+            editor: RecipeEditor::new(recipe),
+            states: Vec::new(),
+            counts: Counts::default(),
+            selection: Vec::new(),
+            canvas,
+            search: Search::default(),
+            recipe_path: None,
+            flagged,
+            timings: loaded.timings,
+            neighbours,
+            dark,
+        };
+        doc.refresh();
+        doc
+    }
+
+    /// The recipe as it stands.
+    pub fn recipe(&self) -> &Recipe {
+        self.editor.recipe()
+    }
+
+    /// Recomputes node states and every box's look after a change of recipe, selection,
+    /// search or theme.
+    pub fn refresh(&mut self) {
+        self.states = self.editor.states(&self.graph);
+        let mut counts = Counts::default();
+        for s in &self.states {
+            match s {
+                NodeState::Quantized => counts.quantized += 1,
+                NodeState::NotQuantizable => counts.not_quantizable += 1,
+                _ => counts.excluded += 1,
+            }
+        }
+        self.counts = counts;
+        let selected: HashSet<NodeId> = self.selection.iter().copied().collect();
+        let neighbours: HashSet<NodeId> = self
+            .selection
+            .iter()
+            .flat_map(|n| self.neighbours.get(n).into_iter().flatten().copied())
+            .collect();
+        let matches: HashSet<NodeId> = self.search.matches.iter().copied().collect();
+        let current = self.search.current();
+        let accent = if self.dark {
+            egui::Color32::from_rgb(120, 180, 255)
+        } else {
+            egui::Color32::from_rgb(20, 90, 200)
+        };
+        let looks: Vec<NodeLook> = self
+            .states
+            .iter()
+            .enumerate()
+            .map(|(i, &state)| {
+                let id = NodeId(i);
+                let emphasis = if current == Some(id) {
+                    Emphasis::CurrentMatch
+                } else if matches.contains(&id) {
+                    Emphasis::Match
+                } else if neighbours.contains(&id) && !selected.contains(&id) {
+                    Emphasis::Neighbour
+                } else if !selected.is_empty() && !selected.contains(&id) {
+                    Emphasis::Dimmed
+                } else {
+                    Emphasis::Normal
+                };
+                NodeLook {
+                    fill: state_fill(state, self.dark),
+                    text: state_text(state, self.dark),
+                    accent,
+                    emphasis,
+                    flagged: self.flagged.contains(&id),
+                }
+            })
+            .collect();
+        self.canvas.restyle(&looks, &selected);
+    }
+
+    /// Follows the window's theme.
+    pub fn set_dark(&mut self, dark: bool) {
+        if self.dark != dark {
+            self.dark = dark;
+            self.refresh();
+        }
+    }
+
+    /// Names of the selected nodes.
+    pub fn selected_names(&self) -> Vec<String> {
+        self.selection
+            .iter()
+            .map(|id| self.graph.node(*id).name.clone())
+            .collect()
+    }
+
+    /// The ai.onnx opset the model imports.
+    pub fn opset(&self) -> Option<i64> {
+        self.model
+            .proto()
+            .opset_import
+            .iter()
+            .find(|o| {
+                o.domain.as_deref().unwrap_or("").is_empty()
+                    || o.domain.as_deref() == Some("ai.onnx")
+            })
+            .and_then(|o| o.version)
+    }
+
+    /// Number of Constant nodes folded into their consumers in the view.
+    pub fn folded_constants(&self) -> usize {
+        self.layout.positions.iter().filter(|p| p.is_none()).count()
+    }
+}

@@ -1,0 +1,369 @@
+//! The node inspector: what the selected node is, what flows in and out of it, its weights
+//! (statistics and histogram) and what can be done to it.
+
+use std::collections::HashMap;
+
+use egui::{Color32, RichText, Ui};
+
+use crate::app::canvas::state_fill;
+use crate::app::command::Command;
+use crate::app::document::Document;
+use crate::app::edit::NodeState;
+use crate::app::studio::WeightView;
+use crate::app::weights;
+use crate::model::{NodeId, TensorKind, format_shape};
+
+/// Histogram texture size in pixels.
+const HISTOGRAM_SIZE: [u32; 2] = [300, 160];
+
+/// Draws the inspector for `doc`'s selection, queueing what the buttons do.
+pub(crate) fn show(
+    ui: &mut Ui,
+    doc: &Document,
+    cache: &mut HashMap<String, WeightView>,
+    commands: &mut Vec<Command>,
+) {
+    match doc.selection.as_slice() {
+        [] => {
+            ui.heading("Inspector");
+            ui.label("Click a node to see it here.");
+            ui.label(
+                RichText::new("Shift+click or Ctrl+click selects several; X excludes them.").weak(),
+            );
+            problems(ui, doc, commands);
+        }
+        [only] => node(ui, doc, *only, cache, commands),
+        many => several(ui, doc, many, commands),
+    }
+}
+
+fn problems(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+    let problems = doc.graph.problems();
+    if problems.is_empty() {
+        return;
+    }
+    ui.separator();
+    ui.colored_label(
+        Color32::from_rgb(220, 40, 40),
+        format!("{} structural problem(s)", problems.len()),
+    );
+    for p in problems {
+        match p {
+            crate::model::GraphProblem::DanglingInput { node, tensor } => {
+                if ui
+                    .link(format!(
+                        "{} reads {tensor}, which nothing produces",
+                        doc.graph.node(*node).name
+                    ))
+                    .clicked()
+                {
+                    commands.push(Command::SelectNodes(vec![*node]));
+                    commands.push(Command::ZoomToSelection);
+                }
+            }
+            crate::model::GraphProblem::Cycle { nodes } => {
+                if ui
+                    .link(format!("{} node(s) on a cycle", nodes.len()))
+                    .clicked()
+                {
+                    commands.push(Command::SelectNodes(nodes.clone()));
+                    commands.push(Command::ZoomToSelection);
+                }
+            }
+        }
+    }
+}
+
+fn state_chip(ui: &mut Ui, state: NodeState) {
+    let fill = state_fill(state, ui.visuals().dark_mode);
+    egui::Frame::new()
+        .fill(fill)
+        .corner_radius(4.0)
+        .inner_margin(egui::Margin::symmetric(6, 2))
+        .show(ui, |ui| {
+            ui.label(
+                RichText::new(state.label()).color(crate::app::canvas::state_text(
+                    state,
+                    ui.visuals().dark_mode,
+                )),
+            );
+        });
+}
+
+fn node(
+    ui: &mut Ui,
+    doc: &Document,
+    id: NodeId,
+    cache: &mut HashMap<String, WeightView>,
+    commands: &mut Vec<Command>,
+) {
+    let node = doc.graph.node(id);
+    let state = doc
+        .states
+        .get(id.0)
+        .copied()
+        .unwrap_or(NodeState::NotQuantizable);
+    ui.heading(&node.op_type);
+    ui.add(egui::Label::new(RichText::new(&node.name).monospace()).wrap());
+    if node.auto_named {
+        ui.label(
+            RichText::new(
+                "This node has no name in the file; the studio and recipes call it by this one.",
+            )
+            .weak(),
+        );
+    }
+    state_chip(ui, state);
+    if doc.flagged.contains(&id) {
+        ui.colored_label(
+            Color32::from_rgb(220, 40, 40),
+            "Structural problem: an input nothing produces, or a cycle.",
+        );
+    }
+    ui.add_space(6.0);
+    ui.horizontal_wrapped(|ui| {
+        if state == NodeState::ExcludedByNode {
+            if ui.button("Include this node").clicked() {
+                commands.push(Command::SetExcluded(vec![id], false));
+            }
+        } else if ui
+            .add_enabled(
+                state != NodeState::NotQuantizable,
+                egui::Button::new("Exclude this node"),
+            )
+            .clicked()
+        {
+            commands.push(Command::SetExcluded(vec![id], true));
+        }
+        if ui.button(format!("Exclude all {}", node.op_type)).clicked() {
+            commands.push(Command::ExcludeOpTypeOf(id));
+        }
+        if ui
+            .button("Exclude everything after")
+            .on_hover_text("This node and every node downstream (an output head)")
+            .clicked()
+        {
+            commands.push(Command::ExcludeAfter(id));
+        }
+        if ui.button("Subgraph start").clicked() {
+            commands.push(Command::SubgraphStart(Some(id)));
+        }
+        if ui.button("Subgraph end").clicked() {
+            commands.push(Command::SubgraphEnd(Some(id)));
+        }
+        let recipe = doc.recipe();
+        if (!recipe.subgraph_start.is_empty() || !recipe.subgraph_end.is_empty())
+            && ui.button("Clear subgraph").clicked()
+        {
+            commands.push(Command::SubgraphStart(None));
+            commands.push(Command::SubgraphEnd(None));
+        }
+    });
+    ui.separator();
+    egui::Grid::new("node_facts")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            ui.label("Domain");
+            ui.label(if node.domain.is_empty() {
+                "ai.onnx"
+            } else {
+                &node.domain
+            });
+            ui.end_row();
+            for (name, count) in &node.subgraphs {
+                ui.label(name);
+                ui.label(format!("subgraph of {count} nodes"));
+                ui.end_row();
+            }
+        });
+    if !node.attribute_names.is_empty() {
+        egui::CollapsingHeader::new(format!("Attributes ({})", node.attribute_names.len()))
+            .default_open(true)
+            .show(ui, |ui| {
+                egui::Grid::new("node_attributes")
+                    .num_columns(2)
+                    .striped(true)
+                    .show(ui, |ui| {
+                        for name in &node.attribute_names {
+                            ui.label(name);
+                            match node.int_attribute(name) {
+                                Some(v) => ui.label(v.to_string()),
+                                None => ui.label(RichText::new("(not an integer)").weak()),
+                            };
+                            ui.end_row();
+                        }
+                    });
+            });
+    }
+    tensors(ui, doc, "Inputs", &node.inputs, commands);
+    tensors(ui, doc, "Outputs", &node.outputs, commands);
+    let weights: Vec<&String> = node
+        .inputs
+        .iter()
+        .filter(|t| {
+            doc.graph
+                .tensor(t)
+                .is_some_and(|t| t.kind == TensorKind::Initializer)
+        })
+        .collect();
+    for name in weights {
+        weight(ui, doc, name, cache);
+    }
+}
+
+fn tensors(
+    ui: &mut Ui,
+    doc: &Document,
+    title: &str,
+    names: &[String],
+    commands: &mut Vec<Command>,
+) {
+    egui::CollapsingHeader::new(format!("{title} ({})", names.len()))
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::Grid::new(title)
+                .num_columns(3)
+                .striped(true)
+                .show(ui, |ui| {
+                    for name in names {
+                        if name.is_empty() {
+                            ui.label(RichText::new("(omitted)").weak());
+                            ui.label("");
+                            ui.label("");
+                            ui.end_row();
+                            continue;
+                        }
+                        let info = doc.graph.tensor(name);
+                        let link = ui
+                            .link(RichText::new(name).monospace())
+                            .on_hover_text("Find this tensor's producer and consumers");
+                        if link.clicked() {
+                            commands.push(Command::Search(name.clone()));
+                        }
+                        match info {
+                            Some(t) => {
+                                ui.label(t.type_name());
+                                ui.label(format_shape(t.shape.as_deref()));
+                                if t.kind == TensorKind::Missing {
+                                    ui.colored_label(
+                                        Color32::from_rgb(220, 40, 40),
+                                        "nothing produces it",
+                                    );
+                                }
+                            }
+                            None => {
+                                ui.label("?");
+                                ui.label("");
+                            }
+                        }
+                        ui.end_row();
+                    }
+                });
+        });
+}
+
+fn weight(ui: &mut Ui, doc: &Document, name: &str, cache: &mut HashMap<String, WeightView>) {
+    let view = cache.entry(name.to_owned()).or_insert_with(|| WeightView {
+        summary: weights::summarize(&doc.model, name).map_err(|e| e.to_string()),
+        texture: None,
+    });
+    egui::CollapsingHeader::new(format!("Weight {name}"))
+        .id_salt(("weight", name))
+        .default_open(true)
+        .show(ui, |ui| match &view.summary {
+            Err(e) => {
+                ui.colored_label(
+                    ui.visuals().error_fg_color,
+                    format!("Could not read it: {e}"),
+                );
+            }
+            Ok(None) => {
+                ui.label("Not an initializer");
+            }
+            Ok(Some(s)) => {
+                egui::Grid::new(("weight_stats", name))
+                    .num_columns(2)
+                    .striped(true)
+                    .show(ui, |ui| {
+                        let rows = [
+                            ("Type", format!("{:?}", s.dtype).to_lowercase()),
+                            ("Shape", format!("{:?}", s.shape)),
+                            ("Values", s.len().to_string()),
+                            ("Min / max", format!("{:.4} / {:.4}", s.min, s.max)),
+                            ("Mean ± std", format!("{:.4} ± {:.4}", s.mean, s.std)),
+                            ("Zeros", format!("{:.1}%", s.zeros * 100.0)),
+                        ];
+                        for (k, v) in rows {
+                            ui.label(k);
+                            ui.label(v);
+                            ui.end_row();
+                        }
+                        if s.non_finite > 0 {
+                            ui.colored_label(ui.visuals().error_fg_color, "NaN / Inf");
+                            ui.colored_label(ui.visuals().error_fg_color, s.non_finite.to_string());
+                            ui.end_row();
+                        }
+                    });
+                if s.len() > 1 {
+                    if view.texture.is_none() {
+                        match weights::histogram_image(s, HISTOGRAM_SIZE[0], HISTOGRAM_SIZE[1]) {
+                            Ok(image) => {
+                                view.texture = Some(ui.ctx().load_texture(
+                                    format!("weight-histogram-{name}"),
+                                    image,
+                                    egui::TextureOptions::LINEAR,
+                                ));
+                            }
+                            Err(e) => {
+                                ui.label(format!("No histogram: {e}"));
+                            }
+                        }
+                    }
+                    if let Some(texture) = &view.texture {
+                        let width = ui.available_width().min(HISTOGRAM_SIZE[0] as f32);
+                        let size = egui::vec2(
+                            width,
+                            width * HISTOGRAM_SIZE[1] as f32 / HISTOGRAM_SIZE[0] as f32,
+                        );
+                        ui.image((texture.id(), size));
+                    }
+                }
+            }
+        });
+}
+
+fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Command>) {
+    ui.heading(format!("{} nodes selected", nodes.len()));
+    ui.horizontal_wrapped(|ui| {
+        if ui.button(format!("Exclude all {}", nodes.len())).clicked() {
+            commands.push(Command::SetExcluded(nodes.to_vec(), true));
+        }
+        if ui.button(format!("Include all {}", nodes.len())).clicked() {
+            commands.push(Command::SetExcluded(nodes.to_vec(), false));
+        }
+        if ui.button("Zoom to them").clicked() {
+            commands.push(Command::ZoomToSelection);
+        }
+    });
+    ui.separator();
+    egui::Grid::new("selection")
+        .num_columns(3)
+        .striped(true)
+        .show(ui, |ui| {
+            for &id in nodes {
+                let node = doc.graph.node(id);
+                let state = doc
+                    .states
+                    .get(id.0)
+                    .copied()
+                    .unwrap_or(NodeState::NotQuantizable);
+                crate::app::panels::swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                ui.label(&node.op_type);
+                if ui.link(RichText::new(&node.name).monospace()).clicked() {
+                    commands.push(Command::SelectNodes(vec![id]));
+                }
+                ui.end_row();
+            }
+        });
+}

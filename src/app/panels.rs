@@ -1,0 +1,633 @@
+//! The studio's fixed parts: menu bar, status bar, the op-type panel on the left, the node
+//! inspector on the right and the graph in the middle. Each draws from the studio's state
+//! and queues [`Command`]s; none changes the recipe directly.
+
+use egui::{Align, Color32, Layout, RichText, Ui};
+
+use crate::app::canvas::{Hover, state_fill};
+use crate::app::command::{self, Command, SelectMode};
+use crate::app::edit::NodeState;
+use crate::app::inspector;
+use crate::app::studio::Studio;
+
+/// Legend entries in display order.
+const LEGEND: [NodeState; 5] = [
+    NodeState::Quantized,
+    NodeState::ExcludedByOpType,
+    NodeState::ExcludedByNode,
+    NodeState::OutsideSubgraph,
+    NodeState::NotQuantizable,
+];
+
+/// A menu button that issues `command`, with its shortcut shown.
+fn menu_item(ui: &mut Ui, studio: &mut Studio, text: &str, command: Command, enabled: bool) {
+    let mut button = egui::Button::new(text);
+    if let Some(keys) = command::for_command(&command) {
+        button = button.shortcut_text(command::label(&keys));
+    }
+    if ui.add_enabled(enabled, button).clicked() {
+        studio.push(command);
+        ui.close();
+    }
+}
+
+/// File, Edit, View and Help.
+pub fn menu_bar(studio: &mut Studio, ui: &mut Ui) {
+    egui::Panel::top("menu_bar").show(ui, |ui| {
+        egui::MenuBar::new().ui(ui, |ui| {
+            let has_doc = studio.document().is_some();
+            ui.menu_button("File", |ui| {
+                menu_item(ui, studio, "Open…", Command::OpenDialog, true);
+                menu_item(ui, studio, "Open path…", Command::OpenPathPrompt, true);
+                ui.menu_button("Recent", |ui| {
+                    let recent = studio.settings().recent.clone();
+                    if recent.is_empty() {
+                        ui.label(RichText::new("No recent models").weak());
+                    }
+                    for path in recent {
+                        let exists = path.exists();
+                        let response = ui
+                            .add_enabled(exists, egui::Button::new(path.display().to_string()))
+                            .on_disabled_hover_text("The file is no longer there");
+                        if response.clicked() {
+                            studio.push(Command::Open(path));
+                            ui.close();
+                        }
+                    }
+                    ui.separator();
+                    if ui.button("Clear recent").clicked() {
+                        studio.settings_mut().recent.clear();
+                        ui.close();
+                    }
+                });
+                menu_item(ui, studio, "Open bundled sample", Command::OpenSample, true);
+                ui.separator();
+                menu_item(
+                    ui,
+                    studio,
+                    "Save recipe…",
+                    Command::SaveRecipeDialog,
+                    has_doc,
+                );
+                menu_item(
+                    ui,
+                    studio,
+                    "Load recipe…",
+                    Command::LoadRecipeDialog,
+                    has_doc,
+                );
+                ui.separator();
+                menu_item(ui, studio, "Quit", Command::Quit, true);
+            });
+            ui.menu_button("Edit", |ui| {
+                let (undo, redo, selected) = studio.document().map_or((false, false, false), |d| {
+                    (
+                        d.editor.can_undo(),
+                        d.editor.can_redo(),
+                        !d.selection.is_empty(),
+                    )
+                });
+                menu_item(ui, studio, "Undo", Command::Undo, undo);
+                menu_item(ui, studio, "Redo", Command::Redo, redo);
+                ui.separator();
+                menu_item(
+                    ui,
+                    studio,
+                    "Exclude / include selection",
+                    Command::ToggleExclusion,
+                    selected,
+                );
+                menu_item(
+                    ui,
+                    studio,
+                    "Clear selection",
+                    Command::ClearSelection,
+                    selected,
+                );
+                ui.separator();
+                menu_item(ui, studio, "Find…", Command::OpenSearch, has_doc);
+            });
+            ui.menu_button("View", |ui| {
+                menu_item(ui, studio, "Fit graph", Command::Fit, has_doc);
+                menu_item(
+                    ui,
+                    studio,
+                    "Zoom to selection",
+                    Command::ZoomToSelection,
+                    has_doc,
+                );
+                menu_item(ui, studio, "Zoom in", Command::ZoomIn, has_doc);
+                menu_item(ui, studio, "Zoom out", Command::ZoomOut, has_doc);
+                ui.separator();
+                ui.label("Theme");
+                let current = studio.settings().theme;
+                for (theme, label) in [
+                    (egui::ThemePreference::System, "Follow the system"),
+                    (egui::ThemePreference::Light, "Light"),
+                    (egui::ThemePreference::Dark, "Dark"),
+                ] {
+                    if ui.radio(current == theme, label).clicked() {
+                        studio.push(Command::SetTheme(theme));
+                        ui.close();
+                    }
+                }
+            });
+            ui.menu_button("Help", |ui| {
+                menu_item(
+                    ui,
+                    studio,
+                    "Keyboard shortcuts",
+                    Command::ShowShortcuts,
+                    true,
+                );
+                menu_item(ui, studio, "About qdq-studio", Command::ShowAbout, true);
+            });
+        });
+    });
+}
+
+/// Model, opset, node counts, the recipe's counts, runtime and the last message.
+pub fn status_bar(studio: &mut Studio, ui: &mut Ui) {
+    egui::Panel::bottom("status_bar").show(ui, |ui| {
+        ui.horizontal(|ui| {
+            if let Some(doc) = studio.document() {
+                ui.label(RichText::new(doc.source.label()).strong());
+                ui.separator();
+                ui.label(format!(
+                    "opset {}",
+                    doc.opset().map_or("?".to_owned(), |v| v.to_string())
+                ));
+                ui.separator();
+                ui.label(format!(
+                    "{} nodes ({} drawn, {} Constant folded)",
+                    doc.graph.nodes().len(),
+                    doc.canvas.node_count(),
+                    doc.folded_constants()
+                ));
+                ui.separator();
+                ui.label(format!(
+                    "{} quantized · {} excluded · {} not quantizable",
+                    doc.counts.quantized, doc.counts.excluded, doc.counts.not_quantizable
+                ));
+                ui.separator();
+            }
+            ui.label(studio.runtime.summary());
+            ui.separator();
+            ui.with_layout(Layout::right_to_left(Align::Center), |ui| {
+                if let Some(doc) = studio.document() {
+                    ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
+                    ui.separator();
+                }
+                ui.add(egui::Label::new(studio.status().to_owned()).truncate());
+            });
+        });
+    });
+}
+
+/// The recipe summary and the op-type list.
+pub fn left_panel(studio: &mut Studio, ui: &mut Ui) {
+    egui::Panel::left("op_types")
+        .resizable(true)
+        .default_size(250.0)
+        .show(ui, |ui| {
+            let mut filter = std::mem::take(&mut studio.op_filter);
+            let mut commands = Vec::new();
+            if let Some(doc) = studio.document() {
+                ui.heading("Recipe");
+                egui::Grid::new("recipe_counts")
+                    .num_columns(2)
+                    .show(ui, |ui| {
+                        for (state, count) in [
+                            (NodeState::Quantized, doc.counts.quantized),
+                            (NodeState::ExcludedByOpType, doc.counts.excluded),
+                            (NodeState::NotQuantizable, doc.counts.not_quantizable),
+                        ] {
+                            let label = match state {
+                                NodeState::Quantized => "Quantized",
+                                NodeState::NotQuantizable => "Not quantizable",
+                                _ => "Excluded",
+                            };
+                            swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                            ui.label(format!("{label}: {count}"));
+                            ui.end_row();
+                        }
+                    });
+                let recipe = doc.recipe();
+                if !recipe.nodes_to_exclude.is_empty() {
+                    ui.label(format!(
+                        "{} node pattern(s) excluded",
+                        recipe.nodes_to_exclude.len()
+                    ));
+                }
+                ui.label(
+                    RichText::new(match &doc.recipe_path {
+                        Some(p) => format!("File: {}", p.display()),
+                        None => "Not saved yet".to_owned(),
+                    })
+                    .weak(),
+                );
+                ui.horizontal(|ui| {
+                    if ui.button("Save…").clicked() {
+                        commands.push(Command::SaveRecipeDialog);
+                    }
+                    if ui.button("Load…").clicked() {
+                        commands.push(Command::LoadRecipeDialog);
+                    }
+                    if ui
+                        .add_enabled(doc.editor.can_undo(), egui::Button::new("Undo"))
+                        .clicked()
+                    {
+                        commands.push(Command::Undo);
+                    }
+                    if ui
+                        .add_enabled(doc.editor.can_redo(), egui::Button::new("Redo"))
+                        .clicked()
+                    {
+                        commands.push(Command::Redo);
+                    }
+                });
+                ui.separator();
+                ui.heading("Op types");
+                ui.add(
+                    egui::TextEdit::singleline(&mut filter)
+                        .hint_text("Filter op types")
+                        .desired_width(f32::INFINITY),
+                );
+                let needle = filter.to_lowercase();
+                egui::ScrollArea::vertical()
+                    .auto_shrink([false, false])
+                    .show(ui, |ui| {
+                        for (op_type, count, checked) in doc.editor.op_types(&doc.graph) {
+                            if !needle.is_empty() && !op_type.to_lowercase().contains(&needle) {
+                                continue;
+                            }
+                            let quantizable = crate::quant::ops::ORT_DEFAULT_OP_TYPES
+                                .contains(&op_type.as_str())
+                                || crate::quant::plan::TENSORRT_OP_TYPES
+                                    .contains(&op_type.as_str());
+                            let mut value = checked;
+                            let response = ui
+                                .add_enabled(
+                                    quantizable,
+                                    egui::Checkbox::new(&mut value, format!("{op_type} ({count})")),
+                                )
+                                .on_disabled_hover_text(
+                                    "No quantized form for this op type: it stays float",
+                                );
+                            if response.changed() {
+                                commands.push(Command::SetOpType {
+                                    op_type: op_type.clone(),
+                                    quantize: value,
+                                });
+                            }
+                        }
+                    });
+            }
+            studio.op_filter = filter;
+            for c in commands {
+                studio.push(c);
+            }
+        });
+}
+
+/// A small colour square.
+pub fn swatch(ui: &mut Ui, colour: Color32) {
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+    ui.painter().rect_filled(rect, 2.0, colour);
+}
+
+/// The node inspector.
+pub fn inspector_panel(studio: &mut Studio, ui: &mut Ui) {
+    egui::Panel::right("inspector")
+        .resizable(true)
+        .default_size(330.0)
+        .show(ui, |ui| {
+            let (doc, weights) = studio.inspector_parts();
+            let mut commands = Vec::new();
+            egui::ScrollArea::vertical()
+                .auto_shrink([false, false])
+                .show(ui, |ui| match doc {
+                    Some(doc) => inspector::show(ui, doc, weights, &mut commands),
+                    None => {
+                        ui.label("No model open");
+                    }
+                });
+            for c in commands {
+                studio.push(c);
+            }
+        });
+}
+
+/// The graph, or what to do when there is none, with the search bar, legend and progress.
+pub fn central(studio: &mut Studio, ui: &mut Ui) {
+    egui::CentralPanel::no_frame().show(ui, |ui| {
+        let hovering_files = ui.input(|i| !i.raw.hovered_files.is_empty());
+        let opening = studio.opening_progress();
+        let focus_search = std::mem::take(&mut studio.focus_search);
+        let mut commands = Vec::new();
+        if let Some(doc) = studio.doc_mut() {
+            if doc.search.open {
+                search_bar(ui, doc, &mut commands, focus_search);
+            }
+            let events = doc.canvas.show(ui);
+            if let Some((node, modifiers)) = events.clicked {
+                let mode = if modifiers.shift || modifiers.command {
+                    SelectMode::Toggle
+                } else {
+                    SelectMode::Replace
+                };
+                commands.push(Command::Select(node, mode));
+            }
+            if events.clicked_empty {
+                commands.push(Command::ClearSelection);
+            }
+            if let Some(node) = events.double_clicked {
+                commands.push(Command::ZoomToSelection);
+                commands.push(Command::Select(node, SelectMode::Replace));
+            }
+            let response = events.response.clone();
+            match &events.hovered {
+                Some(Hover::Node(id)) => {
+                    let node = doc.graph.node(*id);
+                    let state = doc.states.get(id.0).copied();
+                    response.clone().on_hover_ui_at_pointer(|ui| {
+                        ui.label(RichText::new(&node.op_type).strong());
+                        ui.label(&node.name);
+                        if let Some(state) = state {
+                            ui.label(state.label());
+                        }
+                        if doc.flagged.contains(id) {
+                            ui.colored_label(
+                                Color32::from_rgb(220, 40, 40),
+                                "structural problem: see the inspector",
+                            );
+                        }
+                    });
+                }
+                Some(Hover::Edge { tensor }) => {
+                    let info = doc.graph.tensor(tensor);
+                    response.clone().on_hover_ui_at_pointer(|ui| {
+                        ui.label(RichText::new(tensor).monospace());
+                        if let Some(t) = info {
+                            ui.label(format!(
+                                "{} {}",
+                                t.type_name(),
+                                crate::model::format_shape(t.shape.as_deref())
+                            ));
+                        }
+                    });
+                }
+                None => {}
+            }
+            let context_node = doc.canvas.context_node();
+            response.context_menu(|ui| {
+                if let Some(id) = context_node {
+                    node_menu(ui, doc, id, &mut commands);
+                } else {
+                    if ui.button("Fit graph").clicked() {
+                        commands.push(Command::Fit);
+                        ui.close();
+                    }
+                    if ui.button("Clear selection").clicked() {
+                        commands.push(Command::ClearSelection);
+                        ui.close();
+                    }
+                }
+            });
+            legend(ui, doc.layout.simplified, !doc.flagged.is_empty());
+        } else if opening.is_none() {
+            empty_state(ui, &mut commands);
+        }
+        if let Some((label, progress, elapsed)) = opening {
+            if progress_overlay(ui, &label, progress.as_ref(), elapsed) {
+                studio.cancel_open();
+            }
+        }
+        if hovering_files {
+            let rect = ui.max_rect();
+            ui.painter()
+                .rect_filled(rect, 0.0, Color32::from_black_alpha(120));
+            ui.painter().text(
+                rect.center(),
+                egui::Align2::CENTER_CENTER,
+                "Drop a .onnx model to open it",
+                egui::FontId::proportional(22.0),
+                Color32::WHITE,
+            );
+        }
+        for c in commands {
+            studio.push(c);
+        }
+    });
+}
+
+fn search_bar(
+    ui: &mut Ui,
+    doc: &mut crate::app::document::Document,
+    commands: &mut Vec<Command>,
+    focus: bool,
+) {
+    egui::Frame::new()
+        .inner_margin(6.0)
+        .fill(ui.visuals().panel_fill)
+        .show(ui, |ui| {
+            ui.horizontal(|ui| {
+                ui.label("Find");
+                let mut query = doc.search.query.clone();
+                let response = ui.add(
+                    egui::TextEdit::singleline(&mut query)
+                        .id(egui::Id::new("search-field"))
+                        .hint_text("node name, op type or tensor")
+                        .desired_width(260.0),
+                );
+                if focus {
+                    response.request_focus();
+                }
+                if response.changed() {
+                    commands.push(Command::Search(query));
+                }
+                if response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+                    if ui.input(|i| i.modifiers.shift) {
+                        commands.push(Command::SearchPrevious);
+                    } else {
+                        commands.push(Command::SearchNext);
+                    }
+                    response.request_focus();
+                }
+                let n = doc.search.matches.len();
+                if doc.search.query.trim().is_empty() {
+                    ui.label(RichText::new("type to search").weak());
+                } else if n == 0 {
+                    ui.colored_label(ui.visuals().warn_fg_color, "no match");
+                } else {
+                    ui.label(format!("{} of {n}", doc.search.position + 1));
+                }
+                if ui
+                    .add_enabled(n > 0, egui::Button::new("◀"))
+                    .on_hover_text("Previous (Shift+F3)")
+                    .clicked()
+                {
+                    commands.push(Command::SearchPrevious);
+                }
+                if ui
+                    .add_enabled(n > 0, egui::Button::new("▶"))
+                    .on_hover_text("Next (F3, Enter)")
+                    .clicked()
+                {
+                    commands.push(Command::SearchNext);
+                }
+                if ui
+                    .add_enabled(n > 0, egui::Button::new("Select all"))
+                    .clicked()
+                {
+                    commands.push(Command::SelectNodes(doc.search.matches.clone()));
+                }
+                if ui.button("✕").on_hover_text("Close (Esc)").clicked() {
+                    commands.push(Command::Escape);
+                }
+            });
+        });
+}
+
+/// The right-click menu of a node.
+pub fn node_menu(
+    ui: &mut Ui,
+    doc: &crate::app::document::Document,
+    id: crate::model::NodeId,
+    commands: &mut Vec<Command>,
+) {
+    let node = doc.graph.node(id);
+    ui.label(RichText::new(format!("{} · {}", node.op_type, node.name)).strong());
+    ui.separator();
+    let selected = if doc.selection.contains(&id) {
+        doc.selection.clone()
+    } else {
+        vec![id]
+    };
+    let excluded = doc.states.get(id.0) == Some(&NodeState::ExcludedByNode);
+    let mut item = |ui: &mut Ui, text: String, command: Command| {
+        if ui.button(text).clicked() {
+            commands.push(command);
+            ui.close();
+        }
+    };
+    if excluded {
+        item(
+            ui,
+            format!("Include {} node(s)", selected.len()),
+            Command::SetExcluded(selected, false),
+        );
+    } else {
+        item(
+            ui,
+            format!("Exclude {} node(s)", selected.len()),
+            Command::SetExcluded(selected, true),
+        );
+    }
+    item(
+        ui,
+        format!("Exclude every {}", node.op_type),
+        Command::ExcludeOpTypeOf(id),
+    );
+    item(
+        ui,
+        "Exclude this and everything after".to_owned(),
+        Command::ExcludeAfter(id),
+    );
+    ui.separator();
+    item(
+        ui,
+        "Set as subgraph start".to_owned(),
+        Command::SubgraphStart(Some(id)),
+    );
+    item(
+        ui,
+        "Set as subgraph end".to_owned(),
+        Command::SubgraphEnd(Some(id)),
+    );
+    ui.separator();
+    item(
+        ui,
+        "Select".to_owned(),
+        Command::Select(id, SelectMode::Replace),
+    );
+    item(ui, "Zoom to".to_owned(), Command::SelectNodes(vec![id]));
+}
+
+fn legend(ui: &mut Ui, simplified: bool, flagged: bool) {
+    let rect = ui.max_rect();
+    egui::Area::new(egui::Id::new("graph-legend"))
+        .fixed_pos(rect.left_bottom() + egui::vec2(10.0, -10.0))
+        .pivot(egui::Align2::LEFT_BOTTOM)
+        .interactable(false)
+        .show(ui.ctx(), |ui| {
+            egui::Frame::popup(ui.style()).show(ui, |ui| {
+                for state in LEGEND {
+                    ui.horizontal(|ui| {
+                        swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                        ui.label(state.label());
+                    });
+                }
+                if flagged {
+                    ui.horizontal(|ui| {
+                        swatch(ui, Color32::from_rgb(220, 40, 40));
+                        ui.label("structural problem (!)");
+                    });
+                }
+                if simplified {
+                    ui.label(RichText::new("Very large graph: simplified layout").weak());
+                }
+            });
+        });
+}
+
+fn empty_state(ui: &mut Ui, commands: &mut Vec<Command>) {
+    ui.vertical_centered(|ui| {
+        ui.add_space(ui.available_height() * 0.3);
+        ui.heading("No model open");
+        ui.label("Open an ONNX model to choose what to quantize.");
+        ui.add_space(12.0);
+        if ui.button("Open a model…  (Ctrl+O)").clicked() {
+            commands.push(Command::OpenDialog);
+        }
+        if ui.button("Open the bundled sample").clicked() {
+            commands.push(Command::OpenSample);
+        }
+        ui.add_space(8.0);
+        ui.label(RichText::new("or drop a .onnx file on this window").weak());
+    });
+}
+
+/// Shows the opening job's progress; true when the user pressed Cancel.
+fn progress_overlay(
+    ui: &mut Ui,
+    label: &str,
+    progress: Option<&crate::jobs::Progress>,
+    elapsed: std::time::Duration,
+) -> bool {
+    let mut cancel = false;
+    egui::Area::new(egui::Id::new("open-progress"))
+        .anchor(egui::Align2::CENTER_CENTER, egui::Vec2::ZERO)
+        .show(ui.ctx(), |ui| {
+            egui::Frame::popup(ui.style())
+                .inner_margin(16.0)
+                .show(ui, |ui| {
+                    ui.set_min_width(320.0);
+                    ui.horizontal(|ui| {
+                        ui.spinner();
+                        ui.label(RichText::new(format!("Opening {label}")).strong());
+                    });
+                    if let Some(p) = progress {
+                        ui.add(
+                            egui::ProgressBar::new(p.fraction())
+                                .text(format!("{} {}", p.stage, p.detail)),
+                        );
+                    }
+                    ui.label(RichText::new(format!("{:.1} s", elapsed.as_secs_f32())).weak());
+                    if ui.button("Cancel").clicked() {
+                        cancel = true;
+                    }
+                });
+        });
+    cancel
+}

@@ -1,0 +1,129 @@
+//! Find in graph (Ctrl+F): nodes by name, op type or the tensors they read and write, with
+//! next and previous.
+
+use crate::model::{Graph, NodeId};
+
+/// The search bar's state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Search {
+    /// Whether the bar is shown.
+    pub open: bool,
+    /// What the user typed.
+    pub query: String,
+    /// The nodes that match, in graph order.
+    pub matches: Vec<NodeId>,
+    /// Index of the match the view is on.
+    pub position: usize,
+}
+
+impl Search {
+    /// Runs `query` against `graph`; the first match becomes current.
+    pub fn set_query(&mut self, graph: &Graph, query: &str) {
+        query.clone_into(&mut self.query);
+        self.matches = find(graph, query);
+        self.position = 0;
+    }
+
+    /// The match the view is on.
+    pub fn current(&self) -> Option<NodeId> {
+        self.matches.get(self.position).copied()
+    }
+
+    /// Moves to the next match (wrapping) and returns it.
+    pub fn next(&mut self) -> Option<NodeId> {
+        if self.matches.is_empty() {
+            return None;
+        }
+        self.position = (self.position + 1) % self.matches.len();
+        self.current()
+    }
+
+    /// Moves to the previous match (wrapping) and returns it.
+    pub fn previous(&mut self) -> Option<NodeId> {
+        if self.matches.is_empty() {
+            return None;
+        }
+        self.position = (self.position + self.matches.len() - 1) % self.matches.len();
+        self.current()
+    }
+
+    /// Closes the bar and forgets the matches.
+    pub fn close(&mut self) {
+        *self = Search::default();
+    }
+}
+
+/// Nodes matching `query` (case-insensitive), in topological order: the op type equal to it,
+/// or the name or one of its input/output tensor names containing it. Exact name matches come
+/// first, so typing a full node name lands on that node.
+pub fn find(graph: &Graph, query: &str) -> Vec<NodeId> {
+    let q = query.trim().to_lowercase();
+    if q.is_empty() {
+        return Vec::new();
+    }
+    let order: Vec<NodeId> = if graph.topological_order().len() == graph.nodes().len() {
+        graph.topological_order().to_vec()
+    } else {
+        graph.nodes().iter().map(|n| n.id).collect()
+    };
+    let mut exact = Vec::new();
+    let mut others = Vec::new();
+    for id in order {
+        let node = graph.node(id);
+        if node.op_type == "Constant" {
+            continue;
+        }
+        let name = node.name.to_lowercase();
+        if name == q {
+            exact.push(id);
+        } else if node.op_type.to_lowercase() == q
+            || name.contains(&q)
+            || node
+                .inputs
+                .iter()
+                .chain(&node.outputs)
+                .any(|t| !t.is_empty() && t.to_lowercase().contains(&q))
+        {
+            others.push(id);
+        }
+    }
+    exact.extend(others);
+    exact
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DataType, ModelBuilder};
+
+    #[test]
+    fn finds_by_name_op_type_and_tensor_and_cycles_through_matches() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4]);
+        b.node("Relu", &["x"], &["features"]).name("stem_relu");
+        b.node("Sigmoid", &["features"], &["gate"]).name("gate_act");
+        b.node("Relu", &["gate"], &["y"]).name("head_relu");
+        b.output("y", DataType::Float32, &[1, 4]);
+        let graph = Graph::build(&b.build());
+        let names = |ids: Vec<NodeId>| -> Vec<String> {
+            ids.into_iter()
+                .map(|i| graph.node(i).name.clone())
+                .collect()
+        };
+        assert_eq!(names(find(&graph, "relu")), ["stem_relu", "head_relu"]);
+        assert_eq!(names(find(&graph, "SIGMOID")), ["gate_act"]);
+        assert_eq!(
+            names(find(&graph, "features")),
+            ["stem_relu", "gate_act"],
+            "producer and consumer of the tensor"
+        );
+        assert_eq!(names(find(&graph, "head_relu")), ["head_relu"]);
+        assert!(find(&graph, "  ").is_empty());
+        let mut s = Search::default();
+        s.set_query(&graph, "relu");
+        assert_eq!(s.current(), Some(NodeId(0)));
+        assert_eq!(s.next(), Some(NodeId(2)));
+        assert_eq!(s.next(), Some(NodeId(0)), "wraps");
+        assert_eq!(s.previous(), Some(NodeId(2)));
+    }
+}

@@ -1,0 +1,705 @@
+//! The studio window: its state, the frame (menus, panels, graph, windows) and
+//! [`Studio::apply`], where every [`Command`] is carried out.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::app::command::{self, Command, SelectMode};
+use crate::app::document::{self, Document, Loaded, OpenError, Source};
+use crate::app::runtime_status::RuntimeStatus;
+use crate::app::settings::Settings;
+use crate::app::weights::WeightSummary;
+use crate::app::{dialogs, panels};
+use crate::jobs::Job;
+use crate::recipe::Recipe;
+
+/// How often the window polls a running job (it repaints only while one runs).
+const JOB_POLL: Duration = Duration::from_millis(50);
+/// A native dialog that returns nothing faster than this was not shown (no dialog service,
+/// e.g. no desktop portal): the path field opens instead.
+const NO_DIALOG_WITHIN: Duration = Duration::from_millis(150);
+
+/// Choices made when the studio starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StudioOptions {
+    /// Use native file dialogs (off in tests: the path field is used instead).
+    pub native_dialogs: bool,
+    /// Find ONNX Runtime and probe its execution providers in the background, for the
+    /// status bar and the About window.
+    pub probe_runtime: bool,
+}
+
+impl Default for StudioOptions {
+    fn default() -> Self {
+        StudioOptions {
+            native_dialogs: true,
+            probe_runtime: true,
+        }
+    }
+}
+
+/// An error shown in the window until dismissed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// One line: what failed.
+    pub title: String,
+    /// The full cause.
+    pub detail: String,
+}
+
+/// What a path field is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathPurpose {
+    /// A model to open.
+    OpenModel,
+    /// Where to save the recipe.
+    SaveRecipe,
+    /// A recipe to load.
+    LoadRecipe,
+}
+
+/// The path field window (fallback for native dialogs, and File ▸ Open path…).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathPrompt {
+    /// What the path is for.
+    pub purpose: PathPurpose,
+    /// The text typed so far.
+    pub text: String,
+    /// A note shown above the field (why it opened instead of a dialog).
+    pub note: Option<String>,
+}
+
+/// A model being opened.
+struct Opening {
+    job: Job<Result<Loaded, OpenError>>,
+    label: String,
+    started: Instant,
+}
+
+/// A weight's statistics with its histogram texture, cached while the model is open.
+pub(crate) struct WeightView {
+    pub(crate) summary: Result<Option<WeightSummary>, String>,
+    pub(crate) texture: Option<egui::TextureHandle>,
+}
+
+/// Timings the closing notes and benchmarks report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StudioMetrics {
+    /// From the open request to the first frame showing the model.
+    pub open_to_first_frame: Option<Duration>,
+}
+
+/// The studio application.
+pub struct Studio {
+    options: StudioOptions,
+    settings: Settings,
+    doc: Option<Document>,
+    opening: Option<Opening>,
+    notices: Vec<Notice>,
+    status: String,
+    queue: Vec<Command>,
+    pub(crate) prompt: Option<PathPrompt>,
+    pub(crate) show_shortcuts: bool,
+    pub(crate) show_about: bool,
+    pub(crate) op_filter: String,
+    pub(crate) focus_search: bool,
+    pub(crate) runtime: RuntimeStatus,
+    pub(crate) weights: HashMap<String, WeightView>,
+    theme_applied: Option<egui::ThemePreference>,
+    title: String,
+    quit: bool,
+    opened_at: Option<Instant>,
+    metrics: StudioMetrics,
+}
+
+impl std::fmt::Debug for Studio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Studio")
+            .field("doc", &self.doc)
+            .field("notices", &self.notices)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Studio {
+    /// A studio with `settings` (recent files, theme) and nothing open yet.
+    pub fn new(options: StudioOptions, settings: Settings) -> Self {
+        Studio {
+            options,
+            settings,
+            doc: None,
+            opening: None,
+            notices: Vec::new(),
+            status: "Ready".to_owned(),
+            queue: Vec::new(),
+            prompt: None,
+            show_shortcuts: false,
+            show_about: false,
+            op_filter: String::new(),
+            focus_search: false,
+            runtime: if options.probe_runtime {
+                RuntimeStatus::probe()
+            } else {
+                RuntimeStatus::NotProbed
+            },
+            weights: HashMap::new(),
+            theme_applied: None,
+            title: String::new(),
+            quit: false,
+            opened_at: None,
+            metrics: StudioMetrics::default(),
+        }
+    }
+
+    /// The open model.
+    pub fn document(&self) -> Option<&Document> {
+        self.doc.as_ref()
+    }
+
+    /// The open model, mutably (tests, benchmarks).
+    pub fn document_mut(&mut self) -> Option<&mut Document> {
+        self.doc.as_mut()
+    }
+
+    /// Errors waiting to be dismissed.
+    pub fn notices(&self) -> &[Notice] {
+        &self.notices
+    }
+
+    /// Dismisses the notice at `index`.
+    pub fn dismiss(&mut self, index: usize) {
+        if index < self.notices.len() {
+            self.notices.remove(index);
+        }
+    }
+
+    /// The status bar's message.
+    pub fn status(&self) -> &str {
+        &self.status
+    }
+
+    /// The persisted settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// True while a model is being opened.
+    pub fn is_busy(&self) -> bool {
+        self.opening.is_some()
+    }
+
+    /// Measured timings.
+    pub fn metrics(&self) -> StudioMetrics {
+        self.metrics
+    }
+
+    /// Queues `command` for the next frame (menus and panels do this while drawing).
+    pub fn push(&mut self, command: Command) {
+        self.queue.push(command);
+    }
+
+    fn fail(&mut self, title: impl Into<String>, detail: impl std::fmt::Display) {
+        let title = title.into();
+        tracing::warn!("{title}: {detail}");
+        self.notices.push(Notice {
+            title,
+            detail: detail.to_string(),
+        });
+    }
+
+    /// Starts opening `source` as a job; the current model stays open until it succeeds.
+    pub fn open(&mut self, source: Source) {
+        let label = source.label();
+        let job = Job::spawn("open-model", move |ctx| document::load(source, &ctx));
+        match job {
+            Ok(job) => {
+                self.status = format!("Opening {label}…");
+                // Replacing a running job drops it, which cancels it.
+                self.opening = Some(Opening {
+                    job,
+                    label,
+                    started: Instant::now(),
+                });
+            }
+            Err(e) => self.fail(format!("Could not open {label}"), e),
+        }
+    }
+
+    fn poll_open(&mut self, ctx: &egui::Context) {
+        let Some(opening) = self.opening.as_mut() else {
+            return;
+        };
+        opening.job.poll_progress();
+        let Some(result) = opening.job.try_take() else {
+            ctx.request_repaint_after(JOB_POLL);
+            return;
+        };
+        let Some(opening) = self.opening.take() else {
+            return;
+        };
+        match result {
+            Ok(Ok(loaded)) => self.install(loaded, opening.started, ctx),
+            Ok(Err(OpenError::Cancelled(_))) => self.status = "Opening cancelled".to_owned(),
+            Ok(Err(e)) => self.fail(
+                format!("Could not open {}", opening.label),
+                format!("{e:#}"),
+            ),
+            Err(panic) => self.fail(format!("Could not open {}", opening.label), panic),
+        }
+        ctx.request_repaint();
+    }
+
+    fn install(&mut self, loaded: Loaded, started: Instant, ctx: &egui::Context) {
+        if let Source::File(path) = &loaded.source {
+            self.settings.add_recent(path);
+        }
+        let simplified = loaded.layout.simplified;
+        let problems = loaded.graph.problems().len();
+        let doc = Document::new(
+            loaded,
+            Recipe::default(),
+            ctx.global_style().visuals.dark_mode,
+        );
+        let mut status = format!(
+            "Opened {} ({} nodes) in {:.0} ms",
+            doc.source.label(),
+            doc.graph.nodes().len(),
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+        if simplified {
+            status.push_str(" · simplified layout for a very large graph");
+        }
+        if problems > 0 {
+            status.push_str(&format!(
+                " · {problems} structural problem(s), flagged with !"
+            ));
+        }
+        self.status = status;
+        self.weights.clear();
+        self.doc = Some(doc);
+        self.opened_at = Some(started);
+    }
+
+    /// Carries out one command.
+    pub fn apply(&mut self, command: Command) {
+        match command {
+            Command::OpenDialog => self.open_dialog(),
+            Command::OpenPathPrompt => self.ask_path(PathPurpose::OpenModel, None),
+            Command::Open(path) => self.open(Source::File(path)),
+            Command::OpenSample => self.open(Source::Sample),
+            Command::SaveRecipeDialog => self.save_recipe_dialog(),
+            Command::SaveRecipe(path) => self.save_recipe(&path),
+            Command::LoadRecipeDialog => self.load_recipe_dialog(),
+            Command::LoadRecipe(path) => self.load_recipe(&path),
+            Command::ShowShortcuts => self.show_shortcuts = true,
+            Command::ShowAbout => self.show_about = true,
+            Command::SetTheme(theme) => self.settings.theme = theme,
+            Command::Quit => self.quit = true,
+            other => self.apply_to_document(other),
+        }
+    }
+
+    fn apply_to_document(&mut self, command: Command) {
+        let Some(doc) = self.doc.as_mut() else {
+            return;
+        };
+        let mut changed_recipe = false;
+        match command {
+            Command::SetOpType { op_type, quantize } => {
+                changed_recipe = doc.editor.set_op_type(&op_type, quantize);
+                self.status = format!(
+                    "{op_type}: {}",
+                    if quantize { "quantized" } else { "excluded" }
+                );
+            }
+            Command::Select(node, SelectMode::Replace) => doc.selection = vec![node],
+            Command::Select(node, SelectMode::Toggle) => {
+                if let Some(at) = doc.selection.iter().position(|n| *n == node) {
+                    doc.selection.remove(at);
+                } else {
+                    doc.selection.push(node);
+                }
+            }
+            Command::SelectNodes(nodes) => doc.selection = nodes,
+            Command::ClearSelection => doc.selection.clear(),
+            Command::ToggleExclusion => {
+                let names = doc.selected_names();
+                if names.is_empty() {
+                    self.status =
+                        "Select nodes first (click, Shift+click), then press X".to_owned();
+                } else {
+                    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                    changed_recipe = doc.editor.toggle_nodes(&refs);
+                    self.status = format!("Toggled exclusion of {} node(s)", names.len());
+                }
+            }
+            Command::SetExcluded(nodes, excluded) => {
+                let names: Vec<String> = nodes
+                    .iter()
+                    .map(|n| doc.graph.node(*n).name.clone())
+                    .collect();
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                changed_recipe = doc.editor.set_nodes_excluded(&refs, excluded);
+                self.status = format!(
+                    "{} {} node(s)",
+                    if excluded { "Excluded" } else { "Included" },
+                    names.len()
+                );
+            }
+            Command::ExcludeOpTypeOf(node) => {
+                let op_type = doc.graph.node(node).op_type.clone();
+                changed_recipe = doc.editor.set_op_type(&op_type, false);
+                self.status = format!("Excluded every {op_type}");
+            }
+            Command::ExcludeAfter(node) => {
+                changed_recipe = doc.editor.exclude_after(&doc.graph, node);
+                self.status = format!(
+                    "Excluded {} and everything after it",
+                    doc.graph.node(node).name
+                );
+            }
+            Command::SubgraphStart(node) => {
+                let name = node.map(|n| doc.graph.node(n).name.clone());
+                changed_recipe = doc.editor.set_subgraph_start(name.as_deref());
+            }
+            Command::SubgraphEnd(node) => {
+                let name = node.map(|n| doc.graph.node(n).name.clone());
+                changed_recipe = doc.editor.set_subgraph_end(name.as_deref());
+            }
+            Command::Undo => {
+                changed_recipe = doc.editor.undo();
+                self.status = if changed_recipe {
+                    "Undone"
+                } else {
+                    "Nothing to undo"
+                }
+                .to_owned();
+            }
+            Command::Redo => {
+                changed_recipe = doc.editor.redo();
+                self.status = if changed_recipe {
+                    "Redone"
+                } else {
+                    "Nothing to redo"
+                }
+                .to_owned();
+            }
+            Command::OpenSearch => {
+                doc.search.open = true;
+                self.focus_search = true;
+            }
+            Command::Search(query) => {
+                doc.search.open = true;
+                doc.search.set_query(&doc.graph, &query);
+                if let Some(node) = doc.search.current() {
+                    doc.canvas.centre_on(node);
+                }
+            }
+            Command::SearchNext => {
+                if let Some(node) = doc.search.next() {
+                    doc.canvas.centre_on(node);
+                }
+            }
+            Command::SearchPrevious => {
+                if let Some(node) = doc.search.previous() {
+                    doc.canvas.centre_on(node);
+                }
+            }
+            Command::Escape => {
+                if doc.search.open {
+                    doc.search.close();
+                } else {
+                    doc.selection.clear();
+                }
+            }
+            Command::Fit => doc.canvas.fit(),
+            Command::ZoomToSelection => {
+                if doc.selection.is_empty() {
+                    doc.canvas.fit();
+                } else {
+                    doc.canvas.zoom_to(&doc.selection);
+                }
+            }
+            Command::ZoomIn => doc.canvas.zoom_by(1.25),
+            Command::ZoomOut => doc.canvas.zoom_by(0.8),
+            Command::Pan(delta) => doc.canvas.pan_by(delta),
+            _ => {}
+        }
+        if changed_recipe {
+            tracing::debug!("recipe changed");
+        }
+        doc.refresh();
+    }
+
+    fn ask_path(&mut self, purpose: PathPurpose, note: Option<String>) {
+        let text = match purpose {
+            PathPurpose::SaveRecipe => self.default_recipe_path().display().to_string(),
+            _ => String::new(),
+        };
+        self.prompt = Some(PathPrompt {
+            purpose,
+            text,
+            note,
+        });
+    }
+
+    /// Runs a native dialog; `None` and opens the path field when no dialog could be shown.
+    fn native_dialog(
+        &mut self,
+        purpose: PathPurpose,
+        run: impl FnOnce() -> Option<PathBuf>,
+    ) -> Option<PathBuf> {
+        if !self.options.native_dialogs {
+            self.ask_path(purpose, None);
+            return None;
+        }
+        let started = Instant::now();
+        let picked = run();
+        if picked.is_none() && started.elapsed() < NO_DIALOG_WITHIN {
+            self.ask_path(
+                purpose,
+                Some("No file dialog is available on this desktop (no portal service): type the path.".to_owned()),
+            );
+        }
+        picked
+    }
+
+    fn open_dialog(&mut self) {
+        let folder = self
+            .settings
+            .recent
+            .first()
+            .and_then(|p| p.parent().map(Path::to_path_buf));
+        let picked = self.native_dialog(PathPurpose::OpenModel, move || {
+            let mut dialog = rfd::FileDialog::new()
+                .set_title("Open an ONNX model")
+                .add_filter("ONNX model", &["onnx"])
+                .add_filter("All files", &["*"]);
+            if let Some(folder) = folder {
+                dialog = dialog.set_directory(folder);
+            }
+            dialog.pick_file()
+        });
+        if let Some(path) = picked {
+            self.open(Source::File(path));
+        }
+    }
+
+    fn default_recipe_path(&self) -> PathBuf {
+        match self.doc.as_ref() {
+            Some(doc) => doc
+                .recipe_path
+                .clone()
+                .unwrap_or_else(|| match doc.source.path() {
+                    Some(model) => model.with_extension("recipe.toml"),
+                    None => PathBuf::from("ppocr_cls.recipe.toml"),
+                }),
+            None => PathBuf::from("recipe.toml"),
+        }
+    }
+
+    fn save_recipe_dialog(&mut self) {
+        if self.doc.is_none() {
+            return;
+        }
+        let default = self.default_recipe_path();
+        let picked = self.native_dialog(PathPurpose::SaveRecipe, move || {
+            let mut dialog = rfd::FileDialog::new()
+                .set_title("Save the recipe")
+                .add_filter("Recipe (TOML)", &["toml"]);
+            if let Some(folder) = default.parent().filter(|p| !p.as_os_str().is_empty()) {
+                dialog = dialog.set_directory(folder);
+            }
+            if let Some(name) = default.file_name() {
+                dialog = dialog.set_file_name(name.to_string_lossy());
+            }
+            dialog.save_file()
+        });
+        if let Some(path) = picked {
+            self.save_recipe(&path);
+        }
+    }
+
+    fn load_recipe_dialog(&mut self) {
+        if self.doc.is_none() {
+            return;
+        }
+        let picked = self.native_dialog(PathPurpose::LoadRecipe, || {
+            rfd::FileDialog::new()
+                .set_title("Load a recipe")
+                .add_filter("Recipe (TOML)", &["toml"])
+                .pick_file()
+        });
+        if let Some(path) = picked {
+            self.load_recipe(&path);
+        }
+    }
+
+    fn save_recipe(&mut self, path: &Path) {
+        let Some(doc) = self.doc.as_mut() else {
+            return;
+        };
+        if doc
+            .source
+            .path()
+            .is_some_and(|model| same_file(model, path))
+        {
+            self.fail(
+                "The recipe was not saved",
+                "that path is the model itself; choose another file name",
+            );
+            return;
+        }
+        match doc.recipe().save(path) {
+            Ok(()) => {
+                doc.recipe_path = Some(path.to_path_buf());
+                self.status = format!("Recipe saved to {}", path.display());
+            }
+            Err(e) => self.fail("The recipe was not saved", e),
+        }
+    }
+
+    fn load_recipe(&mut self, path: &Path) {
+        let Some(doc) = self.doc.as_mut() else {
+            return;
+        };
+        match Recipe::load(path) {
+            Ok(recipe) => {
+                let warning = recipe.check_against(&doc.graph).err();
+                doc.editor.replace(recipe);
+                doc.recipe_path = Some(path.to_path_buf());
+                doc.refresh();
+                self.status = match warning {
+                    None => format!("Recipe loaded from {}", path.display()),
+                    Some(w) => format!("Recipe loaded from {}; note: {w}", path.display()),
+                };
+            }
+            Err(e) => self.fail("The recipe could not be loaded", e),
+        }
+    }
+
+    /// Opens a file dropped on the window: an ONNX model, or a recipe when a model is open.
+    fn handle_dropped_files(&mut self, ctx: &egui::Context) {
+        let dropped: Vec<PathBuf> = ctx.input(|i| {
+            i.raw
+                .dropped_files
+                .iter()
+                .map(|f| f.path().to_path_buf())
+                .collect()
+        });
+        for path in dropped {
+            let extension = path
+                .extension()
+                .map(|e| e.to_string_lossy().to_ascii_lowercase())
+                .unwrap_or_default();
+            match extension.as_str() {
+                "onnx" => self.open(Source::File(path)),
+                "toml" if self.doc.is_some() => self.load_recipe(&path),
+                _ => self.fail(
+                    format!("{} is not an ONNX model", path.display()),
+                    "Drop a .onnx file to open it (or a .toml recipe once a model is open).",
+                ),
+            }
+        }
+    }
+
+    /// Draws one frame and handles its input. eframe calls this through
+    /// [`eframe::App::ui`]; tests call it through egui_kittest.
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        if self.theme_applied != Some(self.settings.theme) {
+            ctx.set_theme(self.settings.theme);
+            self.theme_applied = Some(self.settings.theme);
+        }
+        self.poll_open(&ctx);
+        self.runtime.poll(&ctx);
+        self.handle_dropped_files(&ctx);
+        let text_focused = ctx.memory(|m| m.focused().is_some());
+        let pressed = ctx.input_mut(|i| command::pressed(i, text_focused));
+        self.queue.extend(pressed);
+        if let Some(doc) = self.doc.as_mut() {
+            doc.set_dark(ui.visuals().dark_mode);
+        }
+
+        panels::menu_bar(self, ui);
+        panels::status_bar(self, ui);
+        if self.doc.is_some() {
+            panels::left_panel(self, ui);
+            panels::inspector_panel(self, ui);
+        }
+        panels::central(self, ui);
+        dialogs::show(self, &ctx);
+
+        let queued = std::mem::take(&mut self.queue);
+        if !queued.is_empty() {
+            for command in queued {
+                self.apply(command);
+            }
+            ctx.request_repaint();
+        }
+        if self.quit {
+            self.quit = false;
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
+        let title = match (&self.doc, &self.opening) {
+            (_, Some(o)) => format!("qdq-studio — opening {}", o.label),
+            (Some(doc), None) => format!("qdq-studio — {}", doc.source.label()),
+            (None, None) => "qdq-studio".to_owned(),
+        };
+        if title != self.title {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
+            self.title = title;
+        }
+        if let Some(started) = self.opened_at.take() {
+            self.metrics.open_to_first_frame = Some(started.elapsed());
+            tracing::info!("open to first frame: {:?}", started.elapsed());
+        }
+    }
+
+    pub(crate) fn doc_mut(&mut self) -> Option<&mut Document> {
+        self.doc.as_mut()
+    }
+
+    pub(crate) fn opening_progress(
+        &mut self,
+    ) -> Option<(String, Option<crate::jobs::Progress>, Duration)> {
+        let opening = self.opening.as_mut()?;
+        let progress = opening.job.poll_progress().cloned();
+        Some((opening.label.clone(), progress, opening.started.elapsed()))
+    }
+
+    pub(crate) fn cancel_open(&mut self) {
+        if self.opening.take().is_some() {
+            self.status = "Opening cancelled".to_owned();
+        }
+    }
+
+    pub(crate) fn inspector_parts(
+        &mut self,
+    ) -> (Option<&Document>, &mut HashMap<String, WeightView>) {
+        (self.doc.as_ref(), &mut self.weights)
+    }
+
+    pub(crate) fn settings_mut(&mut self) -> &mut Settings {
+        &mut self.settings
+    }
+}
+
+/// True when `a` and `b` name the same file (compared canonically when both exist).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+impl eframe::App for Studio {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        Studio::ui(self, ui);
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+}

@@ -1,0 +1,353 @@
+//! The studio driven like a user drives it, without a display: egui_kittest runs the real
+//! `Studio` frame by frame, finds widgets by their labels, clicks, types and presses keys, and
+//! the recipe is checked after each step.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use egui::{Event, Key, Modifiers, PointerButton, Pos2};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
+use qdq_studio::model::{DataType, ModelBuilder, NodeId};
+use qdq_studio::recipe::Recipe;
+
+fn studio() -> Studio {
+    Studio::new(
+        StudioOptions {
+            native_dialogs: false,
+            probe_runtime: false,
+        },
+        Settings::default(),
+    )
+}
+
+fn harness(studio: Studio) -> Harness<'static, Studio> {
+    Harness::builder()
+        .with_size(egui::vec2(1400.0, 900.0))
+        .build_ui_state(|ui, studio: &mut Studio| studio.ui(ui), studio)
+}
+
+/// Steps frames until the open job is done (jobs run on their own threads).
+fn settle(h: &mut Harness<'_, Studio>) {
+    let started = Instant::now();
+    while h.state().is_busy() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "opening took over a minute"
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h.run_steps(3);
+}
+
+fn open(h: &mut Harness<'_, Studio>, source: Source) {
+    h.state_mut().open(source);
+    settle(h);
+}
+
+fn recipe(h: &Harness<'_, Studio>) -> Recipe {
+    h.state()
+        .document()
+        .expect("a model is open")
+        .recipe()
+        .clone()
+}
+
+/// Clicks the centre of `node`'s box in the graph view.
+fn click_node(h: &mut Harness<'_, Studio>, node: NodeId, modifiers: Modifiers) {
+    let rect = h
+        .state()
+        .document()
+        .and_then(|d| d.canvas.screen_rect_of(node))
+        .expect("the node is laid out");
+    let pos = rect.center();
+    h.event(Event::PointerMoved(pos));
+    h.event_modifiers(
+        Event::PointerButton {
+            pos,
+            button: PointerButton::Primary,
+            pressed: true,
+            modifiers,
+        },
+        modifiers,
+    );
+    h.event_modifiers(
+        Event::PointerButton {
+            pos,
+            button: PointerButton::Primary,
+            pressed: false,
+            modifiers,
+        },
+        modifiers,
+    );
+    h.run_steps(2);
+}
+
+/// A Conv node whose box is on screen in the opening view (the top of the graph).
+fn visible_conv(h: &Harness<'_, Studio>, skip: usize) -> NodeId {
+    let doc = h.state().document().unwrap();
+    doc.graph
+        .topological_order()
+        .iter()
+        .copied()
+        .filter(|id| doc.graph.node(*id).op_type == "Conv")
+        .filter(|id| {
+            doc.canvas.screen_rect_of(*id).is_some_and(|r| {
+                r.min.x > 300.0 && r.max.x < 1000.0 && r.min.y > 60.0 && r.max.y < 800.0
+            })
+        })
+        .nth(skip)
+        .expect("a Conv on screen")
+}
+
+fn excluded_names(r: &Recipe) -> Vec<String> {
+    r.nodes_to_exclude.clone()
+}
+
+#[test]
+fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
+    let mut h = harness(studio());
+    open(&mut h, Source::Sample);
+    {
+        let doc = h.state().document().expect("the sample opened");
+        assert_eq!(doc.graph.nodes().len(), 566);
+        assert!(doc.canvas.node_count() > 200, "{}", doc.canvas.node_count());
+        assert_eq!(recipe(&h), Recipe::default());
+    }
+    // An idle window settles: nothing asks for frames when nothing happens.
+    h.try_run().expect("an idle studio stops repainting");
+
+    // Uncheck Conv in the op-type panel.
+    h.get_by_label("Conv (53)").click();
+    h.run_steps(2);
+    assert_eq!(recipe(&h).op_types_to_exclude, ["Conv"]);
+    h.get_by_label("Conv (53)").click();
+    h.run_steps(2);
+    assert!(recipe(&h).op_types_to_exclude.is_empty());
+
+    // Select a node by clicking it, exclude it with the inspector's button.
+    let first = visible_conv(&h, 0);
+    let first_name = h.state().document().unwrap().graph.node(first).name.clone();
+    click_node(&mut h, first, Modifiers::NONE);
+    assert_eq!(h.state().document().unwrap().selection, [first]);
+    h.get_by_label("Exclude this node").click();
+    h.run_steps(2);
+    assert_eq!(
+        excluded_names(&recipe(&h)),
+        [format!("{}$", regex_escape(&first_name))]
+    );
+    assert!(
+        h.query_by_label("Include this node").is_some(),
+        "the button flips"
+    );
+
+    // Undo with Ctrl+Z.
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+    assert!(recipe(&h).nodes_to_exclude.is_empty());
+    // Redo with Ctrl+Shift+Z, undo again.
+    h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::Z);
+    h.run_steps(2);
+    assert_eq!(recipe(&h).nodes_to_exclude.len(), 1);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+
+    // Two nodes with Shift+click, excluded with X, then undone.
+    let second = visible_conv(&h, 1);
+    click_node(&mut h, first, Modifiers::NONE);
+    click_node(&mut h, second, Modifiers::SHIFT);
+    assert_eq!(h.state().document().unwrap().selection, [first, second]);
+    h.key_press(Key::X);
+    h.run_steps(2);
+    assert_eq!(recipe(&h).nodes_to_exclude.len(), 2);
+    h.key_press(Key::X);
+    h.run_steps(2);
+    assert!(
+        recipe(&h).nodes_to_exclude.is_empty(),
+        "X again includes them"
+    );
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+    assert_eq!(
+        recipe(&h).nodes_to_exclude.len(),
+        2,
+        "undo brings the exclusion back"
+    );
+
+    // Search with Ctrl+F for a node by name: the view centres on it.
+    let target = h.state().document().unwrap().graph.topological_order()[200];
+    let target_name = h
+        .state()
+        .document()
+        .unwrap()
+        .graph
+        .node(target)
+        .name
+        .clone();
+    h.key_press_modifiers(Modifiers::COMMAND, Key::F);
+    h.run_steps(2);
+    h.event(Event::Text(target_name.clone()));
+    h.run_steps(3);
+    {
+        let doc = h.state().document().unwrap();
+        assert!(doc.search.open);
+        assert_eq!(doc.search.current(), Some(target), "{target_name}");
+        let rect = doc.canvas.screen_rect_of(target).unwrap();
+        let view = egui::Rect::from_min_max(Pos2::new(250.0, 0.0), Pos2::new(1070.0, 900.0));
+        assert!(view.contains(rect.center()), "centred: {rect:?}");
+    }
+    h.key_press(Key::Escape);
+    h.run_steps(2);
+    assert!(!h.state().document().unwrap().search.open);
+
+    // Save the recipe through File ▸ Save recipe (the path field: no native dialog here).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("chosen.recipe.toml");
+    let saved = recipe(&h);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::S);
+    h.run_steps(2);
+    type_path(&mut h, &path);
+    h.get_by_label("Save").click();
+    h.run_steps(2);
+    assert_eq!(
+        Recipe::load(&path).unwrap(),
+        saved,
+        "the file holds the recipe"
+    );
+
+    // Change it, then load the file back through File ▸ Load recipe.
+    h.get_by_label("Conv (53)").click();
+    h.run_steps(2);
+    assert_ne!(recipe(&h), saved);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::L);
+    h.run_steps(2);
+    type_path(&mut h, &path);
+    h.get_by_label("Load").click();
+    h.run_steps(2);
+    assert_eq!(recipe(&h), saved, "loading restores it");
+    assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
+}
+
+fn regex_escape(name: &str) -> String {
+    qdq_studio::app::edit::exact_pattern(name)
+        .trim_end_matches('$')
+        .to_owned()
+}
+
+/// Replaces the path field's text with `path`.
+fn type_path(h: &mut Harness<'_, Studio>, path: &Path) {
+    let field = h.get_by_label("Path");
+    field.focus();
+    h.run_steps(1);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    h.event(Event::Text(path.display().to_string()));
+    h.run_steps(2);
+}
+
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|e| e.to_string())
+    }
+}
+
+#[test]
+fn bad_files_show_an_error_and_the_open_model_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(studio());
+    open(&mut h, Source::Sample);
+    let nodes = h.state().document().unwrap().graph.nodes().len();
+
+    // A truncated model.
+    let truncated = dir.path().join("truncated.onnx");
+    let bytes = qdq_studio::sample::SAMPLE_MODEL;
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    open(&mut h, Source::File(truncated.clone()));
+    assert_eq!(h.state().notices().len(), 1);
+    assert!(
+        h.state().notices()[0].title.contains("truncated.onnx"),
+        "{:?}",
+        h.state().notices()
+    );
+    assert_eq!(
+        h.state().document().unwrap().graph.nodes().len(),
+        nodes,
+        "the sample is still open"
+    );
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+    assert!(h.state().notices().is_empty());
+
+    // A file that does not exist.
+    open(&mut h, Source::File(dir.path().join("missing.onnx")));
+    assert!(
+        h.state().notices()[0].detail.contains("missing.onnx"),
+        "{:?}",
+        h.state().notices()
+    );
+    h.state_mut().dismiss(0);
+
+    // A text file dropped on the window.
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "hello").unwrap();
+    h.input_mut().dropped_files.push(Arc::new(Dropped(text)));
+    h.run_steps(2);
+    assert!(
+        h.state().notices()[0]
+            .title
+            .contains("is not an ONNX model"),
+        "{:?}",
+        h.state().notices()
+    );
+    assert_eq!(h.state().document().unwrap().graph.nodes().len(), nodes);
+}
+
+#[test]
+fn a_broken_graph_opens_with_its_problems_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4]);
+    b.node("Relu", &["x"], &["a"]);
+    b.node("Add", &["a", "ghost"], &["y"]).name("reads_a_ghost");
+    b.output("y", DataType::Float32, &[1, 4]);
+    let path = dir.path().join("broken.onnx");
+    std::fs::write(&path, b.build().to_bytes().unwrap()).unwrap();
+    let mut h = harness(studio());
+    open(&mut h, Source::File(path.clone()));
+    assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
+    let doc = h.state().document().unwrap();
+    let add = doc.graph.node_by_name("reads_a_ghost").unwrap().id;
+    assert!(doc.flagged.contains(&add));
+    let relu = doc
+        .graph
+        .nodes()
+        .iter()
+        .find(|n| n.op_type == "Relu")
+        .unwrap();
+    assert!(
+        relu.auto_named,
+        "the unnamed node got a name: {}",
+        relu.name
+    );
+    assert!(
+        h.state().status().contains("structural problem"),
+        "{}",
+        h.state().status()
+    );
+    assert_eq!(
+        h.state().settings().recent,
+        [std::path::absolute(&path).unwrap()]
+    );
+    // The inspector lists the problem; its link selects the node.
+    h.get_by_label_contains("which nothing produces").click();
+    h.run_steps(2);
+    assert_eq!(h.state().document().unwrap().selection, [add]);
+}
