@@ -100,7 +100,26 @@ fn visible_conv(h: &Harness<'_, Studio>, skip: usize) -> NodeId {
             })
         })
         .nth(skip)
-        .expect("a Conv on screen")
+        .unwrap_or_else(|| {
+            let rects: Vec<_> = doc
+                .graph
+                .topological_order()
+                .iter()
+                .filter(|id| doc.graph.node(**id).op_type != "Constant")
+                .take(12)
+                .map(|id| {
+                    (
+                        doc.graph.node(*id).op_type.clone(),
+                        doc.canvas.screen_rect_of(*id),
+                    )
+                })
+                .collect();
+            panic!(
+                "no Conv on screen; view {:?} zoom {} first nodes {rects:?}",
+                doc.canvas.view_rect(),
+                doc.canvas.zoom()
+            )
+        })
 }
 
 fn excluded_names(r: &Recipe) -> Vec<String> {
@@ -178,15 +197,17 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
     );
 
     // Search with Ctrl+F for a node by name: the view centres on it.
-    let target = h.state().document().unwrap().graph.topological_order()[200];
-    let target_name = h
-        .state()
-        .document()
-        .unwrap()
-        .graph
-        .node(target)
-        .name
-        .clone();
+    let (target, target_name) = {
+        let graph = &h.state().document().unwrap().graph;
+        let id = graph
+            .topological_order()
+            .iter()
+            .copied()
+            .filter(|id| graph.node(*id).op_type != "Constant")
+            .nth(150)
+            .unwrap();
+        (id, graph.node(id).name.clone())
+    };
     h.key_press_modifiers(Modifiers::COMMAND, Key::F);
     h.run_steps(2);
     h.event(Event::Text(target_name.clone()));

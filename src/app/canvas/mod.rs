@@ -64,6 +64,8 @@ pub struct GraphCanvas {
     pan: Vec2,
     /// Extent of the layout in layout units.
     bounds: Rect,
+    /// Where the opening view looks: the first nodes in graph order (the input's end).
+    start: Rect,
     /// The view rect of the last frame (for fit and centre requests between frames).
     last_rect: Option<Rect>,
     /// A camera move to apply at the next frame, once the view's size is known.
@@ -148,12 +150,25 @@ impl GraphCanvas {
         if bounds == Rect::NOTHING {
             bounds = Rect::from_min_size(Pos2::ZERO, Vec2::splat(100.0));
         }
+        let start = graph
+            .topological_order()
+            .iter()
+            .filter_map(|id| index.get(id.0).copied().flatten())
+            .filter_map(|idx| view.node(idx).map(|n| n.display().rect()))
+            .take(24)
+            .fold(Rect::NOTHING, Rect::union);
+        let start = if start == Rect::NOTHING {
+            bounds
+        } else {
+            start
+        };
         GraphCanvas {
             graph: view,
             index,
             zoom: 1.0,
             pan: Vec2::ZERO,
             bounds,
+            start,
             last_rect: None,
             pending: Some(CameraRequest::Initial),
             style: SettingsStyle::new(),
@@ -237,6 +252,11 @@ impl GraphCanvas {
         }
     }
 
+    /// Where the view was drawn in the last frame.
+    pub fn view_rect(&self) -> Option<Rect> {
+        self.last_rect
+    }
+
     /// The node the context menu was opened on.
     pub fn context_node(&self) -> Option<NodeId> {
         self.context_node
@@ -295,11 +315,11 @@ impl GraphCanvas {
                 if fit >= 0.6 {
                     self.look_at(rect, self.bounds, fit.min(1.2));
                 } else {
-                    let zoom = ((rect.width() - 40.0) / self.bounds.width()).clamp(0.6, 1.0);
+                    let zoom = ((rect.width() - 40.0) / self.bounds.width()).clamp(0.8, 1.0);
                     self.zoom = zoom;
                     self.pan = Vec2::new(
-                        rect.width() / 2.0 - self.bounds.center().x * zoom,
-                        20.0 - self.bounds.min.y * zoom,
+                        rect.width() / 2.0 - self.start.center().x * zoom,
+                        20.0 - self.start.min.y * zoom,
                     );
                 }
             }
