@@ -5,41 +5,14 @@
 use std::time::Instant;
 
 use qdq_studio::app::layout::layout;
-use qdq_studio::model::{DataType, Graph, ModelBuilder};
+use qdq_studio::model::Graph;
 
-/// A model of about `nodes` nodes: blocks of Conv-like ops (Mul, Add, Relu, Sigmoid) with a
-/// residual Add, and every fourth block a two-node side branch merged back.
-fn synthetic(nodes: usize) -> Graph {
-    let mut b = ModelBuilder::new(17);
-    b.input("x", DataType::Float32, &[1, 8]);
-    let mut current = "x".to_owned();
-    let mut count = 0;
-    let mut block = 0;
-    while count < nodes {
-        let p = |s: &str| format!("b{block}_{s}");
-        b.node("Mul", &[&current, &current], &[&p("mul")]);
-        b.node("Add", &[&p("mul"), &current], &[&p("add")]);
-        b.node("Relu", &[&p("add")], &[&p("relu")]);
-        b.node("Sigmoid", &[&p("relu")], &[&p("gate")]);
-        b.node("Mul", &[&p("relu"), &p("gate")], &[&p("out")]);
-        count += 5;
-        if block % 4 == 3 {
-            b.node("Neg", &[&p("out")], &[&p("side")]);
-            b.node("Add", &[&p("out"), &p("side")], &[&p("merged")]);
-            count += 2;
-            current = p("merged");
-        } else {
-            current = p("out");
-        }
-        block += 1;
-    }
-    b.output(&current, DataType::Float32, &[1, 8]);
-    Graph::build(&b.build())
-}
+#[path = "../common/mod.rs"]
+mod common;
 
 fn main() {
     for size in [330, 1000, 2000, 5000] {
-        let graph = synthetic(size);
+        let graph = Graph::build(&common::synthetic(size));
         let started = Instant::now();
         let l = layout(&graph).expect("lays out");
         println!(

@@ -227,7 +227,15 @@ impl Document {
     pub fn refresh(&mut self) {
         self.states = self.editor.states(&self.graph);
         let mut counts = Counts::default();
-        for s in &self.states {
+        // Constant nodes are folded into their consumers in the view and never quantized as
+        // nodes: counting them would drown the numbers users act on.
+        let drawn = self
+            .states
+            .iter()
+            .zip(self.graph.nodes())
+            .filter(|(_, n)| n.op_type != "Constant")
+            .map(|(s, _)| s);
+        for s in drawn {
             match s {
                 NodeState::Quantized => counts.quantized += 1,
                 NodeState::NotQuantizable => counts.not_quantizable += 1,

@@ -185,12 +185,15 @@ fn node(
                     .num_columns(2)
                     .striped(true)
                     .show(ui, |ui| {
-                        for name in &node.attribute_names {
-                            ui.label(name);
-                            match node.int_attribute(name) {
-                                Some(v) => ui.label(v.to_string()),
-                                None => ui.label(RichText::new("(not an integer)").weak()),
-                            };
+                        let proto = doc.model.graph().node.get(id.0);
+                        for attribute in proto.map_or(&[][..], |p| &p.attribute[..]) {
+                            ui.label(attribute.name.as_deref().unwrap_or("?"));
+                            ui.add(
+                                egui::Label::new(
+                                    RichText::new(format_attribute(attribute)).monospace(),
+                                )
+                                .wrap(),
+                            );
                             ui.end_row();
                         }
                     });
@@ -204,7 +207,7 @@ fn node(
         .filter(|t| {
             doc.graph
                 .tensor(t)
-                .is_some_and(|t| t.kind == TensorKind::Initializer)
+                .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
         })
         .collect();
     for name in weights {
@@ -366,4 +369,45 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
                 ui.end_row();
             }
         });
+}
+
+/// An attribute's value as text: scalars as they are, lists bracketed (long ones cut),
+/// tensors and graphs by their size.
+fn format_attribute(a: &crate::model::proto::AttributeProto) -> String {
+    fn list<T: std::fmt::Display>(items: &[T]) -> String {
+        let shown: Vec<String> = items.iter().take(16).map(ToString::to_string).collect();
+        let more = if items.len() > 16 { ", …" } else { "" };
+        format!("[{}{more}]", shown.join(", "))
+    }
+    if let Some(i) = a.i {
+        return i.to_string();
+    }
+    if let Some(f) = a.f {
+        return format!("{f}");
+    }
+    if let Some(s) = &a.s {
+        let text = String::from_utf8_lossy(s);
+        return format!("\"{}\"", text.chars().take(80).collect::<String>());
+    }
+    if let Some(t) = &a.t {
+        return format!("tensor {:?}", t.dims);
+    }
+    if let Some(g) = &a.g {
+        return format!("graph of {} nodes", g.node.len());
+    }
+    if !a.ints.is_empty() {
+        return list(&a.ints);
+    }
+    if !a.floats.is_empty() {
+        return list(&a.floats);
+    }
+    if !a.strings.is_empty() {
+        let strings: Vec<String> = a
+            .strings
+            .iter()
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect();
+        return list(&strings);
+    }
+    "(empty)".to_owned()
 }

@@ -398,10 +398,10 @@ pub fn central(studio: &mut Studio, ui: &mut Ui) {
         } else if opening.is_none() {
             empty_state(ui, &mut commands);
         }
-        if let Some((label, progress, elapsed)) = opening {
-            if progress_overlay(ui, &label, progress.as_ref(), elapsed) {
-                studio.cancel_open();
-            }
+        if let Some((label, progress, elapsed)) = opening
+            && progress_overlay(ui, &label, progress.as_ref(), elapsed)
+        {
+            studio.cancel_open();
         }
         if hovering_files {
             let rect = ui.max_rect();
@@ -482,7 +482,7 @@ fn search_bar(
                 {
                     commands.push(Command::SelectNodes(doc.search.matches.clone()));
                 }
-                if ui.button("✕").on_hover_text("Close (Esc)").clicked() {
+                if ui.button("Close").on_hover_text("Close (Esc)").clicked() {
                     commands.push(Command::Escape);
                 }
             });

@@ -30,7 +30,7 @@ impl Search {
     }
 
     /// Moves to the next match (wrapping) and returns it.
-    pub fn next(&mut self) -> Option<NodeId> {
+    pub fn next_match(&mut self) -> Option<NodeId> {
         if self.matches.is_empty() {
             return None;
         }
@@ -39,7 +39,7 @@ impl Search {
     }
 
     /// Moves to the previous match (wrapping) and returns it.
-    pub fn previous(&mut self) -> Option<NodeId> {
+    pub fn previous_match(&mut self) -> Option<NodeId> {
         if self.matches.is_empty() {
             return None;
         }
@@ -122,8 +122,8 @@ mod tests {
         let mut s = Search::default();
         s.set_query(&graph, "relu");
         assert_eq!(s.current(), Some(NodeId(0)));
-        assert_eq!(s.next(), Some(NodeId(2)));
-        assert_eq!(s.next(), Some(NodeId(0)), "wraps");
-        assert_eq!(s.previous(), Some(NodeId(2)));
+        assert_eq!(s.next_match(), Some(NodeId(2)));
+        assert_eq!(s.next_match(), Some(NodeId(0)), "wraps");
+        assert_eq!(s.previous_match(), Some(NodeId(2)));
     }
 }

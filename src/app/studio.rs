@@ -397,12 +397,12 @@ impl Studio {
                 }
             }
             Command::SearchNext => {
-                if let Some(node) = doc.search.next() {
+                if let Some(node) = doc.search.next_match() {
                     doc.canvas.centre_on(node);
                 }
             }
             Command::SearchPrevious => {
-                if let Some(node) = doc.search.previous() {
+                if let Some(node) = doc.search.previous_match() {
                     doc.canvas.centre_on(node);
                 }
             }

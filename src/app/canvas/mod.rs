@@ -73,6 +73,8 @@ pub struct GraphCanvas {
     style: SettingsStyle,
     /// The node the context menu was opened on.
     context_node: Option<NodeId>,
+    /// The node under the pointer.
+    hovered: Option<NodeIndex<u32>>,
     minimap: Option<TextureHandle>,
     minimap_dirty: bool,
 }
@@ -173,6 +175,7 @@ impl GraphCanvas {
             pending: Some(CameraRequest::Initial),
             style: SettingsStyle::new(),
             context_node: None,
+            hovered: None,
             minimap: None,
             minimap_dirty: true,
         }
@@ -427,19 +430,15 @@ impl GraphCanvas {
         if response.secondary_clicked() {
             self.context_node = hovered_node.and_then(node_id);
         }
-        for (i, n) in self
-            .graph
-            .nodes_iter()
-            .map(|(i, n)| (i, n.hovered()))
-            .collect::<Vec<_>>()
-        {
-            if n != (Some(i) == hovered_node) {
-                if let Some(node) = self.graph.node_mut(i) {
-                    node.set_hovered(!n);
+        if hovered_node != self.hovered {
+            for (idx, on) in [(self.hovered, false), (hovered_node, true)] {
+                if let Some(node) = idx.and_then(|i| self.graph.node_mut(i)) {
+                    node.set_hovered(on);
                     let props = node.props().clone();
                     node.display_mut().update(&props);
                 }
             }
+            self.hovered = hovered_node;
         }
 
         self.draw(ui, rect);
@@ -493,9 +492,9 @@ impl GraphCanvas {
         painter.extend(shapes);
         // Plain nodes first, emphasised ones on top.
         let mut on_top = Vec::new();
-        let indices: Vec<NodeIndex<u32>> = g.node_indices().collect();
+        let bound = petgraph::visit::NodeIndexable::node_bound(g);
         let mut shapes = Vec::new();
-        for idx in indices {
+        for idx in (0..bound).map(NodeIndex::new) {
             let Some(node) = self.graph.node_mut(idx) else {
                 continue;
             };

@@ -1,0 +1,169 @@
+//! The studio's responsiveness, measured in a headless harness (egui_kittest) on the real
+//! `Studio`: open-to-first-frame of the PP-OCR det model, frame times while a 5,000-node model
+//! is laid out in its job, frame times while panning it (UI pass plus tessellation: what the
+//! CPU does per frame before the GPU), and the same for a 50,000-node model.
+//!
+//! Run on demand: `cargo bench --bench studio` (release build). The PP-OCR det model is taken
+//! from the test cache (`cargo test` fetches it); without it that line is skipped.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use egui::{Event, Modifiers, PointerButton, Pos2};
+use egui_kittest::Harness;
+use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
+
+#[path = "../common/mod.rs"]
+mod common;
+
+fn harness() -> Harness<'static, Studio> {
+    let studio = Studio::new(
+        StudioOptions {
+            native_dialogs: false,
+            probe_runtime: false,
+        },
+        Settings::default(),
+    );
+    Harness::builder()
+        .with_size(egui::vec2(1440.0, 900.0))
+        .build_ui_state(|ui, studio: &mut Studio| studio.ui(ui), studio)
+}
+
+/// One frame: the UI pass and the tessellation of what it painted.
+fn frame(h: &mut Harness<'_, Studio>) -> Duration {
+    let started = Instant::now();
+    h.step();
+    let output = h.output().clone();
+    let ctx = h.ctx.clone();
+    let _ = ctx.tessellate(output.shapes, output.pixels_per_point);
+    started.elapsed()
+}
+
+/// Opens `source`, stepping frames while the job runs; returns (time to first frame with the
+/// model, the slowest frame while the job ran).
+fn open(h: &mut Harness<'_, Studio>, source: Source) -> (Duration, Duration) {
+    h.state_mut().open(source);
+    let mut slowest = Duration::ZERO;
+    while h.state().is_busy() {
+        slowest = slowest.max(frame(h));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    frame(h);
+    let first = h.state().metrics().open_to_first_frame.unwrap_or_default();
+    (first, slowest)
+}
+
+struct Stats {
+    median: f64,
+    p95: f64,
+    max: f64,
+}
+
+fn stats(mut times: Vec<Duration>) -> Stats {
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Stats {
+        median: ms(times[times.len() / 2]),
+        p95: ms(times[times.len() * 95 / 100]),
+        max: ms(*times.last().unwrap_or(&Duration::ZERO)),
+    }
+}
+
+/// Drags the graph across the view for `frames` frames.
+fn pan(h: &mut Harness<'_, Studio>, frames: usize) -> Stats {
+    let start = Pos2::new(700.0, 450.0);
+    h.event(Event::PointerMoved(start));
+    h.event(Event::PointerButton {
+        pos: start,
+        button: PointerButton::Primary,
+        pressed: true,
+        modifiers: Modifiers::NONE,
+    });
+    frame(h);
+    let mut times = Vec::with_capacity(frames);
+    for i in 0..frames {
+        let t = i as f32 / frames as f32 * std::f32::consts::TAU;
+        let pos = start + egui::vec2(200.0 * t.cos(), 150.0 * t.sin());
+        h.event(Event::PointerMoved(pos));
+        times.push(frame(h));
+    }
+    h.event(Event::PointerButton {
+        pos: start,
+        button: PointerButton::Primary,
+        pressed: false,
+        modifiers: Modifiers::NONE,
+    });
+    frame(h);
+    stats(times)
+}
+
+fn report(label: &str, s: &Stats) {
+    println!(
+        "{label}: frame median {:.2} ms, p95 {:.2} ms, max {:.2} ms",
+        s.median, s.p95, s.max
+    );
+}
+
+/// The det model where the tests keep it.
+fn det_model() -> Option<PathBuf> {
+    let path = qdq_studio::runtime::default_cache_dir()
+        .ok()?
+        .join("test-models")
+        .join("rapidocr-1.4.4")
+        .join("ch_PP-OCRv4_det_infer.onnx");
+    path.exists().then_some(path)
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    match det_model() {
+        Some(path) => {
+            let mut h = harness();
+            let (first, slowest) = open(&mut h, Source::File(path));
+            let doc = h.state().document().expect("det opened");
+            println!(
+                "PP-OCR det ({} nodes, {} drawn): open to first frame {:.0} ms (read {:.0} ms, index {:.0} ms, layout {:.0} ms); slowest frame during the job {:.1} ms",
+                doc.graph.nodes().len(),
+                doc.canvas.node_count(),
+                first.as_secs_f64() * 1e3,
+                doc.timings.read.as_secs_f64() * 1e3,
+                doc.timings.index.as_secs_f64() * 1e3,
+                doc.timings.layout.as_secs_f64() * 1e3,
+                slowest.as_secs_f64() * 1e3
+            );
+            report("PP-OCR det, panning", &pan(&mut h, 120));
+        }
+        None => println!("PP-OCR det: not in the cache (run `cargo test` once), skipped"),
+    }
+    for nodes in [5_000, 50_000] {
+        let path = dir.path().join(format!("synthetic_{nodes}.onnx"));
+        let bytes = common::synthetic(nodes).to_bytes().expect("encodes");
+        std::fs::write(&path, bytes).expect("written");
+        let mut h = harness();
+        let (first, slowest) = open(&mut h, Source::File(path));
+        let doc = h.state().document().expect("opened");
+        println!(
+            "synthetic {} nodes: open to first frame {:.0} ms (layout {:.0} ms{}), slowest frame while the job ran {:.1} ms",
+            doc.canvas.node_count(),
+            first.as_secs_f64() * 1e3,
+            doc.timings.layout.as_secs_f64() * 1e3,
+            if doc.layout.simplified {
+                ", simplified"
+            } else {
+                ""
+            },
+            slowest.as_secs_f64() * 1e3
+        );
+        report(
+            &format!("synthetic {nodes}, panning at the opening zoom"),
+            &pan(&mut h, 120),
+        );
+        h.state_mut().apply(qdq_studio::app::command::Command::Fit);
+        frame(&mut h);
+        let zoom = h.state().document().map_or(0.0, |d| d.canvas.zoom());
+        report(
+            &format!("synthetic {nodes}, panning with the whole graph in view (zoom {zoom:.3})"),
+            &pan(&mut h, 120),
+        );
+    }
+}
