@@ -298,4 +298,35 @@ mod tests {
         assert!(l.size.0 > 0.0 && l.size.1 >= 3.0 * NODE_HEIGHT);
         assert_eq!(neighbours(&l)[&NodeId(4)].len(), 2, "mul has two inputs");
     }
+
+    #[test]
+    fn a_very_large_graph_gets_the_linear_layered_layout() {
+        // A chain with a side branch every 100 nodes, past the crossing-minimisation limit.
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4]);
+        let mut current = "x".to_owned();
+        for i in 0..SIMPLE_LAYOUT_ABOVE + 10 {
+            let out = format!("t{i}");
+            if i % 100 == 99 {
+                b.node("Neg", &[&current], &[&format!("{out}_side")]);
+                b.node("Add", &[&current, &format!("{out}_side")], &[&out]);
+            } else {
+                b.node("Relu", &[&current], &[&out]);
+            }
+            current = out;
+        }
+        b.output(&current, DataType::Float32, &[1, 4]);
+        let graph = Graph::build(&b.build());
+        let l = layout(&graph).unwrap();
+        assert!(l.simplified);
+        assert!(l.positions.iter().all(Option::is_some));
+        for e in &l.edges {
+            let (a, b) = (l.positions[e.from.0].unwrap(), l.positions[e.to.0].unwrap());
+            assert!(a.1 < b.1, "{} flows downwards", e.tensor);
+        }
+        assert!(
+            l.size.1 > SIMPLE_LAYOUT_ABOVE as f32 * NODE_HEIGHT,
+            "one layer per step"
+        );
+    }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::app::command::{self, Command, SelectMode};
-use crate::app::document::{self, Document, Loaded, OpenError, Source};
+use crate::app::document::{self, Document, OpenError, Source};
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::settings::Settings;
 use crate::app::weights::WeightSummary;
@@ -72,7 +72,7 @@ pub struct PathPrompt {
 
 /// A model being opened.
 struct Opening {
-    job: Job<Result<Loaded, OpenError>>,
+    job: Job<Result<Document, OpenError>>,
     label: String,
     started: Instant,
 }
@@ -107,6 +107,8 @@ pub struct Studio {
     pub(crate) runtime: RuntimeStatus,
     pub(crate) weights: HashMap<String, WeightView>,
     theme_applied: Option<egui::ThemePreference>,
+    /// The window's theme as of the last frame (documents are built for it).
+    dark: bool,
     title: String,
     quit: bool,
     opened_at: Option<Instant>,
@@ -145,6 +147,7 @@ impl Studio {
             },
             weights: HashMap::new(),
             theme_applied: None,
+            dark: true,
             title: String::new(),
             quit: false,
             opened_at: None,
@@ -211,7 +214,13 @@ impl Studio {
     /// Starts opening `source` as a job; the current model stays open until it succeeds.
     pub fn open(&mut self, source: Source) {
         let label = source.label();
-        let job = Job::spawn("open-model", move |ctx| document::load(source, &ctx));
+        // The document (node states, every box's look) is built in the job too: on a
+        // 50,000-node graph that is a noticeable stall the window should not take.
+        let dark = self.dark;
+        let job = Job::spawn("open-model", move |ctx| {
+            document::load(source, &ctx)
+                .map(|loaded| Document::new(loaded, Recipe::default(), dark))
+        });
         match job {
             Ok(job) => {
                 self.status = format!("Opening {label}…");
@@ -239,7 +248,7 @@ impl Studio {
             return;
         };
         match result {
-            Ok(Ok(loaded)) => self.install(loaded, opening.started, ctx),
+            Ok(Ok(doc)) => self.install(doc, opening.started),
             Ok(Err(OpenError::Cancelled(_))) => self.status = "Opening cancelled".to_owned(),
             Ok(Err(e)) => self.fail(
                 format!("Could not open {}", opening.label),
@@ -250,17 +259,12 @@ impl Studio {
         ctx.request_repaint();
     }
 
-    fn install(&mut self, loaded: Loaded, started: Instant, ctx: &egui::Context) {
-        if let Source::File(path) = &loaded.source {
+    fn install(&mut self, doc: Document, started: Instant) {
+        if let Source::File(path) = &doc.source {
             self.settings.add_recent(path);
         }
-        let simplified = loaded.layout.simplified;
-        let problems = loaded.graph.problems().len();
-        let doc = Document::new(
-            loaded,
-            Recipe::default(),
-            ctx.global_style().visuals.dark_mode,
-        );
+        let simplified = doc.layout.simplified;
+        let problems = doc.graph.problems().len();
         let mut status = format!(
             "Opened {} ({} nodes) in {:.0} ms",
             doc.source.label(),
@@ -618,8 +622,9 @@ impl Studio {
         let text_focused = ctx.memory(|m| m.focused().is_some());
         let pressed = ctx.input_mut(|i| command::pressed(i, text_focused));
         self.queue.extend(pressed);
+        self.dark = ui.visuals().dark_mode;
         if let Some(doc) = self.doc.as_mut() {
-            doc.set_dark(ui.visuals().dark_mode);
+            doc.set_dark(self.dark);
         }
 
         panels::menu_bar(self, ui);
