@@ -293,6 +293,14 @@ impl Document {
         }
     }
 
+    /// What the recipe does to `node` (`NotQuantizable` for an unknown id).
+    pub fn state(&self, node: NodeId) -> NodeState {
+        self.states
+            .get(node.0)
+            .copied()
+            .unwrap_or(NodeState::NotQuantizable)
+    }
+
     /// Names of the selected nodes.
     pub fn selected_names(&self) -> Vec<String> {
         self.selection

@@ -98,11 +98,7 @@ fn node(
     commands: &mut Vec<Command>,
 ) {
     let node = doc.graph.node(id);
-    let state = doc
-        .states
-        .get(id.0)
-        .copied()
-        .unwrap_or(NodeState::NotQuantizable);
+    let state = doc.state(id);
     ui.heading(&node.op_type);
     ui.add(egui::Label::new(RichText::new(&node.name).monospace()).wrap());
     if node.auto_named {
@@ -356,11 +352,7 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
         .show(ui, |ui| {
             for &id in nodes {
                 let node = doc.graph.node(id);
-                let state = doc
-                    .states
-                    .get(id.0)
-                    .copied()
-                    .unwrap_or(NodeState::NotQuantizable);
+                let state = doc.state(id);
                 crate::app::panels::swatch(ui, state_fill(state, ui.visuals().dark_mode));
                 ui.label(&node.op_type);
                 if ui.link(RichText::new(&node.name).monospace()).clicked() {
