@@ -417,17 +417,19 @@ impl Studio {
                     doc.selection.clear();
                 }
             }
-            Command::Fit => doc.canvas.fit(),
+            // Camera moves change nothing the boxes show: no restyle.
+            Command::Fit => return doc.canvas.fit(),
             Command::ZoomToSelection => {
                 if doc.selection.is_empty() {
                     doc.canvas.fit();
                 } else {
                     doc.canvas.zoom_to(&doc.selection);
                 }
+                return;
             }
-            Command::ZoomIn => doc.canvas.zoom_by(1.25),
-            Command::ZoomOut => doc.canvas.zoom_by(0.8),
-            Command::Pan(delta) => doc.canvas.pan_by(delta),
+            Command::ZoomIn => return doc.canvas.zoom_by(1.25),
+            Command::ZoomOut => return doc.canvas.zoom_by(0.8),
+            Command::Pan(delta) => return doc.canvas.pan_by(delta),
             _ => {}
         }
         if changed_recipe {

@@ -198,10 +198,14 @@ impl GraphCanvas {
         for idx in &indices {
             if let Some(node) = self.graph.node_mut(*idx) {
                 let id = node.payload().id;
-                if let Some(look) = looks.get(id.0) {
-                    node.payload_mut().look = *look;
+                let look = looks.get(id.0).copied().unwrap_or(node.payload().look);
+                let is_selected = selected.contains(&id);
+                if node.payload().look == look && node.selected() == is_selected {
+                    // Unchanged: skip the props copy (two strings a node).
+                    continue;
                 }
-                node.set_selected(selected.contains(&id));
+                node.payload_mut().look = look;
+                node.set_selected(is_selected);
                 let props = node.props().clone();
                 node.display_mut().update(&props);
             }
