@@ -226,23 +226,7 @@ impl Document {
     /// search or theme.
     pub fn refresh(&mut self) {
         self.states = self.editor.states(&self.graph);
-        let mut counts = Counts::default();
-        // Constant nodes are folded into their consumers in the view and never quantized as
-        // nodes: counting them would drown the numbers users act on.
-        let drawn = self
-            .states
-            .iter()
-            .zip(self.graph.nodes())
-            .filter(|(_, n)| n.op_type != "Constant")
-            .map(|(s, _)| s);
-        for s in drawn {
-            match s {
-                NodeState::Quantized => counts.quantized += 1,
-                NodeState::NotQuantizable => counts.not_quantizable += 1,
-                _ => counts.excluded += 1,
-            }
-        }
-        self.counts = counts;
+        self.counts = Counts::of(&self.states, &self.graph);
         let selected: HashSet<NodeId> = self.selection.iter().copied().collect();
         let neighbours: HashSet<NodeId> = self
             .selection

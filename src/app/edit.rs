@@ -72,6 +72,27 @@ pub struct Counts {
     pub not_quantizable: usize,
 }
 
+impl Counts {
+    /// Counts `states` (indexed by node id of `graph`). Constant nodes are left out: the view
+    /// folds them into their consumers and they are never quantized as nodes, so counting
+    /// them would drown the numbers users act on.
+    pub fn of(states: &[NodeState], graph: &Graph) -> Counts {
+        let mut c = Counts::default();
+        for (state, _) in states
+            .iter()
+            .zip(graph.nodes())
+            .filter(|(_, n)| n.op_type != "Constant")
+        {
+            match state {
+                NodeState::Quantized => c.quantized += 1,
+                NodeState::NotQuantizable => c.not_quantizable += 1,
+                _ => c.excluded += 1,
+            }
+        }
+        c
+    }
+}
+
 /// A recipe being edited, with undo and redo.
 #[derive(Debug, Clone, Default)]
 pub struct RecipeEditor {
@@ -232,17 +253,9 @@ impl RecipeEditor {
             .collect()
     }
 
-    /// Counts of [`RecipeEditor::states`].
+    /// Counts of [`RecipeEditor::states`] (see [`Counts::of`]).
     pub fn counts(&self, graph: &Graph) -> Counts {
-        let mut c = Counts::default();
-        for s in self.states(graph) {
-            match s {
-                NodeState::Quantized => c.quantized += 1,
-                NodeState::NotQuantizable => c.not_quantizable += 1,
-                _ => c.excluded += 1,
-            }
-        }
-        c
+        Counts::of(&self.states(graph), graph)
     }
 
     /// The op types of `graph` with their node counts and whether each is checked (not

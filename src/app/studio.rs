@@ -308,10 +308,9 @@ impl Studio {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
-        let mut changed_recipe = false;
         match command {
             Command::SetOpType { op_type, quantize } => {
-                changed_recipe = doc.editor.set_op_type(&op_type, quantize);
+                doc.editor.set_op_type(&op_type, quantize);
                 self.status = format!(
                     "{op_type}: {}",
                     if quantize { "quantized" } else { "excluded" }
@@ -334,7 +333,7 @@ impl Studio {
                         "Select nodes first (click, Shift+click), then press X".to_owned();
                 } else {
                     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                    changed_recipe = doc.editor.toggle_nodes(&refs);
+                    doc.editor.toggle_nodes(&refs);
                     self.status = format!("Toggled exclusion of {} node(s)", names.len());
                 }
             }
@@ -344,7 +343,7 @@ impl Studio {
                     .map(|n| doc.graph.node(*n).name.clone())
                     .collect();
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                changed_recipe = doc.editor.set_nodes_excluded(&refs, excluded);
+                doc.editor.set_nodes_excluded(&refs, excluded);
                 self.status = format!(
                     "{} {} node(s)",
                     if excluded { "Excluded" } else { "Included" },
@@ -353,11 +352,11 @@ impl Studio {
             }
             Command::ExcludeOpTypeOf(node) => {
                 let op_type = doc.graph.node(node).op_type.clone();
-                changed_recipe = doc.editor.set_op_type(&op_type, false);
+                doc.editor.set_op_type(&op_type, false);
                 self.status = format!("Excluded every {op_type}");
             }
             Command::ExcludeAfter(node) => {
-                changed_recipe = doc.editor.exclude_after(&doc.graph, node);
+                doc.editor.exclude_after(&doc.graph, node);
                 self.status = format!(
                     "Excluded {} and everything after it",
                     doc.graph.node(node).name
@@ -365,29 +364,19 @@ impl Studio {
             }
             Command::SubgraphStart(node) => {
                 let name = node.map(|n| doc.graph.node(n).name.clone());
-                changed_recipe = doc.editor.set_subgraph_start(name.as_deref());
+                doc.editor.set_subgraph_start(name.as_deref());
             }
             Command::SubgraphEnd(node) => {
                 let name = node.map(|n| doc.graph.node(n).name.clone());
-                changed_recipe = doc.editor.set_subgraph_end(name.as_deref());
+                doc.editor.set_subgraph_end(name.as_deref());
             }
             Command::Undo => {
-                changed_recipe = doc.editor.undo();
-                self.status = if changed_recipe {
-                    "Undone"
-                } else {
-                    "Nothing to undo"
-                }
-                .to_owned();
+                let undone = doc.editor.undo();
+                self.status = if undone { "Undone" } else { "Nothing to undo" }.to_owned();
             }
             Command::Redo => {
-                changed_recipe = doc.editor.redo();
-                self.status = if changed_recipe {
-                    "Redone"
-                } else {
-                    "Nothing to redo"
-                }
-                .to_owned();
+                let redone = doc.editor.redo();
+                self.status = if redone { "Redone" } else { "Nothing to redo" }.to_owned();
             }
             Command::OpenSearch => {
                 doc.search.open = true;
@@ -431,9 +420,6 @@ impl Studio {
             Command::ZoomOut => return doc.canvas.zoom_by(0.8),
             Command::Pan(delta) => return doc.canvas.pan_by(delta),
             _ => {}
-        }
-        if changed_recipe {
-            tracing::debug!("recipe changed");
         }
         doc.refresh();
     }

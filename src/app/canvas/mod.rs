@@ -204,6 +204,8 @@ impl GraphCanvas {
                     // Unchanged: skip the props copy (two strings a node).
                     continue;
                 }
+                // The minimap shows fill colours only: redraw it when one changes.
+                self.minimap_dirty |= node.payload().look.fill != look.fill;
                 node.payload_mut().look = look;
                 node.set_selected(is_selected);
                 let props = node.props().clone();
@@ -227,7 +229,6 @@ impl GraphCanvas {
                 edge.display_mut().update(&props);
             }
         }
-        self.minimap_dirty = true;
     }
 
     /// Shows the whole graph at the next frame.
