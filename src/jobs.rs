@@ -33,7 +33,7 @@ impl CancelToken {
 }
 
 /// One progress report.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Progress {
     /// What is being done ("calibrating", "pass 2/2: histograms", ...).
     pub stage: String,

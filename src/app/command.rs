@@ -91,8 +91,58 @@ pub enum Command {
     ShowAbout,
     /// View ▸ Theme.
     SetTheme(egui::ThemePreference),
-    /// Close the window.
+    /// Close the window (asks first when there is unsaved work).
     Quit,
+    /// Close the window without asking.
+    QuitDiscarding,
+    /// Calibrate with the panel's settings.
+    Calibrate,
+    /// Build the QDQ model from the cached statistics and compare it with the float one.
+    QuantizeCompare,
+    /// Show this sample of the evaluation data side by side.
+    ShowSample(usize),
+    /// Rank the quantized nodes by their cost to the outputs.
+    ScanSensitivity,
+    /// Leave the most harmful nodes in float until the panel's target is met.
+    AutoExclude,
+    /// Cancel the running task.
+    CancelTask,
+    /// Calibration ▸ Save statistics…
+    SaveStatisticsDialog,
+    /// Save the statistics to this file.
+    SaveStatistics(PathBuf),
+    /// Calibration ▸ Load statistics…
+    LoadStatisticsDialog,
+    /// Load statistics from this file.
+    LoadStatistics(PathBuf),
+    /// File ▸ Save quantized model…: the save window.
+    SaveQuantizedDialog,
+    /// Save the QDQ model as the save window says.
+    SaveQuantized,
+    /// Fetch the ONNX Runtime build of this flavour.
+    InstallRuntime(crate::runtime::Flavor),
+    /// Set the recipe's calibration method.
+    SetMethod(crate::calib::range::RangeMethod),
+    /// Set (or clear, `None`) a tensor's override.
+    SetTensorOverride(String, Option<crate::recipe::TensorOverride>),
+    /// Show this tensor's histogram.
+    ShowHistogram(String),
+    /// Select these nodes by name and centre the view on the first.
+    RevealNodes(Vec<String>),
+    /// Browse for the calibration (`false`) or evaluation (`true`) data.
+    BrowseData {
+        /// Which data.
+        evaluation: bool,
+        /// A folder (image or test-data folders) rather than a file.
+        folder: bool,
+    },
+    /// Use this path for the calibration or evaluation data.
+    SetDataPath {
+        /// Which data.
+        evaluation: bool,
+        /// The file or folder.
+        path: PathBuf,
+    },
 }
 
 /// A keyboard shortcut and what it does, as the Shortcuts window lists it.
@@ -142,6 +192,9 @@ pub const SHORTCUTS: &[Shortcut] = &[
         || Command::OpenPathPrompt,
     ),
     shortcut(CTRL, Key::O, "Open a model", true, || Command::OpenDialog),
+    shortcut(CTRL_SHIFT, Key::S, "Save the quantized model", true, || {
+        Command::SaveQuantizedDialog
+    }),
     shortcut(CTRL, Key::S, "Save the recipe", true, || {
         Command::SaveRecipeDialog
     }),
@@ -195,6 +248,10 @@ pub const SHORTCUTS: &[Shortcut] = &[
         true,
         || Command::Escape,
     ),
+    shortcut(CTRL, Key::R, "Calibrate", true, || Command::Calibrate),
+    shortcut(NONE, Key::F5, "Quantize & compare", true, || {
+        Command::QuantizeCompare
+    }),
     shortcut(NONE, Key::F1, "Keyboard shortcuts", true, || {
         Command::ShowShortcuts
     }),

@@ -15,6 +15,8 @@ pub fn show(studio: &mut Studio, ctx: &egui::Context) {
     path_prompt(studio, ctx);
     shortcuts(studio, ctx);
     about(studio, ctx);
+    crate::app::work_panel::save_window(studio, ctx);
+    crate::app::work_panel::unsaved_prompt(studio, ctx);
 }
 
 fn notices(studio: &mut Studio, ctx: &egui::Context) {
@@ -65,6 +67,10 @@ fn path_prompt(studio: &mut Studio, ctx: &egui::Context) {
         PathPurpose::OpenModel => ("Open a model", "Open"),
         PathPurpose::SaveRecipe => ("Save the recipe", "Save"),
         PathPurpose::LoadRecipe => ("Load a recipe", "Load"),
+        PathPurpose::SaveStatistics => ("Save the calibration statistics", "Save"),
+        PathPurpose::LoadStatistics => ("Load calibration statistics", "Load"),
+        PathPurpose::CalibrationData => ("Calibration data", "Use"),
+        PathPurpose::EvaluationData => ("Evaluation data", "Use"),
     };
     let mut done: Option<Option<PathBuf>> = None;
     egui::Window::new(title)
@@ -111,6 +117,16 @@ fn path_prompt(studio: &mut Studio, ctx: &egui::Context) {
             PathPurpose::OpenModel => Command::Open(path),
             PathPurpose::SaveRecipe => Command::SaveRecipe(path),
             PathPurpose::LoadRecipe => Command::LoadRecipe(path),
+            PathPurpose::SaveStatistics => Command::SaveStatistics(path),
+            PathPurpose::LoadStatistics => Command::LoadStatistics(path),
+            PathPurpose::CalibrationData => Command::SetDataPath {
+                evaluation: false,
+                path,
+            },
+            PathPurpose::EvaluationData => Command::SetDataPath {
+                evaluation: true,
+                path,
+            },
         });
     }
 }

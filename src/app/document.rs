@@ -9,6 +9,7 @@ use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text
 use crate::app::edit::{Counts, NodeState, RecipeEditor};
 use crate::app::layout::{self, GraphLayout, LayoutError};
 use crate::app::search::Search;
+use crate::app::work::{Workbench, heat};
 use crate::jobs::{Cancelled, JobContext, Progress};
 use crate::model::{Graph, GraphProblem, Model, ModelError, NodeId};
 use crate::recipe::Recipe;
@@ -166,6 +167,10 @@ pub struct Document {
     pub flagged: HashSet<NodeId>,
     /// How long opening took.
     pub timings: OpenTimings,
+    /// Calibration, comparison and the rest of the quantization work.
+    pub work: Workbench,
+    /// Each node's SQNR in the last comparison (by node id), for the heat map.
+    pub heat: Option<Vec<Option<f64>>>,
     neighbours: HashMap<NodeId, Vec<NodeId>>,
     dark: bool,
 }
@@ -196,6 +201,7 @@ impl Document {
         }
         let canvas = GraphCanvas::new(&loaded.graph, &loaded.layout, &flagged);
         let neighbours = layout::neighbours(&loaded.layout);
+        let work = Workbench::new(&loaded.graph, sample_data(&loaded.source));
         let mut doc = Document {
             source: loaded.source,
             model: loaded.model,
@@ -210,6 +216,8 @@ impl Document {
             recipe_path: None,
             flagged,
             timings: loaded.timings,
+            work,
+            heat: None,
             neighbours,
             dark,
         };
@@ -240,12 +248,24 @@ impl Document {
         } else {
             egui::Color32::from_rgb(20, 90, 200)
         };
+        let heat = self.heat.as_ref().filter(|_| self.work.heat_map);
+        let threshold = f64::from(self.work.heat_threshold_db);
         let looks: Vec<NodeLook> = self
             .states
             .iter()
             .enumerate()
             .map(|(i, &state)| {
                 let id = NodeId(i);
+                let (fill, text) = match heat {
+                    Some(heat) => match heat.get(i).copied().flatten() {
+                        Some(db) => (heat::colour(db, threshold), egui::Color32::WHITE),
+                        None => (
+                            state_fill(NodeState::NotQuantizable, self.dark),
+                            state_text(NodeState::NotQuantizable, self.dark),
+                        ),
+                    },
+                    None => (state_fill(state, self.dark), state_text(state, self.dark)),
+                };
                 let emphasis = if current == Some(id) {
                     Emphasis::CurrentMatch
                 } else if matches.contains(&id) {
@@ -258,8 +278,8 @@ impl Document {
                     Emphasis::Normal
                 };
                 NodeLook {
-                    fill: state_fill(state, self.dark),
-                    text: state_text(state, self.dark),
+                    fill,
+                    text,
                     accent,
                     emphasis,
                     flagged: self.flagged.contains(&id),
@@ -309,5 +329,24 @@ impl Document {
     /// Number of Constant nodes folded into their consumers in the view.
     pub fn folded_constants(&self) -> usize {
         self.layout.positions.iter().filter(|p| p.is_none()).count()
+    }
+}
+
+/// The bundled sample's calibration and evaluation files, written to the cache on first use;
+/// `None` for other models (and when the cache cannot be written: random data then).
+fn sample_data(source: &Source) -> Option<(PathBuf, PathBuf)> {
+    if *source != Source::Sample {
+        return None;
+    }
+    let folder = crate::runtime::default_cache_dir().ok()?.join("sample");
+    match crate::sample::sample_data_files(&folder) {
+        Ok(files) => Some(files),
+        Err(e) => {
+            tracing::warn!(
+                "the sample's data could not be written to {}: {e}",
+                folder.display()
+            );
+            None
+        }
     }
 }

@@ -165,6 +165,17 @@ impl RecipeEditor {
         !self.redo.is_empty()
     }
 
+    /// Any other change to the recipe (method, tensor overrides) as one undoable step; false
+    /// when it changed nothing.
+    pub fn change(&mut self, change: impl FnOnce(&mut Recipe)) -> bool {
+        self.step(change)
+    }
+
+    /// True when the recipe was changed since editing started (undo history present).
+    pub fn edited(&self) -> bool {
+        !self.undo.is_empty() || !self.redo.is_empty()
+    }
+
     /// Replaces the whole recipe (File ▸ Load recipe) as one undoable step.
     pub fn replace(&mut self, recipe: Recipe) -> bool {
         self.step(|r| *r = recipe)

@@ -20,6 +20,9 @@ pub mod search;
 pub mod settings;
 pub mod studio;
 pub mod weights;
+pub mod work;
+mod work_actions;
+pub mod work_panel;
 
 use std::path::PathBuf;
 

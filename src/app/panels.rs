@@ -77,7 +77,65 @@ pub fn menu_bar(studio: &mut Studio, ui: &mut Ui) {
                     has_doc,
                 );
                 ui.separator();
+                menu_item(
+                    ui,
+                    studio,
+                    "Save quantized model…",
+                    Command::SaveQuantizedDialog,
+                    has_doc,
+                );
+                ui.separator();
                 menu_item(ui, studio, "Quit", Command::Quit, true);
+            });
+            ui.menu_button("Quantize", |ui| {
+                let (busy, stats) = studio
+                    .document()
+                    .map_or((false, false), |d| (d.work.busy(), d.work.stats.is_some()));
+                let idle = has_doc && !busy;
+                menu_item(ui, studio, "Run calibration", Command::Calibrate, idle);
+                menu_item(
+                    ui,
+                    studio,
+                    "Quantize & compare",
+                    Command::QuantizeCompare,
+                    idle && stats,
+                );
+                menu_item(
+                    ui,
+                    studio,
+                    "Scan sensitivity",
+                    Command::ScanSensitivity,
+                    idle && stats,
+                );
+                menu_item(
+                    ui,
+                    studio,
+                    "Auto-exclude",
+                    Command::AutoExclude,
+                    idle && stats,
+                );
+                menu_item(
+                    ui,
+                    studio,
+                    "Cancel the running task",
+                    Command::CancelTask,
+                    busy,
+                );
+                ui.separator();
+                menu_item(
+                    ui,
+                    studio,
+                    "Save statistics…",
+                    Command::SaveStatisticsDialog,
+                    has_doc && stats,
+                );
+                menu_item(
+                    ui,
+                    studio,
+                    "Load statistics…",
+                    Command::LoadStatisticsDialog,
+                    has_doc,
+                );
             });
             ui.menu_button("Edit", |ui| {
                 let (undo, redo, selected) = studio.document().map_or((false, false, false), |d| {
@@ -356,6 +414,13 @@ pub fn central(studio: &mut Studio, ui: &mut Ui) {
                         if let Some(state) = state {
                             ui.label(state.label());
                         }
+                        if let Some(db) = doc
+                            .heat
+                            .as_ref()
+                            .and_then(|h| h.get(id.0).copied().flatten())
+                        {
+                            ui.label(format!("output SQNR {db:.2} dB (float vs QDQ)"));
+                        }
                         if doc.flagged.contains(id) {
                             ui.colored_label(
                                 Color32::from_rgb(220, 40, 40),
@@ -394,7 +459,9 @@ pub fn central(studio: &mut Studio, ui: &mut Ui) {
                     }
                 }
             });
-            legend(ui, doc.layout.simplified, !doc.flagged.is_empty());
+            let heat =
+                (doc.work.heat_map && doc.heat.is_some()).then_some(doc.work.heat_threshold_db);
+            legend(ui, doc.layout.simplified, !doc.flagged.is_empty(), heat);
         } else if opening.is_none() {
             empty_state(ui, &mut commands);
         }
@@ -554,7 +621,7 @@ pub fn node_menu(
     item(ui, "Zoom to".to_owned(), Command::SelectNodes(vec![id]));
 }
 
-fn legend(ui: &mut Ui, simplified: bool, flagged: bool) {
+fn legend(ui: &mut Ui, simplified: bool, flagged: bool, heat: Option<f32>) {
     let rect = ui.max_rect();
     egui::Area::new(egui::Id::new("graph-legend"))
         .fixed_pos(rect.left_bottom() + egui::vec2(10.0, -10.0))
@@ -562,6 +629,10 @@ fn legend(ui: &mut Ui, simplified: bool, flagged: bool) {
         .interactable(false)
         .show(ui.ctx(), |ui| {
             egui::Frame::popup(ui.style()).show(ui, |ui| {
+                if let Some(threshold) = heat {
+                    heat_legend(ui, f64::from(threshold));
+                    return;
+                }
                 for state in LEGEND {
                     ui.horizontal(|ui| {
                         swatch(ui, state_fill(state, ui.visuals().dark_mode));
@@ -579,6 +650,50 @@ fn legend(ui: &mut Ui, simplified: bool, flagged: bool) {
                 }
             });
         });
+}
+
+/// The heat map's scale: SQNR from red (under the threshold) to green.
+fn heat_legend(ui: &mut Ui, threshold: f64) {
+    use crate::app::work::heat;
+    ui.label(RichText::new("SQNR of each node's output, float vs QDQ").strong());
+    let (lo, hi) = heat::legend_span(threshold);
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(220.0, 14.0), egui::Sense::hover());
+    let steps = 44;
+    for i in 0..steps {
+        let t = i as f64 / f64::from(steps - 1);
+        let db = lo + t * (hi - lo);
+        let x0 = rect.left() + rect.width() * i as f32 / steps as f32;
+        let x1 = rect.left() + rect.width() * (i + 1) as f32 / steps as f32;
+        ui.painter().rect_filled(
+            egui::Rect::from_min_max(egui::pos2(x0, rect.top()), egui::pos2(x1, rect.bottom())),
+            0.0,
+            heat::colour(db, threshold),
+        );
+    }
+    let x = rect.left() + rect.width() * ((threshold - lo) / (hi - lo)) as f32;
+    ui.painter().line_segment(
+        [
+            egui::pos2(x, rect.top() - 2.0),
+            egui::pos2(x, rect.bottom() + 2.0),
+        ],
+        egui::Stroke::new(2.0, ui.visuals().text_color()),
+    );
+    ui.horizontal(|ui| {
+        ui.label(RichText::new(format!("≤{lo:.0} dB")).small());
+        ui.label(
+            RichText::new(format!("threshold {threshold:.1} dB"))
+                .small()
+                .strong(),
+        );
+        ui.label(RichText::new(format!("≥{hi:.0} dB")).small());
+    });
+    ui.horizontal(|ui| {
+        swatch(
+            ui,
+            state_fill(NodeState::NotQuantizable, ui.visuals().dark_mode),
+        );
+        ui.label("not measured (output not quantized)");
+    });
 }
 
 fn empty_state(ui: &mut Ui, commands: &mut Vec<Command>) {

@@ -57,6 +57,14 @@ pub enum PathPurpose {
     SaveRecipe,
     /// A recipe to load.
     LoadRecipe,
+    /// Where to save calibration statistics.
+    SaveStatistics,
+    /// Statistics to load.
+    LoadStatistics,
+    /// The calibration data file or folder.
+    CalibrationData,
+    /// The evaluation data file or folder.
+    EvaluationData,
 }
 
 /// The path field window (fallback for native dialogs, and File ▸ Open path…).
@@ -88,16 +96,18 @@ pub(crate) struct WeightView {
 pub struct StudioMetrics {
     /// From the open request to the first frame showing the model.
     pub open_to_first_frame: Option<Duration>,
+    /// From "quantize & compare" to the first frame showing the updated heat map.
+    pub compare_to_heat_map: Option<Duration>,
 }
 
 /// The studio application.
 pub struct Studio {
-    options: StudioOptions,
+    pub(crate) options: StudioOptions,
     settings: Settings,
-    doc: Option<Document>,
+    pub(crate) doc: Option<Document>,
     opening: Option<Opening>,
     notices: Vec<Notice>,
-    status: String,
+    pub(crate) status: String,
     queue: Vec<Command>,
     pub(crate) prompt: Option<PathPrompt>,
     pub(crate) show_shortcuts: bool,
@@ -110,9 +120,21 @@ pub struct Studio {
     /// The window's theme as of the last frame (documents are built for it).
     dark: bool,
     title: String,
-    quit: bool,
+    pub(crate) quit: bool,
+    /// The user chose to quit without saving (the close is not asked about again).
+    pub(crate) quit_confirmed: bool,
+    /// The unsaved-work question is showing.
+    pub(crate) ask_unsaved: bool,
+    /// Quit when the running save succeeds.
+    pub(crate) quit_after_save: bool,
     opened_at: Option<Instant>,
-    metrics: StudioMetrics,
+    pub(crate) metrics: StudioMetrics,
+    /// When quantize & compare was asked for (until its heat map is drawn).
+    pub(crate) compare_requested: Option<Instant>,
+    /// The heat map was installed this frame: the next frame shows it.
+    pub(crate) heat_installed: bool,
+    /// Side-by-side images of the shown output (float, quantized, difference).
+    pub(crate) output_images: Option<crate::app::work_panel::OutputImages>,
 }
 
 impl std::fmt::Debug for Studio {
@@ -150,8 +172,14 @@ impl Studio {
             dark: true,
             title: String::new(),
             quit: false,
+            quit_confirmed: false,
+            ask_unsaved: false,
+            quit_after_save: false,
             opened_at: None,
             metrics: StudioMetrics::default(),
+            compare_requested: None,
+            heat_installed: false,
+            output_images: None,
         }
     }
 
@@ -202,7 +230,7 @@ impl Studio {
         self.queue.push(command);
     }
 
-    fn fail(&mut self, title: impl Into<String>, detail: impl std::fmt::Display) {
+    pub(crate) fn fail(&mut self, title: impl Into<String>, detail: impl std::fmt::Display) {
         let title = title.into();
         tracing::warn!("{title}: {detail}");
         self.notices.push(Notice {
@@ -299,7 +327,12 @@ impl Studio {
             Command::ShowShortcuts => self.show_shortcuts = true,
             Command::ShowAbout => self.show_about = true,
             Command::SetTheme(theme) => self.settings.theme = theme,
-            Command::Quit => self.quit = true,
+            Command::Quit => self.request_quit(),
+            Command::QuitDiscarding => {
+                self.quit_confirmed = true;
+                self.quit = true;
+            }
+            other if crate::app::work_actions::is_work_command(&other) => self.apply_work(other),
             other => self.apply_to_document(other),
         }
     }
@@ -424,7 +457,7 @@ impl Studio {
         doc.refresh();
     }
 
-    fn ask_path(&mut self, purpose: PathPurpose, note: Option<String>) {
+    pub(crate) fn ask_path(&mut self, purpose: PathPurpose, note: Option<String>) {
         let text = match purpose {
             PathPurpose::SaveRecipe => self.default_recipe_path().display().to_string(),
             _ => String::new(),
@@ -437,7 +470,7 @@ impl Studio {
     }
 
     /// Runs a native dialog; `None` and opens the path field when no dialog could be shown.
-    fn native_dialog(
+    pub(crate) fn native_dialog(
         &mut self,
         purpose: PathPurpose,
         run: impl FnOnce() -> Option<PathBuf>,
@@ -606,6 +639,8 @@ impl Studio {
         }
         self.poll_open(&ctx);
         self.runtime.poll(&ctx);
+        self.poll_work(&ctx);
+        self.handle_close_request(&ctx);
         self.handle_dropped_files(&ctx);
         let text_focused = ctx.memory(|m| m.focused().is_some());
         let pressed = ctx.input_mut(|i| command::pressed(i, text_focused));
@@ -618,6 +653,8 @@ impl Studio {
         panels::menu_bar(self, ui);
         panels::status_bar(self, ui);
         if self.doc.is_some() {
+            // The work panel first: it spans the window's width under the side panels.
+            crate::app::work_panel::show(self, ui);
             panels::left_panel(self, ui);
             panels::inspector_panel(self, ui);
         }
@@ -643,6 +680,12 @@ impl Studio {
         if title != self.title {
             ctx.send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
             self.title = title;
+        }
+        if std::mem::take(&mut self.heat_installed)
+            && let Some(started) = self.compare_requested.take()
+        {
+            self.metrics.compare_to_heat_map = Some(started.elapsed());
+            tracing::info!("quantize & compare to heat map: {:?}", started.elapsed());
         }
         if let Some(started) = self.opened_at.take() {
             self.metrics.open_to_first_frame = Some(started.elapsed());

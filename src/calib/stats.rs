@@ -204,7 +204,7 @@ impl TensorStats {
 }
 
 /// How the statistics were gathered.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CalibrationInfo {
     /// The model's graph name and node count, to catch statistics used with another model.
     pub model: String,
@@ -237,7 +237,7 @@ pub struct CalibrationInfo {
 }
 
 /// The statistics of every calibrated tensor, as saved to and loaded from disk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CalibrationStats {
     /// How they were gathered.
     pub info: CalibrationInfo,

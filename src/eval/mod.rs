@@ -54,6 +54,14 @@ pub enum EvalError {
         "no output is classifier-like ([N, classes] or [N, T, classes]): use an SQNR target instead"
     )]
     NoClassifierOutput,
+    /// A sample beyond the evaluation data was asked for.
+    #[error("sample {sample} does not exist: the evaluation data holds {samples} sample(s)")]
+    NoSample {
+        /// The sample asked for (from 0).
+        sample: usize,
+        /// Samples held.
+        samples: usize,
+    },
     /// Cancelled.
     #[error("the comparison was cancelled")]
     Cancelled,

@@ -6,7 +6,7 @@
 //! comparison; a scan trades memory (inputs and float outputs of the evaluation set) for
 //! hundreds of runs saved.
 
-use ndarray::ArrayD;
+use ndarray::{ArrayD, Axis};
 
 use super::{Accumulator, EvalError, OutputMetrics, check_comparable, run_outputs};
 use crate::calib::data::{BatchSource, model_inputs, validate};
@@ -20,8 +20,22 @@ use crate::runtime::{EpSpec, Runtime, SessionOptions};
 #[derive(Debug, Clone)]
 struct ReferenceBatch {
     index: usize,
+    first_sample: usize,
+    samples: usize,
     inputs: Vec<(String, TensorArray)>,
     outputs: Vec<Option<ArrayD<f32>>>,
+}
+
+/// One output of one sample, float beside quantized (what the studio's side-by-side view
+/// draws).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputPair {
+    /// The output's name.
+    pub name: String,
+    /// The float model's values (the sample's slice, batch axis kept with length 1).
+    pub float: ArrayD<f32>,
+    /// The quantized model's values, same shape.
+    pub quantized: ArrayD<f32>,
 }
 
 /// The evaluation data and the float model's outputs on it.
@@ -60,6 +74,8 @@ impl Reference {
             done += batch.samples;
             batches.push(ReferenceBatch {
                 index: batch.index,
+                first_sample: batch.first_sample,
+                samples: batch.samples,
                 inputs: batch.inputs,
                 outputs: results,
             });
@@ -108,5 +124,59 @@ impl Reference {
             super::accumulate(&mut accumulators, &mut classes, &batch.outputs, &results);
         }
         Ok(super::finish(&self.outputs, &accumulators, &classes))
+    }
+
+    /// Runs `quant` on the batch holding `sample` and returns that sample's outputs, float
+    /// beside quantized. Outputs that are not float tensors are left out.
+    pub fn sample_outputs(
+        &self,
+        float: &Model,
+        quant: &Model,
+        runtime: &Runtime,
+        eps: &[EpSpec],
+        sample: usize,
+    ) -> Result<Vec<OutputPair>, EvalError> {
+        check_comparable(float, quant, "the quantized model")?;
+        let batch = self
+            .batches
+            .iter()
+            .find(|b| (b.first_sample..b.first_sample + b.samples).contains(&sample))
+            .ok_or(EvalError::NoSample {
+                sample,
+                samples: self.samples,
+            })?;
+        let mut session =
+            runtime.session_from_bytes(&quant.to_bytes()?, eps, cpu_session_options(quant))?;
+        let owned = owned_inputs(batch.inputs.clone())?;
+        let results = run_outputs(
+            &mut session,
+            &owned,
+            &self.outputs,
+            batch.index,
+            "quantized",
+        )?;
+        let at = sample - batch.first_sample;
+        let slice = |a: &ArrayD<f32>| -> Option<ArrayD<f32>> {
+            (a.ndim() > 0 && a.shape()[0] == batch.samples && at < a.shape()[0])
+                .then(|| a.slice_axis(Axis(0), (at..at + 1).into()).to_owned())
+        };
+        Ok(self
+            .outputs
+            .iter()
+            .zip(batch.outputs.iter().zip(&results))
+            .filter_map(|(name, (f, q))| {
+                let (f, q) = (f.as_ref()?, q.as_ref()?);
+                let (float, quantized) = match (slice(f), slice(q)) {
+                    (Some(f), Some(q)) => (f, q),
+                    // An output without a batch axis (a scalar, a fixed table): whole.
+                    _ => (f.clone(), q.clone()),
+                };
+                Some(OutputPair {
+                    name: name.clone(),
+                    float,
+                    quantized,
+                })
+            })
+            .collect())
     }
 }

@@ -43,7 +43,8 @@ pub struct RewriteOutput {
     pub per_axis: bool,
 }
 
-fn qtype_range_target(qtype: QuantType, symmetric: bool) -> RangeTarget {
+/// The integer grid an activation of `qtype` is quantized to (what its range is chosen for).
+pub fn qtype_range_target(qtype: QuantType, symmetric: bool) -> RangeTarget {
     let (lo, hi) = super::scale::qrange(qtype, false, symmetric);
     RangeTarget {
         steps: (hi - lo) as u32,

@@ -1,0 +1,303 @@
+//! Where the studio's calibration and evaluation data come from, as the user edits it in the
+//! calibration panel, and the check that it fits the model before anything runs.
+
+use std::path::PathBuf;
+
+use crate::calib::data::images::Preprocess;
+use crate::calib::data::{DataSpec, InputSpec, parse_shapes, validate};
+use crate::jobs::Job;
+use crate::model::Dim;
+
+/// The kinds of data source the panel offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataKind {
+    /// A `.npz` (or `.npy`) file keyed by input name, samples on axis 0.
+    File,
+    /// A folder of png/jpg images, with preprocessing.
+    Images,
+    /// ONNX Runtime test-data folders (`test_data_set_*/input_*.pb`).
+    TestData,
+    /// Random values from the input shapes.
+    Random,
+}
+
+impl DataKind {
+    /// Every kind, in the order the panel lists them.
+    pub const ALL: [DataKind; 4] = [
+        DataKind::File,
+        DataKind::Images,
+        DataKind::TestData,
+        DataKind::Random,
+    ];
+
+    /// The label the panel shows.
+    pub fn label(self) -> &'static str {
+        match self {
+            DataKind::File => ".npz / .npy file",
+            DataKind::Images => "Image folder",
+            DataKind::TestData => "ONNX Runtime test data",
+            DataKind::Random => "Random",
+        }
+    }
+}
+
+/// A data source as the user edits it: every field of every kind is kept, so switching kinds
+/// back and forth loses nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataChoice {
+    /// The kind in use.
+    pub kind: DataKind,
+    /// File or folder (all kinds but random).
+    pub path: String,
+    /// Image preprocessing (image folders).
+    pub preprocess: Preprocess,
+    /// Samples of random data.
+    pub random_samples: usize,
+    /// Shapes of random data, `name:1x3x224x224,...` (batch axis included).
+    pub shapes: String,
+    /// Seed of random data.
+    pub seed: u64,
+}
+
+impl DataChoice {
+    /// A `.npz`/`.npy` file.
+    pub fn file(path: PathBuf) -> Self {
+        DataChoice {
+            kind: DataKind::File,
+            path: path.display().to_string(),
+            ..DataChoice::random_for(&[])
+        }
+    }
+
+    /// Random data for `inputs`, with every symbolic dimension given a value so that it runs
+    /// as it stands: 1 on the batch axis, 224 on the spatial axes of a rank-4 input (the
+    /// common NCHW image), 32 elsewhere. The shapes field shows these for the user to edit.
+    pub fn random_for(inputs: &[InputSpec]) -> Self {
+        let shapes: Vec<String> = inputs
+            .iter()
+            .filter_map(|input| {
+                let dims = input.shape.as_ref()?;
+                if dims.iter().all(|d| matches!(d, Dim::Fixed(v) if *v > 0)) {
+                    return None;
+                }
+                let rank = dims.len();
+                let sizes: Vec<String> = dims
+                    .iter()
+                    .enumerate()
+                    .map(|(axis, d)| match d {
+                        Dim::Fixed(v) if *v > 0 => v.to_string(),
+                        _ if axis == 0 => "1".to_owned(),
+                        _ if rank == 4 && axis >= 2 => "224".to_owned(),
+                        _ => "32".to_owned(),
+                    })
+                    .collect();
+                Some(format!("{}:{}", input.name, sizes.join("x")))
+            })
+            .collect();
+        let preprocess = image_preprocess_for(inputs);
+        DataChoice {
+            kind: DataKind::Random,
+            path: String::new(),
+            preprocess,
+            random_samples: 16,
+            shapes: shapes.join(","),
+            seed: 0,
+        }
+    }
+
+    /// The engine's description of this source, or what is wrong with the fields.
+    pub fn spec(&self) -> Result<DataSpec, String> {
+        let path = || -> Result<PathBuf, String> {
+            let text = self.path.trim();
+            if text.is_empty() {
+                Err("choose a file or folder".to_owned())
+            } else {
+                Ok(PathBuf::from(text))
+            }
+        };
+        Ok(match self.kind {
+            DataKind::File => DataSpec::Npz { path: path()? },
+            DataKind::Images => DataSpec::Images {
+                path: path()?,
+                preprocess: self.preprocess.clone(),
+            },
+            DataKind::TestData => DataSpec::PbFolder { path: path()? },
+            DataKind::Random => {
+                if self.random_samples == 0 {
+                    return Err("random data needs at least one sample".to_owned());
+                }
+                DataSpec::Random {
+                    samples: self.random_samples,
+                    shapes: if self.shapes.trim().is_empty() {
+                        Default::default()
+                    } else {
+                        parse_shapes(self.shapes.trim()).map_err(|e| e.to_string())?
+                    },
+                    seed: self.seed,
+                }
+            }
+        })
+    }
+
+    /// One line naming the source.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            DataKind::Random => format!("{} random samples", self.random_samples),
+            kind => format!("{} {}", kind.label(), self.path.trim()),
+        }
+    }
+}
+
+/// The kind of source a path is (the engine's own rule: a folder of images, a folder of test
+/// data, else a file).
+pub fn kind_of(path: &std::path::Path) -> DataKind {
+    match DataSpec::from_path(path, Preprocess::default()) {
+        DataSpec::Images { .. } => DataKind::Images,
+        DataSpec::PbFolder { .. } => DataKind::TestData,
+        DataSpec::Npz { .. } | DataSpec::Random { .. } => DataKind::File,
+    }
+}
+
+/// Image preprocessing sized to the first input when its spatial size is fixed (NCHW).
+fn image_preprocess_for(inputs: &[InputSpec]) -> Preprocess {
+    let mut preprocess = Preprocess::default();
+    let dims = inputs
+        .first()
+        .and_then(|i| i.shape.clone())
+        .unwrap_or_default();
+    let fixed = |axis: usize| match dims.get(axis) {
+        Some(Dim::Fixed(v)) if *v > 0 => u32::try_from(*v).ok(),
+        _ => None,
+    };
+    if let (Some(h), Some(w)) = (fixed(2), fixed(3)) {
+        preprocess.width = w;
+        preprocess.height = h;
+        preprocess.resize_shorter = 0;
+    }
+    preprocess
+}
+
+/// Opens `spec` for a model with `inputs` and checks that it feeds them in batches of
+/// `batch_size`: the summary line on success, every mismatch otherwise.
+pub fn check(spec: &DataSpec, inputs: &[InputSpec], batch_size: usize) -> Result<String, String> {
+    let source = spec.open(inputs).map_err(|e| e.to_string())?;
+    let arrays = source.arrays();
+    let samples = source.samples();
+    validate(inputs, &arrays, samples, batch_size.max(1)).map_err(|e| e.to_string())?;
+    let arrays: Vec<String> = arrays
+        .iter()
+        .map(|a| {
+            let dims: Vec<String> = a.shape.iter().map(usize::to_string).collect();
+            format!("{}: {} [{}]", a.name, a.dtype, dims.join(", "))
+        })
+        .collect();
+    Ok(format!("{samples} samples · {}", arrays.join(" · ")))
+}
+
+/// The state of a data source's check.
+#[derive(Default)]
+pub enum DataCheck {
+    /// Not checked yet.
+    #[default]
+    Unchecked,
+    /// Being checked (opening a large file takes a moment).
+    Checking(Job<Result<String, String>>),
+    /// Fits the model: a summary line.
+    Fits(String),
+    /// Does not fit (or cannot be read): why.
+    Problem(String),
+}
+
+impl DataCheck {
+    /// Starts checking `choice` against `inputs` for batches of `batch_size`.
+    pub fn start(choice: &DataChoice, inputs: Vec<InputSpec>, batch_size: usize) -> Self {
+        let spec = match choice.spec() {
+            Ok(spec) => spec,
+            Err(problem) => return DataCheck::Problem(problem),
+        };
+        match Job::spawn("data-check", move |_ctx| check(&spec, &inputs, batch_size)) {
+            Ok(job) => DataCheck::Checking(job),
+            Err(e) => DataCheck::Problem(e.to_string()),
+        }
+    }
+
+    /// Takes a finished check's result; true while still checking.
+    pub fn poll(&mut self) -> bool {
+        let DataCheck::Checking(job) = self else {
+            return false;
+        };
+        match job.try_take() {
+            None => true,
+            Some(Ok(Ok(summary))) => {
+                *self = DataCheck::Fits(summary);
+                false
+            }
+            Some(Ok(Err(problem)) | Err(problem)) => {
+                *self = DataCheck::Problem(problem);
+                false
+            }
+        }
+    }
+
+    /// True when the data is known to fit.
+    pub fn fits(&self) -> bool {
+        matches!(self, DataCheck::Fits(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::DataType;
+
+    fn input(name: &str, dims: &[i64]) -> InputSpec {
+        InputSpec {
+            name: name.to_owned(),
+            dtype: Some(DataType::Float32),
+            shape: Some(
+                dims.iter()
+                    .map(|&d| {
+                        if d < 0 {
+                            Dim::Symbolic("n".into())
+                        } else {
+                            Dim::Fixed(d)
+                        }
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn random_data_fills_symbolic_dims_and_checks_against_the_model() {
+        let inputs = [input("x", &[-1, 3, -1, -1]), input("len", &[4])];
+        let choice = DataChoice::random_for(&inputs);
+        assert_eq!(choice.shapes, "x:1x3x224x224");
+        let summary = check(&choice.spec().unwrap(), &inputs, 1).unwrap();
+        assert!(summary.starts_with("16 samples"), "{summary}");
+        assert!(
+            summary.contains("x: float32 [16, 3, 224, 224]"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn a_file_that_does_not_fit_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.npz");
+        let (calib, _) = crate::sample::sample_data_files(dir.path()).unwrap();
+        std::fs::copy(calib, &path).unwrap();
+        let wrong = [input("image", &[-1, 3, 48, 192])];
+        let problem =
+            check(&DataChoice::file(path.clone()).spec().unwrap(), &wrong, 1).unwrap_err();
+        assert!(problem.contains("input 'image' has no array"), "{problem}");
+        let right = [input("x", &[-1, 3, 48, 192])];
+        let summary = check(&DataChoice::file(path).spec().unwrap(), &right, 1).unwrap();
+        assert!(summary.starts_with("32 samples"), "{summary}");
+        let empty = DataChoice {
+            path: " ".into(),
+            ..DataChoice::file(PathBuf::new())
+        };
+        assert_eq!(empty.spec().unwrap_err(), "choose a file or folder");
+    }
+}

@@ -1,0 +1,392 @@
+//! The Calibration tab: calibration and evaluation data (checked against the model as they
+//! are edited), the execution provider, batch size, samples, method, and the statistics.
+
+use egui::{Color32, RichText, Ui};
+
+use crate::app::command::Command;
+use crate::app::runtime_status::RuntimeStatus;
+use crate::app::studio::Studio;
+use crate::app::work::data::{DataCheck, DataChoice, DataKind};
+use crate::calib::data::images::{ChannelOrder, Layout};
+use crate::calib::range::RangeMethod;
+use crate::runtime::{EpSpec, EpState, EpStatus, Flavor};
+
+/// The runtime build that carries `ep`, when there is one to fetch.
+fn flavor_of(ep: &EpSpec) -> Option<Flavor> {
+    match ep {
+        EpSpec::Cuda(_) | EpSpec::TensorRt(_) => Some(Flavor::Gpu),
+        EpSpec::DirectMl(_) => Some(Flavor::Directml),
+        EpSpec::OpenVino(_) => Some(Flavor::Openvino),
+        EpSpec::Cpu | EpSpec::CoreMl => None,
+    }
+    .filter(|f| crate::runtime::pins::wheel_for(*f).is_some())
+}
+
+pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
+    let eps: Option<Vec<EpStatus>> = match &studio.runtime {
+        RuntimeStatus::Ready { eps, .. } => Some(eps.clone()),
+        _ => None,
+    };
+    let runtime_line = studio.runtime.summary();
+    let Some(doc) = studio.doc.as_mut() else {
+        return;
+    };
+    let method = doc.editor.recipe().calibration_method;
+    let work = &mut doc.work;
+    ui.columns(3, |columns| {
+        let ui = &mut columns[0];
+        ui.heading("Calibration data");
+        data_editor(ui, "calib", &mut work.calibration, false, commands);
+        check_line(ui, &work.calibration_check);
+
+        let ui = &mut columns[1];
+        ui.heading("Evaluation data");
+        ui.checkbox(
+            &mut work.evaluate_on_calibration,
+            "Same as the calibration data",
+        );
+        if !work.evaluate_on_calibration {
+            data_editor(ui, "eval", &mut work.evaluation, true, commands);
+            check_line(ui, &work.evaluation_check);
+        }
+        ui.checkbox(
+            &mut work.measure_latency,
+            "Measure float and quantized latency",
+        );
+
+        let ui = &mut columns[2];
+        ui.heading("Execution provider");
+        ep_list(ui, &mut work.ep, eps.as_deref(), &runtime_line, commands);
+        ui.add_space(6.0);
+        egui::Grid::new("calib-settings")
+            .num_columns(2)
+            .show(ui, |ui| {
+                ui.label("Batch size");
+                ui.add(egui::DragValue::new(&mut work.batch_size).range(1..=4096));
+                ui.end_row();
+                ui.label("Samples (0: all)");
+                ui.add(egui::DragValue::new(&mut work.max_samples).range(0..=1_000_000));
+                ui.end_row();
+                ui.label("Histogram bins");
+                let mut bins = work.histogram_bins;
+                ui.add(egui::DragValue::new(&mut bins).range(8..=65536).speed(64));
+                work.histogram_bins = (bins / 4).max(2) * 4;
+                ui.end_row();
+                ui.label("Method");
+                method_editor(ui, &method, commands);
+                ui.end_row();
+            });
+        ui.add_space(6.0);
+        let can_run = !work.busy() && !matches!(work.calibration_check, DataCheck::Problem(_));
+        if ui
+            .add_enabled(can_run, egui::Button::new("Run calibration"))
+            .on_hover_text("Ctrl+R")
+            .clicked()
+        {
+            commands.push(Command::Calibrate);
+        }
+        match &work.stats {
+            Some(stats) => {
+                let info = &stats.info;
+                ui.label(format!(
+                    "Statistics: {} tensors, {} samples, {} ({:.1} s){}",
+                    stats.tensors.len(),
+                    info.samples,
+                    if info.execution_providers.is_empty() {
+                        "loaded".to_owned()
+                    } else {
+                        info.execution_providers.join(" > ")
+                    },
+                    info.seconds,
+                    if work.stats_saved {
+                        ""
+                    } else {
+                        " · not saved"
+                    }
+                ));
+            }
+            None => {
+                ui.label(RichText::new("No statistics yet").weak());
+            }
+        }
+        ui.horizontal(|ui| {
+            if ui
+                .add_enabled(work.stats.is_some(), egui::Button::new("Save statistics…"))
+                .clicked()
+            {
+                commands.push(Command::SaveStatisticsDialog);
+            }
+            if ui.button("Load statistics…").clicked() {
+                commands.push(Command::LoadStatisticsDialog);
+            }
+        });
+    });
+}
+
+fn data_editor(
+    ui: &mut Ui,
+    id: &str,
+    choice: &mut DataChoice,
+    evaluation: bool,
+    commands: &mut Vec<Command>,
+) {
+    egui::ComboBox::from_id_salt((id, "kind"))
+        .selected_text(choice.kind.label())
+        .show_ui(ui, |ui| {
+            for kind in DataKind::ALL {
+                ui.selectable_value(&mut choice.kind, kind, kind.label());
+            }
+        });
+    if choice.kind != DataKind::Random {
+        ui.horizontal(|ui| {
+            let label = ui.label(if evaluation { "Eval path" } else { "Data path" });
+            ui.add(
+                egui::TextEdit::singleline(&mut choice.path)
+                    .desired_width(ui.available_width() - 80.0)
+                    .hint_text("file or folder"),
+            )
+            .labelled_by(label.id);
+            if ui.button("Browse…").clicked() {
+                commands.push(Command::BrowseData {
+                    evaluation,
+                    folder: choice.kind != DataKind::File,
+                });
+            }
+        });
+    }
+    match choice.kind {
+        DataKind::Images => images_editor(ui, id, choice),
+        DataKind::Random => {
+            egui::Grid::new((id, "random"))
+                .num_columns(2)
+                .show(ui, |ui| {
+                    ui.label("Samples");
+                    ui.add(egui::DragValue::new(&mut choice.random_samples).range(1..=100_000));
+                    ui.end_row();
+                    ui.label("Shapes");
+                    ui.add(
+                        egui::TextEdit::singleline(&mut choice.shapes)
+                            .hint_text("input:1x3x224x224")
+                            .desired_width(200.0),
+                    );
+                    ui.end_row();
+                    ui.label("Seed");
+                    ui.add(egui::DragValue::new(&mut choice.seed));
+                    ui.end_row();
+                });
+            ui.label(
+                RichText::new(
+                    "Random data exercises the pipeline; its ranges are not representative.",
+                )
+                .weak(),
+            );
+        }
+        DataKind::File | DataKind::TestData => {}
+    }
+}
+
+fn images_editor(ui: &mut Ui, id: &str, choice: &mut DataChoice) {
+    let p = &mut choice.preprocess;
+    egui::Grid::new((id, "images"))
+        .num_columns(2)
+        .show(ui, |ui| {
+            ui.label("Size W×H");
+            ui.horizontal(|ui| {
+                ui.add(egui::DragValue::new(&mut p.width).range(1..=8192));
+                ui.add(egui::DragValue::new(&mut p.height).range(1..=8192));
+            });
+            ui.end_row();
+            ui.label("Resize shorter side (0: plain resize)");
+            ui.add(egui::DragValue::new(&mut p.resize_shorter).range(0..=8192));
+            ui.end_row();
+            ui.label("Channels");
+            ui.horizontal(|ui| {
+                ui.radio_value(&mut p.channels, ChannelOrder::Rgb, "RGB");
+                ui.radio_value(&mut p.channels, ChannelOrder::Bgr, "BGR");
+            });
+            ui.end_row();
+            ui.label("Layout");
+            ui.horizontal(|ui| {
+                ui.radio_value(&mut p.layout, Layout::Nchw, "NCHW");
+                ui.radio_value(&mut p.layout, Layout::Nhwc, "NHWC");
+            });
+            ui.end_row();
+            ui.label("Scale");
+            ui.add(
+                egui::DragValue::new(&mut p.scale)
+                    .speed(0.0001)
+                    .max_decimals(6),
+            );
+            ui.end_row();
+            ui.label("Mean");
+            ui.horizontal(|ui| {
+                for v in &mut p.mean {
+                    ui.add(egui::DragValue::new(v).speed(0.001).max_decimals(4));
+                }
+            });
+            ui.end_row();
+            ui.label("Std");
+            ui.horizontal(|ui| {
+                for v in &mut p.std {
+                    ui.add(
+                        egui::DragValue::new(v)
+                            .speed(0.001)
+                            .max_decimals(4)
+                            .range(1e-6..=1e6),
+                    );
+                }
+            });
+            ui.end_row();
+        });
+}
+
+fn check_line(ui: &mut Ui, check: &DataCheck) {
+    match check {
+        DataCheck::Unchecked => {}
+        DataCheck::Checking(_) => {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label("Checking the data against the model…");
+            });
+        }
+        DataCheck::Fits(summary) => {
+            ui.colored_label(Color32::from_rgb(60, 170, 110), format!("✔ {summary}"));
+        }
+        DataCheck::Problem(problem) => {
+            ui.colored_label(ui.visuals().error_fg_color, format!("✖ {problem}"));
+        }
+    }
+}
+
+fn ep_list(
+    ui: &mut Ui,
+    chosen: &mut EpSpec,
+    eps: Option<&[EpStatus]>,
+    runtime_line: &str,
+    commands: &mut Vec<Command>,
+) {
+    ui.label(RichText::new(runtime_line).weak());
+    let Some(eps) = eps else {
+        ui.radio_value(chosen, EpSpec::Cpu, "cpu");
+        ui.label(
+            RichText::new("Other providers are listed once ONNX Runtime has been found.").weak(),
+        );
+        return;
+    };
+    let mut fetch: Vec<Flavor> = Vec::new();
+    for status in eps {
+        let ready = status.state == EpState::Ready;
+        let (note, colour) = match &status.state {
+            EpState::Ready => ("ready".to_owned(), None),
+            EpState::Unavailable(reason) => (
+                format!("cannot run here: {reason}"),
+                Some(ui.visuals().warn_fg_color),
+            ),
+            EpState::NotInLibrary(_) => {
+                if let Some(f) = flavor_of(&status.ep).filter(|f| !fetch.contains(f)) {
+                    fetch.push(f);
+                }
+                ("not in this ONNX Runtime build".to_owned(), None)
+            }
+        };
+        ui.horizontal(|ui| {
+            let response = ui.add_enabled(
+                ready,
+                egui::RadioButton::new(*chosen == status.ep, status.ep.to_string()),
+            );
+            if response.clicked() {
+                *chosen = status.ep.clone();
+            }
+            let text = RichText::new(note).small();
+            match colour {
+                Some(c) => ui.colored_label(c, text),
+                None => ui.label(text.weak()),
+            }
+            .on_hover_text(match &status.state {
+                EpState::NotInLibrary(hint) => hint.clone(),
+                _ => status.ort_name.clone(),
+            });
+        });
+    }
+    for flavor in fetch {
+        let label = match flavor {
+            Flavor::Gpu => "Get the GPU runtime (CUDA, TensorRT)",
+            Flavor::Directml => "Get the DirectML runtime",
+            Flavor::Openvino => "Get the OpenVINO runtime",
+            Flavor::Cpu => continue,
+        };
+        if ui
+            .button(label)
+            .on_hover_text(
+                "Downloads the pinned ONNX Runtime build into the cache; restart to use it",
+            )
+            .clicked()
+        {
+            commands.push(Command::InstallRuntime(flavor));
+        }
+    }
+}
+
+fn method_editor(ui: &mut Ui, method: &RangeMethod, commands: &mut Vec<Command>) {
+    ui.vertical(|ui| {
+        egui::ComboBox::from_id_salt("calib-method")
+            .selected_text(method.name())
+            .show_ui(ui, |ui| {
+                for m in RangeMethod::all() {
+                    if ui
+                        .selectable_label(m.name() == method.name(), m.name())
+                        .clicked()
+                        && m.name() != method.name()
+                    {
+                        commands.push(Command::SetMethod(m));
+                    }
+                }
+            });
+        match method {
+            RangeMethod::Percentile {
+                percentile,
+                symmetric,
+            } => {
+                let (mut p, mut s) = (*percentile, *symmetric);
+                ui.horizontal(|ui| {
+                    ui.label("Percentile");
+                    ui.add(
+                        egui::DragValue::new(&mut p)
+                            .range(50.0..=100.0)
+                            .speed(0.001)
+                            .max_decimals(4),
+                    );
+                });
+                ui.checkbox(&mut s, "Symmetric (|x|)");
+                if (p, s) != (*percentile, *symmetric) {
+                    commands.push(Command::SetMethod(RangeMethod::Percentile {
+                        percentile: p,
+                        symmetric: s,
+                    }));
+                }
+            }
+            RangeMethod::Entropy { num_quantized_bins } => {
+                let mut bins = *num_quantized_bins;
+                ui.horizontal(|ui| {
+                    ui.label("Quantized bins");
+                    ui.add(egui::DragValue::new(&mut bins).range(2..=65536));
+                });
+                if bins != *num_quantized_bins {
+                    commands.push(Command::SetMethod(RangeMethod::Entropy {
+                        num_quantized_bins: bins,
+                    }));
+                }
+            }
+            RangeMethod::MinMax { moving_average } => {
+                let mut m = *moving_average;
+                ui.checkbox(&mut m, "Moving average of batch extremes");
+                if m != *moving_average {
+                    commands.push(Command::SetMethod(RangeMethod::MinMax {
+                        moving_average: m,
+                    }));
+                }
+            }
+            RangeMethod::Mse | RangeMethod::PowerOfTwoNonOverflow | RangeMethod::PowerOfTwoMse => {}
+        }
+    });
+}

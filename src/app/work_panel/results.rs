@@ -1,0 +1,353 @@
+//! The Results tab: the heat-map controls, the outputs table (float against quantized, with
+//! latency beside it), the worst tensors, and one sample's outputs side by side: both maps and
+//! their difference as images for image-like outputs, the largest values otherwise.
+
+use egui::{Color32, ColorImage, RichText, TextureOptions, Ui};
+use ndarray::{ArrayD, Axis};
+
+use crate::app::command::Command;
+use crate::app::studio::Studio;
+use crate::app::work::heat;
+use crate::eval::reference::OutputPair;
+
+/// Textures of one image-like output: float, quantized, difference.
+pub struct OutputImages {
+    key: (usize, usize, usize),
+    textures: [egui::TextureHandle; 3],
+    max_difference: f32,
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0))
+}
+
+pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
+    let Some(doc) = studio.doc.as_mut() else {
+        return;
+    };
+    let fresh = doc.work.fresh_comparison(doc.editor.recipe()).is_some();
+    let Some(comparison) = doc.work.comparison.as_ref() else {
+        ui.label("Quantize & compare (F5) builds the QDQ model from the cached statistics and measures it against the float model on the evaluation data.");
+        return;
+    };
+    if !fresh {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            "These results are for an earlier recipe: press Quantize & compare (F5) to update them.",
+        );
+    }
+    let t = comparison.timings;
+    ui.label(
+        RichText::new(format!(
+            "{} nodes quantized · {} evaluation samples on {} · {:.0} ms (quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
+            comparison.quantized_nodes.len(),
+            comparison.reference.reference.samples(),
+            comparison.reference.eps.iter().map(ToString::to_string).collect::<Vec<_>>().join(" > "),
+            t.total_ms, t.quantize_ms, t.reference_ms, t.outputs_ms, t.tensors_ms, t.latency_ms
+        ))
+        .weak(),
+    );
+    let mut restyle = false;
+    ui.horizontal_top(|ui| {
+        ui.vertical(|ui| {
+            ui.heading("Outputs");
+            egui::Grid::new("outputs-table")
+                .striped(true)
+                .num_columns(7)
+                .show(ui, |ui| {
+                    for h in [
+                        "output",
+                        "SQNR dB",
+                        "cosine",
+                        "MSE",
+                        "max |err|",
+                        "top-1",
+                        "top-5",
+                    ] {
+                        ui.label(RichText::new(h).strong());
+                    }
+                    ui.end_row();
+                    for m in &comparison.outputs {
+                        ui.label(RichText::new(&m.name).monospace());
+                        ui.label(format!("{:.2}", m.sqnr_db));
+                        ui.label(format!("{:.5}", m.cosine));
+                        ui.label(format!("{:.3e}", m.mse));
+                        ui.label(format!("{:.3e}", m.max_abs_error));
+                        ui.label(percent(m.top1_agreement));
+                        ui.label(percent(m.top5_agreement));
+                        ui.end_row();
+                    }
+                });
+            if let Some(l) = &comparison.latency {
+                ui.add_space(4.0);
+                ui.label(RichText::new("Latency (median of 10 runs)").strong());
+                ui.label(format!(
+                    "float {:.2} ms · quantized {:.2} ms · speed-up {:.2}×",
+                    l.float.median_ms,
+                    l.quantized.median_ms,
+                    l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
+                ));
+                ui.label(
+                    RichText::new(format!(
+                        "p90 {:.2} / {:.2} ms on {}, batch {}",
+                        l.float.p90_ms,
+                        l.quantized.p90_ms,
+                        l.float.execution_providers.join(" > "),
+                        l.float.batch_size
+                    ))
+                    .weak(),
+                );
+            }
+        });
+        ui.separator();
+        ui.vertical(|ui| {
+            ui.heading("Heat map");
+            let mut changed = ui
+                .checkbox(
+                    &mut doc.work.heat_map,
+                    "Colour the graph by per-tensor SQNR",
+                )
+                .changed();
+            changed |= ui
+                .add(
+                    egui::Slider::new(&mut doc.work.heat_threshold_db, 0.0..=60.0)
+                        .text("threshold dB"),
+                )
+                .changed();
+            let below = doc
+                .heat
+                .as_ref()
+                .map(|h| heat::below(h, f64::from(doc.work.heat_threshold_db)))
+                .unwrap_or_default();
+            ui.label(format!(
+                "{} node(s) under {:.1} dB",
+                below.len(),
+                doc.work.heat_threshold_db
+            ));
+            if ui
+                .add_enabled(!below.is_empty(), egui::Button::new("Select them"))
+                .on_hover_text("Then X leaves them in float")
+                .clicked()
+            {
+                commands.push(Command::SelectNodes(below.clone()));
+            }
+            restyle = changed;
+            ui.add_space(4.0);
+            ui.label(RichText::new("Worst tensors (float vs QDQ)").strong());
+            let mut worst: Vec<_> = comparison.tensors.activations.iter().collect();
+            worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
+            for a in worst.iter().take(6) {
+                ui.horizontal(|ui| {
+                    ui.label(format!("{:6.2} dB", a.xmodel_sqnr_db));
+                    if ui.link(&a.tensor).clicked() {
+                        commands.push(Command::ShowHistogram(a.tensor.clone()));
+                        commands.push(Command::Search(a.tensor.clone()));
+                    }
+                });
+            }
+        });
+        ui.separator();
+        ui.vertical(|ui| {
+            side_by_side(
+                ui,
+                &mut studio.output_images,
+                comparison,
+                &mut doc.work.output_index,
+                &mut doc.work.sample,
+                commands,
+            );
+        });
+    });
+    if restyle {
+        doc.refresh();
+    }
+}
+
+fn side_by_side(
+    ui: &mut Ui,
+    images: &mut Option<OutputImages>,
+    comparison: &crate::app::work::tasks::Comparison,
+    output_index: &mut usize,
+    sample: &mut usize,
+    commands: &mut Vec<Command>,
+) {
+    ui.heading("Side by side");
+    let (shown, pairs) = &comparison.sample;
+    let samples = comparison.reference.reference.samples();
+    ui.horizontal(|ui| {
+        ui.label("Sample");
+        let mut wanted = *shown;
+        let response =
+            ui.add(egui::DragValue::new(&mut wanted).range(0..=samples.saturating_sub(1)));
+        if response.changed() && wanted != *shown {
+            *sample = wanted;
+            commands.push(Command::ShowSample(wanted));
+        }
+        if !pairs.is_empty() {
+            *output_index = (*output_index).min(pairs.len() - 1);
+            egui::ComboBox::from_id_salt("side-output")
+                .selected_text(&pairs[*output_index].name)
+                .show_ui(ui, |ui| {
+                    for (i, p) in pairs.iter().enumerate() {
+                        ui.selectable_value(output_index, i, &p.name);
+                    }
+                });
+        }
+    });
+    let Some(pair) = pairs.get(*output_index) else {
+        ui.label("No float output to show.");
+        return;
+    };
+    let dims: Vec<String> = pair.float.shape().iter().map(usize::to_string).collect();
+    ui.label(RichText::new(format!("{} [{}]", pair.name, dims.join(", "))).weak());
+    match image_plane(&pair.float) {
+        Some(_) => image_view(ui, images, pair, (*shown, *output_index, 0)),
+        None => value_table(ui, pair),
+    }
+}
+
+/// The first 2-D plane of an image-like output (`[1, C, H, W]`, `[1, H, W]` with H, W > 1).
+fn image_plane(a: &ArrayD<f32>) -> Option<ndarray::ArrayView2<'_, f32>> {
+    let shape = a.shape();
+    let (h, w) = match shape.len() {
+        4 => (shape[2], shape[3]),
+        3 => (shape[1], shape[2]),
+        _ => return None,
+    };
+    if h < 2 || w < 2 {
+        return None;
+    }
+    let mut view = a.view();
+    while view.ndim() > 2 {
+        view = view.index_axis_move(Axis(0), 0);
+    }
+    view.into_dimensionality().ok()
+}
+
+fn grey(plane: ndarray::ArrayView2<'_, f32>, lo: f32, hi: f32) -> ColorImage {
+    let (h, w) = plane.dim();
+    let span = (hi - lo).max(f32::EPSILON);
+    let pixels = plane
+        .iter()
+        .map(|&v| {
+            let g = (((v - lo) / span).clamp(0.0, 1.0) * 255.0) as u8;
+            Color32::from_gray(g)
+        })
+        .collect();
+    ColorImage::new([w, h], pixels)
+}
+
+fn image_view(
+    ui: &mut Ui,
+    images: &mut Option<OutputImages>,
+    pair: &OutputPair,
+    key: (usize, usize, usize),
+) {
+    if images.as_ref().is_none_or(|i| i.key != key) {
+        let (Some(f), Some(q)) = (image_plane(&pair.float), image_plane(&pair.quantized)) else {
+            return;
+        };
+        let (lo, hi) = f
+            .iter()
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        let difference = &f - &q;
+        let max_difference = difference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let (h, w) = difference.dim();
+        let diff_image = ColorImage::new(
+            [w, h],
+            difference
+                .iter()
+                .map(|&d| {
+                    let t = (d.abs() / max_difference.max(f32::EPSILON)).clamp(0.0, 1.0);
+                    Color32::from_rgb((t * 255.0) as u8, (t * 60.0) as u8, (t * 40.0) as u8)
+                })
+                .collect(),
+        );
+        let ctx = ui.ctx();
+        let load = |name: &str, image: ColorImage| {
+            ctx.load_texture(format!("side-{name}"), image, TextureOptions::NEAREST)
+        };
+        *images = Some(OutputImages {
+            key,
+            textures: [
+                load("float", grey(f, lo, hi)),
+                load("quant", grey(q, lo, hi)),
+                load("diff", diff_image),
+            ],
+            max_difference,
+        });
+    }
+    let Some(images) = images.as_ref() else {
+        return;
+    };
+    let [float, quant, diff] = &images.textures;
+    let size = float.size_vec2();
+    let scale = (260.0 / size.x.max(1.0)).min(200.0 / size.y.max(1.0));
+    ui.horizontal(|ui| {
+        for (label, texture) in [
+            ("float", float),
+            ("quantized", quant),
+            ("|difference|", diff),
+        ] {
+            ui.vertical(|ui| {
+                ui.label(label);
+                ui.image((texture.id(), size * scale));
+            });
+        }
+    });
+    ui.label(
+        RichText::new(format!(
+            "Same grey scale for float and quantized; difference scaled to its max {:.4}",
+            images.max_difference
+        ))
+        .weak(),
+    );
+}
+
+fn value_table(ui: &mut Ui, pair: &OutputPair) {
+    let f: Vec<f32> = pair.float.iter().copied().collect();
+    let q: Vec<f32> = pair.quantized.iter().copied().collect();
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, v)| (i, *v))
+    };
+    if let (Some((fi, fv)), Some((qi, qv))) = (argmax(&f), argmax(&q)) {
+        let same = fi == qi;
+        ui.colored_label(
+            if same {
+                Color32::from_rgb(60, 170, 110)
+            } else {
+                ui.visuals().error_fg_color
+            },
+            format!(
+                "largest: float #{fi} ({fv:.4}) · quantized #{qi} ({qv:.4}){}",
+                if same { " · same" } else { " · differs" }
+            ),
+        );
+    }
+    let mut order: Vec<usize> = (0..f.len()).collect();
+    order.sort_by(|&a, &b| f[b].abs().total_cmp(&f[a].abs()));
+    egui::Grid::new("side-values")
+        .striped(true)
+        .num_columns(4)
+        .show(ui, |ui| {
+            for h in ["index", "float", "quantized", "difference"] {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            for &i in order.iter().take(10) {
+                ui.label(i.to_string());
+                ui.label(format!("{:.5}", f[i]));
+                ui.label(format!("{:.5}", q.get(i).copied().unwrap_or(f32::NAN)));
+                ui.label(format!(
+                    "{:+.5}",
+                    q.get(i).copied().unwrap_or(f32::NAN) - f[i]
+                ));
+                ui.end_row();
+            }
+        });
+}

@@ -1,0 +1,428 @@
+//! The studio's whole quantization loop, driven like a user drives it without a display:
+//! open the bundled sample, exclude an op type, calibrate on the CPU with real ONNX Runtime,
+//! read a tensor's histogram ranges, quantize and compare, auto-exclude to a typed target,
+//! save the QDQ model, and check the saved file in ONNX Runtime.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use egui::{Event, Key, Modifiers};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use qdq_studio::app::work::WorkTab;
+use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
+use qdq_studio::calib::range::{self, RangeTarget};
+use qdq_studio::model::{Graph, Model};
+use qdq_studio::recipe::Recipe;
+use qdq_studio::runtime::EpSpec;
+
+fn harness() -> Harness<'static, Studio> {
+    let studio = Studio::new(
+        StudioOptions {
+            native_dialogs: false,
+            probe_runtime: false,
+        },
+        Settings::default(),
+    );
+    Harness::builder()
+        .with_size(egui::vec2(1500.0, 1000.0))
+        .build_ui_state(|ui, studio: &mut Studio| studio.ui(ui), studio)
+}
+
+/// Steps frames until neither a model is opening nor a task is running.
+fn settle(h: &mut Harness<'_, Studio>, what: &str) {
+    let started = Instant::now();
+    loop {
+        let busy = h.state().is_busy()
+            || h.state().document().is_some_and(|d| {
+                d.work.busy()
+                    || matches!(
+                        d.work.calibration_check,
+                        qdq_studio::app::work::data::DataCheck::Checking(_)
+                    )
+            });
+        if !busy {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "{what} took over four minutes"
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.run_steps(3);
+}
+
+/// Scrolls the widget labelled `label` into view (as a user would) and clicks it.
+fn press(h: &mut Harness<'_, Studio>, label: &str) {
+    h.get_by_label(label).scroll_to_me();
+    h.run_steps(2);
+    h.get_by_label(label).click();
+    h.run_steps(2);
+}
+
+fn recipe(h: &Harness<'_, Studio>) -> Recipe {
+    h.state().document().unwrap().recipe().clone()
+}
+
+fn no_notices(h: &Harness<'_, Studio>) {
+    assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
+}
+
+/// Replaces a focused text field's content.
+fn replace_text(h: &mut Harness<'_, Studio>, label: &str, text: &str) {
+    h.get_by_label(label).scroll_to_me();
+    h.run_steps(2);
+    h.get_by_label(label).focus();
+    h.run_steps(1);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    h.event(Event::Text(text.to_owned()));
+    h.run_steps(1);
+    h.key_press(Key::Enter);
+    h.run_steps(2);
+}
+
+/// True when `node`'s inputs include a DequantizeLinear output (the node runs quantized).
+fn fed_by_dequantize(graph: &Graph, node: &str) -> bool {
+    let node = graph
+        .node_by_name(node)
+        .expect("the node is in the saved model");
+    node.inputs.iter().any(|t| {
+        graph
+            .tensor(t)
+            .and_then(|info| info.producer)
+            .is_some_and(|p| graph.node(p).op_type == "DequantizeLinear")
+    })
+}
+
+#[test]
+fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
+    let runtime = common::runtime();
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    no_notices(&h);
+
+    // Exclude an op type from the op-type panel.
+    h.get_by_label("Mul (27)").click();
+    h.run_steps(2);
+    assert_eq!(recipe(&h).op_types_to_exclude, ["Mul"]);
+
+    // The sample's own data fits the model (checked before anything runs).
+    h.run_steps(2);
+    let summary = match &h.state().document().unwrap().work.calibration_check {
+        qdq_studio::app::work::data::DataCheck::Fits(s) => s.clone(),
+        _ => panic!("the calibration data was not checked"),
+    };
+    assert!(summary.starts_with("32 samples"), "{summary}");
+
+    // Calibrate on the CPU.
+    assert_eq!(h.state().document().unwrap().work.ep, EpSpec::Cpu);
+    h.get_by_label("Calibrate").click();
+    h.run_steps(2);
+    assert!(
+        h.query_by_label("Cancel").is_some(),
+        "a running calibration has a Cancel button"
+    );
+    settle(&mut h, "calibration");
+    no_notices(&h);
+    let stats = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .stats
+        .clone()
+        .expect("statistics after calibration");
+    assert_eq!(stats.info.samples, 32);
+    assert_eq!(h.state().document().unwrap().work.tab, WorkTab::Histogram);
+
+    // Pick a tensor from the searchable list and read its ranges.
+    let shown = h.state().document().unwrap().work.histogram_tensor.clone();
+    let tensor = stats
+        .tensors
+        .iter()
+        .find(|(n, s)| s.histogram.is_some() && s.min < 0.0 && Some(*n) != shown.as_ref())
+        .map(|(n, _)| n.clone())
+        .expect("a signed calibrated tensor");
+    replace_text(&mut h, "Find tensor", &tensor);
+    press(&mut h, &tensor);
+    assert_eq!(
+        h.state().document().unwrap().work.histogram_tensor.as_ref(),
+        Some(&tensor)
+    );
+    let s = &stats.tensors[&tensor];
+    let all = range::all_ranges(s, RangeTarget::default(), false);
+    assert!(all.len() >= 4, "every method's range: {all:?}");
+    for (method, expected) in &all {
+        let text = format!("{method} [{:.4}, {:.4}]", expected.lo, expected.hi);
+        assert!(
+            h.query_by_label(&text).is_some(),
+            "the histogram lists {text}"
+        );
+    }
+    assert!(
+        h.query_by_label("in use").is_some(),
+        "the chosen range is marked"
+    );
+    // Another method for this tensor goes into the recipe (and undoes).
+    press(&mut h, "Use percentile");
+    assert_eq!(
+        recipe(&h).tensor_overrides[&tensor]
+            .method
+            .as_ref()
+            .map(|m| m.name()),
+        Some("percentile")
+    );
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+    assert!(recipe(&h).tensor_overrides.is_empty());
+
+    // Quantize & compare from the cached statistics: the heat map and the outputs table.
+    h.key_press(Key::F5);
+    h.run_steps(1);
+    settle(&mut h, "quantize & compare");
+    no_notices(&h);
+    let baseline = {
+        let doc = h.state().document().unwrap();
+        let comparison = doc.work.comparison.as_ref().expect("a comparison");
+        assert_eq!(comparison.recipe, *doc.recipe());
+        assert!(doc.work.heat_map, "the graph shows the heat map");
+        let heat = doc.heat.as_ref().expect("per-node SQNR");
+        assert!(heat.iter().flatten().count() > 20, "measured nodes");
+        assert!(comparison.latency.is_some(), "latency beside accuracy");
+        assert_eq!(comparison.outputs.len(), 1);
+        comparison.outputs[0].sqnr_db
+    };
+    assert_eq!(h.state().document().unwrap().work.tab, WorkTab::Results);
+    assert!(h.query_by_label("SQNR dB").is_some(), "the outputs table");
+    assert!(h.query_by_label_contains("speed-up").is_some(), "latency");
+    assert!(
+        h.query_by_label_contains("largest: float #").is_some(),
+        "the classifier output side by side"
+    );
+    assert!(h.state().metrics().compare_to_heat_map.is_some());
+
+    // Auto-exclude to a target typed into the Sensitivity tab.
+    press(&mut h, "Sensitivity");
+    let target = baseline + 0.5;
+    replace_text(&mut h, "Target", &format!("{target:.2}"));
+    let typed = h.state().document().unwrap().work.target_value;
+    assert!((typed - target).abs() < 0.01, "typed target {typed}");
+    let before = recipe(&h);
+    press(&mut h, "Auto-exclude");
+    settle(&mut h, "auto-exclude");
+    no_notices(&h);
+    let after = recipe(&h);
+    let result = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .auto_excluded
+        .clone()
+        .expect("an auto-exclude result");
+    assert!(!result.excluded.is_empty(), "{result:?}");
+    assert!(result.sqnr_db > baseline, "{result:?} vs {baseline}");
+    assert_eq!(
+        after.nodes_to_exclude.len(),
+        before.nodes_to_exclude.len() + result.excluded.len()
+    );
+    assert!(
+        h.query_by_label("SQNR with it in float").is_some(),
+        "the ranking"
+    );
+    // It is undoable, and redoable.
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+    assert_eq!(recipe(&h), before);
+    h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::Z);
+    h.run_steps(2);
+    assert_eq!(recipe(&h), after);
+    // A ranking row selects its node in the graph.
+    let worst = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .scanned
+        .as_ref()
+        .unwrap()
+        .sensitivity
+        .nodes[0]
+        .node
+        .clone();
+    press(&mut h, &worst);
+    let doc = h.state().document().unwrap();
+    assert_eq!(doc.selected_names(), [worst]);
+
+    // Save: Ctrl+Shift+S, a path, Save; the job checks the model in ONNX Runtime.
+    assert!(h.state().has_unsaved_work());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cls.qdq.onnx");
+    h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::S);
+    h.run_steps(2);
+    replace_text(&mut h, "Save to", &out.display().to_string());
+    press(&mut h, "Save");
+    settle(&mut h, "saving");
+    no_notices(&h);
+    assert!(
+        h.state().status().contains("cls.qdq.onnx"),
+        "{}",
+        h.state().status()
+    );
+    assert!(
+        !h.state().has_unsaved_work(),
+        "saved work is not asked about"
+    );
+    let recipe_file = dir.path().join("cls.recipe.toml");
+    assert_eq!(Recipe::load(&recipe_file).unwrap(), after);
+
+    // The saved file loads in ONNX Runtime with the expected nodes left in float.
+    runtime
+        .session_from_file(&out, &[EpSpec::Cpu], Default::default())
+        .expect("the saved model loads in ONNX Runtime");
+    let saved = Model::load(&out).unwrap();
+    // The file is exactly what the recipe and the cached statistics produce...
+    let float = qdq_studio::sample::sample_model().unwrap();
+    let expected = qdq_studio::quant::quantize(&float, Some(&stats), &after).unwrap();
+    assert_eq!(
+        saved.to_bytes().unwrap(),
+        expected.model.to_bytes().unwrap()
+    );
+    // ...which leaves the auto-excluded nodes and every Mul in float.
+    for name in &result.excluded {
+        assert!(
+            !expected.quantized_nodes.contains(name),
+            "{name} stays float"
+        );
+    }
+    let graph = Graph::build(&saved);
+    let muls: Vec<&str> = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "Mul")
+        .map(|n| n.name.as_str())
+        .collect();
+    assert!(!muls.is_empty());
+    for name in &muls {
+        assert!(
+            !expected.quantized_nodes.iter().any(|q| q == name),
+            "Mul {name} stays float"
+        );
+    }
+    // In the file itself: a float Conv reads its float weight, a quantized one a DQ output.
+    let weight_dequantized = |name: &str| {
+        let node = graph.node_by_name(name).unwrap();
+        fed_by_dequantize(&graph, name)
+            && node.inputs.get(1).is_some_and(|w| {
+                graph
+                    .tensor(w)
+                    .and_then(|t| t.producer)
+                    .is_some_and(|p| graph.node(p).op_type == "DequantizeLinear")
+            })
+    };
+    let convs: Vec<&str> = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "Conv")
+        .map(|n| n.name.as_str())
+        .collect();
+    let quantized_convs = convs.iter().filter(|c| weight_dequantized(c)).count();
+    assert!(
+        quantized_convs > 30,
+        "{quantized_convs} Conv nodes quantized"
+    );
+    for name in result
+        .excluded
+        .iter()
+        .filter(|n| convs.contains(&n.as_str()))
+    {
+        assert!(
+            !weight_dequantized(name),
+            "excluded Conv {name} keeps float weights"
+        );
+    }
+}
+
+#[test]
+fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    // Data that does not fit: the labels file has no array for input x.
+    let labels = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/eval_labels.npy");
+    replace_text(&mut h, "Data path", &labels.display().to_string());
+    settle(&mut h, "checking");
+    let problem = match &h.state().document().unwrap().work.calibration_check {
+        qdq_studio::app::work::data::DataCheck::Problem(p) => p.clone(),
+        _ => panic!("the mismatch is shown before running"),
+    };
+    assert!(h.query_by_label_contains(&problem).is_some(), "{problem}");
+    // Calibrate is refused with the reason; nothing runs.
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(2);
+    assert!(!h.state().document().unwrap().work.busy());
+    assert_eq!(
+        h.state().notices()[0].title,
+        "The calibration data does not fit the model"
+    );
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+
+    // Quantize & compare before calibrating says what to do.
+    h.key_press(Key::F5);
+    h.run_steps(2);
+    assert_eq!(h.state().notices()[0].title, "Calibrate first");
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+
+    // Random data instead; calibrate; save into a folder that cannot exist (its parent is
+    // a file): an error, and the statistics and recipe are still there.
+    let doc = h.state_mut().document_mut().unwrap();
+    doc.work.calibration = qdq_studio::app::work::data::DataChoice::random_for(&doc.work.inputs);
+    doc.work.calibration.shapes = "x:1x3x48x192".into();
+    doc.work.calibration.random_samples = 4;
+    h.run_steps(2);
+    settle(&mut h, "checking");
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(1);
+    settle(&mut h, "calibration");
+    no_notices(&h);
+    assert_eq!(
+        h.state()
+            .document()
+            .unwrap()
+            .work
+            .stats
+            .as_ref()
+            .unwrap()
+            .info
+            .samples,
+        4
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::S);
+    h.run_steps(2);
+    replace_text(
+        &mut h,
+        "Save to",
+        &file.join("m.onnx").display().to_string(),
+    );
+    press(&mut h, "Save");
+    settle(&mut h, "saving");
+    assert_eq!(
+        h.state().notices()[0].title,
+        "Saving the quantized model failed"
+    );
+    assert!(
+        h.state().document().unwrap().work.stats.is_some(),
+        "the work is still there"
+    );
+    assert!(h.state().has_unsaved_work());
+}
