@@ -3,6 +3,10 @@
 //! is laid out in its job, frame times while panning it (UI pass plus tessellation: what the
 //! CPU does per frame before the GPU), and the same for a 50,000-node model.
 //!
+//! The quantization loop too: frame times while calibration runs in its job (the bundled
+//! sample and PP-OCR det on CPU), and the time from "quantize & compare" to the first frame
+//! showing the updated heat map.
+//!
 //! Run on demand: `cargo bench --bench studio` (release build). The PP-OCR det model is taken
 //! from the test cache (`cargo test` fetches it); without it that line is skipped.
 
@@ -11,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use egui::{Event, Modifiers, PointerButton, Pos2};
 use egui_kittest::Harness;
+use qdq_studio::app::command::Command;
 use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
 
 #[path = "../common/mod.rs"]
@@ -114,8 +119,100 @@ fn det_model() -> Option<PathBuf> {
     path.exists().then_some(path)
 }
 
+/// Runs `command`'s task, stepping frames (every 5 ms, as a window polls) until it is done;
+/// the frame times meanwhile and the task's duration.
+fn run_task(h: &mut Harness<'_, Studio>, command: Command) -> (Stats, Duration) {
+    let started = Instant::now();
+    h.state_mut().push(command);
+    frame(h);
+    let mut times = Vec::new();
+    while h.state().document().is_some_and(|d| d.work.busy()) {
+        times.push(frame(h));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = started.elapsed();
+    frame(h);
+    assert!(
+        h.state().notices().is_empty(),
+        "the task failed: {:?}",
+        h.state().notices()
+    );
+    if times.is_empty() {
+        times.push(Duration::ZERO);
+    }
+    (stats(times), took)
+}
+
+/// Calibrates the open model on the CPU, then quantizes and compares, reporting frame times
+/// during calibration and the time to the updated heat map.
+fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
+    let (frames, took) = run_task(h, Command::Calibrate);
+    let samples = h
+        .state()
+        .document()
+        .and_then(|d| d.work.stats.as_ref().map(|s| s.info.samples))
+        .unwrap_or(0);
+    println!(
+        "{label}: calibration of {samples} samples took {:.1} s; UI frames meanwhile ({} frames): median {:.2} ms, p95 {:.2} ms, max {:.2} ms",
+        took.as_secs_f64(),
+        (took.as_secs_f64() / 0.005) as usize,
+        frames.median,
+        frames.p95,
+        frames.max
+    );
+    let (_, took) = run_task(h, Command::QuantizeCompare);
+    frame(h);
+    let heat = h.state().metrics().compare_to_heat_map.unwrap_or_default();
+    let timings = h
+        .state()
+        .document()
+        .and_then(|d| d.work.comparison.as_ref().map(|c| c.timings))
+        .unwrap_or_default();
+    println!(
+        "{label}: quantize & compare to updated heat map {:.0} ms (task {:.0} ms: quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
+        heat.as_secs_f64() * 1e3,
+        took.as_secs_f64() * 1e3,
+        timings.quantize_ms,
+        timings.reference_ms,
+        timings.outputs_ms,
+        timings.tensors_ms,
+        timings.latency_ms
+    );
+    // Again after a change of exclusions: the float reference is reused.
+    h.state_mut().push(Command::SetOpType {
+        op_type: "Add".to_owned(),
+        quantize: false,
+    });
+    frame(h);
+    run_task(h, Command::QuantizeCompare);
+    frame(h);
+    let heat = h.state().metrics().compare_to_heat_map.unwrap_or_default();
+    println!(
+        "{label}: re-run after excluding Add: to updated heat map {:.0} ms",
+        heat.as_secs_f64() * 1e3
+    );
+}
+
 fn main() {
     let dir = tempfile::tempdir().expect("a temporary folder");
+    {
+        let mut h = harness();
+        open(&mut h, Source::Sample);
+        quantization_loop(
+            &mut h,
+            "sample (PP-OCR cls, 32 calibration / 16 evaluation samples)",
+        );
+    }
+    if let Some(path) = det_model() {
+        let mut h = harness();
+        open(&mut h, Source::File(path));
+        if let Some(doc) = h.state_mut().document_mut() {
+            doc.work.calibration.shapes = "x:1x3x640x640".to_owned();
+            doc.work.calibration.random_samples = 16;
+            doc.work.measure_latency = true;
+        }
+        quantization_loop(&mut h, "PP-OCR det (16 random 640×640 samples)");
+    }
     match det_model() {
         Some(path) => {
             let mut h = harness();
@@ -158,7 +255,7 @@ fn main() {
             &format!("synthetic {nodes}, panning at the opening zoom"),
             &pan(&mut h, 120),
         );
-        h.state_mut().apply(qdq_studio::app::command::Command::Fit);
+        h.state_mut().apply(Command::Fit);
         frame(&mut h);
         let zoom = h.state().document().map_or(0.0, |d| d.canvas.zoom());
         report(

@@ -621,9 +621,16 @@ impl Studio {
             match extension.as_str() {
                 "onnx" => self.open(Source::File(path)),
                 "toml" if self.doc.is_some() => self.load_recipe(&path),
+                "npz" | "npy" if self.doc.is_some() => {
+                    self.status = format!("Calibration data: {}", path.display());
+                    self.apply(Command::SetDataPath {
+                        evaluation: false,
+                        path,
+                    });
+                }
                 _ => self.fail(
                     format!("{} is not an ONNX model", path.display()),
-                    "Drop a .onnx file to open it (or a .toml recipe once a model is open).",
+                    "Drop a .onnx file to open it (or, once a model is open, a .toml recipe or .npz/.npy calibration data).",
                 ),
             }
         }

@@ -115,7 +115,9 @@ impl Histogram {
         // Bin of v: floor((v + t) * n / 2t), clamped, in f32. Four interleaved count arrays
         // keep runs of equal values (the zeros after a Relu) from serialising on one counter.
         let per_unit = n as f32 / (2.0 * self.half_range);
-        let offset = self.half_range * per_unit;
+        // Exactly n/2 (t * n/2t rounds to just under it for some t, which put every zero, e.g.
+        // a Relu's, in the bin left of zero and made [0, max] look like it clips them).
+        let offset = n as f32 / 2.0;
         let bin = |v: f32| (v * per_unit + offset).max(0.0).min(last) as usize;
         let mut local = vec![0u32; 4 * n];
         let flush = |local: &mut Vec<u32>, counts: &mut Vec<u64>| {
@@ -326,5 +328,21 @@ mod tests {
         let mut a = AbsHistogram::new(4, 0.0, 4.0);
         a.add(&[-4.0, 0.0, 1.0, 3.99]);
         assert_eq!(a.counts, [1, 1, 0, 2], "last bin closed");
+    }
+
+    #[test]
+    fn zeros_land_in_the_bin_that_starts_at_zero() {
+        for half_range in [0.4602_f32, 8.103_59, 1.0 / 3.0, 1e-7, 12345.678] {
+            let mut h = Histogram::new(2048);
+            h.add(&[half_range], half_range);
+            let before = h.counts.clone();
+            h.add(&[0.0; 10], half_range);
+            let zero_bin = h.bins() / 2;
+            assert_eq!(
+                h.counts[zero_bin] - before[zero_bin],
+                10,
+                "t = {half_range}"
+            );
+        }
     }
 }

@@ -33,7 +33,7 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
     };
     let method = doc.editor.recipe().calibration_method;
     let work = &mut doc.work;
-    ui.columns(3, |columns| {
+    ui.columns(4, |columns| {
         let ui = &mut columns[0];
         ui.heading("Calibration data");
         data_editor(ui, "calib", &mut work.calibration, false, commands);
@@ -57,7 +57,9 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
         let ui = &mut columns[2];
         ui.heading("Execution provider");
         ep_list(ui, &mut work.ep, eps.as_deref(), &runtime_line, commands);
-        ui.add_space(6.0);
+
+        let ui = &mut columns[3];
+        ui.heading("Run");
         egui::Grid::new("calib-settings")
             .num_columns(2)
             .show(ui, |ui| {
@@ -78,13 +80,15 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
             });
         ui.add_space(6.0);
         let can_run = !work.busy() && !matches!(work.calibration_check, DataCheck::Problem(_));
-        if ui
-            .add_enabled(can_run, egui::Button::new("Run calibration"))
-            .on_hover_text("Ctrl+R")
-            .clicked()
-        {
-            commands.push(Command::Calibrate);
-        }
+        ui.horizontal(|ui| {
+            if ui
+                .add_enabled(can_run, egui::Button::new("Run calibration"))
+                .on_hover_text("Ctrl+R")
+                .clicked()
+            {
+                commands.push(Command::Calibrate);
+            }
+        });
         match &work.stats {
             Some(stats) => {
                 let info = &stats.info;

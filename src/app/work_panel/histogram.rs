@@ -221,7 +221,9 @@ fn tensor_view(
 
             // The x extent: occupied bins and every range, with a margin.
             let (mut lo, mut hi) = (f64::from(stats.min), f64::from(stats.max));
-            for r in ranges.values().chain(effective.iter().map(|(r, _)| r)) {
+            // The data and the range in use set the extent; other methods' lines beyond it
+            // (power-of-two ranges can be far wider) are cut at the edge.
+            for r in effective.iter().map(|(r, _)| r) {
                 lo = lo.min(f64::from(r.lo));
                 hi = hi.max(f64::from(r.hi));
             }
@@ -351,12 +353,19 @@ fn tensor_view(
                     d.remove::<Dragging>(drag_id);
                 }
             });
-            // Axis labels.
-            ui.horizontal(|ui| {
-                ui.label(RichText::new(format!("{lo:.4}")).small().weak());
-                ui.add_space((width - 140.0).max(0.0));
-                ui.label(RichText::new(format!("{hi:.4}")).small().weak());
-            });
+            // Axis labels at the chart's ends.
+            for (value, x, align) in [
+                (lo, rect.left() + 2.0, egui::Align2::LEFT_TOP),
+                (hi, rect.right() - 2.0, egui::Align2::RIGHT_TOP),
+            ] {
+                painter.text(
+                    pos2(x, rect.top() + 2.0),
+                    align,
+                    format!("{value:.4}"),
+                    egui::FontId::proportional(11.0),
+                    ui.visuals().weak_text_color(),
+                );
+            }
         });
         ui.vertical(|ui| {
             // The methods: their ranges, clipping, and a button to use one for this tensor.
