@@ -425,4 +425,17 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
         "the work is still there"
     );
     assert!(h.state().has_unsaved_work());
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+
+    // Quitting with unsaved work asks first; Stay keeps everything.
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Q);
+    h.run_steps(2);
+    assert!(
+        h.query_by_label("Quit without saving").is_some(),
+        "the question is asked"
+    );
+    press(&mut h, "Stay");
+    assert!(h.query_by_label("Quit without saving").is_none());
+    assert!(h.state().document().unwrap().work.stats.is_some());
 }

@@ -272,7 +272,7 @@ mod tests {
     fn random_data_fills_symbolic_dims_and_checks_against_the_model() {
         let inputs = [input("x", &[-1, 3, -1, -1]), input("len", &[-1, 4])];
         let choice = DataChoice::random_for(&inputs);
-        assert_eq!(choice.shapes, "x:1x3x224x224");
+        assert_eq!(choice.shapes, "x:1x3x224x224,len:1x4");
         let summary = check(&choice.spec().unwrap(), &inputs, 1).unwrap();
         assert!(summary.starts_with("16 samples"), "{summary}");
         assert!(
