@@ -39,10 +39,11 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
     let t = comparison.timings;
     ui.label(
         RichText::new(format!(
-            "{} nodes quantized · {} evaluation samples on {} · {:.0} ms (quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
+            "{} nodes quantized · {} evaluation samples on {} (per-tensor SQNR on the first {}) · {:.0} ms (quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
             comparison.quantized_nodes.len(),
             comparison.reference.reference.samples(),
             comparison.reference.eps.iter().map(ToString::to_string).collect::<Vec<_>>().join(" > "),
+            crate::app::work::tasks::TENSOR_SAMPLES,
             t.total_ms, t.quantize_ms, t.reference_ms, t.outputs_ms, t.tensors_ms, t.latency_ms
         ))
         .weak(),
