@@ -9,9 +9,7 @@ use std::time::Instant;
 use crate::app::command::Command;
 use crate::app::studio::{PathPurpose, Studio};
 use crate::app::work::data::{DataCheck, DataKind};
-use crate::app::work::tasks::{
-    self, CalibrateRequest, CompareRequest, SaveRequest, SensitivityRequest,
-};
+use crate::app::work::tasks::{self, CalibrateRequest, CompareRequest, EvalSetup, SaveRequest};
 use crate::app::work::{SaveDialog, TargetKind, TaskKind, TaskOutput, WorkTab, Workbench, heat};
 use crate::calib::file as stats_file;
 use crate::eval::sensitivity::Target;
@@ -238,13 +236,15 @@ impl Studio {
             .map(|c| c.reference.clone())
             .or_else(|| work.scanned.as_ref().map(|s| s.reference.clone()));
         Ok(CompareRequest {
-            model: doc.model.clone(),
-            stats,
-            recipe,
-            data,
-            eps: vec![work.ep.clone()],
-            batch_size: work.batch_size,
-            reference,
+            setup: EvalSetup {
+                model: doc.model.clone(),
+                stats,
+                recipe,
+                data,
+                eps: vec![work.ep.clone()],
+                batch_size: work.batch_size,
+                reference,
+            },
             latency: work.measure_latency,
             sample: work.sample,
         })
@@ -282,17 +282,8 @@ impl Studio {
         })
     }
 
-    fn sensitivity_request(&self) -> Result<SensitivityRequest, (String, String)> {
-        let request = self.compare_request()?;
-        Ok(SensitivityRequest {
-            model: request.model,
-            stats: request.stats,
-            recipe: request.recipe,
-            data: request.data,
-            eps: request.eps,
-            batch_size: request.batch_size,
-            reference: request.reference,
-        })
+    fn sensitivity_request(&self) -> Result<EvalSetup, (String, String)> {
+        Ok(self.compare_request()?.setup)
     }
 
     fn scan_sensitivity(&mut self) -> Result<(), (String, String)> {

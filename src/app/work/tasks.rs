@@ -171,23 +171,12 @@ impl CapturedReference {
     }
 }
 
-/// What quantize-and-compare needs.
+/// What quantize-and-compare needs: the evaluation set-up, latency or not, and the sample
+/// shown side by side.
 #[derive(Debug, Clone)]
 pub struct CompareRequest {
-    /// The float model.
-    pub model: Model,
-    /// Cached statistics.
-    pub stats: Arc<CalibrationStats>,
-    /// The recipe to quantize with.
-    pub recipe: Recipe,
-    /// Evaluation data.
-    pub data: DataSpec,
-    /// Execution providers.
-    pub eps: Vec<EpSpec>,
-    /// Samples per batch.
-    pub batch_size: usize,
-    /// A reference captured before, reused when it matches.
-    pub reference: Option<CapturedReference>,
+    /// The model, statistics, recipe, data and providers.
+    pub setup: EvalSetup,
     /// Also time both models.
     pub latency: bool,
     /// The sample shown side by side.
@@ -300,9 +289,14 @@ fn stage(ctx: &JobContext, name: &str, done: u64, total: u64) {
 /// model on the evaluation data: outputs, every quantized tensor, optionally latency, and the
 /// chosen sample side by side.
 pub fn quantize_and_compare(request: CompareRequest, ctx: &JobContext) -> TaskResult<Comparison> {
+    let CompareRequest {
+        setup: request,
+        latency: measure,
+        sample,
+    } = request;
     let started = Instant::now();
     let mut timings = CompareTimings::default();
-    let steps = if request.latency { 5 } else { 4 };
+    let steps = if measure { 5 } else { 4 };
     stage(ctx, "Quantizing", 0, steps);
     let runtime = runtime(ctx)?;
     let quantized =
@@ -355,7 +349,7 @@ pub fn quantize_and_compare(request: CompareRequest, ctx: &JobContext) -> TaskRe
     )
     .map_err(text)?;
     timings.tensors_ms = elapsed_ms(t);
-    let latency = if request.latency {
+    let latency = if measure {
         ctx.checkpoint().map_err(|_| "cancelled".to_owned())?;
         stage(ctx, "Timing float and quantized", 4, steps);
         let t = Instant::now();
@@ -381,9 +375,7 @@ pub fn quantize_and_compare(request: CompareRequest, ctx: &JobContext) -> TaskRe
     } else {
         None
     };
-    let sample = request
-        .sample
-        .min(reference.reference.samples().saturating_sub(1));
+    let sample = sample.min(reference.reference.samples().saturating_sub(1));
     let pairs = reference
         .reference
         .sample_outputs(
@@ -423,9 +415,9 @@ pub fn sample_outputs(
         .map_err(text)
 }
 
-/// What the sensitivity scan and auto-exclude need.
+/// What evaluating a recipe needs (quantize & compare, the sensitivity scan, auto-exclude).
 #[derive(Debug, Clone)]
-pub struct SensitivityRequest {
+pub struct EvalSetup {
     /// The float model.
     pub model: Model,
     /// Cached statistics.
@@ -454,7 +446,7 @@ pub struct Scanned {
 }
 
 /// Ranks every quantized node by its cost to the outputs.
-pub fn scan_nodes(request: SensitivityRequest, ctx: &JobContext) -> TaskResult<Scanned> {
+pub fn scan_nodes(request: EvalSetup, ctx: &JobContext) -> TaskResult<Scanned> {
     let runtime = runtime(ctx)?;
     let reference = reference_for(
         &request.model,
@@ -482,7 +474,7 @@ pub fn scan_nodes(request: SensitivityRequest, ctx: &JobContext) -> TaskResult<S
 
 /// Auto-exclude to `target`, scanning first when `scanned` is not for this recipe.
 pub fn auto_exclude_nodes(
-    request: SensitivityRequest,
+    request: EvalSetup,
     scanned: Option<Scanned>,
     target: Target,
     max_excluded: usize,
