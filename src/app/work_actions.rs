@@ -596,14 +596,8 @@ impl Studio {
             TaskOutput::AutoExcluded(result) => {
                 let (result, scanned) = *result;
                 self.status = format!(
-                    "Auto-exclude kept {} node(s) in float: worst output SQNR {:.2} dB, target {} (Ctrl+Z undoes)",
-                    result.excluded.len(),
-                    result.sqnr_db,
-                    if result.reached {
-                        "reached"
-                    } else {
-                        "not reached"
-                    }
+                    "Auto-exclude: {} (Ctrl+Z undoes)",
+                    crate::app::work::auto_exclude_summary(&result)
                 );
                 work.scanned = Some(scanned);
                 doc.editor.replace(result.recipe.clone());

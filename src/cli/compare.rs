@@ -52,10 +52,6 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-fn percent(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0))
-}
-
 /// Runs `compare`.
 pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.report {
@@ -153,25 +149,11 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        "output",
-        "SQNR dB",
-        "cosine",
-        "MSE",
-        "max |err|",
-        "top-1",
-        "top-5",
-    ]);
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(qdq_studio::eval::OUTPUT_TABLE_HEADER);
     for m in &metrics {
-        table.add_row([
-            m.name.clone(),
-            format!("{:.2}", m.sqnr_db),
-            format!("{:.5}", m.cosine),
-            format!("{:.3e}", m.mse),
-            format!("{:.3e}", m.max_abs_error),
-            percent(m.top1_agreement),
-            percent(m.top5_agreement),
-        ]);
+        table.add_row(m.table_row());
     }
     println!("{table}");
     if let Some(tensors) = &tensors {

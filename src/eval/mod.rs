@@ -195,6 +195,35 @@ pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Resu
     Ok(())
 }
 
+/// The columns of an outputs table, as the CLI and the studio print them.
+pub const OUTPUT_TABLE_HEADER: [&str; 7] = [
+    "output",
+    "SQNR dB",
+    "cosine",
+    "MSE",
+    "max |err|",
+    "top-1",
+    "top-5",
+];
+
+impl OutputMetrics {
+    /// This output's row under [`OUTPUT_TABLE_HEADER`] (agreements as percentages, `-` for an
+    /// output that is not classifier-like).
+    pub fn table_row(&self) -> [String; 7] {
+        let percent =
+            |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
+        [
+            self.name.clone(),
+            format!("{:.2}", self.sqnr_db),
+            format!("{:.5}", self.cosine),
+            format!("{:.3e}", self.mse),
+            format!("{:.3e}", self.max_abs_error),
+            percent(self.top1_agreement),
+            percent(self.top5_agreement),
+        ]
+    }
+}
+
 /// Runs both models on `source` batch by batch and accumulates each output's metrics.
 pub fn compare_outputs(
     float: &Model,

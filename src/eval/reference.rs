@@ -26,6 +26,21 @@ struct ReferenceBatch {
     outputs: Vec<Option<ArrayD<f32>>>,
 }
 
+/// A session for a QDQ model with its CPU options and at most `intra_threads` threads per
+/// operator (0: ONNX Runtime's default).
+fn quantized_session(
+    quant: &Model,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    intra_threads: usize,
+) -> Result<ort::session::Session, EvalError> {
+    let options = SessionOptions {
+        intra_threads,
+        ..cpu_session_options(quant)
+    };
+    Ok(runtime.session_from_bytes(&quant.to_bytes()?, eps, options)?)
+}
+
 /// One output of one sample, float beside quantized (what the studio's side-by-side view
 /// draws).
 #[derive(Debug, Clone, PartialEq)]
@@ -105,11 +120,7 @@ impl Reference {
         intra_threads: usize,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
-        let options = SessionOptions {
-            intra_threads,
-            ..cpu_session_options(quant)
-        };
-        let mut session = runtime.session_from_bytes(&quant.to_bytes()?, eps, options)?;
+        let mut session = quantized_session(quant, runtime, eps, intra_threads)?;
         let mut accumulators = vec![Accumulator::default(); self.outputs.len()];
         let mut classes = vec![0usize; self.outputs.len()];
         for batch in &self.batches {
@@ -145,8 +156,7 @@ impl Reference {
                 sample,
                 samples: self.samples,
             })?;
-        let mut session =
-            runtime.session_from_bytes(&quant.to_bytes()?, eps, cpu_session_options(quant))?;
+        let mut session = quantized_session(quant, runtime, eps, 0)?;
         let owned = owned_inputs(batch.inputs.clone())?;
         let results = run_outputs(
             &mut session,

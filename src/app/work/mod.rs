@@ -74,6 +74,20 @@ pub enum TaskOutput {
     Installed(String, PathBuf),
 }
 
+/// One line on an auto-exclude result, for the status bar and the Sensitivity tab.
+pub fn auto_exclude_summary(result: &AutoExclude) -> String {
+    format!(
+        "{} node(s) left in float, worst output SQNR {:.2} dB, target {}",
+        result.excluded.len(),
+        result.sqnr_db,
+        if result.reached {
+            "reached"
+        } else {
+            "not reached"
+        }
+    )
+}
+
 /// The running task.
 pub struct Task {
     /// What it does.

@@ -252,28 +252,38 @@ fn elapsed_ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 
+/// The setup's cached reference when it was captured with the same data, providers and batch
+/// size, else a new capture; `true` when it had to be captured.
 fn reference_for(
-    model: &Model,
-    data: &DataSpec,
-    eps: &[EpSpec],
-    batch_size: usize,
-    cached: Option<CapturedReference>,
+    setup: &EvalSetup,
     runtime: &Runtime,
     ctx: &JobContext,
-) -> TaskResult<CapturedReference> {
-    if let Some(cached) = cached.filter(|c| c.matches(data, eps, batch_size)) {
-        return Ok(cached);
+) -> TaskResult<(CapturedReference, bool)> {
+    if let Some(cached) = setup
+        .reference
+        .as_ref()
+        .filter(|c| c.matches(&setup.data, &setup.eps, setup.batch_size))
+    {
+        return Ok((cached.clone(), false));
     }
-    let inputs = model_inputs(&Graph::build(model));
-    let mut source = data.open(&inputs).map_err(text)?;
-    let reference =
-        Reference::capture(model, source.as_mut(), runtime, eps, batch_size, ctx).map_err(text)?;
-    Ok(CapturedReference {
-        data: data.clone(),
-        eps: eps.to_vec(),
-        batch_size,
+    let inputs = model_inputs(&Graph::build(&setup.model));
+    let mut source = setup.data.open(&inputs).map_err(text)?;
+    let reference = Reference::capture(
+        &setup.model,
+        source.as_mut(),
+        runtime,
+        &setup.eps,
+        setup.batch_size,
+        ctx,
+    )
+    .map_err(text)?;
+    let captured = CapturedReference {
+        data: setup.data.clone(),
+        eps: setup.eps.clone(),
+        batch_size: setup.batch_size,
         reference: Arc::new(reference),
-    })
+    };
+    Ok((captured, true))
 }
 
 fn stage(ctx: &JobContext, name: &str, done: u64, total: u64) {
@@ -305,20 +315,8 @@ pub fn quantize_and_compare(request: CompareRequest, ctx: &JobContext) -> TaskRe
     ctx.checkpoint().map_err(|_| "cancelled".to_owned())?;
     stage(ctx, "Running the float model", 1, steps);
     let t = Instant::now();
-    let had_reference = request
-        .reference
-        .as_ref()
-        .is_some_and(|c| c.matches(&request.data, &request.eps, request.batch_size));
-    let reference = reference_for(
-        &request.model,
-        &request.data,
-        &request.eps,
-        request.batch_size,
-        request.reference,
-        &runtime,
-        ctx,
-    )?;
-    if !had_reference {
+    let (reference, captured) = reference_for(&request, &runtime, ctx)?;
+    if captured {
         timings.reference_ms = elapsed_ms(t);
     }
     stage(ctx, "Comparing outputs", 2, steps);
@@ -448,15 +446,7 @@ pub struct Scanned {
 /// Ranks every quantized node by its cost to the outputs.
 pub fn scan_nodes(request: EvalSetup, ctx: &JobContext) -> TaskResult<Scanned> {
     let runtime = runtime(ctx)?;
-    let reference = reference_for(
-        &request.model,
-        &request.data,
-        &request.eps,
-        request.batch_size,
-        request.reference,
-        &runtime,
-        ctx,
-    )?;
+    let (reference, _) = reference_for(&request, &runtime, ctx)?;
     let evaluator = Evaluator {
         float: &request.model,
         stats: &request.stats,

@@ -17,10 +17,6 @@ pub struct OutputImages {
     max_difference: f32,
 }
 
-fn percent(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0))
-}
-
 pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
     let Some(doc) = studio.doc.as_mut() else {
         return;
@@ -56,26 +52,16 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
                 .striped(true)
                 .num_columns(7)
                 .show(ui, |ui| {
-                    for h in [
-                        "output",
-                        "SQNR dB",
-                        "cosine",
-                        "MSE",
-                        "max |err|",
-                        "top-1",
-                        "top-5",
-                    ] {
+                    for h in crate::eval::OUTPUT_TABLE_HEADER {
                         ui.label(RichText::new(h).strong());
                     }
                     ui.end_row();
                     for m in &comparison.outputs {
-                        ui.label(RichText::new(&m.name).monospace());
-                        ui.label(format!("{:.2}", m.sqnr_db));
-                        ui.label(format!("{:.5}", m.cosine));
-                        ui.label(format!("{:.3e}", m.mse));
-                        ui.label(format!("{:.3e}", m.max_abs_error));
-                        ui.label(percent(m.top1_agreement));
-                        ui.label(percent(m.top5_agreement));
+                        let [name, rest @ ..] = m.table_row();
+                        ui.label(RichText::new(name).monospace());
+                        for cell in rest {
+                            ui.label(cell);
+                        }
                         ui.end_row();
                     }
                 });

@@ -66,14 +66,8 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
     if let Some(result) = &work.auto_excluded {
         let names = result.excluded.join(", ");
         ui.label(format!(
-            "Auto-exclude: {} node(s) left in float, worst output SQNR {:.2} dB, target {}{}",
-            result.excluded.len(),
-            result.sqnr_db,
-            if result.reached {
-                "reached"
-            } else {
-                "not reached"
-            },
+            "Auto-exclude: {}{}",
+            crate::app::work::auto_exclude_summary(result),
             if names.is_empty() {
                 String::new()
             } else {
