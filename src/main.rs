@@ -11,6 +11,9 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("QDQ_STUDIO_LOG"))
         .with_writer(std::io::stderr)
         .init();
+    // Saves a killed run left half-done: delete their temporary files, roll them back or
+    // forward (see `atomic`). Before anything else, so no face ever sees them.
+    qdq_studio::atomic::recover_at_start();
     let cli = cli::Cli::parse();
     let result = match cli.command {
         Some(command) => cli::run(command),

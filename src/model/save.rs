@@ -193,10 +193,21 @@ impl Model {
                 bytes: encoded.len() as u64,
             });
         }
-        let data_bytes = commit(data)?;
         let mut file = staged(&model_path)?;
         file.write(&encoded).map_err(write_err(&file))?;
-        let model_bytes = commit(file)?;
+        // The data first, the model last: the model's rename is the commit point, so a crash
+        // never pairs an old model with new data.
+        let journals = crate::atomic::journal_folder();
+        let lens =
+            crate::atomic::commit_all(vec![data, file], journals.as_deref()).map_err(|source| {
+                ModelError::Write {
+                    path: model_path.clone(),
+                    source,
+                }
+            })?;
+        let [data_bytes, model_bytes] = lens[..] else {
+            unreachable!("commit_all returns one length per file")
+        };
         Ok(SaveReport {
             model_path,
             data_path: Some(data_path),
