@@ -5,6 +5,7 @@
 //! quantization rules. The `qdq-studio` binary's CLI and studio are thin faces over it.
 #![warn(missing_docs)]
 
+#[cfg(feature = "studio")]
 pub mod app;
 pub mod atomic;
 pub mod calib;

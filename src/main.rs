@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         Some(command) => cli::run(command),
-        None => qdq_studio::app::run(cli.model),
+        None => studio(cli.model),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -27,4 +27,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The desktop studio, opening `model` (or the bundled sample).
+#[cfg(feature = "studio")]
+fn studio(model: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    qdq_studio::app::run(model)
+}
+
+/// A build without the studio: say so and point at the CLI.
+#[cfg(not(feature = "studio"))]
+fn studio(_model: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this build of qdq-studio has no studio (built without the 'studio' feature); run `qdq-studio --help` for the CLI"
+    )
 }

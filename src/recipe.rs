@@ -263,6 +263,29 @@ pub enum RecipeError {
     },
 }
 
+/// The TOML parser's message on one line, with where it is (`line 3, column 8: ...`): its own
+/// rendering draws the line and a caret over several lines.
+fn parse_message(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim().replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or(text);
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            let source: String = text
+                .lines()
+                .nth(line - 1)
+                .unwrap_or_default()
+                .trim()
+                .chars()
+                .take(60)
+                .collect();
+            format!("line {line}, column {column} (`{source}`): {message}")
+        }
+        None => message,
+    }
+}
+
 /// The 1-based line of `key` in `text`, for messages.
 fn line_of(text: &str, key: &str) -> Option<usize> {
     text.lines()
@@ -311,7 +334,7 @@ impl Recipe {
     pub fn from_toml(text: &str, origin: &str) -> Result<Recipe, RecipeError> {
         let recipe: Recipe = toml::from_str(text).map_err(|e| RecipeError::Parse {
             path: origin.to_owned(),
-            message: e.to_string().replace('\n', " "),
+            message: parse_message(text, &e),
         })?;
         if recipe.version > RECIPE_VERSION {
             return Err(RecipeError::Parse {
@@ -415,7 +438,16 @@ impl Recipe {
                 }
             }
         }
+        if let Some(problem) = self.calibration_method.problem() {
+            problems.push(("calibration_method", problem));
+        }
         for (name, o) in &self.tensor_overrides {
+            if let Some(problem) = o.method.as_ref().and_then(RangeMethod::problem) {
+                problems.push((
+                    "tensor_overrides",
+                    format!("override of '{name}': {problem}"),
+                ));
+            }
             if let Some([lo, hi]) = o.range
                 && !(lo <= hi && lo.is_finite() && hi.is_finite())
             {

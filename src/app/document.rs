@@ -11,7 +11,7 @@ use crate::app::layout::{self, GraphLayout, LayoutError};
 use crate::app::search::Search;
 use crate::app::work::{Workbench, heat};
 use crate::jobs::{Cancelled, JobContext, Progress};
-use crate::model::{Graph, GraphProblem, Model, ModelError, NodeId};
+use crate::model::{Graph, Model, ModelError, NodeId};
 use crate::recipe::Recipe;
 
 /// Where a model came from.
@@ -189,12 +189,7 @@ impl Document {
     pub fn new(loaded: Loaded, recipe: Recipe, dark: bool) -> Self {
         let mut flagged = HashSet::new();
         for problem in loaded.graph.problems() {
-            match problem {
-                GraphProblem::DanglingInput { node, .. } => {
-                    flagged.insert(*node);
-                }
-                GraphProblem::Cycle { nodes } => flagged.extend(nodes.iter().copied()),
-            }
+            flagged.extend(problem.nodes());
         }
         for e in &loaded.layout.cycle_edges {
             flagged.insert(e.to);

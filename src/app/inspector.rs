@@ -48,28 +48,13 @@ fn problems(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
         format!("{} structural problem(s)", problems.len()),
     );
     for p in problems {
-        match p {
-            crate::model::GraphProblem::DanglingInput { node, tensor } => {
-                if ui
-                    .link(format!(
-                        "{} reads {tensor}, which nothing produces",
-                        doc.graph.node(*node).name
-                    ))
-                    .clicked()
-                {
-                    commands.push(Command::SelectNodes(vec![*node]));
-                    commands.push(Command::ZoomToSelection);
-                }
-            }
-            crate::model::GraphProblem::Cycle { nodes } => {
-                if ui
-                    .link(format!("{} node(s) on a cycle", nodes.len()))
-                    .clicked()
-                {
-                    commands.push(Command::SelectNodes(nodes.clone()));
-                    commands.push(Command::ZoomToSelection);
-                }
-            }
+        let nodes = p.nodes();
+        let text = p.describe(&doc.graph);
+        if nodes.is_empty() {
+            ui.label(text);
+        } else if ui.link(text).clicked() {
+            commands.push(Command::SelectNodes(nodes));
+            commands.push(Command::ZoomToSelection);
         }
     }
 }

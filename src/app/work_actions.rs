@@ -553,6 +553,9 @@ impl Studio {
                     info.seconds,
                     info.execution_providers.join(" > ")
                 );
+                for note in &info.notes {
+                    self.status = format!("{} · {note}", self.status);
+                }
                 doc.work.statistics_replaced(stats, false);
                 if doc.work.histogram_tensor.is_none() {
                     doc.work.histogram_tensor = first_tensor(doc);

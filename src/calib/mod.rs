@@ -8,6 +8,7 @@
 pub mod data;
 pub mod file;
 pub mod histogram;
+pub mod memory;
 pub mod range;
 pub mod runner;
 pub mod stats;
@@ -59,6 +60,10 @@ pub struct CalibrationConfig {
     pub ort_parity: Option<ParityBins>,
     /// Calibrate only these tensors (default: every float activation).
     pub tensors: Option<Vec<String>>,
+    /// Bytes a batch may take (default: half the memory available; see [`memory`]). The batch
+    /// size is lowered to fit, and a sample that does not fit is refused.
+    #[serde(default)]
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for CalibrationConfig {
@@ -71,6 +76,7 @@ impl Default for CalibrationConfig {
             optimize: false,
             ort_parity: None,
             tensors: None,
+            memory_budget: None,
         }
     }
 }
@@ -100,6 +106,20 @@ pub enum CalibError {
     /// The model has no float tensors to calibrate.
     #[error("the model has no float activations to calibrate")]
     NoTensors,
+    /// Even one sample needs more memory than this machine has for a batch.
+    #[error(
+        "one calibration sample needs about {} for its {tensors} observed tensors, but only {} is available to a batch; calibrate fewer tensors (op types or nodes to quantize) or free memory",
+        crate::report::format_bytes(*.needed),
+        crate::report::format_bytes(*.budget)
+    )]
+    OutOfMemory {
+        /// Bytes one sample needs.
+        needed: u64,
+        /// Bytes available to a batch.
+        budget: u64,
+        /// Tensors observed.
+        tensors: usize,
+    },
     /// The run was cancelled; nothing was written.
     #[error("calibration was cancelled")]
     Cancelled,

@@ -56,6 +56,24 @@ fn default_true() -> bool {
 }
 
 impl RangeMethod {
+    /// What is wrong with the method's parameters, if anything (a percentile outside
+    /// (0, 100], an entropy search with fewer than 2 target bins).
+    pub fn problem(&self) -> Option<String> {
+        match *self {
+            RangeMethod::Percentile { percentile, .. }
+                if !(percentile > 0.0 && percentile <= 100.0) =>
+            {
+                Some(format!(
+                    "percentile must be above 0 and at most 100, got {percentile}"
+                ))
+            }
+            RangeMethod::Entropy { num_quantized_bins } if num_quantized_bins < 2 => Some(format!(
+                "num_quantized_bins must be at least 2, got {num_quantized_bins}"
+            )),
+            _ => None,
+        }
+    }
+
     /// The method's short name (`minmax`, `entropy`, `percentile`, `mse`, `pow2`, `pow2_mse`).
     pub fn name(&self) -> &'static str {
         match self {

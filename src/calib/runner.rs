@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::data::{BatchSource, model_inputs, validate};
 use super::histogram::{AbsHistogram, Histogram};
+use super::memory;
 use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats};
 use super::{CalibError, CalibrationConfig};
 use crate::jobs::{JobContext, RateMeter};
@@ -119,13 +120,19 @@ pub fn calibrate(
     let samples = config
         .max_samples
         .map_or(source.samples(), |m| m.min(source.samples()));
-    let batch_size = config.batch_size.max(1);
-    validate(&inputs, &source.arrays(), samples, batch_size)?;
+    let requested_batch = config.batch_size.max(1);
+    validate(&inputs, &source.arrays(), samples, requested_batch)?;
 
     let tensors = calibration_tensors(&graph, config.tensors.as_deref());
     if tensors.is_empty() {
         return Err(CalibError::NoTensors);
     }
+    let mut fitter = BatchFitter::new(
+        requested_batch,
+        config.memory_budget.or_else(memory::batch_budget),
+        memory::declared_bytes_per_sample(&graph, &tensors, &source.arrays()),
+        tensors.len(),
+    )?;
     let bytes = augmented_model(model, &graph, &tensors)?;
     let options = SessionOptions {
         optimization: if config.optimize {
@@ -165,7 +172,7 @@ pub fn calibrate(
         batches = 0;
         while done < samples {
             ctx.checkpoint().map_err(|_| CalibError::Cancelled)?;
-            let Some(batch) = source.next_batch(batch_size.min(samples - done))? else {
+            let Some(batch) = source.next_batch(fitter.next_batch().min(samples - done))? else {
                 break;
             };
             let (index, first_sample, count) = (batch.index, batch.first_sample, batch.samples);
@@ -176,13 +183,18 @@ pub fn calibrate(
             };
             // The inputs must outlive the outputs: ONNX Runtime hands a graph input that is also
             // an output back as the same buffer, which the input value owns.
+            let input_bytes: u64 = batch
+                .inputs
+                .iter()
+                .map(|(_, a)| (a.len() * a.dtype().bits()).div_ceil(8) as u64)
+                .sum();
             let owned = owned_inputs(batch.inputs)?;
             let values = session_inputs(&owned);
             let run_started = Instant::now();
             let outputs = session.run(values).map_err(|e| run_error(e.to_string()))?;
             let stats_started = Instant::now();
             run_seconds += (stats_started - run_started).as_secs_f64();
-            fold_outputs(
+            let observed = fold_outputs(
                 &outputs,
                 &tensors,
                 &mut stats,
@@ -190,6 +202,7 @@ pub fn calibrate(
                 pass,
                 config,
             );
+            fitter.observed(observed + input_bytes, count)?;
             stats_seconds += stats_started.elapsed().as_secs_f64();
             drop(outputs);
             drop(owned);
@@ -210,7 +223,7 @@ pub fn calibrate(
             .map(ToString::to_string)
             .collect(),
         runtime_version: runtime.info().version.clone(),
-        batch_size,
+        batch_size: fitter.batch_size,
         samples,
         batches,
         source: source.describe(),
@@ -219,6 +232,7 @@ pub fn calibrate(
         seconds: started.elapsed().as_secs_f64(),
         run_seconds,
         stats_seconds,
+        notes: fitter.notes,
     };
     Ok(CalibrationStats {
         info,
@@ -251,7 +265,7 @@ fn fold_outputs(
     float_seen: &mut [bool],
     pass: Pass,
     config: &CalibrationConfig,
-) {
+) -> u64 {
     // f32 outputs are read in place; other float types are converted once.
     let converted: Vec<Option<(DataType, ndarray::ArrayD<f32>)>> = tensors
         .iter()
@@ -280,6 +294,17 @@ fn fold_outputs(
     for (seen, view) in float_seen.iter_mut().zip(&views) {
         *seen |= view.is_some();
     }
+    // What the batch's observed tensors hold (as f32, plus the converted copies).
+    let held: u64 = views
+        .iter()
+        .flatten()
+        .map(|v| v.len() as u64 * 4)
+        .sum::<u64>()
+        + converted
+            .iter()
+            .flatten()
+            .map(|(_, a)| a.len() as u64 * 4)
+            .sum::<u64>();
     stats
         .par_iter_mut()
         .zip(views.par_iter())
@@ -314,4 +339,77 @@ fn fold_outputs(
                 }
             }
         });
+    held
+}
+
+/// Keeps calibration batches within the memory budget: fitted from declared shapes before the
+/// first batch, then from what each batch really held (see [`memory`]).
+struct BatchFitter {
+    /// The batch size in force.
+    batch_size: usize,
+    budget: Option<u64>,
+    /// The first batch is one sample when the shapes did not say what a sample costs.
+    probe: bool,
+    tensors: usize,
+    notes: Vec<String>,
+}
+
+impl BatchFitter {
+    fn new(
+        requested: usize,
+        budget: Option<u64>,
+        declared: memory::SampleEstimate,
+        tensors: usize,
+    ) -> Result<Self, CalibError> {
+        let mut fitter = BatchFitter {
+            batch_size: requested,
+            budget,
+            probe: false,
+            tensors,
+            notes: Vec::new(),
+        };
+        // Even a lower bound refuses a sample that cannot fit before any data is read.
+        fitter.fit(declared.bytes, "declared shapes")?;
+        fitter.probe = budget.is_some() && !declared.complete && fitter.batch_size > 1;
+        Ok(fitter)
+    }
+
+    /// Samples to ask for next.
+    fn next_batch(&self) -> usize {
+        if self.probe { 1 } else { self.batch_size }
+    }
+
+    /// A batch of `samples` held `bytes`: lower the batch size if it would not fit.
+    fn observed(&mut self, bytes: u64, samples: usize) -> Result<(), CalibError> {
+        self.probe = false;
+        if samples == 0 {
+            return Ok(());
+        }
+        self.fit(bytes.div_ceil(samples as u64), "the first batches")
+    }
+
+    fn fit(&mut self, per_sample: u64, basis: &str) -> Result<(), CalibError> {
+        let Some(budget) = self.budget else {
+            return Ok(());
+        };
+        let fitted = memory::fit_batch(self.batch_size, per_sample, budget).map_err(|e| {
+            CalibError::OutOfMemory {
+                needed: e.needed,
+                budget: e.budget,
+                tensors: self.tensors,
+            }
+        })?;
+        if fitted < self.batch_size {
+            let note = format!(
+                "batch size lowered from {} to {fitted}: a sample needs about {} ({basis}) and a batch may take {}",
+                self.batch_size,
+                crate::report::format_bytes(per_sample),
+                crate::report::format_bytes(budget)
+            );
+            tracing::warn!("{note}");
+            self.notes.push(note);
+            self.batch_size = fitted;
+        }
+        Ok(())
+    }
 }

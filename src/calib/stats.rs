@@ -234,6 +234,9 @@ pub struct CalibrationInfo {
     /// Of which statistics were folded in.
     #[serde(default)]
     pub stats_seconds: f64,
+    /// What the run changed or noticed on its own (a batch size lowered to fit in memory).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// The statistics of every calibrated tensor, as saved to and loaded from disk.

@@ -122,7 +122,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         histogram_bins: if args.no_histograms { 0 } else { args.num_bins },
         optimize: args.optimize,
         ort_parity: args.ort_parity.then(ParityBins::default),
-        tensors: None,
+        ..CalibrationConfig::default()
     };
     let bar = progress_bar();
     let sink = bar.clone();
@@ -183,6 +183,9 @@ fn print_summary(stats: &CalibrationStats, args: &CalibrateArgs) {
         info.execution_providers.join(" > "),
         info.runtime_version
     );
+    for note in &info.notes {
+        println!("note: {note}");
+    }
     let empty: Vec<&str> = stats
         .tensors
         .iter()

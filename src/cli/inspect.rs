@@ -18,22 +18,6 @@ pub struct InspectArgs {
     pub json: bool,
 }
 
-/// Human-readable byte count (`1.2 MB`).
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1000.0 && unit + 1 < UNITS.len() {
-        value /= 1000.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 /// Loads, indexes and summarises the model.
 pub fn summarize(path: &std::path::Path) -> anyhow::Result<ModelSummary> {
     let model = Model::load(path)?;
@@ -78,7 +62,7 @@ pub fn render(summary: &ModelSummary) -> String {
         "parameters {} in {} initializers ({})\n",
         summary.parameters,
         summary.initializer_count,
-        format_bytes(summary.parameter_bytes)
+        qdq_studio::report::format_bytes(summary.parameter_bytes)
     );
     for file in &summary.external_data_files {
         out += &format!("external   {}\n", file.display());

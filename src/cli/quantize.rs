@@ -217,19 +217,8 @@ pub fn load_statistics(path: &Path) -> anyhow::Result<CalibrationStats> {
         .collect();
     Ok(CalibrationStats {
         info: CalibrationInfo {
-            model: String::new(),
-            model_nodes: 0,
-            execution_providers: Vec::new(),
-            runtime_version: String::new(),
-            batch_size: 0,
-            samples: 0,
-            batches: 0,
             source: path.display().to_string(),
-            histogram_bins: 0,
-            ort_parity: false,
-            seconds: 0.0,
-            run_seconds: 0.0,
-            stats_seconds: 0.0,
+            ..CalibrationInfo::default()
         },
         tensors,
     })
@@ -277,7 +266,11 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
             };
             eprintln!("calibrating on {} ...", source.describe());
             let ctx = JobContext::new(CancelToken::new(), |_| {});
-            Some(calibrate(&named, source.as_mut(), &runtime, &config, &ctx)?)
+            let stats = calibrate(&named, source.as_mut(), &runtime, &config, &ctx)?;
+            for note in &stats.info.notes {
+                eprintln!("note: {note}");
+            }
+            Some(stats)
         }
     };
     let started = std::time::Instant::now();

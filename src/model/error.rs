@@ -142,6 +142,29 @@ pub enum ModelError {
         /// The missing tensor.
         tensor: String,
     },
+    /// A node writes a tensor that is already defined.
+    #[error(
+        "node '{node}' ({op_type}) writes tensor '{tensor}', which is already defined (by another node, a graph input or an initializer); ONNX graphs assign each tensor once"
+    )]
+    Redefined {
+        /// The node writing it again.
+        node: String,
+        /// Its op type.
+        op_type: String,
+        /// The tensor.
+        tensor: String,
+    },
+    /// The graph declares no outputs.
+    #[error("the graph declares no outputs, so running it computes nothing")]
+    NoOutputs,
+    /// A tensor's element type is not one ONNX defines.
+    #[error("tensor '{tensor}': element type {code} is not an ONNX element type")]
+    UnknownElementType {
+        /// The tensor name.
+        tensor: String,
+        /// The code as written.
+        code: i32,
+    },
     /// The graph has a cycle, so it has no topological order.
     #[error("the graph has a cycle through {count} node(s), including {sample}")]
     Cycle {

@@ -165,6 +165,45 @@ pub enum GraphProblem {
         /// The nodes that could not be ordered.
         nodes: Vec<NodeId>,
     },
+    /// A node writes a tensor that another node, a graph input or an initializer already
+    /// defines (ONNX graphs are single-assignment).
+    Redefined {
+        /// The node writing it again.
+        node: NodeId,
+        /// The tensor.
+        tensor: String,
+    },
+    /// The graph declares no outputs: running it computes nothing.
+    NoOutputs,
+}
+
+impl GraphProblem {
+    /// One line for people: what is wrong, naming the nodes and tensor.
+    pub fn describe(&self, graph: &Graph) -> String {
+        match self {
+            GraphProblem::DanglingInput { node, tensor } => format!(
+                "node '{}' reads '{tensor}', which nothing produces",
+                graph.node(*node).name
+            ),
+            GraphProblem::Cycle { nodes } => format!("{} node(s) are on a cycle", nodes.len()),
+            GraphProblem::Redefined { node, tensor } => format!(
+                "node '{}' writes '{tensor}', which is already defined",
+                graph.node(*node).name
+            ),
+            GraphProblem::NoOutputs => "the graph declares no outputs".to_owned(),
+        }
+    }
+
+    /// The nodes to point at.
+    pub fn nodes(&self) -> Vec<NodeId> {
+        match self {
+            GraphProblem::DanglingInput { node, .. } | GraphProblem::Redefined { node, .. } => {
+                vec![*node]
+            }
+            GraphProblem::Cycle { nodes } => nodes.clone(),
+            GraphProblem::NoOutputs => Vec::new(),
+        }
+    }
 }
 
 /// The index over a model's main graph.
@@ -269,6 +308,9 @@ impl Graph {
         };
         index.add_nodes(graph);
         index.add_tensors(graph);
+        if graph.output.is_empty() {
+            index.problems.push(GraphProblem::NoOutputs);
+        }
         index.order_nodes();
         index
     }
@@ -381,6 +423,16 @@ impl Graph {
                 TensorKind::Activation
             };
             for output in proto.output.iter().filter(|o| !o.is_empty()) {
+                let defined = self.by_tensor.get(output).map(|&at| &self.tensors[at]);
+                if defined.is_some_and(|t| {
+                    t.producer.is_some()
+                        || matches!(t.kind, TensorKind::Input | TensorKind::Initializer)
+                }) {
+                    self.problems.push(GraphProblem::Redefined {
+                        node: NodeId(i),
+                        tensor: output.clone(),
+                    });
+                }
                 let info = self.tensor_mut(output, kind);
                 info.producer = Some(NodeId(i));
             }
@@ -565,6 +617,15 @@ impl Graph {
                     tensor: tensor.clone(),
                 })
             }
+            Some(GraphProblem::Redefined { node, tensor }) => {
+                let node = self.node(*node);
+                Err(ModelError::Redefined {
+                    node: node.name.clone(),
+                    op_type: node.op_type.clone(),
+                    tensor: tensor.clone(),
+                })
+            }
+            Some(GraphProblem::NoOutputs) => Err(ModelError::NoOutputs),
             Some(GraphProblem::Cycle { nodes }) => Err(ModelError::Cycle {
                 count: nodes.len(),
                 sample: nodes

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use prost::Message;
 
 use super::error::ModelError;
-use super::external::{ExternalRef, map_file, resolve_location};
+use super::external::{ExternalRef, check_tensor, map_file, resolve_location};
 use super::proto::{GraphProto, ModelProto, TensorProto};
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
@@ -66,6 +66,9 @@ impl Model {
             external: HashMap::new(),
             external_files: Vec::new(),
         };
+        for_each_tensor_mut(&mut model.proto, &mut |tensor: &mut TensorProto| {
+            check_tensor(tensor)
+        })?;
         model.resolve_external()?;
         Ok(model)
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::Model;
-use super::graph::{Graph, GraphProblem, format_shape, qualified_op_type};
+use super::graph::{Graph, format_shape, qualified_op_type};
 use crate::quant::ops::is_quantizable_by_default;
 
 /// A graph input or output.
@@ -142,19 +142,7 @@ impl ModelSummary {
                     })
             })
             .collect();
-        let problems = graph
-            .problems()
-            .iter()
-            .map(|p| match p {
-                GraphProblem::DanglingInput { node, tensor } => {
-                    format!(
-                        "node '{}' reads '{tensor}', which nothing produces",
-                        graph.node(*node).name
-                    )
-                }
-                GraphProblem::Cycle { nodes } => format!("{} node(s) are on a cycle", nodes.len()),
-            })
-            .collect();
+        let problems = graph.problems().iter().map(|p| p.describe(graph)).collect();
         let producer = format!("{} {}", proto.producer_name(), proto.producer_version())
             .trim()
             .to_owned();

@@ -77,11 +77,6 @@ fn quick_actions(ui: &mut Ui, commands: &mut Vec<Command>) {
     }
 }
 
-/// `12.3 MB`.
-pub(crate) fn megabytes(bytes: u64) -> String {
-    format!("{:.0} MB", bytes as f64 / 1e6)
-}
-
 fn task_progress(ui: &mut Ui, task: &Task, commands: &mut Vec<Command>) {
     ui.spinner();
     ui.label(RichText::new(task.kind.label()).strong());
@@ -105,7 +100,7 @@ fn task_progress(ui: &mut Ui, task: &Task, commands: &mut Vec<Command>) {
                 facts.push(format!("ETA {eta:.0} s"));
             }
             if let Some(memory) = p.memory_bytes {
-                facts.push(megabytes(memory));
+                facts.push(crate::report::format_bytes(memory));
             }
             if !p.detail.is_empty() {
                 facts.push(p.detail.clone());

@@ -16,6 +16,9 @@ use crate::model::{DataType, TensorArray};
 /// The largest header accepted (numpy writes a few hundred bytes).
 const MAX_HEADER: usize = 1 << 16;
 
+/// Bytes reserved before a batch's data arrives; beyond that the buffer grows with the data.
+const INITIAL_READ: usize = 64 << 20;
+
 /// A parsed `.npy` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NpyHeader {
@@ -176,13 +179,25 @@ pub fn read_samples(
             name: name.to_owned(),
             reason: "batch size overflows".to_owned(),
         })?;
-    let mut raw = vec![0u8; bytes];
+    // Grown as bytes arrive, never sized from the header alone: a header that claims terabytes
+    // over a short (or endlessly inflating) stream costs what the stream holds, then an error.
+    let mut raw = Vec::with_capacity(bytes.min(INITIAL_READ));
     reader
-        .read_exact(&mut raw)
+        .take(bytes as u64)
+        .read_to_end(&mut raw)
         .map_err(|e| DataError::Corrupt {
             name: name.to_owned(),
-            reason: format!("data ends early ({e})"),
+            reason: format!("data cannot be read ({e})"),
         })?;
+    if raw.len() != bytes {
+        return Err(DataError::Corrupt {
+            name: name.to_owned(),
+            reason: format!(
+                "data ends early: {} of the {bytes} bytes the header promises",
+                raw.len()
+            ),
+        });
+    }
     let mut shape = vec![count];
     shape.extend(header.shape.iter().skip(1));
     let shape = IxDyn(&shape);
