@@ -937,21 +937,14 @@ fn arguments(case: &Case, file: &Path, out: &Path) -> Vec<String> {
             "--random_samples",
             "2",
         ],
-        CalibrateData => vec![
+        CalibrateData | CalibrateDynamic => vec![
             "calibrate",
             "--onnx_path",
-            &good,
-            "--calibration_data_path",
-            &file,
-            "--max_samples",
-            "8",
-            "-o",
-            &stats,
-        ],
-        CalibrateDynamic => vec![
-            "calibrate",
-            "--onnx_path",
-            &dynamic,
+            if matches!(case.run, CalibrateData) {
+                &good
+            } else {
+                &dynamic
+            },
             "--calibration_data_path",
             &file,
             "--max_samples",

@@ -534,3 +534,57 @@ fn ndarray_npy_free_sample() -> Vec<TensorArray> {
         .map(|_| source.next_batch(1).unwrap().unwrap().inputs.remove(0).1)
         .collect()
 }
+
+/// Calibrates the wide model on 12 random samples in batches of 8 within `budget` bytes.
+fn calibrate_within(budget: u64) -> Result<qdq_studio::calib::CalibrationStats, String> {
+    let model = wide_model();
+    let spec = DataSpec::Random {
+        samples: 12,
+        shapes: BTreeMap::new(),
+        seed: 3,
+    };
+    let config = CalibrationConfig {
+        batch_size: 8,
+        memory_budget: Some(budget),
+        ..CalibrationConfig::default()
+    };
+    let inputs = model_inputs(&Graph::build(&model));
+    let mut source = spec.open(&inputs).unwrap();
+    let ctx = JobContext::new(CancelToken::new(), |_| {});
+    calibrate(&model, source.as_mut(), &runtime(), &config, &ctx).map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_batch_too_big_for_memory_is_lowered_with_a_note_and_one_sample_too_big_is_refused() {
+    // A sample of the wide model holds its input and the observed x, r and y: 4 × 256 × 256
+    // floats = 1 MiB. Their shapes are not all declared, so the first batch (one sample) is
+    // measured before the batch size is fitted.
+    let sample = 4 * 256 * 256 * 4;
+    let roomy = calibrate_within(64 * sample).unwrap();
+    assert_eq!(roomy.info.batch_size, 8);
+    assert!(roomy.info.notes.is_empty(), "{:?}", roomy.info.notes);
+
+    let tight = calibrate_within(3 * sample).unwrap();
+    assert_eq!(tight.info.batch_size, 3);
+    assert_eq!(tight.info.samples, 12);
+    assert_eq!(
+        tight.info.batches, 5,
+        "1 measured sample, then 3 + 3 + 3 + 2"
+    );
+    assert!(
+        tight.info.notes[0].starts_with("batch size lowered from 8 to 3"),
+        "{:?}",
+        tight.info.notes
+    );
+    // Lowering the batch changes nothing in what was learned.
+    for (name, s) in &roomy.tensors {
+        let t = &tight.tensors[name];
+        assert_eq!((s.count, s.min, s.max), (t.count, t.min, t.max), "{name}");
+    }
+
+    let err = calibrate_within(sample / 2).unwrap_err();
+    assert!(
+        err.contains("one calibration sample needs about 786.4 KB") && err.contains("524.3 KB"),
+        "{err}"
+    );
+}

@@ -41,6 +41,10 @@ impl Default for ParityBins {
     }
 }
 
+/// The most histogram bins a tensor may have: each observed tensor keeps one histogram of this
+/// many 8-byte counts for the whole run (onnxruntime uses 2048; 65536 is far past any gain).
+pub const MAX_HISTOGRAM_BINS: usize = 1 << 16;
+
 /// How to run calibration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CalibrationConfig {
@@ -106,6 +110,14 @@ pub enum CalibError {
     /// The model has no float tensors to calibrate.
     #[error("the model has no float activations to calibrate")]
     NoTensors,
+    /// More histogram bins than the engine allows.
+    #[error("{bins} histogram bins is more than the {max} allowed")]
+    TooManyBins {
+        /// Bins asked for.
+        bins: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Even one sample needs more memory than this machine has for a batch.
     #[error(
         "one calibration sample needs about {} for its {tensors} observed tensors, but only {} is available to a batch; calibrate fewer tensors (op types or nodes to quantize) or free memory",

@@ -67,9 +67,14 @@ impl RangeMethod {
                     "percentile must be above 0 and at most 100, got {percentile}"
                 ))
             }
-            RangeMethod::Entropy { num_quantized_bins } if num_quantized_bins < 2 => Some(format!(
-                "num_quantized_bins must be at least 2, got {num_quantized_bins}"
-            )),
+            RangeMethod::Entropy { num_quantized_bins }
+                if !(2..=super::MAX_HISTOGRAM_BINS).contains(&num_quantized_bins) =>
+            {
+                Some(format!(
+                    "num_quantized_bins must be between 2 and {}, got {num_quantized_bins}",
+                    super::MAX_HISTOGRAM_BINS
+                ))
+            }
             _ => None,
         }
     }

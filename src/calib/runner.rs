@@ -114,6 +114,12 @@ pub fn calibrate(
     ctx: &JobContext,
 ) -> Result<CalibrationStats, CalibError> {
     let started = Instant::now();
+    if config.histogram_bins > super::MAX_HISTOGRAM_BINS {
+        return Err(CalibError::TooManyBins {
+            bins: config.histogram_bins,
+            max: super::MAX_HISTOGRAM_BINS,
+        });
+    }
     let graph = Graph::build(model);
     graph.check()?;
     let inputs = model_inputs(&graph);
@@ -342,9 +348,15 @@ fn fold_outputs(
     held
 }
 
+/// When shapes are not all declared, the batch is assumed to hold up to this many times the
+/// bytes that are known before a first, one-sample batch is measured instead.
+const UNKNOWN_SHAPES_FACTOR: u64 = 64;
+
 /// Keeps calibration batches within the memory budget: fitted from declared shapes before the
 /// first batch, then from what each batch really held (see [`memory`]).
 struct BatchFitter {
+    /// The batch size asked for.
+    requested: usize,
     /// The batch size in force.
     batch_size: usize,
     budget: Option<u64>,
@@ -362,6 +374,7 @@ impl BatchFitter {
         tensors: usize,
     ) -> Result<Self, CalibError> {
         let mut fitter = BatchFitter {
+            requested,
             batch_size: requested,
             budget,
             probe: false,
@@ -370,7 +383,15 @@ impl BatchFitter {
         };
         // Even a lower bound refuses a sample that cannot fit before any data is read.
         fitter.fit(declared.bytes, "declared shapes")?;
-        fitter.probe = budget.is_some() && !declared.complete && fitter.batch_size > 1;
+        // Shapes not all declared: measure one sample first, unless a full batch is far from
+        // the budget even if the unknown activations are many times the known bytes (the
+        // common case; a probe would also change the batch partition the statistics see).
+        let worst = declared
+            .bytes
+            .saturating_mul(fitter.batch_size as u64)
+            .saturating_mul(UNKNOWN_SHAPES_FACTOR);
+        fitter.probe =
+            budget.is_some_and(|b| worst > b) && !declared.complete && fitter.batch_size > 1;
         Ok(fitter)
     }
 
@@ -402,12 +423,13 @@ impl BatchFitter {
         if fitted < self.batch_size {
             let note = format!(
                 "batch size lowered from {} to {fitted}: a sample needs about {} ({basis}) and a batch may take {}",
-                self.batch_size,
+                self.requested,
                 crate::report::format_bytes(per_sample),
                 crate::report::format_bytes(budget)
             );
             tracing::warn!("{note}");
-            self.notes.push(note);
+            // One note says where the batch size ended up, whatever the steps.
+            self.notes = vec![note];
             self.batch_size = fitted;
         }
         Ok(())

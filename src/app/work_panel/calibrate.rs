@@ -71,7 +71,11 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
                 ui.end_row();
                 ui.label("Histogram bins");
                 let mut bins = work.histogram_bins;
-                ui.add(egui::DragValue::new(&mut bins).range(8..=65536).speed(64));
+                ui.add(
+                    egui::DragValue::new(&mut bins)
+                        .range(8..=crate::calib::MAX_HISTOGRAM_BINS)
+                        .speed(64),
+                );
                 work.histogram_bins = (bins / 4).max(2) * 4;
                 ui.end_row();
                 ui.label("Method");
