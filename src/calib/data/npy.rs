@@ -69,8 +69,12 @@ fn descr_type(descr: &str, name: &str) -> Result<DataType, DataError> {
                 .to_owned(),
         });
     }
-    let (order, code) = descr.split_at(1.min(descr.len()));
-    if order == ">" && code != "b1" && code != "u1" && code != "i1" {
+    // The byte-order character, then the type code (the header may hold any text: split on a
+    // character, never on a byte index).
+    let mut chars = descr.chars();
+    let order = chars.next();
+    let code = chars.as_str();
+    if order == Some('>') && code != "b1" && code != "u1" && code != "i1" {
         return Err(DataError::UnsupportedNpy {
             name: name.to_owned(),
             reason: format!("big-endian data ('{descr}') is not supported; save it little-endian"),
