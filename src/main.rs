@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("QDQ_STUDIO_LOG"))
         .with_writer(std::io::stderr)
@@ -15,6 +16,10 @@ fn main() -> ExitCode {
     // forward (see `atomic`). Before anything else, so no face ever sees them.
     qdq_studio::atomic::recover_at_start();
     let cli = cli::Cli::parse();
+    if cli.version {
+        cli::runtime::print_versions();
+        return ExitCode::SUCCESS;
+    }
     let result = match cli.command {
         Some(command) => cli::run(command),
         None => studio(cli.model),
@@ -42,3 +47,17 @@ fn studio(_model: Option<std::path::PathBuf>) -> anyhow::Result<()> {
         "this build of qdq-studio has no studio (built without the 'studio' feature); run `qdq-studio --help` for the CLI"
     )
 }
+
+/// Rust ignores SIGPIPE, so printing to a closed pipe (`qdq-studio inspect m.onnx | head`)
+/// would panic; a command-line tool should end quietly instead, as the Unix tools do.
+#[cfg(unix)]
+fn restore_sigpipe() {
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is always valid.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Windows has no SIGPIPE.
+#[cfg(not(unix))]
+fn restore_sigpipe() {}

@@ -257,3 +257,33 @@ fn wrong_raw_data_length_is_an_error_not_a_panic() {
         "{err}"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn a_closed_output_pipe_ends_the_cli_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    // `qdq-studio inspect m.onnx | head -1`: the reader goes away before the table is printed.
+    let mut child = cli()
+        .arg("inspect")
+        .arg(ppocr(PPOCR_CLS))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {:?}", out.status);
+}
+
+#[test]
+fn version_names_the_app_the_runtime_and_the_providers() {
+    common::runtime();
+    let out = cli().arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with(&format!("qdq-studio {}\n", env!("CARGO_PKG_VERSION"))), "{text}");
+    assert!(text.contains("\nONNX Runtime 1."), "{text}");
+    assert!(text.contains("execution providers: cpu (ready)"), "{text}");
+}

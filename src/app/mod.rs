@@ -30,6 +30,23 @@ pub use document::Source;
 pub use settings::Settings;
 pub use studio::{Studio, StudioOptions};
 
+/// The app icon (`assets/icon/qdq-studio.png`, also the desktop entry's), for the window.
+fn window_icon() -> egui::IconData {
+    const ICON: &[u8] = include_bytes!("../../assets/icon/qdq-studio.png");
+    match image::load_from_memory_with_format(ICON, image::ImageFormat::Png) {
+        Ok(icon) => {
+            let rgba = icon.into_rgba8();
+            egui::IconData {
+                width: rgba.width(),
+                height: rgba.height(),
+                rgba: rgba.into_raw(),
+            }
+        }
+        // The bundled PNG always decodes; without it the window has the toolkit's icon.
+        Err(_) => egui::IconData::default(),
+    }
+}
+
 /// Opens the studio window on `model` (the bundled sample when `None`) and runs it until the
 /// window closes.
 pub fn run(model: Option<PathBuf>) -> anyhow::Result<()> {
@@ -39,7 +56,8 @@ pub fn run(model: Option<PathBuf>) -> anyhow::Result<()> {
             .with_app_id("qdq-studio")
             .with_inner_size([1440.0, 900.0])
             .with_min_inner_size([800.0, 500.0])
-            .with_drag_and_drop(true),
+            .with_drag_and_drop(true)
+            .with_icon(std::sync::Arc::new(window_icon())),
         renderer: eframe::Renderer::Glow,
         ..Default::default()
     };

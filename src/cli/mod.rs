@@ -16,8 +16,12 @@ use clap::{Parser, Subcommand};
 ///
 /// Without a subcommand, opens the studio (on MODEL, or on the bundled sample model).
 #[derive(Debug, Parser)]
-#[command(name = "qdq-studio", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+#[command(name = "qdq-studio", about, long_about = None, args_conflicts_with_subcommands = true, disable_version_flag = true)]
 pub struct Cli {
+    /// Print the versions of qdq-studio, of the ONNX Runtime it would use (never downloaded
+    /// for this) and of its execution providers.
+    #[arg(short = 'V', long)]
+    pub version: bool,
     /// A model to open in the studio.
     pub model: Option<PathBuf>,
     /// The subcommand to run headless.

@@ -48,6 +48,44 @@ pub fn print_progress(event: FetchEvent) {
     }
 }
 
+/// `qdq-studio --version`: the app, the ONNX Runtime library it finds (without fetching one)
+/// and the state of each execution provider.
+pub fn print_versions() {
+    println!("qdq-studio {}", env!("CARGO_PKG_VERSION"));
+    let loaded = LoadOptions::new().map_err(anyhow::Error::from).and_then(|mut options| {
+        options.allow_download = false;
+        Runtime::load(&options, &mut |_| {}).map_err(anyhow::Error::from)
+    });
+    match loaded {
+        Ok(runtime) => {
+            let info = runtime.info();
+            println!(
+                "ONNX Runtime {} ({}: {})",
+                info.version,
+                info.source,
+                info.path.display()
+            );
+            let eps: Vec<String> = runtime
+                .probe_eps()
+                .into_iter()
+                .map(|status| {
+                    let state = match status.state {
+                        EpState::Ready => "ready",
+                        EpState::Unavailable(_) => "cannot run here",
+                        EpState::NotInLibrary(_) => "not in this build",
+                    };
+                    format!("{} ({state})", status.ep)
+                })
+                .collect();
+            println!("execution providers: {}", eps.join(", "));
+        }
+        Err(e) => println!(
+            "ONNX Runtime: none found ({}); `qdq-studio runtime install` fetches it",
+            format!("{e:#}").replace('\n', " ")
+        ),
+    }
+}
+
 /// Runs `runtime`.
 pub fn run(args: &RuntimeArgs) -> anyhow::Result<()> {
     let mut options = LoadOptions::new()?;

@@ -159,7 +159,14 @@ pub(super) fn find(
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
-        let candidates = [libraries_in(&dir), libraries_in(&dir.join("lib"))].concat();
+        // Beside it (portable folders, Windows), in `lib/` below it, or in `../lib/qdq-studio`
+        // (the Linux package: /usr/bin/qdq-studio with /usr/lib/qdq-studio/).
+        let candidates = [
+            libraries_in(&dir),
+            libraries_in(&dir.join("lib")),
+            libraries_in(&dir.join("../lib/qdq-studio")),
+        ]
+        .concat();
         if let Some((path, version)) = first_usable(
             &format!("beside the executable ({})", dir.display()),
             candidates,
