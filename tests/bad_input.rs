@@ -274,7 +274,12 @@ fn a_closed_output_pipe_ends_the_cli_quietly() {
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(out.status.signal(), Some(13), "ended by SIGPIPE: {:?}", out.status);
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "ended by SIGPIPE: {:?}",
+        out.status
+    );
 }
 
 #[test]
@@ -283,7 +288,10 @@ fn version_names_the_app_the_runtime_and_the_providers() {
     let out = cli().arg("--version").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.starts_with(&format!("qdq-studio {}\n", env!("CARGO_PKG_VERSION"))), "{text}");
+    assert!(
+        text.starts_with(&format!("qdq-studio {}\n", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
     assert!(text.contains("\nONNX Runtime 1."), "{text}");
     assert!(text.contains("execution providers: cpu (ready)"), "{text}");
 }

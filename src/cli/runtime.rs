@@ -52,10 +52,12 @@ pub fn print_progress(event: FetchEvent) {
 /// and the state of each execution provider.
 pub fn print_versions() {
     println!("qdq-studio {}", env!("CARGO_PKG_VERSION"));
-    let loaded = LoadOptions::new().map_err(anyhow::Error::from).and_then(|mut options| {
-        options.allow_download = false;
-        Runtime::load(&options, &mut |_| {}).map_err(anyhow::Error::from)
-    });
+    let loaded = LoadOptions::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|mut options| {
+            options.allow_download = false;
+            Runtime::load(&options, &mut |_| {}).map_err(anyhow::Error::from)
+        });
     match loaded {
         Ok(runtime) => {
             let info = runtime.info();
