@@ -10,5 +10,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = prost_build::Config::new();
     config.bytes(["."]);
     config.compile_fds(descriptors)?;
+    embed_windows_icon()?;
+    Ok(())
+}
+
+/// The app icon inside the Windows executable (Explorer, the taskbar, the MSI's shortcuts).
+#[cfg(windows)]
+fn embed_windows_icon() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=assets/icon/qdq-studio.ico");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("windows") {
+        let mut resource = winresource::WindowsResource::new();
+        resource.set_icon("assets/icon/qdq-studio.ico");
+        resource.compile()?;
+    }
+    Ok(())
+}
+
+/// Other hosts build no Windows resources.
+#[cfg(not(windows))]
+fn embed_windows_icon() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }

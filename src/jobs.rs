@@ -153,7 +153,8 @@ impl RateMeter {
     }
 }
 
-/// Resident set size of this process, read from `/proc` on Linux; `None` elsewhere.
+/// Resident set size of this process: one read of `/proc/self/statm` on Linux (called for
+/// every progress report), sysinfo's process query elsewhere (Windows: the working set).
 pub fn resident_memory_bytes() -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
@@ -163,7 +164,14 @@ pub fn resident_memory_bytes() -> Option<u64> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        None
+        let pid = sysinfo::get_current_pid().ok()?;
+        let mut system = sysinfo::System::new();
+        system.refresh_processes_specifics(
+            sysinfo::ProcessesToUpdate::Some(&[pid]),
+            false,
+            sysinfo::ProcessRefreshKind::nothing().with_memory(),
+        );
+        system.process(pid).map(sysinfo::Process::memory)
     }
 }
 

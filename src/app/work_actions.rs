@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::app::command::Command;
+use crate::app::runtime_status::RuntimeStatus;
 use crate::app::studio::{PathPurpose, Studio};
 use crate::app::work::data::{DataCheck, DataKind};
 use crate::app::work::tasks::{self, CalibrateRequest, CompareRequest, EvalSetup, SaveRequest};
@@ -628,10 +629,17 @@ impl Studio {
                 }
             }
             TaskOutput::Installed(version, path) => {
-                self.status = format!(
-                    "ONNX Runtime {version} installed at {}: restart qdq-studio to use it",
-                    path.display()
-                );
+                // ONNX Runtime is one library per process: with none loaded yet (first run),
+                // the new one is picked up now; otherwise it takes a restart.
+                if matches!(self.runtime, RuntimeStatus::Missing(_)) {
+                    self.runtime = RuntimeStatus::probe();
+                    self.status = format!("ONNX Runtime {version} installed at {}", path.display());
+                } else {
+                    self.status = format!(
+                        "ONNX Runtime {version} installed at {}: restart qdq-studio to use it",
+                        path.display()
+                    );
+                }
             }
         }
     }

@@ -28,6 +28,7 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
         _ => None,
     };
     let runtime_line = studio.runtime.summary();
+    let missing = matches!(studio.runtime, RuntimeStatus::Missing(_));
     let Some(doc) = studio.doc.as_mut() else {
         return;
     };
@@ -56,7 +57,14 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
 
         let ui = &mut columns[2];
         ui.heading("Execution provider");
-        ep_list(ui, &mut work.ep, eps.as_deref(), &runtime_line, commands);
+        ep_list(
+            ui,
+            &mut work.ep,
+            eps.as_deref(),
+            &runtime_line,
+            missing,
+            commands,
+        );
 
         let ui = &mut columns[3];
         ui.heading("Run");
@@ -271,9 +279,28 @@ fn ep_list(
     chosen: &mut EpSpec,
     eps: Option<&[EpStatus]>,
     runtime_line: &str,
+    missing: bool,
     commands: &mut Vec<Command>,
 ) {
     ui.label(RichText::new(runtime_line).weak());
+    if missing {
+        // First run without a bundled or installed runtime: say so and offer the installer.
+        ui.label(
+            "Calibrating and comparing run the model in ONNX Runtime, which was not found \
+             beside qdq-studio, in its cache, or in a Python install.",
+        );
+        if ui
+            .button("Get ONNX Runtime (CPU)")
+            .on_hover_text(
+                "Downloads the pinned onnxruntime wheel from PyPI (about 15 MB), checks its \
+                 sha256 and keeps the library in qdq-studio's cache",
+            )
+            .clicked()
+        {
+            commands.push(Command::InstallRuntime(Flavor::Cpu));
+        }
+        return;
+    }
     let Some(eps) = eps else {
         ui.radio_value(chosen, EpSpec::Cpu, "cpu");
         ui.label(
