@@ -484,7 +484,7 @@ mod tests {
         );
         let report = recover(&journals);
         assert_eq!(report.journals, 1);
-        assert_eq!(report.restored, [data.clone()]);
+        assert_eq!(report.restored, std::slice::from_ref(&data));
         assert_eq!(std::fs::read(&data).unwrap(), b"old data");
         assert_eq!(std::fs::read(&model).unwrap(), b"old model");
         assert_eq!(names(dir.path()), ["journals", "m.onnx", "m.onnx.data"]);

@@ -808,24 +808,36 @@ fn generate(dir: &Path) {
             .replace("method = \"min_max\"", "method = \"magic\"")
             .as_bytes(),
     );
-    let mut percentile = qdq_studio::recipe::Recipe::default();
-    percentile.calibration_method = qdq_studio::calib::RangeMethod::Percentile {
-        percentile: 150.0,
-        symmetric: true,
-    };
-    write(
-        "recipe_percentile_150.toml",
-        percentile.to_toml().as_bytes(),
-    );
-    let mut unknown_node = qdq_studio::recipe::Recipe::default();
-    unknown_node.nodes_to_exclude = vec!["convv".into()];
-    write(
-        "recipe_unknown_node.toml",
-        unknown_node.to_toml().as_bytes(),
-    );
-    let mut bad_regex = qdq_studio::recipe::Recipe::default();
-    bad_regex.nodes_to_exclude = vec!["(unclosed".into()];
-    write("recipe_bad_regex.toml", bad_regex.to_toml().as_bytes());
+    use qdq_studio::recipe::Recipe;
+    let recipes = [
+        (
+            "recipe_percentile_150.toml",
+            Recipe {
+                calibration_method: qdq_studio::calib::RangeMethod::Percentile {
+                    percentile: 150.0,
+                    symmetric: true,
+                },
+                ..Recipe::default()
+            },
+        ),
+        (
+            "recipe_unknown_node.toml",
+            Recipe {
+                nodes_to_exclude: vec!["convv".into()],
+                ..Recipe::default()
+            },
+        ),
+        (
+            "recipe_bad_regex.toml",
+            Recipe {
+                nodes_to_exclude: vec!["(unclosed".into()],
+                ..Recipe::default()
+            },
+        ),
+    ];
+    for (name, recipe) in recipes {
+        write(name, recipe.to_toml().as_bytes());
+    }
 }
 
 /// Rewrites the uncompressed and compressed sizes of a one-entry stored zip (local header,

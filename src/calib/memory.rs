@@ -24,7 +24,7 @@ pub fn batch_budget() -> Option<u64> {
     if let Some(limits) = system.cgroup_limits() {
         available = available.min(limits.free_memory);
     }
-    (available > 0).then(|| (available as f64 * BUDGET_SHARE) as u64)
+    (available > 0).then_some((available as f64 * BUDGET_SHARE) as u64)
 }
 
 fn element_bytes(elem_type: Option<i32>) -> u64 {

@@ -166,6 +166,40 @@ pub fn expected_bytes(tensor: &TensorProto) -> Result<Option<u64>, ModelError> {
         .map(|d| d.storage_bytes(count)))
 }
 
+/// Checks what can be checked of a tensor without decoding it: an element type ONNX defines,
+/// non-negative dimensions whose product fits, and (for inline `raw_data`) as many bytes as
+/// the shape needs. Run on every tensor at load, so a model that loads never claims terabytes
+/// over a few bytes, and the error names the tensor before any session sees it.
+pub fn check_tensor(tensor: &TensorProto) -> Result<(), ModelError> {
+    let code = tensor.data_type();
+    if super::proto::tensor_proto::DataType::try_from(code).is_err() {
+        return Err(ModelError::UnknownElementType {
+            tensor: tensor.name().to_owned(),
+            code,
+        });
+    }
+    let expected = expected_bytes(tensor)?;
+    let inline = tensor
+        .raw_data
+        .as_ref()
+        .filter(|r| !r.is_empty() && ExternalRef::of(tensor).ok().flatten().is_none());
+    if let (Some(raw), Some(expected)) = (inline, expected)
+        && raw.len() as u64 != expected
+    {
+        let dtype =
+            DataType::from_onnx(code).map_or_else(|_| code.to_string(), |d| d.name().to_owned());
+        return Err(ModelError::DataLength {
+            tensor: tensor.name().to_owned(),
+            dims: tensor.dims.clone(),
+            dtype,
+            expected,
+            actual: raw.len() as u64,
+            unit: "bytes",
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,38 +251,4 @@ mod tests {
         assert!(element_count("t", &[-1, 3]).is_err());
         assert_eq!(element_count("t", &[]).unwrap(), 1);
     }
-}
-
-/// Checks what can be checked of a tensor without decoding it: an element type ONNX defines,
-/// non-negative dimensions whose product fits, and (for inline `raw_data`) as many bytes as
-/// the shape needs. Run on every tensor at load, so a model that loads never claims terabytes
-/// over a few bytes, and the error names the tensor before any session sees it.
-pub fn check_tensor(tensor: &TensorProto) -> Result<(), ModelError> {
-    let code = tensor.data_type();
-    if super::proto::tensor_proto::DataType::try_from(code).is_err() {
-        return Err(ModelError::UnknownElementType {
-            tensor: tensor.name().to_owned(),
-            code,
-        });
-    }
-    let expected = expected_bytes(tensor)?;
-    let inline = tensor
-        .raw_data
-        .as_ref()
-        .filter(|r| !r.is_empty() && ExternalRef::of(tensor).ok().flatten().is_none());
-    if let (Some(raw), Some(expected)) = (inline, expected)
-        && raw.len() as u64 != expected
-    {
-        let dtype =
-            DataType::from_onnx(code).map_or_else(|_| code.to_string(), |d| d.name().to_owned());
-        return Err(ModelError::DataLength {
-            tensor: tensor.name().to_owned(),
-            dims: tensor.dims.clone(),
-            dtype,
-            expected,
-            actual: raw.len() as u64,
-            unit: "bytes",
-        });
-    }
-    Ok(())
 }
