@@ -1059,6 +1059,12 @@ fn check(case: &Case) -> Result<(), String> {
             snapshot(&out).keys()
         ));
     }
+    eprintln!(
+        "{}: exit {:?}, peak {} MB",
+        case.file,
+        outcome.code,
+        outcome.peak_bytes >> 20
+    );
     if outcome.peak_bytes > MEMORY_BOUND_BYTES {
         return fail(format!(
             "peak memory {} MB over the bound",
