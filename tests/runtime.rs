@@ -103,7 +103,8 @@ fn a_library_that_is_not_onnx_runtime_is_refused() {
     ));
 }
 
-/// onnxruntime 1.22.0, older than the API this build needs.
+/// onnxruntime 1.22.0, older than the API this build needs (a Linux x86_64 wheel).
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 const OLD_ORT: PinnedWheel = PinnedWheel {
     package: "onnxruntime",
     version: "1.22.0",
