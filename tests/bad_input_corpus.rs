@@ -8,8 +8,9 @@
 
 mod common;
 
+use common::{npy, npz};
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -433,47 +434,8 @@ fn simple(build: impl FnOnce(&mut ModelBuilder)) -> ModelProto {
     b.build().proto().clone()
 }
 
-/// numpy's `.npy` layout (version 1, header padded to 64 bytes).
-fn npy(descr: &str, fortran: bool, shape: &[u64], data: &[u8]) -> Vec<u8> {
-    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-    let shape_text = match dims.len() {
-        1 => format!("({},)", dims[0]),
-        _ => format!("({})", dims.join(", ")),
-    };
-    let fortran = if fortran { "True" } else { "False" };
-    let mut header =
-        format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape_text}, }}")
-            .into_bytes();
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(b' ');
-    }
-    header.push(b'\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((header.len() as u16).to_le_bytes());
-    out.extend(header);
-    out.extend(data);
-    out
-}
-
 fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
     values.flat_map(f32::to_le_bytes).collect()
-}
-
-/// An `.npz` of (name, npy bytes); `deflate` compresses the entries.
-fn npz(entries: &[(&str, Vec<u8>)], deflate: bool) -> Vec<u8> {
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(if deflate {
-            zip::CompressionMethod::Deflated
-        } else {
-            zip::CompressionMethod::Stored
-        })
-        .large_file(true);
-    for (name, bytes) in entries {
-        zip.start_file(format!("{name}.npy"), options).unwrap();
-        zip.write_all(bytes).unwrap();
-    }
-    zip.finish().unwrap().into_inner()
 }
 
 fn samples(count: u64) -> Vec<u8> {

@@ -27,7 +27,7 @@ enum Op {
     Sigmoid,
     Tanh,
     LeakyRelu,
-    Clip { min: i8, max: i8 },
+    Clip,
     Conv { k3: bool, bias: bool, depthwise: bool },
     ConvTranspose,
     Add { other: u8 },
@@ -110,10 +110,10 @@ fn build(spec: &Spec) -> (Model, Vec<String>) {
                 };
                 b.node(op_type, &[&input], &[&out]).name(&name);
             }
-            Op::Clip { min, max } => {
+            Op::Clip => {
+                // Bounds drawn like the weights: sometimes min > max, which Clip allows.
                 let lo = add_weight(&mut b, format!("{name}_min"), &[], &mut seed);
                 let hi = add_weight(&mut b, format!("{name}_max"), &[], &mut seed);
-                let _ = (min, max);
                 b.node("Clip", &[&input, &lo, &hi], &[&out]).name(&name);
             }
             Op::Conv { k3, bias, depthwise } => {

@@ -93,40 +93,63 @@ pub fn wide_model() -> qdq_studio::model::Model {
 
 /// Writes a `.npz` (stored, numpy's layout) of float32/int64/float16 arrays, for data tests.
 pub fn write_npz(path: &Path, arrays: &[(&str, qdq_studio::model::TensorArray)]) {
-    let file = std::fs::File::create(path).unwrap();
-    let mut zip = zip::ZipWriter::new(file);
-    for (name, array) in arrays {
-        zip.start_file(
-            format!("{name}.npy"),
-            zip::write::SimpleFileOptions::default(),
-        )
-        .unwrap();
-        let (descr, bytes) = match array {
-            qdq_studio::model::TensorArray::Float32(a) => (
-                "<f4",
-                a.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
-            ),
-            qdq_studio::model::TensorArray::Int64(a) => {
-                ("<i8", a.iter().flat_map(|v| v.to_le_bytes()).collect())
-            }
-            qdq_studio::model::TensorArray::Float16(a) => (
-                "<f2",
-                a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-            ),
-            _ => unreachable!(),
-        };
-        let shape = array
-            .shape()
-            .iter()
-            .map(|d| format!("{d},"))
-            .collect::<String>();
-        let dict =
-            format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({shape}), }}\n");
-        let mut npy = b"\x93NUMPY\x01\x00".to_vec();
-        npy.extend((dict.len() as u16).to_le_bytes());
-        npy.extend(dict.as_bytes());
-        npy.extend(bytes);
-        std::io::Write::write_all(&mut zip, &npy).unwrap();
+    use qdq_studio::model::TensorArray;
+    let entries: Vec<(&str, Vec<u8>)> = arrays
+        .iter()
+        .map(|(name, array)| {
+            let (descr, bytes): (&str, Vec<u8>) = match array {
+                TensorArray::Float32(a) => {
+                    ("<f4", a.iter().flat_map(|v| v.to_le_bytes()).collect())
+                }
+                TensorArray::Int64(a) => ("<i8", a.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                TensorArray::Float16(a) => (
+                    "<f2",
+                    a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+                ),
+                _ => unreachable!(),
+            };
+            let shape: Vec<u64> = array.shape().iter().map(|&d| d as u64).collect();
+            (*name, npy(descr, false, &shape, &bytes))
+        })
+        .collect();
+    std::fs::write(path, npz(&entries, false)).unwrap();
+}
+
+/// numpy's `.npy` layout (version 1, header padded to 64 bytes).
+pub fn npy(descr: &str, fortran: bool, shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let shape_text = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let fortran = if fortran { "True" } else { "False" };
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape_text}, }}")
+            .into_bytes();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(b' ');
     }
-    zip.finish().unwrap();
+    header.push(b'\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend((header.len() as u16).to_le_bytes());
+    out.extend(header);
+    out.extend(data);
+    out
+}
+
+/// An `.npz` of (name, npy bytes); `deflate` compresses the entries.
+pub fn npz(entries: &[(&str, Vec<u8>)], deflate: bool) -> Vec<u8> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(if deflate {
+            zip::CompressionMethod::Deflated
+        } else {
+            zip::CompressionMethod::Stored
+        })
+        .large_file(true);
+    for (name, bytes) in entries {
+        zip.start_file(format!("{name}.npy"), options).unwrap();
+        std::io::Write::write_all(&mut zip, bytes).unwrap();
+    }
+    zip.finish().unwrap().into_inner()
 }
