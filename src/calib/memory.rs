@@ -27,6 +27,9 @@ pub fn batch_budget() -> Option<u64> {
     (available > 0).then_some((available as f64 * BUDGET_SHARE) as u64)
 }
 
+/// Bytes per element, rounded up (4-bit types count a byte: an over-estimate). Not
+/// `DataType::storage_bytes`: the counts here come from file-declared shapes and must saturate,
+/// never overflow.
 fn element_bytes(elem_type: Option<i32>) -> u64 {
     elem_type
         .and_then(|t| DataType::from_onnx(t).ok())

@@ -192,7 +192,7 @@ pub fn calibrate(
             let input_bytes: u64 = batch
                 .inputs
                 .iter()
-                .map(|(_, a)| (a.len() * a.dtype().bits()).div_ceil(8) as u64)
+                .map(|(_, a)| a.dtype().storage_bytes(a.len() as u64))
                 .sum();
             let owned = owned_inputs(batch.inputs)?;
             let values = session_inputs(&owned);
