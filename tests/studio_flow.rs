@@ -346,6 +346,42 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
             "excluded Conv {name} keeps float weights"
         );
     }
+
+    // A target no set of float nodes reaches: the recipe-wide changes are measured and
+    // offered, and one click (undoable) takes one into the recipe.
+    replace_text(&mut h, "Target", "119");
+    press(&mut h, "Auto-exclude");
+    settle(&mut h, "auto-exclude to an unreachable target");
+    no_notices(&h);
+    let unreached = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .auto_excluded
+        .clone()
+        .unwrap();
+    assert!(!unreached.reached, "{unreached:?}");
+    assert_eq!(unreached.alternatives.len(), 5, "{unreached:?}");
+    let before_change = recipe(&h);
+    assert_eq!(before_change, unreached.recipe);
+    press(&mut h, "Apply 16-bit activations (uint16)");
+    let changed = recipe(&h);
+    assert_eq!(
+        changed.activation_type,
+        qdq_studio::recipe::QuantType::Uint16
+    );
+    assert_eq!(
+        Recipe {
+            activation_type: before_change.activation_type,
+            ..changed
+        },
+        before_change
+    );
+    assert!(h.state().status().contains("16-bit activations"));
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+    assert_eq!(recipe(&h), before_change);
 }
 
 #[test]

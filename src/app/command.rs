@@ -105,6 +105,8 @@ pub enum Command {
     ScanSensitivity,
     /// Leave the most harmful nodes in float until the panel's target is met.
     AutoExclude,
+    /// Take the auto-exclude result's recipe-wide change at this index into the recipe.
+    ApplyAlternative(usize),
     /// Cancel the running task.
     CancelTask,
     /// Calibration ▸ Save statistics…

@@ -26,6 +26,7 @@ pub fn is_work_command(command: &Command) -> bool {
             | Command::ShowSample(_)
             | Command::ScanSensitivity
             | Command::AutoExclude
+            | Command::ApplyAlternative(_)
             | Command::CancelTask
             | Command::SaveStatisticsDialog
             | Command::SaveStatistics(_)
@@ -59,6 +60,20 @@ impl Studio {
             Command::ShowSample(sample) => self.show_sample(sample),
             Command::ScanSensitivity => self.scan_sensitivity(),
             Command::AutoExclude => self.auto_exclude(),
+            Command::ApplyAlternative(index) => {
+                if let Some(doc) = self.doc.as_mut()
+                    && let Some(alternative) = doc
+                        .work
+                        .auto_excluded
+                        .as_ref()
+                        .and_then(|r| r.alternatives.get(index))
+                {
+                    doc.editor.replace(alternative.recipe.clone());
+                    self.status = format!("Recipe: {} (Ctrl+Z undoes)", alternative.change);
+                    doc.refresh();
+                }
+                Ok(())
+            }
             Command::CancelTask => {
                 if let Some(doc) = self.doc.as_mut() {
                     doc.work.cancel();
@@ -304,6 +319,7 @@ impl Studio {
         let target = match work.target_kind {
             TargetKind::SqnrDb => Target::SqnrDb(work.target_value),
             TargetKind::Top1 => Target::Top1(work.target_value / 100.0),
+            TargetKind::Sequence => Target::Sequence(work.target_value / 100.0),
         };
         let scanned = work.scanned.clone();
         let max = work.max_excluded;

@@ -54,9 +54,24 @@ pub struct SensitivityArgs {
     #[arg(
         long = "target_top1",
         visible_alias = "target-top1",
-        conflicts_with = "by_op_type"
+        conflicts_with_all = ["by_op_type", "target_sequence"]
     )]
     pub target_top1: Option<f64>,
+    /// Auto-exclude until the worst sequence output ([N, T, classes]: OCR, speech) reads the
+    /// same as the float model (greedy CTC) on this percentage of samples.
+    #[arg(
+        long = "target_sequence",
+        visible_alias = "target-sequence",
+        conflicts_with_all = ["by_op_type", "target_sqnr"]
+    )]
+    pub target_sequence: Option<f64>,
+    /// When keeping nodes in float does not reach the target, save the best measured
+    /// recipe-wide change (range method, 16-bit activations) if it does better.
+    #[arg(
+        long = "take_best_alternative",
+        visible_alias = "take-best-alternative"
+    )]
+    pub take_best_alternative: bool,
     /// At most this many nodes are excluded.
     #[arg(
         long = "max_excluded",
@@ -160,10 +175,11 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{table}");
-    let target = match (args.target_sqnr, args.target_top1) {
-        (Some(db), _) => Some(Target::SqnrDb(db)),
-        (None, Some(pct)) => Some(Target::Top1(pct / 100.0)),
-        (None, None) => None,
+    let target = match (args.target_sqnr, args.target_top1, args.target_sequence) {
+        (Some(db), _, _) => Some(Target::SqnrDb(db)),
+        (None, Some(pct), _) => Some(Target::Top1(pct / 100.0)),
+        (None, None, Some(pct)) => Some(Target::Sequence(pct / 100.0)),
+        (None, None, None) => None,
     };
     let mut fixed_json = serde_json::Value::Null;
     if let Some(target) = target {
@@ -175,16 +191,14 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
             args.max_excluded,
             &JobContext::silent(),
         )?;
-        let goal = match target {
-            Target::SqnrDb(db) => format!("output SQNR {db:.2} dB"),
-            Target::Top1(share) => format!("top-1 agreement {:.1}%", share * 100.0),
-        };
         let count = |op: &str| fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
         println!(
-            "auto-exclude: {} node(s) kept in float ({}); output SQNR {:.2} dB; target {goal} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
+            "auto-exclude: {} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
             fixed.excluded.len(),
             fixed.excluded.join(", "),
+            target.format_score(fixed.score),
             fixed.sqnr_db,
+            target.describe(),
             if fixed.reached {
                 "reached"
             } else {
@@ -194,8 +208,41 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
             count("MatMul"),
             count("Gemm"),
         );
+        if !fixed.alternatives.is_empty() {
+            println!("recipe-wide changes on top of it, measured:");
+            let mut table = Table::new();
+            table.load_preset(UTF8_FULL_CONDENSED).set_header([
+                "change",
+                "score",
+                "output SQNR dB",
+                "target",
+            ]);
+            for a in &fixed.alternatives {
+                table.add_row([
+                    a.change.clone(),
+                    target.format_score(a.score),
+                    format!("{:.2}", a.sqnr_db),
+                    (if a.reached { "reached" } else { "not reached" }).to_owned(),
+                ]);
+            }
+            println!("{table}");
+        }
+        let chosen = match fixed.best_alternative() {
+            Some(best) if args.take_best_alternative => {
+                println!("taking the best change: {}", best.change);
+                &best.recipe
+            }
+            Some(best) => {
+                println!(
+                    "{} does better; --take_best_alternative saves it instead",
+                    best.change
+                );
+                &fixed.recipe
+            }
+            None => &fixed.recipe,
+        };
         if let Some(path) = &args.save_recipe {
-            fixed.recipe.save(path)?;
+            chosen.save(path)?;
             println!("recipe written to {}", path.display());
         }
         fixed_json = serde_json::to_value(&fixed)?;

@@ -1,6 +1,7 @@
 //! Float against quantized: per-output error metrics over evaluation data (streaming, memory
 //! bounded by one batch) and latency of both models on the chosen execution providers.
 
+pub mod alternatives;
 pub mod reference;
 pub mod sensitivity;
 pub mod tensors;
@@ -54,6 +55,9 @@ pub enum EvalError {
         "no output is classifier-like ([N, classes] or [N, T, classes]): use an SQNR target instead"
     )]
     NoClassifierOutput,
+    /// A sequence target was given but no output is a sequence (`[N, T, classes]`).
+    #[error("no output is a sequence ([N, T, classes]): use a top-1 or SQNR target instead")]
+    NoSequenceOutput,
     /// A sample beyond the evaluation data was asked for.
     #[error("sample {sample} does not exist: the evaluation data holds {samples} sample(s)")]
     NoSample {
@@ -85,6 +89,10 @@ pub struct OutputMetrics {
     pub top1_agreement: Option<f64>,
     /// ... share of rows whose float argmax is in the quantized top 5 (≥ 5 classes).
     pub top5_agreement: Option<f64>,
+    /// For sequence outputs (`[N, T, classes]`): share of samples whose greedy CTC reading
+    /// ([`ctc_greedy`]) is the same. Per-position agreement counts every flip at a character
+    /// boundary; this counts what an OCR or speech model's user reads off.
+    pub sequence_agreement: Option<f64>,
     /// Elements compared.
     pub elements: u64,
 }
@@ -101,6 +109,22 @@ struct Accumulator {
     top1: u64,
     top5: u64,
     classifier: bool,
+    sequences: u64,
+    sequences_equal: u64,
+}
+
+/// Greedy CTC decoding of a best-class path: repeats merged, then the blank (class 0, as in
+/// PaddleOCR, wav2vec2 and most CTC exports) dropped.
+pub fn ctc_greedy(path: &[usize]) -> Vec<usize> {
+    let mut read = Vec::new();
+    let mut previous = None;
+    for &class in path {
+        if previous != Some(class) && class != 0 {
+            read.push(class);
+        }
+        previous = Some(class);
+    }
+    read
 }
 
 fn argsort_desc(row: &[f32]) -> Vec<usize> {
@@ -126,6 +150,13 @@ impl Accumulator {
             matches!(reference.ndim(), 2 | 3) && reference.shape().last().is_some_and(|&c| c >= 2);
         if self.classifier {
             let last = Axis(reference.ndim() - 1);
+            // Lanes come sample by sample: a `[N, T, classes]` sample is `T` of them.
+            let positions = if reference.ndim() == 3 {
+                reference.shape()[1]
+            } else {
+                0
+            };
+            let (mut float_path, mut test_path) = (Vec::new(), Vec::new());
             for (r, t) in reference.lanes(last).into_iter().zip(test.lanes(last)) {
                 let (r, t): (Vec<f32>, Vec<f32>) =
                     (r.iter().copied().collect(), t.iter().copied().collect());
@@ -134,6 +165,17 @@ impl Accumulator {
                 self.rows += 1;
                 self.top1 += u64::from(ranked[0] == best);
                 self.top5 += u64::from(ranked.iter().take(5).any(|&i| i == best));
+                if positions > 0 {
+                    float_path.push(best);
+                    test_path.push(ranked[0]);
+                    if float_path.len() == positions {
+                        self.sequences += 1;
+                        self.sequences_equal +=
+                            u64::from(ctc_greedy(&float_path) == ctc_greedy(&test_path));
+                        float_path.clear();
+                        test_path.clear();
+                    }
+                }
             }
         }
     }
@@ -152,6 +194,8 @@ impl Accumulator {
                 .then(|| self.top1 as f64 / self.rows as f64),
             top5_agreement: (self.classifier && self.rows > 0 && classes >= 5)
                 .then(|| self.top5 as f64 / self.rows as f64),
+            sequence_agreement: (self.sequences > 0)
+                .then(|| self.sequences_equal as f64 / self.sequences as f64),
             elements: self.elements,
         }
     }
@@ -196,7 +240,7 @@ pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Resu
 }
 
 /// The columns of an outputs table, as the CLI and the studio print them.
-pub const OUTPUT_TABLE_HEADER: [&str; 7] = [
+pub const OUTPUT_TABLE_HEADER: [&str; 8] = [
     "output",
     "SQNR dB",
     "cosine",
@@ -204,12 +248,13 @@ pub const OUTPUT_TABLE_HEADER: [&str; 7] = [
     "max |err|",
     "top-1",
     "top-5",
+    "sequences",
 ];
 
 impl OutputMetrics {
     /// This output's row under [`OUTPUT_TABLE_HEADER`] (agreements as percentages, `-` for an
     /// output that is not classifier-like).
-    pub fn table_row(&self) -> [String; 7] {
+    pub fn table_row(&self) -> [String; 8] {
         let percent =
             |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
         [
@@ -220,6 +265,7 @@ impl OutputMetrics {
             format!("{:.3e}", self.max_abs_error),
             percent(self.top1_agreement),
             percent(self.top5_agreement),
+            percent(self.sequence_agreement),
         ]
     }
 }
@@ -381,4 +427,45 @@ pub fn measure_latency(
         intra_op_threads: options.intra_threads,
         batch_size: batch.samples,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ctc_greedy_merges_repeats_then_drops_blanks() {
+        assert_eq!(ctc_greedy(&[0, 5, 5, 0, 5, 7, 7, 0]), [5, 5, 7]);
+        assert_eq!(ctc_greedy(&[0, 0]), Vec::<usize>::new());
+    }
+
+    /// One-hot scores of a `[N, T, 3]` output from best-class paths.
+    fn one_hot(paths: &[[usize; 4]]) -> ArrayD<f32> {
+        let mut a = ArrayD::zeros(vec![paths.len(), 4, 3]);
+        for (n, path) in paths.iter().enumerate() {
+            for (t, &c) in path.iter().enumerate() {
+                a[[n, t, c]] = 1.0;
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn sequence_agreement_counts_samples_read_the_same_not_positions() {
+        // Sample 0 shifts a character boundary by one position (still reads "1 2"); sample 1
+        // reads "1 2" in float and "1" quantized.
+        let float = one_hot(&[[0, 1, 1, 2], [1, 0, 2, 2]]);
+        let quant = one_hot(&[[1, 1, 0, 2], [1, 1, 1, 1]]);
+        let mut acc = Accumulator::default();
+        acc.add(&float, &quant);
+        let m = acc.finish("y", 3);
+        assert_eq!(m.sequence_agreement, Some(0.5));
+        assert_eq!(m.top1_agreement, Some(3.0 / 8.0));
+        // A classifier's output has no sequence.
+        let mut acc = Accumulator::default();
+        let two_d =
+            ArrayD::from_shape_vec(vec![2, 3], vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0]).unwrap();
+        acc.add(&two_d, &two_d);
+        assert_eq!(acc.finish("y", 3).sequence_agreement, None);
+    }
 }

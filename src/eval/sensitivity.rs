@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::alternatives::{Alternative, measure_alternatives};
 use super::reference::Reference;
 use super::{EvalError, OutputMetrics};
 use crate::calib::stats::CalibrationStats;
@@ -35,11 +36,14 @@ pub enum Target {
     SqnrDb(f64),
     /// The worst classifier-like output's top-1 agreement reaches this share (0..1).
     Top1(f64),
+    /// The worst sequence output's ([N, T, classes]) share of samples read the same
+    /// (greedy CTC, see [`super::ctc_greedy`]) reaches this share (0..1).
+    Sequence(f64),
 }
 
 impl Target {
     /// The score of a run's metrics under this target (higher is better).
-    fn score(&self, metrics: &[OutputMetrics]) -> Result<f64, EvalError> {
+    pub fn score(&self, metrics: &[OutputMetrics]) -> Result<f64, EvalError> {
         match self {
             Target::SqnrDb(_) => Ok(metrics
                 .iter()
@@ -50,13 +54,35 @@ impl Target {
                 .filter_map(|m| m.top1_agreement)
                 .reduce(f64::min)
                 .ok_or(EvalError::NoClassifierOutput),
+            Target::Sequence(_) => metrics
+                .iter()
+                .filter_map(|m| m.sequence_agreement)
+                .reduce(f64::min)
+                .ok_or(EvalError::NoSequenceOutput),
         }
     }
 
     /// The value to reach.
-    fn goal(&self) -> f64 {
+    pub fn goal(&self) -> f64 {
         match *self {
-            Target::SqnrDb(v) | Target::Top1(v) => v,
+            Target::SqnrDb(v) | Target::Top1(v) | Target::Sequence(v) => v,
+        }
+    }
+
+    /// The target in words, e.g. "top-1 agreement 99.0%".
+    pub fn describe(&self) -> String {
+        match *self {
+            Target::SqnrDb(db) => format!("output SQNR {db:.2} dB"),
+            Target::Top1(share) => format!("top-1 agreement {:.1}%", share * 100.0),
+            Target::Sequence(share) => format!("sequence agreement {:.1}%", share * 100.0),
+        }
+    }
+
+    /// A score under this target in its unit ("31.20 dB", "97.5%").
+    pub fn format_score(&self, score: f64) -> String {
+        match self {
+            Target::SqnrDb(_) => format!("{score:.2} dB"),
+            Target::Top1(_) | Target::Sequence(_) => format!("{:.1}%", score * 100.0),
         }
     }
 }
@@ -264,6 +290,8 @@ pub struct AutoExclude {
     /// The recipe with the chosen nodes excluded.
     #[serde(skip)]
     pub recipe: Recipe,
+    /// The target asked for.
+    pub target: Target,
     /// The nodes kept in float, in the order they were added.
     pub excluded: Vec<String>,
     /// The target's score reached (dB, or top-1 share), verified by a real run.
@@ -275,6 +303,19 @@ pub struct AutoExclude {
     /// Quantized nodes per op type in the final model (how many Conv/MatMul/Gemm stay
     /// quantized is what decides the speed-up).
     pub quantized_by_op_type: BTreeMap<String, usize>,
+    /// When the target was not reached: recipe-wide changes on top of the final recipe, each
+    /// measured by a real run, best first (empty when it was reached).
+    pub alternatives: Vec<Alternative>,
+}
+
+impl AutoExclude {
+    /// The best measured recipe-wide change, if it does better than the excluded nodes alone
+    /// (a higher score, or the same score at a higher SQNR).
+    pub fn best_alternative(&self) -> Option<&Alternative> {
+        self.alternatives
+            .first()
+            .filter(|a| a.score > self.score || (a.score == self.score && a.sqnr_db > self.sqnr_db))
+    }
 }
 
 /// Greedy auto-exclude: keep the most harmful nodes (by a node scan) in float, one at a time,
@@ -284,6 +325,10 @@ pub struct AutoExclude {
 /// Nodes are tried in order of harm done alone (lowest SQNR with only that node quantized),
 /// then by gain when left out: when error is spread over many nodes, leaving any single one in
 /// float barely moves the output, but the nodes that hurt most on their own still add up.
+///
+/// When that does not reach the target, recipe-wide changes (other range methods, 16-bit
+/// activations) are measured on top of the result and listed in
+/// [`AutoExclude::alternatives`]; the caller chooses whether to take one.
 pub fn auto_exclude(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -344,13 +389,21 @@ pub fn auto_exclude(
         Err(QuantError::NothingToQuantize { .. }) => BTreeMap::new(),
         Err(e) => return Err(quant_error(e)),
     };
+    let reached = score >= target.goal();
+    let alternatives = if reached {
+        Vec::new()
+    } else {
+        measure_alternatives(eval, &current, target, ctx)?
+    };
     Ok(AutoExclude {
         recipe: current,
+        target,
         excluded,
         score,
         sqnr_db,
-        reached: score >= target.goal(),
+        reached,
         quantized_by_op_type,
+        alternatives,
     })
 }
 
@@ -367,6 +420,7 @@ mod tests {
             max_abs_error: 0.0,
             top1_agreement: top1,
             top5_agreement: None,
+            sequence_agreement: None,
             elements: 1,
         }
     }

@@ -238,6 +238,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
             "max abs err",
             "top-1 agreement",
             "top-5 agreement",
+            "sequence agreement",
         ],
         rows: report
             .outputs
@@ -251,6 +252,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
                     format!("{:.3e}", m.max_abs_error),
                     percent(m.top1_agreement),
                     percent(m.top5_agreement),
+                    percent(m.sequence_agreement),
                 ]
             })
             .collect(),

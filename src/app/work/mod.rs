@@ -76,7 +76,7 @@ pub enum TaskOutput {
 
 /// One line on an auto-exclude result, for the status bar and the Sensitivity tab.
 pub fn auto_exclude_summary(result: &AutoExclude) -> String {
-    format!(
+    let mut summary = format!(
         "{} node(s) left in float, worst output SQNR {:.2} dB, target {}",
         result.excluded.len(),
         result.sqnr_db,
@@ -85,7 +85,11 @@ pub fn auto_exclude_summary(result: &AutoExclude) -> String {
         } else {
             "not reached"
         }
-    )
+    );
+    if let Some(best) = result.best_alternative() {
+        summary.push_str(&format!("; {} does better", best.change));
+    }
+    summary
 }
 
 /// The running task.
@@ -121,6 +125,19 @@ pub enum TargetKind {
     SqnrDb,
     /// Top-1 agreement in percent.
     Top1,
+    /// Sequence agreement (greedy CTC reading) in percent.
+    Sequence,
+}
+
+impl TargetKind {
+    /// The words before the value in the Sensitivity tab.
+    pub fn label(self) -> &'static str {
+        match self {
+            TargetKind::SqnrDb => "worst output SQNR ≥",
+            TargetKind::Top1 => "top-1 agreement ≥",
+            TargetKind::Sequence => "sequence agreement ≥",
+        }
+    }
 }
 
 /// The File ▸ Save quantized model window.

@@ -27,17 +27,17 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
         ui.separator();
         ui.label("Auto-exclude until the");
         egui::ComboBox::from_id_salt("target-kind")
-            .selected_text(match work.target_kind {
-                TargetKind::SqnrDb => "worst output SQNR ≥",
-                TargetKind::Top1 => "top-1 agreement ≥",
-            })
+            .selected_text(work.target_kind.label())
             .show_ui(ui, |ui| {
-                ui.selectable_value(&mut work.target_kind, TargetKind::SqnrDb, "worst output SQNR ≥");
-                ui.selectable_value(&mut work.target_kind, TargetKind::Top1, "top-1 agreement ≥");
-            });
+                for kind in [TargetKind::SqnrDb, TargetKind::Top1, TargetKind::Sequence] {
+                    ui.selectable_value(&mut work.target_kind, kind, kind.label());
+                }
+            })
+            .response
+            .on_hover_text("Sequence agreement: the share of samples an OCR or speech model (output [N, T, classes]) reads the same as in float, greedy CTC decoding");
         let (range, suffix) = match work.target_kind {
             TargetKind::SqnrDb => (0.0..=120.0, " dB"),
-            TargetKind::Top1 => (0.0..=100.0, " %"),
+            TargetKind::Top1 | TargetKind::Sequence => (0.0..=100.0, " %"),
         };
         let label = ui.label("Target");
         ui.add(
@@ -74,6 +74,7 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
                 format!(": {names}")
             }
         ));
+        alternatives(ui, result, commands);
     }
     let Some(scanned) = &work.scanned else {
         ui.label(RichText::new("No scan yet.").weak());
@@ -124,6 +125,55 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
                 } else {
                     "no quantized tensor".to_owned()
                 });
+                ui.end_row();
+            }
+        });
+}
+
+/// The recipe-wide changes auto-exclude measured when leaving nodes in float fell short, each
+/// with an Apply button (one undoable step).
+fn alternatives(
+    ui: &mut Ui,
+    result: &crate::eval::sensitivity::AutoExclude,
+    commands: &mut Vec<Command>,
+) {
+    if result.alternatives.is_empty() {
+        return;
+    }
+    ui.label(
+        "Leaving nodes in float did not reach the target. Recipe-wide changes on top of it, each measured by a real run:",
+    );
+    let score = |s: f64| result.target.format_score(s);
+    egui::Grid::new("alternatives-table")
+        .striped(true)
+        .num_columns(5)
+        .show(ui, |ui| {
+            for h in ["change", "score", "worst output SQNR", "target", ""] {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            ui.label("(nodes left in float only)");
+            ui.label(score(result.score));
+            ui.label(format!("{:.2} dB", result.sqnr_db));
+            ui.label(if result.reached {
+                "reached"
+            } else {
+                "not reached"
+            });
+            ui.label("");
+            ui.end_row();
+            for (index, a) in result.alternatives.iter().enumerate() {
+                ui.label(&a.change);
+                ui.label(score(a.score));
+                ui.label(format!("{:.2} dB", a.sqnr_db));
+                ui.label(if a.reached { "reached" } else { "not reached" });
+                if ui
+                    .button(format!("Apply {}", a.change))
+                    .on_hover_text("Puts this change into the recipe (Ctrl+Z undoes)")
+                    .clicked()
+                {
+                    commands.push(Command::ApplyAlternative(index));
+                }
                 ui.end_row();
             }
         });
