@@ -68,6 +68,17 @@ fn recipe(h: &Harness<'_, Studio>) -> Recipe {
     h.state().document().unwrap().recipe().clone()
 }
 
+/// The last auto-exclude result on screen.
+fn auto_excluded(h: &Harness<'_, Studio>) -> qdq_studio::eval::sensitivity::AutoExclude {
+    h.state()
+        .document()
+        .unwrap()
+        .work
+        .auto_excluded
+        .clone()
+        .expect("an auto-exclude result")
+}
+
 fn no_notices(h: &Harness<'_, Studio>) {
     assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
 }
@@ -217,14 +228,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     settle(&mut h, "auto-exclude");
     no_notices(&h);
     let after = recipe(&h);
-    let result = h
-        .state()
-        .document()
-        .unwrap()
-        .work
-        .auto_excluded
-        .clone()
-        .expect("an auto-exclude result");
+    let result = auto_excluded(&h);
     assert!(!result.excluded.is_empty(), "{result:?}");
     assert!(result.sqnr_db > baseline, "{result:?} vs {baseline}");
     assert_eq!(
@@ -353,14 +357,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     press(&mut h, "Auto-exclude");
     settle(&mut h, "auto-exclude to an unreachable target");
     no_notices(&h);
-    let unreached = h
-        .state()
-        .document()
-        .unwrap()
-        .work
-        .auto_excluded
-        .clone()
-        .unwrap();
+    let unreached = auto_excluded(&h);
     assert!(!unreached.reached, "{unreached:?}");
     assert_eq!(unreached.alternatives.len(), 5, "{unreached:?}");
     let before_change = recipe(&h);
