@@ -314,8 +314,14 @@ impl AutoExclude {
     pub fn best_alternative(&self) -> Option<&Alternative> {
         self.alternatives
             .first()
-            .filter(|a| a.score > self.score || (a.score == self.score && a.sqnr_db > self.sqnr_db))
+            .filter(|a| improves((a.score, a.sqnr_db), (self.score, self.sqnr_db)))
     }
+}
+
+/// Whether `(score, sqnr_db)` does better than `than`: a higher score, or the same score at a
+/// higher SQNR (coarse scores such as agreement shares often tie).
+fn improves(candidate: (f64, f64), than: (f64, f64)) -> bool {
+    candidate.0 > than.0 || (candidate.0 == than.0 && candidate.1 > than.1)
 }
 
 /// Greedy auto-exclude: keep the most harmful nodes (by a node scan) in float, one at a time,
@@ -366,7 +372,7 @@ pub fn auto_exclude(
             next.nodes_to_exclude.push(exact(&node.node));
             let (s, db) = score_of(&next)?;
             // Keep a step only if the real run confirms it helps (ties broken by SQNR).
-            if s > score || (s == score && db > sqnr_db) {
+            if improves((s, db), (score, sqnr_db)) {
                 current = next;
                 excluded.push(node.node.clone());
                 score = s;
