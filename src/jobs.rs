@@ -96,6 +96,12 @@ impl JobContext {
         Self::new(CancelToken::new(), |_| {})
     }
 
+    /// A context that stops with this one but reports nowhere (for a sub-step whose progress
+    /// would only confuse the step's own).
+    pub fn quiet(&self) -> Self {
+        Self::new(self.cancel.clone(), |_| {})
+    }
+
     /// Reports progress.
     pub fn report(&self, progress: Progress) {
         (self.sink)(progress);

@@ -1,8 +1,11 @@
 //! qdq-studio's engine: post-training quantization of ONNX models to QDQ form.
 //!
-//! The engine knows nothing of the GUI. `model` reads and writes ONNX and indexes graphs,
-//! `runtime` finds and loads ONNX Runtime and its execution providers, `quant` holds the
-//! quantization rules. The `qdq-studio` binary's CLI and studio are thin faces over it.
+//! The engine knows nothing of the GUI. Its layers, each importing only the ones before it:
+//! `util` and `jobs` (leaves), `atomic` (crash-safe writes), `model` (ONNX I/O, the graph
+//! index), `runtime` (ONNX Runtime and its execution providers), `calib` (data and
+//! statistics), `recipe`, `quant` (the plan, its explanation and the QDQ rewrite), `eval`,
+//! `report`, and `workflow`, the user's steps end to end. The `qdq-studio` binary's CLI and
+//! the studio (`app`) are thin faces over `workflow`.
 #![warn(missing_docs)]
 
 #[cfg(feature = "studio")]
@@ -17,3 +20,5 @@ pub mod recipe;
 pub mod report;
 pub mod runtime;
 pub mod sample;
+pub mod util;
+pub mod workflow;

@@ -13,6 +13,9 @@ pub const SAMPLE_MODEL: &[u8] = include_bytes!("../assets/sample/ppocr_cls.onnx"
 /// The name the sample is shown under.
 pub const SAMPLE_NAME: &str = "ppocr_cls.onnx (bundled sample)";
 
+/// The stem files derived from the sample are named after (`ppocr_cls.qdq.onnx`, ...).
+pub const SAMPLE_STEM: &str = "ppocr_cls";
+
 /// The sample's calibration data (32 text-line crops, `.npz` keyed by the input name).
 pub const SAMPLE_CALIBRATION: &[u8] = include_bytes!("../assets/sample/calib.npz");
 

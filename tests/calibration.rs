@@ -439,9 +439,43 @@ fn statistics_files_round_trip_and_the_cli_writes_them() {
     let loaded = qdq_studio::calib::file::load(&stats_path).unwrap();
     assert_eq!(loaded.info.samples, 32);
     assert_eq!(loaded.info.batches, 4);
-    let direct = calibrate_sample(8, None);
-    assert_eq!(loaded.tensors.len(), direct.tensors.len());
+    // The CLI calibrates the model as the quantizer sees it (named, pre-processed), like
+    // `quantize` and the studio: the same statistics as the workflow step, read back exactly.
+    let direct = qdq_studio::workflow::calibrate::calibrate(
+        &sample_model(),
+        &Default::default(),
+        &DataSpec::Npz {
+            path: sample_data(),
+        },
+        &CalibrationConfig {
+            batch_size: 8,
+            ..CalibrationConfig::default()
+        },
+        &runtime(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let names = |s: &CalibrationStats| s.tensors.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&loaded), names(&direct));
+    assert!(
+        direct.tensors.len() < calibrate_sample(8, None).tensors.len(),
+        "pre-processing folds tensors away (Identity outputs, folded BatchNormalization inputs)"
+    );
+    for (name, s) in &direct.tensors {
+        let back = &loaded.tensors[name];
+        assert_eq!(
+            (back.min, back.max, back.count),
+            (s.min, s.max, s.count),
+            "{name}"
+        );
+        assert_eq!(
+            back.histogram, s.histogram,
+            "{name}: the histogram reads back"
+        );
+        assert_eq!(back.shapes, s.shapes, "{name}");
+    }
     let ranges = qdq_studio::calib::file::read_ort_cache(&cache_path).unwrap();
+    assert_eq!(ranges.len(), direct.tensors.len());
     for (name, r) in ranges {
         let s = &direct.tensors[&name];
         assert_eq!((r.lo, r.hi), (s.min, s.max), "{name}");

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use qdq_studio::calib::BatchSource;
 use qdq_studio::calib::data::npy::{read_header, read_samples};
 use qdq_studio::calib::data::npz::NpzSource;
-use qdq_studio::model::summary::ModelSummary;
 use qdq_studio::model::{Graph, Model};
 use qdq_studio::recipe::Recipe;
+use qdq_studio::workflow::inspect::ModelSummary;
 
 fn inputs(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,8 +1,8 @@
 //! The graph index on small models built with the project's builder.
 
 use ndarray::{ArrayD, IxDyn};
-use qdq_studio::model::summary::ModelSummary;
 use qdq_studio::model::{DataType, Graph, ModelBuilder, NodeId, TensorArray, TensorKind};
+use qdq_studio::workflow::inspect::ModelSummary;
 
 fn scalar(v: f32) -> TensorArray {
     TensorArray::Float32(ArrayD::from_elem(IxDyn(&[1]), v))

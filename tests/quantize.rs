@@ -8,10 +8,10 @@ use std::path::Path;
 
 use ndarray::{Array4, ArrayD, Dimension, IxDyn};
 use qdq_studio::calib::data::{DataSpec, model_inputs};
-use qdq_studio::calib::{CalibrationConfig, CalibrationStats, calibrate};
+use qdq_studio::calib::{CalibrationConfig, CalibrationStats};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray};
-use qdq_studio::quant::{self, preprocess::preprocess};
+use qdq_studio::quant;
 use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe};
 use qdq_studio::runtime::{EpSpec, SessionOptions};
 use serde_json::Value;
@@ -23,26 +23,23 @@ fn sample() -> Model {
     Model::load(&asset("ppocr_cls.onnx")).unwrap()
 }
 
-/// Calibrates the model as the quantizer will see it (pre-processed, nodes named).
+/// Calibrates the model as the quantizer will see it (the workflow's calibration step).
 fn calibrate_for(
     model: &Model,
     recipe: &Recipe,
     spec: DataSpec,
     batch_size: usize,
 ) -> CalibrationStats {
-    let (mut prepared, _) = preprocess(model, &recipe.preprocessing).unwrap();
-    quant::name_nodes(&mut prepared);
-    let inputs = model_inputs(&Graph::build(&prepared));
-    let mut source = spec.open(&inputs).unwrap();
     let config = CalibrationConfig {
         batch_size,
         ..CalibrationConfig::default()
     };
-    calibrate(
-        &prepared,
-        source.as_mut(),
-        &runtime(),
+    qdq_studio::workflow::calibrate::calibrate(
+        model,
+        &recipe.preprocessing,
+        &spec,
         &config,
+        &runtime(),
         &JobContext::silent(),
     )
     .unwrap()
@@ -704,5 +701,89 @@ fn ppocr_det_and_rec_scales_zero_points_and_weights_equal_onnxruntime() {
             expected.len()
         );
         runtime_check(&q.model);
+    }
+}
+
+/// What `explain` says the quantizer does is what `quantize` does: the same nodes (before
+/// calibration, from inferred element types, and after it), every activation's range and
+/// every weight's channel axis; on the sample, PP-OCR det and rec and a transformer, under
+/// both placements and per-tensor weights.
+#[test]
+fn the_explained_plan_is_the_plan_quantize_applies() {
+    let random = |shape: &str| DataSpec::Random {
+        samples: 2,
+        shapes: qdq_studio::calib::data::parse_shapes(shape).unwrap(),
+        seed: 0,
+    };
+    let sample_data = DataSpec::Npz {
+        path: asset("calib.npz"),
+    };
+    let models = [
+        ("sample", sample(), sample_data),
+        (
+            "det",
+            Model::load(&common::ppocr(common::PPOCR_DET)).unwrap(),
+            random("x:1x3x64x64"),
+        ),
+        (
+            "rec",
+            Model::load(&common::ppocr(common::PPOCR_REC)).unwrap(),
+            random("x:1x3x48x160"),
+        ),
+        ("transformer", transformer(), random("x:1x8x64")),
+    ];
+    let recipes = [
+        Recipe::default(),
+        Recipe {
+            placement: Placement::Tensorrt,
+            ..Recipe::default()
+        },
+        Recipe {
+            per_channel: false,
+            ..Recipe::default()
+        },
+    ];
+    for (label, model, data) in models {
+        let stats = calibrate_for(&model, &Recipe::default(), data, 1);
+        for recipe in &recipes {
+            let q = quant::quantize(&model, Some(&stats), recipe).unwrap();
+            let quantized: std::collections::BTreeSet<&str> =
+                q.quantized_nodes.iter().map(String::as_str).collect();
+            for stats_given in [None, Some(&stats)] {
+                let plan = quant::explain(&model, recipe, stats_given).unwrap();
+                let planned: std::collections::BTreeSet<&str> = plan
+                    .nodes
+                    .iter()
+                    .filter(|(_, d)| **d == quant::NodeDecision::Quantized)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                assert_eq!(
+                    planned,
+                    quantized,
+                    "{label} {:?}, statistics given: {}",
+                    recipe.placement,
+                    stats_given.is_some()
+                );
+            }
+            let plan = quant::explain(&model, recipe, Some(&stats)).unwrap();
+            for (tensor, params) in &q.params {
+                match params.range {
+                    Some((lo, hi)) => {
+                        let r = plan.range(tensor, Some(&stats)).unwrap().unwrap();
+                        assert_eq!((r.lo, r.hi), (lo, hi), "{label}: {tensor}");
+                    }
+                    None => {
+                        let Some(quant::explain::TensorQuant::Weight { quant: how, .. }) =
+                            plan.tensor(tensor).map(|p| &p.quant)
+                        else {
+                            continue; // biases: scaled from their input and weight
+                        };
+                        if params.params.len() > 1 {
+                            assert_eq!(how.axis, params.axis, "{label}: {tensor}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }

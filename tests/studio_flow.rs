@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use egui::{Event, Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use qdq_studio::app::work::WorkTab;
+use qdq_studio::app::work_panel::WorkTab;
 use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
 use qdq_studio::calib::range::{self, RangeTarget};
 use qdq_studio::model::{Graph, Model};
@@ -39,7 +39,7 @@ fn settle(h: &mut Harness<'_, Studio>, what: &str) {
             || h.state().document().is_some_and(|d| {
                 d.work.busy()
                     || matches!(
-                        d.work.calibration_check,
+                        d.work.checks.calibration,
                         qdq_studio::app::work::data::DataCheck::Checking(_)
                     )
             });
@@ -74,6 +74,7 @@ fn auto_excluded(h: &Harness<'_, Studio>) -> qdq_studio::eval::sensitivity::Auto
         .document()
         .unwrap()
         .work
+        .results
         .auto_excluded
         .clone()
         .expect("an auto-exclude result")
@@ -124,14 +125,14 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
 
     // The sample's own data fits the model (checked before anything runs).
     h.run_steps(2);
-    let summary = match &h.state().document().unwrap().work.calibration_check {
+    let summary = match &h.state().document().unwrap().work.checks.calibration {
         qdq_studio::app::work::data::DataCheck::Fits(s) => s.clone(),
         _ => panic!("the calibration data was not checked"),
     };
     assert!(summary.starts_with("32 samples"), "{summary}");
 
     // Calibrate on the CPU.
-    assert_eq!(h.state().document().unwrap().work.ep, EpSpec::Cpu);
+    assert_eq!(h.state().document().unwrap().work.settings.ep, EpSpec::Cpu);
     h.get_by_label("Calibrate").click();
     h.run_steps(2);
     assert!(
@@ -145,24 +146,38 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
         .document()
         .unwrap()
         .work
+        .results
         .stats
         .clone()
         .expect("statistics after calibration");
     assert_eq!(stats.info.samples, 32);
-    assert_eq!(h.state().document().unwrap().work.tab, WorkTab::Histogram);
+    assert_eq!(h.state().document().unwrap().panel.tab, WorkTab::Histogram);
 
     // Pick a tensor from the searchable list and read its ranges.
-    let shown = h.state().document().unwrap().work.histogram_tensor.clone();
+    // One the quantizer's plan quantizes with its own range (not a folded Relu's input or a
+    // shared scale: overrides of those go on the tensor whose range they take).
+    let shown = h.state().document().unwrap().panel.histogram_tensor.clone();
+    let plan = h.state().document().unwrap().plan.clone();
     let tensor = stats
         .tensors
         .iter()
-        .find(|(n, s)| s.histogram.is_some() && s.min < 0.0 && Some(*n) != shown.as_ref())
+        .find(|(n, s)| {
+            s.histogram.is_some()
+                && s.min < 0.0
+                && Some(*n) != shown.as_ref()
+                && plan.range_tensor(n).as_ref() == Some(*n)
+        })
         .map(|(n, _)| n.clone())
-        .expect("a signed calibrated tensor");
+        .expect("a signed tensor quantized with its own range");
     replace_text(&mut h, "Find tensor", &tensor);
     press(&mut h, &tensor);
     assert_eq!(
-        h.state().document().unwrap().work.histogram_tensor.as_ref(),
+        h.state()
+            .document()
+            .unwrap()
+            .panel
+            .histogram_tensor
+            .as_ref(),
         Some(&tensor)
     );
     let s = &stats.tensors[&tensor];
@@ -199,16 +214,16 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     no_notices(&h);
     let baseline = {
         let doc = h.state().document().unwrap();
-        let comparison = doc.work.comparison.as_ref().expect("a comparison");
+        let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
         assert_eq!(comparison.recipe, *doc.recipe());
-        assert!(doc.work.heat_map, "the graph shows the heat map");
+        assert!(doc.panel.heat_map, "the graph shows the heat map");
         let heat = doc.heat.as_ref().expect("per-node SQNR");
         assert!(heat.iter().flatten().count() > 20, "measured nodes");
         assert!(comparison.latency.is_some(), "latency beside accuracy");
         assert_eq!(comparison.outputs.len(), 1);
         comparison.outputs[0].sqnr_db
     };
-    assert_eq!(h.state().document().unwrap().work.tab, WorkTab::Results);
+    assert_eq!(h.state().document().unwrap().panel.tab, WorkTab::Results);
     assert!(h.query_by_label("SQNR dB").is_some(), "the outputs table");
     assert!(h.query_by_label_contains("speed-up").is_some(), "latency");
     assert!(
@@ -221,7 +236,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     press(&mut h, "Sensitivity");
     let target = baseline + 0.5;
     replace_text(&mut h, "Target", &format!("{target:.2}"));
-    let typed = h.state().document().unwrap().work.target_value;
+    let typed = h.state().document().unwrap().work.settings.target_value;
     assert!((typed - target).abs() < 0.01, "typed target {typed}");
     let before = recipe(&h);
     press(&mut h, "Auto-exclude");
@@ -252,6 +267,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
         .document()
         .unwrap()
         .work
+        .results
         .scanned
         .as_ref()
         .unwrap()
@@ -390,7 +406,7 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     let labels = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/sample/eval_labels.npy");
     replace_text(&mut h, "Data path", &labels.display().to_string());
     settle(&mut h, "checking");
-    let problem = match &h.state().document().unwrap().work.calibration_check {
+    let problem = match &h.state().document().unwrap().work.checks.calibration {
         qdq_studio::app::work::data::DataCheck::Problem(p) => p.clone(),
         _ => panic!("the mismatch is shown before running"),
     };
@@ -416,9 +432,10 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     // Random data instead; calibrate; save into a folder that cannot exist (its parent is
     // a file): an error, and the statistics and recipe are still there.
     let doc = h.state_mut().document_mut().unwrap();
-    doc.work.calibration = qdq_studio::app::work::data::DataChoice::random_for(&doc.work.inputs);
-    doc.work.calibration.shapes = "x:1x3x48x192".into();
-    doc.work.calibration.random_samples = 4;
+    doc.work.settings.calibration =
+        qdq_studio::app::work::data::DataChoice::random_for(&doc.work.inputs);
+    doc.work.settings.calibration.shapes = "x:1x3x48x192".into();
+    doc.work.settings.calibration.random_samples = 4;
     h.run_steps(2);
     settle(&mut h, "checking");
     h.key_press_modifiers(Modifiers::COMMAND, Key::R);
@@ -430,6 +447,7 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
             .document()
             .unwrap()
             .work
+            .results
             .stats
             .as_ref()
             .unwrap()
@@ -454,7 +472,7 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
         "Saving the quantized model failed"
     );
     assert!(
-        h.state().document().unwrap().work.stats.is_some(),
+        h.state().document().unwrap().work.results.stats.is_some(),
         "the work is still there"
     );
     assert!(h.state().has_unsaved_work());
@@ -470,5 +488,92 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     );
     press(&mut h, "Stay");
     assert!(h.query_by_label("Quit without saving").is_none());
-    assert!(h.state().document().unwrap().work.stats.is_some());
+    assert!(h.state().document().unwrap().work.results.stats.is_some());
+}
+
+/// Statistics from other tools load in the studio: an onnxruntime calibration cache (and a
+/// TensorRT one) becomes the statistics quantize & compare runs from, and the plan's ranges
+/// are the cache's.
+#[test]
+fn the_studio_loads_onnxruntime_and_tensorrt_calibration_caches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ort_cache, trt_cache) = (dir.path().join("ort.json"), dir.path().join("calib.cache"));
+    let out = common::cli()
+        .args(["calibrate", "--onnx_path"])
+        .arg(common::asset("ppocr_cls.onnx"))
+        .arg("--calibration_data_path")
+        .arg(common::asset("calib.npz"))
+        .arg("-o")
+        .arg(dir.path().join("stats.json"))
+        .arg("--export_ort_cache")
+        .arg(&ort_cache)
+        .arg("--export_trt_cache")
+        .arg(&trt_cache)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ranges = qdq_studio::calib::file::read_ort_cache(&ort_cache).unwrap();
+
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    h.state_mut()
+        .push(qdq_studio::app::command::Command::LoadStatistics(
+            ort_cache.clone(),
+        ));
+    h.run_steps(2);
+    no_notices(&h);
+    assert!(
+        h.state()
+            .status()
+            .contains("an onnxruntime calibration cache"),
+        "{}",
+        h.state().status()
+    );
+    let doc = h.state().document().unwrap();
+    let stats = doc.work.results.stats.clone().expect("statistics loaded");
+    assert_eq!(stats.tensors.len(), ranges.len());
+    assert!(
+        doc.plan.from_statistics,
+        "the plan follows the loaded statistics"
+    );
+    // A tensor quantized with its own range (MinMax) gets the cache's range exactly.
+    let (tensor, r) = ranges
+        .iter()
+        .find(|(t, _)| doc.plan.range_tensor(t).as_deref() == Some(t.as_str()))
+        .expect("a tensor with its own range");
+    let planned = doc.plan.range(tensor, Some(&stats)).unwrap().unwrap();
+    assert_eq!((planned.lo, planned.hi), (r.lo.min(0.0), r.hi.max(0.0)));
+
+    // Quantize & compare runs from them. (Per-tensor weights: caches hold no shapes, and
+    // without the Softmax input's rank the opset-13 raise per-channel weights need is refused.)
+    let doc = h.state_mut().document_mut().unwrap();
+    doc.editor.change(|r| r.per_channel = false);
+    doc.refresh();
+    h.key_press(Key::F5);
+    h.run_steps(2);
+    settle(&mut h, "quantize & compare");
+    no_notices(&h);
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
+    assert!(
+        comparison.outputs[0].sqnr_db > 20.0,
+        "{:?}",
+        comparison.outputs
+    );
+
+    // A TensorRT cache loads too (symmetric ranges).
+    h.state_mut()
+        .push(qdq_studio::app::command::Command::LoadStatistics(trt_cache));
+    h.run_steps(2);
+    no_notices(&h);
+    assert!(
+        h.state().status().contains("a TensorRT calibration cache"),
+        "{}",
+        h.state().status()
+    );
 }

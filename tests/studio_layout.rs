@@ -2,8 +2,8 @@
 
 mod common;
 
-use qdq_studio::app::edit::{NodeState, RecipeEditor};
 use qdq_studio::app::layout::layout;
+use qdq_studio::app::states::{NodeState, node_states};
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
 use qdq_studio::recipe::Recipe;
 
@@ -50,9 +50,9 @@ fn pp_ocr_det_lays_out_top_down_with_constants_folded() {
         }
     }
 
-    // The editor's states cover every node; the default policy quantizes the Convs.
-    let editor = RecipeEditor::new(Recipe::default());
-    let states = editor.states(&graph);
+    // The plan's states cover every node; the default policy quantizes the Convs.
+    let plan = qdq_studio::quant::explain(&model, &Recipe::default(), None).unwrap();
+    let states = node_states(&graph, &plan);
     assert_eq!(states.len(), graph.nodes().len());
     for (node, state) in graph.nodes().iter().zip(&states) {
         if node.op_type == "Conv" {

@@ -150,7 +150,7 @@ fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
     let samples = h
         .state()
         .document()
-        .and_then(|d| d.work.stats.as_ref().map(|s| s.info.samples))
+        .and_then(|d| d.work.results.stats.as_ref().map(|s| s.info.samples))
         .unwrap_or(0);
     println!(
         "{label}: calibration of {samples} samples took {:.1} s; UI frames meanwhile ({} frames): median {:.2} ms, p95 {:.2} ms, max {:.2} ms",
@@ -166,7 +166,7 @@ fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
     let timings = h
         .state()
         .document()
-        .and_then(|d| d.work.comparison.as_ref().map(|c| c.timings))
+        .and_then(|d| d.work.results.comparison.as_ref().map(|c| c.timings))
         .unwrap_or_default();
     println!(
         "{label}: quantize & compare to updated heat map {:.0} ms (task {:.0} ms: quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
@@ -207,9 +207,9 @@ fn main() {
         let mut h = harness();
         open(&mut h, Source::File(path));
         if let Some(doc) = h.state_mut().document_mut() {
-            doc.work.calibration.shapes = "x:1x3x640x640".to_owned();
-            doc.work.calibration.random_samples = 16;
-            doc.work.measure_latency = true;
+            doc.work.settings.calibration.shapes = "x:1x3x640x640".to_owned();
+            doc.work.settings.calibration.random_samples = 16;
+            doc.work.settings.measure_latency = true;
         }
         quantization_loop(&mut h, "PP-OCR det (16 random 640×640 samples)");
     }

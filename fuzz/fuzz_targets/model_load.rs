@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use qdq_studio::model::summary::ModelSummary;
+use qdq_studio::workflow::inspect::ModelSummary;
 use qdq_studio::model::{Graph, Model};
 
 /// The model's folder: `weights.bin` (4 KiB) and `escape.bin`, a symlink leaving the folder.

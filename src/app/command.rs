@@ -91,10 +91,18 @@ pub enum Command {
     ShowAbout,
     /// View ▸ Theme.
     SetTheme(egui::ThemePreference),
+    /// File ▸ Recent ▸ Clear recent.
+    ClearRecent,
+    /// Stop opening the model being opened (the one open stays).
+    CancelOpen,
     /// Close the window (asks first when there is unsaved work).
     Quit,
     /// Close the window without asking.
     QuitDiscarding,
+    /// The unsaved-work question: save the quantized model, then quit.
+    SaveThenQuit,
+    /// The unsaved-work question: stay.
+    KeepWorking,
     /// Calibrate with the panel's settings.
     Calibrate,
     /// Build the QDQ model from the cached statistics and compare it with the float one.
@@ -121,6 +129,15 @@ pub enum Command {
     SaveQuantizedDialog,
     /// Save the QDQ model as the save window says.
     SaveQuantized,
+    /// Close the save window without saving.
+    CloseSaveWindow,
+    /// Colour the graph by per-tensor SQNR (or not), flagging nodes under the threshold.
+    SetHeatMap {
+        /// Show the heat map.
+        shown: bool,
+        /// The threshold in dB.
+        threshold_db: f32,
+    },
     /// Fetch the ONNX Runtime build of this flavour.
     InstallRuntime(crate::runtime::Flavor),
     /// Set the recipe's calibration method.

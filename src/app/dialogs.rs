@@ -6,22 +6,26 @@ use egui::{RichText, Ui};
 
 use crate::app::command::{self, Command, SHORTCUTS};
 use crate::app::runtime_status::RuntimeStatus;
-use crate::app::studio::{PathPurpose, Studio};
+use crate::app::window::{Notice, PathPrompt, PathPurpose, WindowState};
 use crate::runtime::EpState;
 
-/// Shows every open window.
-pub fn show(studio: &mut Studio, ctx: &egui::Context) {
-    notices(studio, ctx);
-    path_prompt(studio, ctx);
-    shortcuts(studio, ctx);
-    about(studio, ctx);
-    crate::app::work_panel::save_window(studio, ctx);
-    crate::app::work_panel::unsaved_prompt(studio, ctx);
+/// Shows the window's own windows: notices, the path field, shortcuts and About. (The work
+/// panel's windows are [`crate::app::work_panel`]'s.)
+pub fn show(
+    ctx: &egui::Context,
+    window: &mut WindowState,
+    runtime: &RuntimeStatus,
+    commands: &mut Vec<Command>,
+) {
+    notices(ctx, &mut window.notices);
+    path_prompt(ctx, &mut window.prompt, commands);
+    shortcuts(ctx, &mut window.show_shortcuts);
+    about(ctx, &mut window.show_about, runtime);
 }
 
-fn notices(studio: &mut Studio, ctx: &egui::Context) {
+fn notices(ctx: &egui::Context, notices: &mut Vec<Notice>) {
     let mut dismissed = None;
-    for (i, notice) in studio.notices().iter().enumerate() {
+    for (i, notice) in notices.iter().enumerate() {
         egui::Window::new(
             RichText::new(&notice.title).color(ctx.global_style().visuals.error_fg_color),
         )
@@ -55,12 +59,12 @@ fn notices(studio: &mut Studio, ctx: &egui::Context) {
         });
     }
     if let Some(i) = dismissed {
-        studio.dismiss(i);
+        notices.remove(i);
     }
 }
 
-fn path_prompt(studio: &mut Studio, ctx: &egui::Context) {
-    let Some(prompt) = studio.prompt.as_mut() else {
+fn path_prompt(ctx: &egui::Context, open: &mut Option<PathPrompt>, commands: &mut Vec<Command>) {
+    let Some(prompt) = open.as_mut() else {
         return;
     };
     let (title, action) = match prompt.purpose {
@@ -111,9 +115,9 @@ fn path_prompt(studio: &mut Studio, ctx: &egui::Context) {
         return;
     };
     let purpose = prompt.purpose;
-    studio.prompt = None;
+    *open = None;
     if let Some(path) = result {
-        studio.push(match purpose {
+        commands.push(match purpose {
             PathPurpose::OpenModel => Command::Open(path),
             PathPurpose::SaveRecipe => Command::SaveRecipe(path),
             PathPurpose::LoadRecipe => Command::LoadRecipe(path),
@@ -139,10 +143,9 @@ fn expand_home(text: &str) -> String {
     }
 }
 
-fn shortcuts(studio: &mut Studio, ctx: &egui::Context) {
-    let mut open = studio.show_shortcuts;
+fn shortcuts(ctx: &egui::Context, open: &mut bool) {
     egui::Window::new("Keyboard shortcuts")
-        .open(&mut open)
+        .open(open)
         .collapsible(false)
         .resizable(false)
         .show(ctx, |ui| {
@@ -172,17 +175,14 @@ fn shortcuts(studio: &mut Studio, ctx: &egui::Context) {
                     }
                 });
         });
-    studio.show_shortcuts = open;
 }
 
-fn about(studio: &mut Studio, ctx: &egui::Context) {
-    let mut open = studio.show_about;
+fn about(ctx: &egui::Context, open: &mut bool, runtime: &RuntimeStatus) {
     egui::Window::new("About qdq-studio")
-        .open(&mut open)
+        .open(open)
         .collapsible(false)
         .resizable(false)
-        .show(ctx, |ui| about_contents(ui, &studio.runtime));
-    studio.show_about = open;
+        .show(ctx, |ui| about_contents(ui, runtime));
 }
 
 fn about_contents(ui: &mut Ui, runtime: &RuntimeStatus) {

@@ -6,13 +6,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text};
-use crate::app::edit::{Counts, NodeState, RecipeEditor};
+use crate::app::edit::RecipeEditor;
 use crate::app::layout::{self, GraphLayout, LayoutError};
+use crate::app::panel_state::PanelState;
 use crate::app::search::Search;
-use crate::app::work::{Workbench, heat};
+use crate::app::states::{Counts, NodeState, node_states};
+use crate::app::work::{Work, heat};
 use crate::jobs::{Cancelled, JobContext, Progress};
 use crate::model::{Graph, Model, ModelError, NodeId};
-use crate::recipe::Recipe;
+use crate::quant::{Explanation, Prepared, explain_prepared};
+use crate::recipe::{Preprocessing, Recipe};
 
 /// Where a model came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +83,9 @@ pub struct Loaded {
     pub graph: Graph,
     /// Its layout.
     pub layout: GraphLayout,
+    /// The model as the quantizer sees it (default pre-processing), or why it cannot be
+    /// prepared.
+    pub prepared: Result<Prepared, String>,
     /// How long it took.
     pub timings: OpenTimings,
 }
@@ -126,11 +132,13 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
     let layout = layout::layout(&graph)?;
     let layout_time = started.elapsed();
     ctx.checkpoint()?;
+    let prepared = Prepared::new(&model, &Preprocessing::default()).map_err(|e| e.to_string());
     Ok(Loaded {
         source,
         model,
         graph,
         layout,
+        prepared,
         timings: OpenTimings {
             read,
             index,
@@ -151,6 +159,13 @@ pub struct Document {
     pub layout: GraphLayout,
     /// The recipe being edited.
     pub editor: RecipeEditor,
+    /// The model as the quantizer sees it under the recipe's pre-processing, or why it
+    /// cannot be prepared.
+    pub prepared: Result<Prepared, String>,
+    /// The quantizer's plan for the current recipe and statistics: what every view shows.
+    pub plan: Explanation,
+    /// The recipe and statistics `plan` was made for.
+    planned_for: Option<(Recipe, Option<usize>)>,
     /// Each node's state under the current recipe (by node id).
     pub states: Vec<NodeState>,
     /// Counts of `states`.
@@ -168,7 +183,9 @@ pub struct Document {
     /// How long opening took.
     pub timings: OpenTimings,
     /// Calibration, comparison and the rest of the quantization work.
-    pub work: Workbench,
+    pub work: Work,
+    /// The work panel's widget state (tab, histogram choices, heat map, save window).
+    pub panel: PanelState,
     /// Each node's SQNR in the last comparison (by node id), for the heat map.
     pub heat: Option<Vec<Option<f64>>>,
     neighbours: HashMap<NodeId, Vec<NodeId>>,
@@ -196,13 +213,16 @@ impl Document {
         }
         let canvas = GraphCanvas::new(&loaded.graph, &loaded.layout, &flagged);
         let neighbours = layout::neighbours(&loaded.layout);
-        let work = Workbench::new(&loaded.graph, sample_data(&loaded.source));
+        let work = Work::new(&loaded.graph, sample_data(&loaded.source));
         let mut doc = Document {
             source: loaded.source,
             model: loaded.model,
             graph: loaded.graph,
             layout: loaded.layout,
             editor: RecipeEditor::new(recipe),
+            prepared: loaded.prepared,
+            plan: Explanation::default(),
+            planned_for: None,
             states: Vec::new(),
             counts: Counts::default(),
             selection: Vec::new(),
@@ -212,6 +232,7 @@ impl Document {
             flagged,
             timings: loaded.timings,
             work,
+            panel: PanelState::default(),
             heat: None,
             neighbours,
             dark,
@@ -225,11 +246,40 @@ impl Document {
         self.editor.recipe()
     }
 
-    /// Recomputes node states and every box's look after a change of recipe, selection,
-    /// search or theme.
-    pub fn refresh(&mut self) {
-        self.states = self.editor.states(&self.graph);
+    /// Re-plans when the recipe or the statistics changed since the last plan: the model is
+    /// prepared again if the pre-processing changed, then the quantizer's plan is explained
+    /// and the node states read off it.
+    fn replan(&mut self) {
+        let recipe = self.editor.recipe();
+        let stats = self.work.results.stats.as_ref();
+        let key = (
+            recipe.clone(),
+            stats.map(|s| std::sync::Arc::as_ptr(s) as usize),
+        );
+        if self.planned_for.as_ref() == Some(&key) {
+            return;
+        }
+        let stale = self
+            .prepared
+            .as_ref()
+            .is_ok_and(|p| p.options != recipe.preprocessing);
+        if stale {
+            self.prepared =
+                Prepared::new(&self.model, &recipe.preprocessing).map_err(|e| e.to_string());
+        }
+        self.plan = match &self.prepared {
+            Ok(prepared) => explain_prepared(&self.graph, prepared, recipe, stats.map(|s| &**s)),
+            Err(_) => Explanation::default(),
+        };
+        self.states = node_states(&self.graph, &self.plan);
         self.counts = Counts::of(&self.states, &self.graph);
+        self.planned_for = Some(key);
+    }
+
+    /// Recomputes the plan (when the recipe or statistics changed) and every box's look after
+    /// a change of recipe, statistics, selection, search or theme.
+    pub fn refresh(&mut self) {
+        self.replan();
         let selected: HashSet<NodeId> = self.selection.iter().copied().collect();
         let neighbours: HashSet<NodeId> = self
             .selection
@@ -243,8 +293,8 @@ impl Document {
         } else {
             egui::Color32::from_rgb(20, 90, 200)
         };
-        let heat = self.heat.as_ref().filter(|_| self.work.heat_map);
-        let threshold = f64::from(self.work.heat_threshold_db);
+        let heat = self.heat.as_ref().filter(|_| self.panel.heat_map);
+        let threshold = f64::from(self.panel.heat_threshold_db);
         let looks: Vec<NodeLook> = self
             .states
             .iter()

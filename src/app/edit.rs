@@ -5,92 +5,21 @@
 //!
 //! It holds no GUI types: the window calls these methods from clicks, shortcuts and menus, and
 //! tests call them directly, so what a button does and what the recipe says are one thing.
+//! What the edited recipe then does to each node is the quantizer's plan
+//! ([`crate::quant::explain`], shown through [`crate::app::states`]).
 
 use std::collections::{HashSet, VecDeque};
 
 use crate::model::{Graph, NodeId};
-use crate::quant::plan::{Exclusion, plan};
 use crate::recipe::{NamePattern, Recipe};
 
 /// How many steps undo remembers.
 const UNDO_DEPTH: usize = 200;
 
-/// What the current recipe does to one node: the colour of its box in the graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum NodeState {
-    /// Will be quantized.
-    Quantized,
-    /// Its op type is unchecked (excluded by the recipe).
-    ExcludedByOpType,
-    /// Excluded by name (or not among the nodes the recipe selects).
-    ExcludedByNode,
-    /// Outside the subgraph start/end range.
-    OutsideSubgraph,
-    /// Not quantizable under the policy (op type not in the list, or a custom domain).
-    NotQuantizable,
-}
-
-impl NodeState {
-    fn of(exclusion: Option<&Exclusion>) -> NodeState {
-        match exclusion {
-            None => NodeState::Quantized,
-            Some(Exclusion::OpTypeExcluded) => NodeState::ExcludedByOpType,
-            Some(Exclusion::NodeExcluded | Exclusion::NotSelected) => NodeState::ExcludedByNode,
-            Some(Exclusion::OutsideSubgraph) => NodeState::OutsideSubgraph,
-            Some(Exclusion::OpTypeNotQuantized | Exclusion::CustomDomain) => {
-                NodeState::NotQuantizable
-            }
-        }
-    }
-
-    /// A short label for legends and tooltips.
-    pub fn label(self) -> &'static str {
-        match self {
-            NodeState::Quantized => "will be quantized",
-            NodeState::ExcludedByOpType => "excluded by op type",
-            NodeState::ExcludedByNode => "excluded by node",
-            NodeState::OutsideSubgraph => "outside the subgraph",
-            NodeState::NotQuantizable => "not quantizable",
-        }
-    }
-}
-
 /// The pattern `nodes_to_exclude` uses for exactly one node (recipes match like Python's
 /// `re.match`: anchored at the start; `$` anchors the end).
 pub fn exact_pattern(name: &str) -> String {
     format!("{}$", regex::escape(name))
-}
-
-/// Node counts under the current recipe, for the always-visible summary.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Nodes that will be quantized.
-    pub quantized: usize,
-    /// Nodes the recipe excludes (by op type, by node, or outside the subgraph).
-    pub excluded: usize,
-    /// Nodes the policy cannot quantize.
-    pub not_quantizable: usize,
-}
-
-impl Counts {
-    /// Counts `states` (indexed by node id of `graph`). Constant nodes are left out: the view
-    /// folds them into their consumers and they are never quantized as nodes, so counting
-    /// them would drown the numbers users act on.
-    pub fn of(states: &[NodeState], graph: &Graph) -> Counts {
-        let mut c = Counts::default();
-        for (state, _) in states
-            .iter()
-            .zip(graph.nodes())
-            .filter(|(_, n)| n.op_type != "Constant")
-        {
-            match state {
-                NodeState::Quantized => c.quantized += 1,
-                NodeState::NotQuantizable => c.not_quantizable += 1,
-                _ => c.excluded += 1,
-            }
-        }
-        c
-    }
 }
 
 /// A recipe being edited, with undo and redo.
@@ -253,40 +182,6 @@ impl RecipeEditor {
     pub fn set_subgraph_end(&mut self, name: Option<&str>) -> bool {
         self.step(|r| r.subgraph_end = name.map(exact_pattern).into_iter().collect())
     }
-
-    /// The state of every node of `graph` (indexed by node id) under the current recipe.
-    pub fn states(&self, graph: &Graph) -> Vec<NodeState> {
-        // Float-ness of tensors without a declared type is only known after calibration;
-        // before it the node-level decision is what the studio shows.
-        let plan = plan(graph, &self.recipe, &HashSet::new(), &|_| None);
-        (0..graph.nodes().len())
-            .map(|i| NodeState::of(plan.excluded.get(&NodeId(i))))
-            .collect()
-    }
-
-    /// Counts of [`RecipeEditor::states`] (see [`Counts::of`]).
-    pub fn counts(&self, graph: &Graph) -> Counts {
-        Counts::of(&self.states(graph), graph)
-    }
-
-    /// The op types of `graph` with their node counts and whether each is checked (not
-    /// excluded and, when the recipe lists types, listed), sorted by name.
-    pub fn op_types(&self, graph: &Graph) -> Vec<(String, usize, bool)> {
-        let defaults = crate::quant::plan::default_op_types(&self.recipe);
-        graph
-            .op_type_counts()
-            .into_iter()
-            .map(|(t, count)| {
-                let listed = if self.recipe.op_types_to_quantize.is_empty() {
-                    defaults.contains(&t.as_str())
-                } else {
-                    self.recipe.op_types_to_quantize.contains(&t)
-                };
-                let checked = listed && !self.recipe.op_types_to_exclude.contains(&t);
-                (t, count, checked)
-            })
-            .collect()
-    }
 }
 
 /// `node` and every node that reads, directly or not, one of its outputs.
@@ -310,6 +205,7 @@ pub fn descendants(graph: &Graph, node: NodeId) -> Vec<NodeId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::states::{Counts, NodeState, node_states};
     use crate::model::{DataType, Model, ModelBuilder};
 
     /// x → Conv(a) → Relu(r) → Conv(b) → Softmax(s)
@@ -329,29 +225,33 @@ mod tests {
         b.build()
     }
 
-    fn state_of(editor: &RecipeEditor, graph: &Graph, name: &str) -> NodeState {
-        let id = (0..graph.nodes().len())
-            .map(NodeId)
-            .find(|&id| graph.node(id).name == name)
-            .unwrap();
-        editor.states(graph)[id.0]
+    fn states(editor: &RecipeEditor, model: &Model) -> Vec<NodeState> {
+        let plan = crate::quant::explain(model, editor.recipe(), None).unwrap();
+        node_states(&Graph::build(model), &plan)
+    }
+
+    fn state_of(editor: &RecipeEditor, model: &Model, name: &str) -> NodeState {
+        let graph = Graph::build(model);
+        let id = graph.node_by_name(name).unwrap().id;
+        states(editor, model)[id.0]
+    }
+
+    fn counts(editor: &RecipeEditor, model: &Model) -> Counts {
+        Counts::of(&states(editor, model), &Graph::build(model))
     }
 
     #[test]
     fn op_types_nodes_undo_and_redo_edit_the_recipe() {
-        let graph = Graph::build(&model());
+        let model = model();
         let mut e = RecipeEditor::new(Recipe::default());
-        assert_eq!(state_of(&e, &graph, "conv_a"), NodeState::Quantized);
-        let conv = e
-            .op_types(&graph)
-            .into_iter()
-            .find(|t| t.0 == "Conv")
-            .unwrap();
-        assert_eq!(conv, ("Conv".to_owned(), 2, true));
+        assert_eq!(state_of(&e, &model, "conv_a"), NodeState::Quantized);
+        let plan = crate::quant::explain(&model, e.recipe(), None).unwrap();
+        let conv = plan.op_types["Conv"];
+        assert_eq!((conv.count, conv.quantized, conv.selected), (2, 2, true));
 
         assert!(e.set_op_type("Conv", false));
         assert_eq!(e.recipe().op_types_to_exclude, ["Conv"]);
-        assert_eq!(state_of(&e, &graph, "conv_b"), NodeState::ExcludedByOpType);
+        assert_eq!(state_of(&e, &model, "conv_b"), NodeState::ExcludedByOpType);
         assert!(!e.set_op_type("Conv", false), "no change, no step");
 
         assert!(e.undo());
@@ -362,7 +262,7 @@ mod tests {
 
         assert!(e.toggle_nodes(&["conv_b"]));
         assert_eq!(e.recipe().nodes_to_exclude, ["conv_b$"]);
-        assert_eq!(state_of(&e, &graph, "conv_b"), NodeState::ExcludedByNode);
+        assert_eq!(state_of(&e, &model, "conv_b"), NodeState::ExcludedByNode);
         assert!(e.toggle_nodes(&["conv_b"]), "X again includes it");
         assert!(e.recipe().nodes_to_exclude.is_empty());
         assert!(e.undo());
@@ -372,36 +272,34 @@ mod tests {
 
     #[test]
     fn exclude_after_takes_the_head_and_counts_follow() {
-        let graph = Graph::build(&model());
+        let model = model();
+        let graph = Graph::build(&model);
         let mut e = RecipeEditor::new(Recipe::default());
-        let before = e.counts(&graph);
-        let relu = (0..graph.nodes().len())
-            .map(NodeId)
-            .find(|&id| graph.node(id).name == "relu")
-            .unwrap();
+        let before = counts(&e, &model);
+        let relu = graph.node_by_name("relu").unwrap().id;
         assert!(e.exclude_after(&graph, relu));
         assert_eq!(
             e.recipe().nodes_to_exclude,
             ["relu$", "conv_b$", "softmax$"]
         );
-        assert_eq!(state_of(&e, &graph, "conv_a"), NodeState::Quantized);
-        let after = e.counts(&graph);
+        assert_eq!(state_of(&e, &model, "conv_a"), NodeState::Quantized);
+        let after = counts(&e, &model);
         assert!(after.quantized < before.quantized, "{before:?} {after:?}");
         assert_eq!(
-            after.quantized + after.excluded + after.not_quantizable,
+            after.quantized + after.excluded + after.not_quantizable + after.folded,
             graph.nodes().len()
         );
         // One step undoes the whole head.
         assert!(e.undo());
-        assert_eq!(e.counts(&graph), before);
+        assert_eq!(counts(&e, &model), before);
     }
 
     #[test]
     fn subgraph_ends_and_loaded_recipes_are_steps_too() {
-        let graph = Graph::build(&model());
+        let model = model();
         let mut e = RecipeEditor::new(Recipe::default());
         assert!(e.set_subgraph_start(Some("conv_b")));
-        assert_eq!(state_of(&e, &graph, "conv_a"), NodeState::OutsideSubgraph);
+        assert_eq!(state_of(&e, &model, "conv_a"), NodeState::OutsideSubgraph);
         let loaded = Recipe {
             per_channel: false,
             ..Recipe::default()

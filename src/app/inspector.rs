@@ -8,10 +8,28 @@ use egui::{Color32, RichText, Ui};
 use crate::app::canvas::state_fill;
 use crate::app::command::Command;
 use crate::app::document::Document;
-use crate::app::edit::NodeState;
-use crate::app::studio::WeightView;
-use crate::app::weights;
+use crate::app::states::NodeState;
+use crate::app::weights::{self, WeightSummary};
 use crate::model::{NodeId, TensorKind, format_shape};
+
+/// A weight's statistics with its histogram texture, cached while the model is open.
+struct WeightView {
+    summary: Result<Option<WeightSummary>, String>,
+    texture: Option<egui::TextureHandle>,
+}
+
+/// The inspector's cache: each weight's statistics and histogram, computed once per tensor.
+#[derive(Default)]
+pub struct InspectorState {
+    weights: HashMap<String, WeightView>,
+}
+
+impl InspectorState {
+    /// Forgets every cached weight (another model was opened).
+    pub fn clear(&mut self) {
+        self.weights.clear();
+    }
+}
 
 /// Histogram texture size in pixels.
 const HISTOGRAM_SIZE: [u32; 2] = [300, 160];
@@ -20,9 +38,10 @@ const HISTOGRAM_SIZE: [u32; 2] = [300, 160];
 pub(crate) fn show(
     ui: &mut Ui,
     doc: &Document,
-    cache: &mut HashMap<String, WeightView>,
+    state: &mut InspectorState,
     commands: &mut Vec<Command>,
 ) {
+    let cache = &mut state.weights;
     match doc.selection.as_slice() {
         [] => {
             ui.heading("Inspector");
@@ -108,10 +127,7 @@ fn node(
                 commands.push(Command::SetExcluded(vec![id], false));
             }
         } else if ui
-            .add_enabled(
-                state != NodeState::NotQuantizable,
-                egui::Button::new("Exclude this node"),
-            )
+            .add_enabled(state.excludable(), egui::Button::new("Exclude this node"))
             .clicked()
         {
             commands.push(Command::SetExcluded(vec![id], true));
@@ -207,14 +223,12 @@ fn tensors(
         .default_open(true)
         .show(ui, |ui| {
             egui::Grid::new(title)
-                .num_columns(3)
+                .num_columns(4)
                 .striped(true)
                 .show(ui, |ui| {
                     for name in names {
                         if name.is_empty() {
                             ui.label(RichText::new("(omitted)").weak());
-                            ui.label("");
-                            ui.label("");
                             ui.end_row();
                             continue;
                         }
@@ -241,6 +255,11 @@ fn tensors(
                                 ui.label("");
                             }
                         }
+                        match doc.plan.tensor(name) {
+                            Some(planned) => ui.label(planned.describe()),
+                            None => ui.label(RichText::new("float").weak()),
+                        }
+                        .on_hover_text("What the quantizer does to this tensor under the recipe");
                         ui.end_row();
                     }
                 });

@@ -1,214 +1,247 @@
 //! The studio's fixed parts: menu bar, status bar, the op-type panel on the left, the node
-//! inspector on the right and the graph in the middle. Each draws from the studio's state
-//! and queues [`Command`]s; none changes the recipe directly.
+//! inspector on the right and the graph in the middle. Each takes what it shows and a
+//! command sink; none changes the recipe or the studio directly.
+
+use std::path::PathBuf;
 
 use egui::{Align, Color32, Layout, RichText, Ui};
 
 use crate::app::canvas::{Hover, state_fill};
 use crate::app::command::{self, Command, SelectMode};
-use crate::app::edit::NodeState;
-use crate::app::inspector;
-use crate::app::studio::Studio;
+use crate::app::document::Document;
+use crate::app::inspector::{self, InspectorState};
+use crate::app::states::NodeState;
 
 /// Legend entries in display order.
-const LEGEND: [NodeState; 5] = [
+const LEGEND: [NodeState; 6] = [
     NodeState::Quantized,
     NodeState::ExcludedByOpType,
     NodeState::ExcludedByNode,
     NodeState::OutsideSubgraph,
     NodeState::NotQuantizable,
+    NodeState::Folded,
 ];
 
+/// What the menus need to know to enable their items.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MenuState {
+    /// A model is open.
+    pub has_doc: bool,
+    /// A task runs.
+    pub busy: bool,
+    /// Statistics are cached.
+    pub has_stats: bool,
+    /// Undo would do something.
+    pub can_undo: bool,
+    /// Redo would do something.
+    pub can_redo: bool,
+    /// Nodes are selected.
+    pub has_selection: bool,
+    /// Recently opened models.
+    pub recent: Vec<PathBuf>,
+    /// The theme setting.
+    pub theme: egui::ThemePreference,
+}
+
+/// A model being opened, as the progress box shows it.
+#[derive(Debug, Clone)]
+pub struct OpeningView {
+    /// What is being opened.
+    pub label: String,
+    /// Its newest progress.
+    pub progress: Option<crate::jobs::Progress>,
+    /// Since when.
+    pub elapsed: std::time::Duration,
+}
+
 /// A menu button that issues `command`, with its shortcut shown.
-fn menu_item(ui: &mut Ui, studio: &mut Studio, text: &str, command: Command, enabled: bool) {
+fn menu_item(
+    ui: &mut Ui,
+    commands: &mut Vec<Command>,
+    text: &str,
+    command: Command,
+    enabled: bool,
+) {
     let mut button = egui::Button::new(text);
     if let Some(keys) = command::for_command(&command) {
         button = button.shortcut_text(command::label(&keys));
     }
     if ui.add_enabled(enabled, button).clicked() {
-        studio.push(command);
+        commands.push(command);
         ui.close();
     }
 }
 
-/// File, Edit, View and Help.
-pub fn menu_bar(studio: &mut Studio, ui: &mut Ui) {
+/// File, Quantize, Edit, View and Help.
+pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
     egui::Panel::top("menu_bar").show(ui, |ui| {
         egui::MenuBar::new().ui(ui, |ui| {
-            let has_doc = studio.document().is_some();
-            ui.menu_button("File", |ui| {
-                menu_item(ui, studio, "Open…", Command::OpenDialog, true);
-                menu_item(ui, studio, "Open path…", Command::OpenPathPrompt, true);
-                ui.menu_button("Recent", |ui| {
-                    let recent = studio.settings().recent.clone();
-                    if recent.is_empty() {
-                        ui.label(RichText::new("No recent models").weak());
-                    }
-                    for path in recent {
-                        let exists = path.exists();
-                        let response = ui
-                            .add_enabled(exists, egui::Button::new(path.display().to_string()))
-                            .on_disabled_hover_text("The file is no longer there");
-                        if response.clicked() {
-                            studio.push(Command::Open(path));
-                            ui.close();
-                        }
-                    }
-                    ui.separator();
-                    if ui.button("Clear recent").clicked() {
-                        studio.settings_mut().recent.clear();
-                        ui.close();
-                    }
-                });
-                menu_item(ui, studio, "Open bundled sample", Command::OpenSample, true);
-                ui.separator();
-                menu_item(
-                    ui,
-                    studio,
-                    "Save recipe…",
-                    Command::SaveRecipeDialog,
-                    has_doc,
-                );
-                menu_item(
-                    ui,
-                    studio,
-                    "Load recipe…",
-                    Command::LoadRecipeDialog,
-                    has_doc,
-                );
-                ui.separator();
-                menu_item(
-                    ui,
-                    studio,
-                    "Save quantized model…",
-                    Command::SaveQuantizedDialog,
-                    has_doc,
-                );
-                ui.separator();
-                menu_item(ui, studio, "Quit", Command::Quit, true);
-            });
+            ui.menu_button("File", |ui| file_menu(ui, menu, commands));
             ui.menu_button("Quantize", |ui| {
-                let (busy, stats) = studio
-                    .document()
-                    .map_or((false, false), |d| (d.work.busy(), d.work.stats.is_some()));
-                let idle = has_doc && !busy;
-                menu_item(ui, studio, "Run calibration", Command::Calibrate, idle);
+                let idle = menu.has_doc && !menu.busy;
+                let ready = idle && menu.has_stats;
+                menu_item(ui, commands, "Run calibration", Command::Calibrate, idle);
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Quantize & compare",
                     Command::QuantizeCompare,
-                    idle && stats,
+                    ready,
                 );
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Scan sensitivity",
                     Command::ScanSensitivity,
-                    idle && stats,
+                    ready,
                 );
+                menu_item(ui, commands, "Auto-exclude", Command::AutoExclude, ready);
                 menu_item(
                     ui,
-                    studio,
-                    "Auto-exclude",
-                    Command::AutoExclude,
-                    idle && stats,
-                );
-                menu_item(
-                    ui,
-                    studio,
+                    commands,
                     "Cancel the running task",
                     Command::CancelTask,
-                    busy,
+                    menu.busy,
                 );
                 ui.separator();
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Save statistics…",
                     Command::SaveStatisticsDialog,
-                    has_doc && stats,
+                    menu.has_doc && menu.has_stats,
                 );
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Load statistics…",
                     Command::LoadStatisticsDialog,
-                    has_doc,
+                    menu.has_doc,
                 );
             });
             ui.menu_button("Edit", |ui| {
-                let (undo, redo, selected) = studio.document().map_or((false, false, false), |d| {
-                    (
-                        d.editor.can_undo(),
-                        d.editor.can_redo(),
-                        !d.selection.is_empty(),
-                    )
-                });
-                menu_item(ui, studio, "Undo", Command::Undo, undo);
-                menu_item(ui, studio, "Redo", Command::Redo, redo);
+                menu_item(ui, commands, "Undo", Command::Undo, menu.can_undo);
+                menu_item(ui, commands, "Redo", Command::Redo, menu.can_redo);
                 ui.separator();
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Exclude / include selection",
                     Command::ToggleExclusion,
-                    selected,
+                    menu.has_selection,
                 );
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Clear selection",
                     Command::ClearSelection,
-                    selected,
+                    menu.has_selection,
                 );
                 ui.separator();
-                menu_item(ui, studio, "Find…", Command::OpenSearch, has_doc);
+                menu_item(ui, commands, "Find…", Command::OpenSearch, menu.has_doc);
             });
-            ui.menu_button("View", |ui| {
-                menu_item(ui, studio, "Fit graph", Command::Fit, has_doc);
-                menu_item(
-                    ui,
-                    studio,
-                    "Zoom to selection",
-                    Command::ZoomToSelection,
-                    has_doc,
-                );
-                menu_item(ui, studio, "Zoom in", Command::ZoomIn, has_doc);
-                menu_item(ui, studio, "Zoom out", Command::ZoomOut, has_doc);
-                ui.separator();
-                ui.label("Theme");
-                let current = studio.settings().theme;
-                for (theme, label) in [
-                    (egui::ThemePreference::System, "Follow the system"),
-                    (egui::ThemePreference::Light, "Light"),
-                    (egui::ThemePreference::Dark, "Dark"),
-                ] {
-                    if ui.radio(current == theme, label).clicked() {
-                        studio.push(Command::SetTheme(theme));
-                        ui.close();
-                    }
-                }
-            });
+            ui.menu_button("View", |ui| view_menu(ui, menu, commands));
             ui.menu_button("Help", |ui| {
                 menu_item(
                     ui,
-                    studio,
+                    commands,
                     "Keyboard shortcuts",
                     Command::ShowShortcuts,
                     true,
                 );
-                menu_item(ui, studio, "About qdq-studio", Command::ShowAbout, true);
+                menu_item(ui, commands, "About qdq-studio", Command::ShowAbout, true);
             });
         });
     });
 }
 
+fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
+    menu_item(ui, commands, "Open…", Command::OpenDialog, true);
+    menu_item(ui, commands, "Open path…", Command::OpenPathPrompt, true);
+    ui.menu_button("Recent", |ui| {
+        if menu.recent.is_empty() {
+            ui.label(RichText::new("No recent models").weak());
+        }
+        for path in &menu.recent {
+            let response = ui
+                .add_enabled(path.exists(), egui::Button::new(path.display().to_string()))
+                .on_disabled_hover_text("The file is no longer there");
+            if response.clicked() {
+                commands.push(Command::Open(path.clone()));
+                ui.close();
+            }
+        }
+        ui.separator();
+        if ui.button("Clear recent").clicked() {
+            commands.push(Command::ClearRecent);
+            ui.close();
+        }
+    });
+    menu_item(
+        ui,
+        commands,
+        "Open bundled sample",
+        Command::OpenSample,
+        true,
+    );
+    ui.separator();
+    menu_item(
+        ui,
+        commands,
+        "Save recipe…",
+        Command::SaveRecipeDialog,
+        menu.has_doc,
+    );
+    menu_item(
+        ui,
+        commands,
+        "Load recipe…",
+        Command::LoadRecipeDialog,
+        menu.has_doc,
+    );
+    ui.separator();
+    menu_item(
+        ui,
+        commands,
+        "Save quantized model…",
+        Command::SaveQuantizedDialog,
+        menu.has_doc,
+    );
+    ui.separator();
+    menu_item(ui, commands, "Quit", Command::Quit, true);
+}
+
+fn view_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
+    let has_doc = menu.has_doc;
+    menu_item(ui, commands, "Fit graph", Command::Fit, has_doc);
+    menu_item(
+        ui,
+        commands,
+        "Zoom to selection",
+        Command::ZoomToSelection,
+        has_doc,
+    );
+    menu_item(ui, commands, "Zoom in", Command::ZoomIn, has_doc);
+    menu_item(ui, commands, "Zoom out", Command::ZoomOut, has_doc);
+    ui.separator();
+    ui.label("Theme");
+    for (theme, label) in [
+        (egui::ThemePreference::System, "Follow the system"),
+        (egui::ThemePreference::Light, "Light"),
+        (egui::ThemePreference::Dark, "Dark"),
+    ] {
+        if ui.radio(menu.theme == theme, label).clicked() {
+            commands.push(Command::SetTheme(theme));
+            ui.close();
+        }
+    }
+}
+
 /// Model, opset, node counts, the recipe's counts, runtime and the last message.
-pub fn status_bar(studio: &mut Studio, ui: &mut Ui) {
+pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &str) {
     egui::Panel::bottom("status_bar").show(ui, |ui| {
         ui.horizontal(|ui| {
-            if let Some(doc) = studio.document() {
+            if let Some(doc) = doc {
                 ui.label(RichText::new(doc.source.label()).strong());
                 ui.separator();
                 ui.label(format!(
@@ -223,129 +256,149 @@ pub fn status_bar(studio: &mut Studio, ui: &mut Ui) {
                     doc.folded_constants()
                 ));
                 ui.separator();
-                ui.label(format!(
+                let c = doc.counts;
+                let mut counts = format!(
                     "{} quantized · {} excluded · {} not quantizable",
-                    doc.counts.quantized, doc.counts.excluded, doc.counts.not_quantizable
-                ));
+                    c.quantized, c.excluded, c.not_quantizable
+                );
+                if c.folded > 0 {
+                    counts.push_str(&format!(" · {} folded", c.folded));
+                }
+                ui.label(counts);
                 ui.separator();
             }
-            ui.label(studio.runtime.summary());
+            ui.label(runtime);
             ui.separator();
             ui.with_layout(Layout::right_to_left(Align::Center), |ui| {
-                if let Some(doc) = studio.document() {
+                if let Some(doc) = doc {
                     ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
                     ui.separator();
                 }
-                ui.add(egui::Label::new(studio.status().to_owned()).truncate());
+                ui.add(egui::Label::new(status).truncate());
             });
         });
     });
 }
 
 /// The recipe summary and the op-type list.
-pub fn left_panel(studio: &mut Studio, ui: &mut Ui) {
+pub fn left_panel(ui: &mut Ui, doc: &Document, filter: &mut String, commands: &mut Vec<Command>) {
     egui::Panel::left("op_types")
         .resizable(true)
         .default_size(250.0)
         .show(ui, |ui| {
-            let mut filter = std::mem::take(&mut studio.op_filter);
-            let mut commands = Vec::new();
-            if let Some(doc) = studio.document() {
-                ui.heading("Recipe");
-                egui::Grid::new("recipe_counts")
-                    .num_columns(2)
-                    .show(ui, |ui| {
-                        for (state, count) in [
-                            (NodeState::Quantized, doc.counts.quantized),
-                            (NodeState::ExcludedByOpType, doc.counts.excluded),
-                            (NodeState::NotQuantizable, doc.counts.not_quantizable),
-                        ] {
-                            let label = match state {
-                                NodeState::Quantized => "Quantized",
-                                NodeState::NotQuantizable => "Not quantizable",
-                                _ => "Excluded",
-                            };
-                            swatch(ui, state_fill(state, ui.visuals().dark_mode));
-                            ui.label(format!("{label}: {count}"));
-                            ui.end_row();
+            recipe_summary(ui, doc, commands);
+            ui.separator();
+            ui.heading("Op types");
+            ui.add(
+                egui::TextEdit::singleline(filter)
+                    .hint_text("Filter op types")
+                    .desired_width(f32::INFINITY),
+            );
+            let needle = filter.to_lowercase();
+            egui::ScrollArea::vertical()
+                .auto_shrink([false, false])
+                .show(ui, |ui| {
+                    for (op_type, plan) in &doc.plan.op_types {
+                        if needle.is_empty() || op_type.to_lowercase().contains(&needle) {
+                            op_type_row(ui, op_type, plan, commands);
                         }
-                    });
-                let recipe = doc.recipe();
-                if !recipe.nodes_to_exclude.is_empty() {
-                    ui.label(format!(
-                        "{} node pattern(s) excluded",
-                        recipe.nodes_to_exclude.len()
-                    ));
-                }
-                ui.label(
-                    RichText::new(match &doc.recipe_path {
-                        Some(p) => format!("File: {}", p.display()),
-                        None => "Not saved yet".to_owned(),
-                    })
-                    .weak(),
-                );
-                ui.horizontal(|ui| {
-                    if ui.button("Save…").clicked() {
-                        commands.push(Command::SaveRecipeDialog);
-                    }
-                    if ui.button("Load…").clicked() {
-                        commands.push(Command::LoadRecipeDialog);
-                    }
-                    if ui
-                        .add_enabled(doc.editor.can_undo(), egui::Button::new("Undo"))
-                        .clicked()
-                    {
-                        commands.push(Command::Undo);
-                    }
-                    if ui
-                        .add_enabled(doc.editor.can_redo(), egui::Button::new("Redo"))
-                        .clicked()
-                    {
-                        commands.push(Command::Redo);
                     }
                 });
-                ui.separator();
-                ui.heading("Op types");
-                ui.add(
-                    egui::TextEdit::singleline(&mut filter)
-                        .hint_text("Filter op types")
-                        .desired_width(f32::INFINITY),
-                );
-                let needle = filter.to_lowercase();
-                egui::ScrollArea::vertical()
-                    .auto_shrink([false, false])
-                    .show(ui, |ui| {
-                        for (op_type, count, checked) in doc.editor.op_types(&doc.graph) {
-                            if !needle.is_empty() && !op_type.to_lowercase().contains(&needle) {
-                                continue;
-                            }
-                            let quantizable = crate::quant::ops::ORT_DEFAULT_OP_TYPES
-                                .contains(&op_type.as_str())
-                                || crate::quant::plan::TENSORRT_OP_TYPES
-                                    .contains(&op_type.as_str());
-                            let mut value = checked;
-                            let response = ui
-                                .add_enabled(
-                                    quantizable,
-                                    egui::Checkbox::new(&mut value, format!("{op_type} ({count})")),
-                                )
-                                .on_disabled_hover_text(
-                                    "No quantized form for this op type: it stays float",
-                                );
-                            if response.changed() {
-                                commands.push(Command::SetOpType {
-                                    op_type: op_type.clone(),
-                                    quantize: value,
-                                });
-                            }
-                        }
-                    });
-            }
-            studio.op_filter = filter;
-            for c in commands {
-                studio.push(c);
+        });
+}
+
+/// The recipe's counts (from the plan), its file, and its buttons.
+fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+    ui.heading("Recipe");
+    let c = doc.counts;
+    egui::Grid::new("recipe_counts")
+        .num_columns(2)
+        .show(ui, |ui| {
+            for (state, label, count) in [
+                (NodeState::Quantized, "Quantized", c.quantized),
+                (NodeState::ExcludedByOpType, "Excluded", c.excluded),
+                (
+                    NodeState::NotQuantizable,
+                    "Not quantizable",
+                    c.not_quantizable,
+                ),
+                (NodeState::Folded, "Folded by pre-processing", c.folded),
+            ] {
+                if state == NodeState::Folded && count == 0 {
+                    continue;
+                }
+                swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                ui.label(format!("{label}: {count}"));
+                ui.end_row();
             }
         });
+    let recipe = doc.recipe();
+    if !recipe.nodes_to_exclude.is_empty() {
+        ui.label(format!(
+            "{} node pattern(s) excluded",
+            recipe.nodes_to_exclude.len()
+        ));
+    }
+    ui.label(
+        RichText::new(match &doc.recipe_path {
+            Some(p) => format!("File: {}", p.display()),
+            None => "Not saved yet".to_owned(),
+        })
+        .weak(),
+    );
+    ui.horizontal(|ui| {
+        if ui.button("Save…").clicked() {
+            commands.push(Command::SaveRecipeDialog);
+        }
+        if ui.button("Load…").clicked() {
+            commands.push(Command::LoadRecipeDialog);
+        }
+        if ui
+            .add_enabled(doc.editor.can_undo(), egui::Button::new("Undo"))
+            .clicked()
+        {
+            commands.push(Command::Undo);
+        }
+        if ui
+            .add_enabled(doc.editor.can_redo(), egui::Button::new("Redo"))
+            .clicked()
+        {
+            commands.push(Command::Redo);
+        }
+    });
+}
+
+/// One op type: checked when the recipe selects it, greyed when the policy has no quantized
+/// form for it, and how many of its nodes the plan quantizes.
+fn op_type_row(
+    ui: &mut Ui,
+    op_type: &str,
+    plan: &crate::quant::explain::OpTypePlan,
+    commands: &mut Vec<Command>,
+) {
+    ui.horizontal(|ui| {
+        let mut value = plan.selected;
+        let response = ui
+            .add_enabled(
+                plan.quantizable,
+                egui::Checkbox::new(&mut value, format!("{op_type} ({})", plan.count)),
+            )
+            .on_disabled_hover_text(
+                "The recipe's placement has no quantized form for this op type: it stays float",
+            );
+        if response.changed() {
+            commands.push(Command::SetOpType {
+                op_type: op_type.to_owned(),
+                quantize: value,
+            });
+        }
+        if plan.selected && plan.quantized < plan.count {
+            ui.label(RichText::new(format!("{} quantized", plan.quantized)).weak())
+                .on_hover_text(
+                    "The others stay float: excluded by name or subgraph, or nothing to quantize on them (their input is not quantized)",
+                );
+        }
+    });
 }
 
 /// A small colour square.
@@ -355,37 +408,40 @@ pub fn swatch(ui: &mut Ui, colour: Color32) {
 }
 
 /// The node inspector.
-pub fn inspector_panel(studio: &mut Studio, ui: &mut Ui) {
+pub fn inspector_panel(
+    ui: &mut Ui,
+    doc: Option<&Document>,
+    state: &mut InspectorState,
+    commands: &mut Vec<Command>,
+) {
     egui::Panel::right("inspector")
         .resizable(true)
         .default_size(330.0)
         .show(ui, |ui| {
-            let (doc, weights) = studio.inspector_parts();
-            let mut commands = Vec::new();
             egui::ScrollArea::vertical()
                 .auto_shrink([false, false])
                 .show(ui, |ui| match doc {
-                    Some(doc) => inspector::show(ui, doc, weights, &mut commands),
+                    Some(doc) => inspector::show(ui, doc, state, commands),
                     None => {
                         ui.label("No model open");
                     }
                 });
-            for c in commands {
-                studio.push(c);
-            }
         });
 }
 
 /// The graph, or what to do when there is none, with the search bar, legend and progress.
-pub fn central(studio: &mut Studio, ui: &mut Ui) {
+pub fn central(
+    ui: &mut Ui,
+    doc: Option<&mut Document>,
+    opening: Option<&OpeningView>,
+    focus_search: bool,
+    commands: &mut Vec<Command>,
+) {
     egui::CentralPanel::no_frame().show(ui, |ui| {
         let hovering_files = ui.input(|i| !i.raw.hovered_files.is_empty());
-        let opening = studio.opening_progress();
-        let focus_search = std::mem::take(&mut studio.focus_search);
-        let mut commands = Vec::new();
-        if let Some(doc) = studio.doc_mut() {
+        if let Some(doc) = doc {
             if doc.search.open {
-                search_bar(ui, doc, &mut commands, focus_search);
+                search_bar(ui, doc, commands, focus_search);
             }
             let events = doc.canvas.show(ui);
             if let Some((node, modifiers)) = events.clicked {
@@ -447,7 +503,7 @@ pub fn central(studio: &mut Studio, ui: &mut Ui) {
             let context_node = doc.canvas.context_node();
             response.context_menu(|ui| {
                 if let Some(id) = context_node {
-                    node_menu(ui, doc, id, &mut commands);
+                    node_menu(ui, doc, id, commands);
                 } else {
                     if ui.button("Fit graph").clicked() {
                         commands.push(Command::Fit);
@@ -460,15 +516,15 @@ pub fn central(studio: &mut Studio, ui: &mut Ui) {
                 }
             });
             let heat =
-                (doc.work.heat_map && doc.heat.is_some()).then_some(doc.work.heat_threshold_db);
+                (doc.panel.heat_map && doc.heat.is_some()).then_some(doc.panel.heat_threshold_db);
             legend(ui, doc.layout.simplified, !doc.flagged.is_empty(), heat);
         } else if opening.is_none() {
-            empty_state(ui, &mut commands);
+            empty_state(ui, commands);
         }
-        if let Some((label, progress, elapsed)) = opening
-            && progress_overlay(ui, &label, progress.as_ref(), elapsed)
+        if let Some(opening) = opening
+            && progress_overlay(ui, opening)
         {
-            studio.cancel_open();
+            commands.push(Command::CancelOpen);
         }
         if hovering_files {
             let rect = ui.max_rect();
@@ -482,18 +538,10 @@ pub fn central(studio: &mut Studio, ui: &mut Ui) {
                 Color32::WHITE,
             );
         }
-        for c in commands {
-            studio.push(c);
-        }
     });
 }
 
-fn search_bar(
-    ui: &mut Ui,
-    doc: &mut crate::app::document::Document,
-    commands: &mut Vec<Command>,
-    focus: bool,
-) {
+fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focus: bool) {
     egui::Frame::new()
         .inner_margin(6.0)
         .fill(ui.visuals().panel_fill)
@@ -559,7 +607,7 @@ fn search_bar(
 /// The right-click menu of a node.
 pub fn node_menu(
     ui: &mut Ui,
-    doc: &crate::app::document::Document,
+    doc: &Document,
     id: crate::model::NodeId,
     commands: &mut Vec<Command>,
 ) {
@@ -714,12 +762,12 @@ fn empty_state(ui: &mut Ui, commands: &mut Vec<Command>) {
 }
 
 /// Shows the opening job's progress; true when the user pressed Cancel.
-fn progress_overlay(
-    ui: &mut Ui,
-    label: &str,
-    progress: Option<&crate::jobs::Progress>,
-    elapsed: std::time::Duration,
-) -> bool {
+fn progress_overlay(ui: &mut Ui, opening: &OpeningView) -> bool {
+    let OpeningView {
+        label,
+        progress,
+        elapsed,
+    } = opening;
     let mut cancel = false;
     egui::Area::new(egui::Id::new("open-progress"))
         .anchor(egui::Align2::CENTER_CENTER, egui::Vec2::ZERO)

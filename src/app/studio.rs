@@ -1,16 +1,17 @@
 //! The studio window: its state, the frame (menus, panels, graph, windows) and
 //! [`Studio::apply`], where every [`Command`] is carried out.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::app::command::{self, Command, SelectMode};
 use crate::app::document::{self, Document, OpenError, Source};
+use crate::app::inspector::InspectorState;
+use crate::app::panels::{MenuState, OpeningView};
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::settings::Settings;
-use crate::app::weights::WeightSummary;
-use crate::app::{dialogs, panels};
+use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
+use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
 use crate::recipe::Recipe;
 
@@ -39,56 +40,11 @@ impl Default for StudioOptions {
     }
 }
 
-/// An error shown in the window until dismissed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
-    /// One line: what failed.
-    pub title: String,
-    /// The full cause.
-    pub detail: String,
-}
-
-/// What a path field is asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PathPurpose {
-    /// A model to open.
-    OpenModel,
-    /// Where to save the recipe.
-    SaveRecipe,
-    /// A recipe to load.
-    LoadRecipe,
-    /// Where to save calibration statistics.
-    SaveStatistics,
-    /// Statistics to load.
-    LoadStatistics,
-    /// The calibration data file or folder.
-    CalibrationData,
-    /// The evaluation data file or folder.
-    EvaluationData,
-}
-
-/// The path field window (fallback for native dialogs, and File ▸ Open path…).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathPrompt {
-    /// What the path is for.
-    pub purpose: PathPurpose,
-    /// The text typed so far.
-    pub text: String,
-    /// A note shown above the field (why it opened instead of a dialog).
-    pub note: Option<String>,
-}
-
 /// A model being opened.
 struct Opening {
     job: Job<Result<Document, OpenError>>,
     label: String,
     started: Instant,
-}
-
-/// A weight's statistics with its histogram texture, cached while the model is open.
-pub(crate) struct WeightView {
-    pub(crate) summary: Result<Option<WeightSummary>, String>,
-    pub(crate) texture: Option<egui::TextureHandle>,
 }
 
 /// Timings the closing notes and benchmarks report.
@@ -100,48 +56,39 @@ pub struct StudioMetrics {
     pub compare_to_heat_map: Option<Duration>,
 }
 
-/// The studio application.
+/// When things happened, for [`StudioMetrics`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Timing {
+    /// When the model now showing was asked for (until its first frame).
+    opened_at: Option<Instant>,
+    /// When quantize & compare was asked for (until its heat map is drawn).
+    compare_requested: Option<Instant>,
+    /// The heat map was installed this frame: the next frame shows it.
+    heat_installed: bool,
+    /// What was measured.
+    metrics: StudioMetrics,
+}
+
+/// The studio application: the open model, the window's state, and the queue of commands
+/// the views produced this frame.
 pub struct Studio {
     pub(crate) options: StudioOptions,
     settings: Settings,
     pub(crate) doc: Option<Document>,
     opening: Option<Opening>,
-    notices: Vec<Notice>,
-    pub(crate) status: String,
-    queue: Vec<Command>,
-    pub(crate) prompt: Option<PathPrompt>,
-    pub(crate) show_shortcuts: bool,
-    pub(crate) show_about: bool,
-    pub(crate) op_filter: String,
-    pub(crate) focus_search: bool,
     pub(crate) runtime: RuntimeStatus,
-    pub(crate) weights: HashMap<String, WeightView>,
-    theme_applied: Option<egui::ThemePreference>,
-    /// The window's theme as of the last frame (documents are built for it).
-    dark: bool,
-    title: String,
-    pub(crate) quit: bool,
-    /// The user chose to quit without saving (the close is not asked about again).
-    pub(crate) quit_confirmed: bool,
-    /// The unsaved-work question is showing.
-    pub(crate) ask_unsaved: bool,
-    /// Quit when the running save succeeds.
-    pub(crate) quit_after_save: bool,
-    opened_at: Option<Instant>,
-    pub(crate) metrics: StudioMetrics,
-    /// When quantize & compare was asked for (until its heat map is drawn).
-    pub(crate) compare_requested: Option<Instant>,
-    /// The heat map was installed this frame: the next frame shows it.
-    pub(crate) heat_installed: bool,
-    /// Side-by-side images of the shown output (float, quantized, difference).
-    pub(crate) output_images: Option<crate::app::work_panel::OutputImages>,
+    pub(crate) window: WindowState,
+    pub(crate) inspector: InspectorState,
+    pub(crate) exit: ExitState,
+    timing: Timing,
+    queue: Vec<Command>,
 }
 
 impl std::fmt::Debug for Studio {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Studio")
             .field("doc", &self.doc)
-            .field("notices", &self.notices)
+            .field("notices", &self.window.notices)
             .finish_non_exhaustive()
     }
 }
@@ -154,32 +101,16 @@ impl Studio {
             settings,
             doc: None,
             opening: None,
-            notices: Vec::new(),
-            status: "Ready".to_owned(),
-            queue: Vec::new(),
-            prompt: None,
-            show_shortcuts: false,
-            show_about: false,
-            op_filter: String::new(),
-            focus_search: false,
             runtime: if options.probe_runtime {
                 RuntimeStatus::probe()
             } else {
                 RuntimeStatus::NotProbed
             },
-            weights: HashMap::new(),
-            theme_applied: None,
-            dark: true,
-            title: String::new(),
-            quit: false,
-            quit_confirmed: false,
-            ask_unsaved: false,
-            quit_after_save: false,
-            opened_at: None,
-            metrics: StudioMetrics::default(),
-            compare_requested: None,
-            heat_installed: false,
-            output_images: None,
+            window: WindowState::default(),
+            inspector: InspectorState::default(),
+            exit: ExitState::default(),
+            timing: Timing::default(),
+            queue: Vec::new(),
         }
     }
 
@@ -195,19 +126,19 @@ impl Studio {
 
     /// Errors waiting to be dismissed.
     pub fn notices(&self) -> &[Notice] {
-        &self.notices
+        &self.window.notices
     }
 
     /// Dismisses the notice at `index`.
     pub fn dismiss(&mut self, index: usize) {
-        if index < self.notices.len() {
-            self.notices.remove(index);
+        if index < self.window.notices.len() {
+            self.window.notices.remove(index);
         }
     }
 
     /// The status bar's message.
     pub fn status(&self) -> &str {
-        &self.status
+        &self.window.status
     }
 
     /// The persisted settings.
@@ -222,7 +153,7 @@ impl Studio {
 
     /// Measured timings.
     pub fn metrics(&self) -> StudioMetrics {
-        self.metrics
+        self.timing.metrics
     }
 
     /// Queues `command` for the next frame (menus and panels do this while drawing).
@@ -233,7 +164,7 @@ impl Studio {
     pub(crate) fn fail(&mut self, title: impl Into<String>, detail: impl std::fmt::Display) {
         let title = title.into();
         tracing::warn!("{title}: {detail}");
-        self.notices.push(Notice {
+        self.window.notices.push(Notice {
             title,
             detail: detail.to_string(),
         });
@@ -244,14 +175,14 @@ impl Studio {
         let label = source.label();
         // The document (node states, every box's look) is built in the job too: on a
         // 50,000-node graph that is a noticeable stall the window should not take.
-        let dark = self.dark;
+        let dark = self.window.dark;
         let job = Job::spawn("open-model", move |ctx| {
             document::load(source, &ctx)
                 .map(|loaded| Document::new(loaded, Recipe::default(), dark))
         });
         match job {
             Ok(job) => {
-                self.status = format!("Opening {label}…");
+                self.window.status = format!("Opening {label}…");
                 // Replacing a running job drops it, which cancels it.
                 self.opening = Some(Opening {
                     job,
@@ -277,7 +208,7 @@ impl Studio {
         };
         match result {
             Ok(Ok(doc)) => self.install(doc, opening.started),
-            Ok(Err(OpenError::Cancelled(_))) => self.status = "Opening cancelled".to_owned(),
+            Ok(Err(OpenError::Cancelled(_))) => self.window.status = "Opening cancelled".to_owned(),
             Ok(Err(e)) => self.fail(
                 format!("Could not open {}", opening.label),
                 format!("{e:#}"),
@@ -307,10 +238,10 @@ impl Studio {
                 " · {problems} structural problem(s), flagged with !"
             ));
         }
-        self.status = status;
-        self.weights.clear();
+        self.window.status = status;
+        self.inspector.clear();
         self.doc = Some(doc);
-        self.opened_at = Some(started);
+        self.timing.opened_at = Some(started);
     }
 
     /// Carries out one command.
@@ -324,14 +255,19 @@ impl Studio {
             Command::SaveRecipe(path) => self.save_recipe(&path),
             Command::LoadRecipeDialog => self.load_recipe_dialog(),
             Command::LoadRecipe(path) => self.load_recipe(&path),
-            Command::ShowShortcuts => self.show_shortcuts = true,
-            Command::ShowAbout => self.show_about = true,
+            Command::ShowShortcuts => self.window.show_shortcuts = true,
+            Command::ShowAbout => self.window.show_about = true,
             Command::SetTheme(theme) => self.settings.theme = theme,
+            Command::ClearRecent => self.settings.recent.clear(),
+            Command::CancelOpen => self.cancel_open(),
             Command::Quit => self.request_quit(),
             Command::QuitDiscarding => {
-                self.quit_confirmed = true;
-                self.quit = true;
+                self.exit.ask_unsaved = false;
+                self.exit.confirmed = true;
+                self.exit.quit = true;
             }
+            Command::SaveThenQuit => self.save_then_quit(),
+            Command::KeepWorking => self.exit.ask_unsaved = false,
             other if crate::app::work_actions::is_work_command(&other) => self.apply_work(other),
             other => self.apply_to_document(other),
         }
@@ -344,7 +280,7 @@ impl Studio {
         match command {
             Command::SetOpType { op_type, quantize } => {
                 doc.editor.set_op_type(&op_type, quantize);
-                self.status = format!(
+                self.window.status = format!(
                     "{op_type}: {}",
                     if quantize { "quantized" } else { "excluded" }
                 );
@@ -362,12 +298,12 @@ impl Studio {
             Command::ToggleExclusion => {
                 let names = doc.selected_names();
                 if names.is_empty() {
-                    self.status =
+                    self.window.status =
                         "Select nodes first (click, Shift+click), then press X".to_owned();
                 } else {
                     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
                     doc.editor.toggle_nodes(&refs);
-                    self.status = format!("Toggled exclusion of {} node(s)", names.len());
+                    self.window.status = format!("Toggled exclusion of {} node(s)", names.len());
                 }
             }
             Command::SetExcluded(nodes, excluded) => {
@@ -377,7 +313,7 @@ impl Studio {
                     .collect();
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
                 doc.editor.set_nodes_excluded(&refs, excluded);
-                self.status = format!(
+                self.window.status = format!(
                     "{} {} node(s)",
                     if excluded { "Excluded" } else { "Included" },
                     names.len()
@@ -386,11 +322,11 @@ impl Studio {
             Command::ExcludeOpTypeOf(node) => {
                 let op_type = doc.graph.node(node).op_type.clone();
                 doc.editor.set_op_type(&op_type, false);
-                self.status = format!("Excluded every {op_type}");
+                self.window.status = format!("Excluded every {op_type}");
             }
             Command::ExcludeAfter(node) => {
                 doc.editor.exclude_after(&doc.graph, node);
-                self.status = format!(
+                self.window.status = format!(
                     "Excluded {} and everything after it",
                     doc.graph.node(node).name
                 );
@@ -405,15 +341,15 @@ impl Studio {
             }
             Command::Undo => {
                 let undone = doc.editor.undo();
-                self.status = if undone { "Undone" } else { "Nothing to undo" }.to_owned();
+                self.window.status = if undone { "Undone" } else { "Nothing to undo" }.to_owned();
             }
             Command::Redo => {
                 let redone = doc.editor.redo();
-                self.status = if redone { "Redone" } else { "Nothing to redo" }.to_owned();
+                self.window.status = if redone { "Redone" } else { "Nothing to redo" }.to_owned();
             }
             Command::OpenSearch => {
                 doc.search.open = true;
-                self.focus_search = true;
+                self.window.focus_search = true;
             }
             Command::Search(query) => {
                 doc.search.open = true;
@@ -462,7 +398,7 @@ impl Studio {
             PathPurpose::SaveRecipe => self.default_recipe_path().display().to_string(),
             _ => String::new(),
         };
-        self.prompt = Some(PathPrompt {
+        self.window.prompt = Some(PathPrompt {
             purpose,
             text,
             note,
@@ -568,7 +504,7 @@ impl Studio {
         if doc
             .source
             .path()
-            .is_some_and(|model| same_file(model, path))
+            .is_some_and(|model| crate::util::same_path(model, path))
         {
             self.fail(
                 "The recipe was not saved",
@@ -579,7 +515,7 @@ impl Studio {
         match doc.recipe().save(path) {
             Ok(()) => {
                 doc.recipe_path = Some(path.to_path_buf());
-                self.status = format!("Recipe saved to {}", path.display());
+                self.window.status = format!("Recipe saved to {}", path.display());
             }
             Err(e) => self.fail("The recipe was not saved", e),
         }
@@ -595,7 +531,7 @@ impl Studio {
                 doc.editor.replace(recipe);
                 doc.recipe_path = Some(path.to_path_buf());
                 doc.refresh();
-                self.status = match warning {
+                self.window.status = match warning {
                     None => format!("Recipe loaded from {}", path.display()),
                     Some(w) => format!("Recipe loaded from {}; note: {w}", path.display()),
                 };
@@ -622,7 +558,7 @@ impl Studio {
                 "onnx" => self.open(Source::File(path)),
                 "toml" if self.doc.is_some() => self.load_recipe(&path),
                 "npz" | "npy" if self.doc.is_some() => {
-                    self.status = format!("Calibration data: {}", path.display());
+                    self.window.status = format!("Calibration data: {}", path.display());
                     self.apply(Command::SetDataPath {
                         evaluation: false,
                         path,
@@ -640,9 +576,9 @@ impl Studio {
     /// [`eframe::App::ui`]; tests call it through egui_kittest.
     pub fn ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
-        if self.theme_applied != Some(self.settings.theme) {
+        if self.window.theme_applied != Some(self.settings.theme) {
             ctx.set_theme(self.settings.theme);
-            self.theme_applied = Some(self.settings.theme);
+            self.window.theme_applied = Some(self.settings.theme);
         }
         self.poll_open(&ctx);
         self.runtime.poll(&ctx);
@@ -652,22 +588,11 @@ impl Studio {
         let text_focused = ctx.memory(|m| m.focused().is_some());
         let pressed = ctx.input_mut(|i| command::pressed(i, text_focused));
         self.queue.extend(pressed);
-        self.dark = ui.visuals().dark_mode;
+        self.window.dark = ui.visuals().dark_mode;
         if let Some(doc) = self.doc.as_mut() {
-            doc.set_dark(self.dark);
+            doc.set_dark(self.window.dark);
         }
-
-        panels::menu_bar(self, ui);
-        panels::status_bar(self, ui);
-        if self.doc.is_some() {
-            // The work panel first: it spans the window's width under the side panels.
-            crate::app::work_panel::show(self, ui);
-            panels::left_panel(self, ui);
-            panels::inspector_panel(self, ui);
-        }
-        panels::central(self, ui);
-        dialogs::show(self, &ctx);
-
+        self.draw(ui, &ctx);
         let queued = std::mem::take(&mut self.queue);
         if !queued.is_empty() {
             for command in queued {
@@ -675,65 +600,117 @@ impl Studio {
             }
             ctx.request_repaint();
         }
-        if self.quit {
-            self.quit = false;
+        if std::mem::take(&mut self.exit.quit) {
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
         }
+        self.update_title(&ctx);
+        self.record_timings();
+    }
+
+    /// Draws every part of the window; the views queue what the user did.
+    fn draw(&mut self, ui: &mut egui::Ui, ctx: &egui::Context) {
+        let mut commands = Vec::new();
+        let menu = self.menu_state();
+        panels::menu_bar(ui, &menu, &mut commands);
+        panels::status_bar(
+            ui,
+            self.doc.as_ref(),
+            &self.runtime.summary(),
+            &self.window.status,
+        );
+        if let Some(doc) = self.doc.as_mut() {
+            // The work panel first: it spans the window's width under the side panels.
+            work_panel::show(ui, doc, &self.runtime, &mut commands);
+            panels::left_panel(ui, doc, &mut self.window.op_filter, &mut commands);
+            panels::inspector_panel(ui, Some(&*doc), &mut self.inspector, &mut commands);
+        } else {
+            panels::inspector_panel(ui, None, &mut self.inspector, &mut commands);
+        }
+        let opening = self.opening_view();
+        let focus_search = std::mem::take(&mut self.window.focus_search);
+        panels::central(
+            ui,
+            self.doc.as_mut(),
+            opening.as_ref(),
+            focus_search,
+            &mut commands,
+        );
+        dialogs::show(ctx, &mut self.window, &self.runtime, &mut commands);
+        if let Some(doc) = self.doc.as_mut() {
+            work_panel::save_window(ctx, doc, self.options.native_dialogs, &mut commands);
+        }
+        work_panel::unsaved_prompt(ctx, self.exit.ask_unsaved, &mut commands);
+        self.queue.extend(commands);
+    }
+
+    /// What the menus need to know.
+    fn menu_state(&self) -> MenuState {
+        let doc = self.doc.as_ref();
+        MenuState {
+            has_doc: doc.is_some(),
+            busy: doc.is_some_and(|d| d.work.busy()),
+            has_stats: doc.is_some_and(|d| d.work.results.stats.is_some()),
+            can_undo: doc.is_some_and(|d| d.editor.can_undo()),
+            can_redo: doc.is_some_and(|d| d.editor.can_redo()),
+            has_selection: doc.is_some_and(|d| !d.selection.is_empty()),
+            recent: self.settings.recent.clone(),
+            theme: self.settings.theme,
+        }
+    }
+
+    /// The window's title follows the open model.
+    fn update_title(&mut self, ctx: &egui::Context) {
         let title = match (&self.doc, &self.opening) {
             (_, Some(o)) => format!("qdq-studio — opening {}", o.label),
             (Some(doc), None) => format!("qdq-studio — {}", doc.source.label()),
             (None, None) => "qdq-studio".to_owned(),
         };
-        if title != self.title {
+        if title != self.window.title {
             ctx.send_viewport_cmd(egui::ViewportCommand::Title(title.clone()));
-            self.title = title;
+            self.window.title = title;
         }
-        if std::mem::take(&mut self.heat_installed)
-            && let Some(started) = self.compare_requested.take()
+    }
+
+    /// Open-to-first-frame and compare-to-heat-map, once their frame is drawn.
+    fn record_timings(&mut self) {
+        let timing = &mut self.timing;
+        if std::mem::take(&mut timing.heat_installed)
+            && let Some(started) = timing.compare_requested.take()
         {
-            self.metrics.compare_to_heat_map = Some(started.elapsed());
+            timing.metrics.compare_to_heat_map = Some(started.elapsed());
             tracing::info!("quantize & compare to heat map: {:?}", started.elapsed());
         }
-        if let Some(started) = self.opened_at.take() {
-            self.metrics.open_to_first_frame = Some(started.elapsed());
+        if let Some(started) = timing.opened_at.take() {
+            timing.metrics.open_to_first_frame = Some(started.elapsed());
             tracing::info!("open to first frame: {:?}", started.elapsed());
         }
     }
 
-    pub(crate) fn doc_mut(&mut self) -> Option<&mut Document> {
-        self.doc.as_mut()
+    /// Notes that quantize & compare was asked for now (for its heat-map timing).
+    pub(crate) fn compare_started(&mut self) {
+        self.timing.compare_requested = Some(Instant::now());
     }
 
-    pub(crate) fn opening_progress(
-        &mut self,
-    ) -> Option<(String, Option<crate::jobs::Progress>, Duration)> {
+    /// Notes that a new heat map is installed (drawn next frame).
+    pub(crate) fn heat_map_installed(&mut self) {
+        self.timing.heat_installed = true;
+    }
+
+    /// The opening job's progress, for the progress box.
+    fn opening_view(&mut self) -> Option<OpeningView> {
         let opening = self.opening.as_mut()?;
         let progress = opening.job.poll_progress().cloned();
-        Some((opening.label.clone(), progress, opening.started.elapsed()))
+        Some(OpeningView {
+            label: opening.label.clone(),
+            progress,
+            elapsed: opening.started.elapsed(),
+        })
     }
 
     pub(crate) fn cancel_open(&mut self) {
         if self.opening.take().is_some() {
-            self.status = "Opening cancelled".to_owned();
+            self.window.status = "Opening cancelled".to_owned();
         }
-    }
-
-    pub(crate) fn inspector_parts(
-        &mut self,
-    ) -> (Option<&Document>, &mut HashMap<String, WeightView>) {
-        (self.doc.as_ref(), &mut self.weights)
-    }
-
-    pub(crate) fn settings_mut(&mut self) -> &mut Settings {
-        &mut self.settings
-    }
-}
-
-/// True when `a` and `b` name the same file (compared canonically when both exist).
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
     }
 }
 

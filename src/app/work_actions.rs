@@ -1,21 +1,31 @@
 //! Carrying out the quantization commands (calibrate, quantize & compare, sensitivity,
 //! auto-exclude, save, statistics files, runtime install) and taking their results when their
-//! jobs finish. The jobs themselves are in [`crate::app::work::tasks`].
+//! tasks finish. Each builds a request from the open model's state and starts a task from
+//! [`crate::app::work::tasks`]; the steps themselves are [`crate::workflow`]'s.
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::app::command::Command;
+use crate::app::document::Document;
 use crate::app::runtime_status::RuntimeStatus;
-use crate::app::studio::{PathPurpose, Studio};
+use crate::app::studio::Studio;
+use crate::app::window::PathPurpose;
 use crate::app::work::data::{DataCheck, DataKind};
-use crate::app::work::tasks::{self, CalibrateRequest, CompareRequest, EvalSetup, SaveRequest};
-use crate::app::work::{SaveDialog, TargetKind, TaskKind, TaskOutput, WorkTab, Workbench, heat};
-use crate::calib::file as stats_file;
-use crate::eval::sensitivity::Target;
-use crate::recipe::QuantMode;
+use crate::app::work::task::TaskWork;
+use crate::app::work::{TaskError, TaskKind, TaskOutput, Work, heat, tasks};
+use crate::app::work_panel::{SaveDialog, WorkTab};
+use crate::calib::CalibrationConfig;
 use crate::runtime::EpState;
+use crate::sample::SAMPLE_STEM;
+use crate::util::same_path;
+use crate::workflow::compare::{CompareRequest, STUDIO_LATENCY};
+use crate::workflow::quantize::{SaveRequest, companion, default_output, needs_statistics};
+use crate::workflow::reference::EvalSetup;
+use crate::workflow::statistics;
+
+/// A failure to show: a title and the cause.
+type Failure = (String, String);
 
 /// True for the commands [`Studio::apply_work`] carries out.
 pub fn is_work_command(command: &Command) -> bool {
@@ -34,6 +44,8 @@ pub fn is_work_command(command: &Command) -> bool {
             | Command::LoadStatistics(_)
             | Command::SaveQuantizedDialog
             | Command::SaveQuantized
+            | Command::CloseSaveWindow
+            | Command::SetHeatMap { .. }
             | Command::InstallRuntime(_)
             | Command::SetMethod(_)
             | Command::SetTensorOverride(..)
@@ -44,6 +56,17 @@ pub fn is_work_command(command: &Command) -> bool {
     )
 }
 
+fn no_model() -> Failure {
+    ("No model is open".into(), "Open a model first.".into())
+}
+
+/// Starts `work` as the open model's task.
+fn start(work: &mut Work, kind: TaskKind, body: TaskWork) -> Result<(), Failure> {
+    work.task
+        .start(kind, body)
+        .map_err(|e| (format!("{} could not start", kind.label()), e))
+}
+
 impl Studio {
     /// Carries out one quantization command.
     pub(crate) fn apply_work(&mut self, command: Command) {
@@ -51,7 +74,7 @@ impl Studio {
             return self.install_runtime(flavor);
         }
         if self.doc.is_none() {
-            self.status = "Open a model first".to_owned();
+            self.window.status = "Open a model first".to_owned();
             return;
         }
         let result = match command {
@@ -60,25 +83,11 @@ impl Studio {
             Command::ShowSample(sample) => self.show_sample(sample),
             Command::ScanSensitivity => self.scan_sensitivity(),
             Command::AutoExclude => self.auto_exclude(),
-            Command::ApplyAlternative(index) => {
-                if let Some(doc) = self.doc.as_mut()
-                    && let Some(alternative) = doc
-                        .work
-                        .auto_excluded
-                        .as_ref()
-                        .and_then(|r| r.alternatives.get(index))
-                {
-                    doc.editor.replace(alternative.recipe.clone());
-                    self.status = format!("Recipe: {} (Ctrl+Z undoes)", alternative.change);
-                    doc.refresh();
-                }
-                Ok(())
-            }
             Command::CancelTask => {
-                if let Some(doc) = self.doc.as_mut() {
-                    doc.work.cancel();
+                if let Some(doc) = self.doc.as_ref() {
+                    doc.work.task.cancel();
                 }
-                self.status = "Cancelling…".to_owned();
+                self.window.status = "Cancelling…".to_owned();
                 Ok(())
             }
             Command::SaveStatisticsDialog => {
@@ -93,72 +102,14 @@ impl Studio {
             Command::LoadStatistics(path) => self.load_statistics(&path),
             Command::SaveQuantizedDialog => self.open_save_window(false),
             Command::SaveQuantized => self.save_quantized(),
-            Command::SetMethod(method) => {
-                if let Some(doc) = self.doc.as_mut() {
-                    doc.editor.change(|r| r.calibration_method = method);
-                    self.status = format!("Calibration method: {}", method.name());
-                }
-                Ok(())
-            }
-            Command::SetTensorOverride(tensor, value) => {
-                if let Some(doc) = self.doc.as_mut() {
-                    let cleared = value.is_none();
-                    doc.editor.change(|r| match value {
-                        Some(v) => {
-                            r.tensor_overrides.insert(tensor.clone(), v);
-                        }
-                        None => {
-                            r.tensor_overrides.remove(&tensor);
-                        }
-                    });
-                    self.status = if cleared {
-                        format!("{tensor}: back to the recipe's method")
-                    } else {
-                        format!("{tensor}: override set (in the recipe)")
-                    };
-                }
-                Ok(())
-            }
-            Command::ShowHistogram(tensor) => {
-                if let Some(doc) = self.doc.as_mut() {
-                    doc.work.histogram_tensor = Some(tensor);
-                    doc.work.tab = WorkTab::Histogram;
-                }
-                Ok(())
-            }
-            Command::RevealNodes(names) => {
-                if let Some(doc) = self.doc.as_mut() {
-                    let ids: Vec<_> = names
-                        .iter()
-                        .filter_map(|n| doc.graph.node_by_name(n).map(|node| node.id))
-                        .collect();
-                    if let Some(first) = ids.first() {
-                        doc.canvas.centre_on(*first);
-                    }
-                    doc.selection = ids;
-                }
-                Ok(())
-            }
             Command::BrowseData { evaluation, folder } => {
                 self.browse_data(evaluation, folder);
                 Ok(())
             }
-            Command::SetDataPath { evaluation, path } => {
-                if let Some(doc) = self.doc.as_mut() {
-                    let choice = if evaluation {
-                        doc.work.evaluate_on_calibration = false;
-                        &mut doc.work.evaluation
-                    } else {
-                        &mut doc.work.calibration
-                    };
-                    choice.path = path.display().to_string();
-                    if choice.kind == DataKind::Random {
-                        choice.kind = crate::app::work::data::kind_of(&path);
-                    }
-                }
+            other => {
+                self.edit_work(other);
                 Ok(())
             }
-            _ => Ok(()),
         };
         if let Some(doc) = self.doc.as_mut() {
             doc.refresh();
@@ -168,48 +119,128 @@ impl Studio {
         }
     }
 
-    fn calibrate(&mut self) -> Result<(), (String, String)> {
+    /// The commands that only change the open model's state (recipe, panel, data paths).
+    fn edit_work(&mut self, command: Command) {
+        let Some(doc) = self.doc.as_mut() else {
+            return;
+        };
+        let status = match command {
+            Command::ApplyAlternative(index) => apply_alternative(doc, index),
+            Command::SetMethod(method) => {
+                doc.editor.change(|r| r.calibration_method = method);
+                Some(format!("Calibration method: {}", method.name()))
+            }
+            Command::SetTensorOverride(tensor, value) => {
+                let cleared = value.is_none();
+                doc.editor.change(|r| match value {
+                    Some(v) => {
+                        r.tensor_overrides.insert(tensor.clone(), v);
+                    }
+                    None => {
+                        r.tensor_overrides.remove(&tensor);
+                    }
+                });
+                Some(if cleared {
+                    format!("{tensor}: back to the recipe's method")
+                } else {
+                    format!("{tensor}: override set (in the recipe)")
+                })
+            }
+            Command::ShowHistogram(tensor) => {
+                doc.panel.histogram_tensor = Some(tensor);
+                doc.panel.tab = WorkTab::Histogram;
+                None
+            }
+            Command::RevealNodes(names) => {
+                let ids: Vec<_> = names
+                    .iter()
+                    .filter_map(|n| doc.graph.node_by_name(n).map(|node| node.id))
+                    .collect();
+                if let Some(first) = ids.first() {
+                    doc.canvas.centre_on(*first);
+                }
+                doc.selection = ids;
+                None
+            }
+            Command::SetDataPath { evaluation, path } => {
+                let settings = &mut doc.work.settings;
+                let choice = if evaluation {
+                    settings.evaluate_on_calibration = false;
+                    &mut settings.evaluation
+                } else {
+                    &mut settings.calibration
+                };
+                choice.path = path.display().to_string();
+                if choice.kind == DataKind::Random {
+                    choice.kind = crate::app::work::data::kind_of(&path);
+                }
+                None
+            }
+            Command::SetHeatMap {
+                shown,
+                threshold_db,
+            } => {
+                doc.panel.heat_map = shown;
+                doc.panel.heat_threshold_db = threshold_db;
+                None
+            }
+            Command::CloseSaveWindow => {
+                doc.panel.save_dialog = None;
+                self.exit.after_save = false;
+                None
+            }
+            _ => None,
+        };
+        if let Some(status) = status {
+            self.window.status = status;
+        }
+    }
+
+    fn calibrate(&mut self) -> Result<(), Failure> {
         let ep_problem = self.ep_problem();
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        let work = &mut doc.work;
-        work.tab = WorkTab::Calibrate;
+        doc.panel.tab = WorkTab::Calibrate;
         if let Some(problem) = ep_problem {
             return Err(("Calibration cannot run on this provider".into(), problem));
         }
-        if let DataCheck::Problem(problem) = &work.calibration_check {
+        let prepared = doc.prepared.clone().map_err(|e| {
+            (
+                "The model cannot be prepared for quantization".to_owned(),
+                e,
+            )
+        })?;
+        let settings = &doc.work.settings;
+        if let DataCheck::Problem(problem) = &doc.work.checks.calibration {
             return Err((
                 "The calibration data does not fit the model".into(),
                 problem.clone(),
             ));
         }
-        let data = work
+        let data = settings
             .calibration
             .spec()
             .map_err(|e| ("The calibration data is not set".to_owned(), e))?;
-        let request = CalibrateRequest {
-            model: doc.model.clone(),
-            recipe: doc.editor.recipe().clone(),
-            data,
-            eps: vec![work.ep.clone()],
-            batch_size: work.batch_size,
-            max_samples: (work.max_samples > 0).then_some(work.max_samples),
-            histogram_bins: work.histogram_bins,
+        let config = CalibrationConfig {
+            execution_providers: vec![settings.ep.clone()],
+            batch_size: settings.batch_size,
+            max_samples: (settings.max_samples > 0).then_some(settings.max_samples),
+            histogram_bins: settings.histogram_bins,
+            ..CalibrationConfig::default()
         };
-        let ep = work.ep.to_string();
-        start(work, TaskKind::Calibrate, move |ctx| {
-            tasks::calibrate_model(request, &ctx).map(TaskOutput::Calibrated)
-        })?;
-        self.status = format!("Calibrating on {ep}…");
+        let ep = settings.ep.to_string();
+        let body = tasks::calibrate(prepared, data, config);
+        start(&mut doc.work, TaskKind::Calibrate, body)?;
+        self.window.status = format!("Calibrating on {ep}…");
         Ok(())
     }
 
     /// Why the chosen provider cannot run here, when the runtime probe says so.
     fn ep_problem(&self) -> Option<String> {
         let doc = self.doc.as_ref()?;
-        let crate::app::runtime_status::RuntimeStatus::Ready { eps, .. } = &self.runtime else {
+        let RuntimeStatus::Ready { eps, .. } = &self.runtime else {
             return None;
         };
-        let status = eps.iter().find(|s| s.ep == doc.work.ep)?;
+        let status = eps.iter().find(|s| s.ep == doc.work.settings.ep)?;
         match &status.state {
             EpState::Ready => None,
             EpState::Unavailable(reason) => {
@@ -222,111 +253,98 @@ impl Studio {
         }
     }
 
-    fn compare_request(&self) -> Result<CompareRequest, (String, String)> {
+    /// What evaluating the current recipe needs, from the open model's state.
+    fn eval_setup(&self) -> Result<EvalSetup, Failure> {
         let doc = self.doc.as_ref().ok_or_else(no_model)?;
         let work = &doc.work;
         let recipe = doc.editor.recipe().clone();
-        let stats = match (&work.stats, recipe.mode) {
-            (Some(stats), _) => stats.clone(),
-            (None, QuantMode::Int4) => Arc::new(Default::default()),
-            (None, _) => {
+        let stats = match &work.results.stats {
+            Some(stats) => stats.clone(),
+            None if !needs_statistics(&recipe) => Arc::new(Default::default()),
+            None => {
                 return Err((
                     "Calibrate first".into(),
                     "Quantize & compare uses the cached calibration statistics: run Calibrate (Ctrl+R) or load statistics first.".into(),
                 ));
             }
         };
-        if let DataCheck::Problem(problem) = work.evaluation_check() {
+        if let DataCheck::Problem(problem) = work.checks.evaluation(&work.settings) {
             return Err((
                 "The evaluation data does not fit the model".into(),
                 problem.clone(),
             ));
         }
         let data = work
+            .settings
             .evaluation_choice()
             .spec()
             .map_err(|e| ("The evaluation data is not set".to_owned(), e))?;
-        let reference = work
-            .comparison
-            .as_ref()
-            .map(|c| c.reference.clone())
-            .or_else(|| work.scanned.as_ref().map(|s| s.reference.clone()));
-        Ok(CompareRequest {
-            setup: EvalSetup {
-                model: doc.model.clone(),
-                stats,
-                recipe,
-                data,
-                eps: vec![work.ep.clone()],
-                batch_size: work.batch_size,
-                reference,
-            },
-            latency: work.measure_latency,
-            sample: work.sample,
+        Ok(EvalSetup {
+            model: doc.model.clone(),
+            stats,
+            recipe,
+            data,
+            eps: vec![work.settings.ep.clone()],
+            batch_size: work.settings.batch_size,
+            reference: work.results.reference(),
         })
     }
 
-    fn quantize_compare(&mut self) -> Result<(), (String, String)> {
+    fn quantize_compare(&mut self) -> Result<(), Failure> {
         if let Some(problem) = self.ep_problem() {
             return Err(("Cannot compare on this provider".into(), problem));
         }
-        let request = self.compare_request()?;
+        let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        start(&mut doc.work, TaskKind::Compare, move |ctx| {
-            tasks::quantize_and_compare(request, &ctx).map(|c| TaskOutput::Compared(Box::new(c)))
-        })?;
-        self.compare_requested = Some(Instant::now());
-        self.status = "Quantizing from the cached statistics and comparing…".to_owned();
+        let request = CompareRequest {
+            setup,
+            latency: doc.work.settings.measure_latency.then_some(STUDIO_LATENCY),
+            sample: doc.panel.sample,
+        };
+        let body = tasks::quantize_and_compare(request);
+        start(&mut doc.work, TaskKind::Compare, body)?;
+        self.compare_started();
+        self.window.status = "Quantizing from the cached statistics and comparing…".to_owned();
         Ok(())
     }
 
-    fn show_sample(&mut self, sample: usize) -> Result<(), (String, String)> {
+    fn show_sample(&mut self, sample: usize) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        doc.work.sample = sample;
-        let Some(comparison) = doc.work.comparison.as_ref() else {
+        doc.panel.sample = sample;
+        let Some(comparison) = doc.work.results.comparison.as_ref() else {
             return Ok(());
         };
         if comparison.sample.0 == sample {
             return Ok(());
         }
-        let model = doc.model.clone();
-        let quantized = comparison.quantized.clone();
-        let reference = comparison.reference.clone();
-        start(&mut doc.work, TaskKind::Sample, move |ctx| {
-            tasks::sample_outputs(&model, &quantized, &reference, sample, &ctx)
-                .map(|pairs| TaskOutput::Sample(sample, pairs))
-        })
+        let body = tasks::sample_outputs(
+            doc.model.clone(),
+            comparison.quantized.clone(),
+            comparison.reference.clone(),
+            sample,
+        );
+        start(&mut doc.work, TaskKind::Sample, body)
     }
 
-    fn sensitivity_request(&self) -> Result<EvalSetup, (String, String)> {
-        Ok(self.compare_request()?.setup)
-    }
-
-    fn scan_sensitivity(&mut self) -> Result<(), (String, String)> {
-        let request = self.sensitivity_request()?;
+    fn scan_sensitivity(&mut self) -> Result<(), Failure> {
+        let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        doc.work.tab = WorkTab::Sensitivity;
-        start(&mut doc.work, TaskKind::Sensitivity, move |ctx| {
-            tasks::scan_nodes(request, &ctx).map(|s| TaskOutput::Scanned(Box::new(s)))
-        })
+        doc.panel.tab = WorkTab::Sensitivity;
+        start(&mut doc.work, TaskKind::Sensitivity, tasks::scan(setup))
     }
 
-    fn auto_exclude(&mut self) -> Result<(), (String, String)> {
-        let request = self.sensitivity_request()?;
+    fn auto_exclude(&mut self) -> Result<(), Failure> {
+        let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        doc.panel.tab = WorkTab::Sensitivity;
         let work = &mut doc.work;
-        work.tab = WorkTab::Sensitivity;
-        let target = match work.target_kind {
-            TargetKind::SqnrDb => Target::SqnrDb(work.target_value),
-            TargetKind::Top1 => Target::Top1(work.target_value / 100.0),
-            TargetKind::Sequence => Target::Sequence(work.target_value / 100.0),
-        };
-        let scanned = work.scanned.clone();
-        let max = work.max_excluded;
-        start(work, TaskKind::AutoExclude, move |ctx| {
-            tasks::auto_exclude_nodes(request, scanned, target, max, &ctx)
-                .map(|r| TaskOutput::AutoExcluded(Box::new(r)))
-        })
+        let body = tasks::auto_exclude(
+            setup,
+            work.results.scanned.clone(),
+            work.settings.target(),
+            work.settings.max_excluded,
+        );
+        start(work, TaskKind::AutoExclude, body)
     }
 
     fn statistics_dialog(&mut self, save: bool) {
@@ -334,7 +352,7 @@ impl Studio {
             .doc
             .as_ref()
             .and_then(|d| d.source.path().map(|p| p.with_extension("stats.json")))
-            .unwrap_or_else(|| std::path::PathBuf::from("calibration.stats.json"));
+            .unwrap_or_else(|| std::path::PathBuf::from(format!("{SAMPLE_STEM}.stats.json")));
         let purpose = if save {
             PathPurpose::SaveStatistics
         } else {
@@ -345,9 +363,9 @@ impl Studio {
                 .set_title(if save {
                     "Save the calibration statistics"
                 } else {
-                    "Load calibration statistics"
+                    "Load calibration statistics (qdq-studio, onnxruntime or TensorRT cache)"
                 })
-                .add_filter("Statistics", &["json", "stats"])
+                .add_filter("Statistics", &["json", "stats", "cache"])
                 .add_filter("All files", &["*"]);
             if save {
                 let mut dialog = dialog;
@@ -371,9 +389,9 @@ impl Studio {
         }
     }
 
-    fn save_statistics(&mut self, path: &Path) -> Result<(), (String, String)> {
+    fn save_statistics(&mut self, path: &Path) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        let Some(stats) = doc.work.stats.clone() else {
+        let Some(stats) = doc.work.results.stats.clone() else {
             return Err((
                 "No statistics to save".into(),
                 "Calibrate first (Ctrl+R).".into(),
@@ -385,53 +403,46 @@ impl Studio {
                 "that path is the model itself; choose another file name".into(),
             ));
         }
-        stats_file::save(&stats, path)
-            .map_err(|e| ("The statistics were not saved".to_owned(), e.to_string()))?;
-        doc.work.stats_saved = true;
-        self.status = format!("Statistics saved to {}", path.display());
+        statistics::save(&stats, path)
+            .map_err(|e| ("The statistics were not saved".to_owned(), e.chain()))?;
+        doc.work.results.stats_saved = true;
+        self.window.status = format!("Statistics saved to {}", path.display());
         Ok(())
     }
 
-    fn load_statistics(&mut self, path: &Path) -> Result<(), (String, String)> {
+    /// Loads statistics of any supported format: qdq-studio's, onnxruntime's or TensorRT's
+    /// calibration cache.
+    fn load_statistics(&mut self, path: &Path) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        let stats = stats_file::load(path).map_err(|e| {
+        let failed = |e: crate::workflow::WorkflowError| {
+            ("The statistics could not be loaded".to_owned(), e.chain())
+        };
+        let (stats, format) = statistics::load(path).map_err(failed)?;
+        statistics::check_for(&stats, &doc.graph, path).map_err(|e| {
             (
-                "The statistics could not be loaded".to_owned(),
-                e.to_string(),
+                "These statistics are for another model".to_owned(),
+                e.chain(),
             )
         })?;
-        let known = stats
-            .tensors
-            .keys()
-            .filter(|t| doc.graph.tensor(t).is_some())
-            .count();
-        if known == 0 && !stats.tensors.is_empty() {
-            return Err((
-                "These statistics are for another model".into(),
-                format!(
-                    "none of the {} tensors in {} exists in this model",
-                    stats.tensors.len(),
-                    path.display()
-                ),
-            ));
-        }
         let count = stats.tensors.len();
-        doc.work.statistics_replaced(stats, true);
-        self.status = format!(
-            "Loaded statistics of {count} tensors from {}",
-            path.display()
+        doc.work.results.statistics_replaced(stats, true);
+        self.window.status = format!(
+            "Loaded statistics of {count} tensors from {} ({})",
+            path.display(),
+            format.describe()
         );
         Ok(())
     }
 
-    fn open_save_window(&mut self, then_quit: bool) -> Result<(), (String, String)> {
+    fn open_save_window(&mut self, then_quit: bool) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         let path = doc
             .work
+            .results
             .saved_model
             .clone()
-            .unwrap_or_else(|| Workbench::default_output(doc.source.path()));
-        doc.work.save_dialog = Some(SaveDialog {
+            .unwrap_or_else(|| default_output(doc.source.path(), SAMPLE_STEM));
+        doc.panel.save_dialog = Some(SaveDialog {
             path: path.display().to_string(),
             external_data: false,
             companions: true,
@@ -440,52 +451,15 @@ impl Studio {
         Ok(())
     }
 
-    fn save_quantized(&mut self) -> Result<(), (String, String)> {
+    fn save_quantized(&mut self) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        let Some(dialog) = doc.work.save_dialog.clone() else {
+        let Some(dialog) = doc.panel.save_dialog.clone() else {
             return Ok(());
         };
-        let path = std::path::PathBuf::from(dialog.path.trim());
-        if dialog.path.trim().is_empty() {
-            return Err(("Choose where to save".into(), "the path is empty".into()));
-        }
-        if doc.source.path().is_some_and(|m| same_path(m, &path)) {
-            return Err((
-                "The quantized model was not saved".into(),
-                "that path is the input model: qdq-studio never writes over it; choose another name".into(),
-            ));
-        }
-        let recipe = doc.editor.recipe().clone();
-        let stats = doc.work.stats.clone();
-        if stats.is_none() && recipe.mode != QuantMode::Int4 {
-            return Err((
-                "Calibrate first".into(),
-                "The quantized model needs activation ranges: run Calibrate (Ctrl+R) or load statistics.".into(),
-            ));
-        }
-        let fresh = doc.work.fresh_comparison(&recipe);
-        let quantized = fresh.map(|c| c.quantized.clone());
-        let model_label = doc.source.label();
-        let companions = dialog
-            .companions
-            .then(|| fresh.map(|c| c.report(&model_label, &path.display().to_string())));
-        let request = SaveRequest {
-            model: doc.model.clone(),
-            stats,
-            recipe,
-            quantized,
-            path,
-            external_data: dialog.external_data,
-            companions,
-        };
-        start(&mut doc.work, TaskKind::Save, move |ctx| {
-            tasks::save_quantized(request, &ctx).map(|s| TaskOutput::Saved(Box::new(s)))
-        })?;
-        if let Some(dialog) = doc.work.save_dialog.as_mut() {
-            let then_quit = dialog.then_quit;
-            doc.work.save_dialog = None;
-            self.quit_after_save = then_quit;
-        }
+        let request = save_request(doc, &dialog)?;
+        start(&mut doc.work, TaskKind::Save, tasks::save(request))?;
+        doc.panel.save_dialog = None;
+        self.exit.after_save = dialog.then_quit;
         Ok(())
     }
 
@@ -517,13 +491,11 @@ impl Studio {
 
     fn install_runtime(&mut self, flavor: crate::runtime::Flavor) {
         let Some(doc) = self.doc.as_mut() else {
-            self.status = "Open a model first".to_owned();
+            self.window.status = "Open a model first".to_owned();
             return;
         };
-        let result = start(&mut doc.work, TaskKind::InstallRuntime, move |ctx| {
-            tasks::install_runtime(flavor, &ctx).map(|(v, p)| TaskOutput::Installed(v, p))
-        });
-        if let Err((title, detail)) = result {
+        let body = tasks::install_runtime(flavor);
+        if let Err((title, detail)) = start(&mut doc.work, TaskKind::InstallRuntime, body) {
             self.fail(title, detail);
         }
     }
@@ -534,7 +506,7 @@ impl Studio {
             return;
         };
         let checking = doc.work.poll_checks();
-        let finished = doc.work.poll_task();
+        let finished = doc.work.task.poll();
         if checking || doc.work.busy() {
             ctx.request_repaint_after(std::time::Duration::from_millis(50));
         }
@@ -544,13 +516,13 @@ impl Studio {
         ctx.request_repaint();
         match result {
             Ok(output) => self.take_output(output),
-            Err(e) if e == "cancelled" || e.contains("cancelled") => {
-                self.status = format!("{} cancelled; nothing was changed", kind.label());
-                self.quit_after_save = false;
+            Err(TaskError::Cancelled) => {
+                self.window.status = format!("{} cancelled; nothing was changed", kind.label());
+                self.exit.after_save = false;
             }
-            Err(e) => {
-                self.quit_after_save = false;
-                self.fail(format!("{} failed", kind.label()), e);
+            Err(TaskError::Failed(cause)) => {
+                self.exit.after_save = false;
+                self.fail(format!("{} failed", kind.label()), cause);
             }
         }
     }
@@ -559,113 +531,100 @@ impl Studio {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
-        let work = &mut doc.work;
-        match output {
+        let status = match output {
             TaskOutput::Calibrated(stats) => {
-                let info = &stats.info;
-                self.status = format!(
-                    "Calibrated {} tensors on {} samples in {:.1} s ({})",
-                    stats.tensors.len(),
-                    info.samples,
-                    info.seconds,
-                    info.execution_providers.join(" > ")
-                );
-                for note in &info.notes {
-                    self.status = format!("{} · {note}", self.status);
+                let status = calibrated_status(&stats);
+                doc.work.results.statistics_replaced(stats, false);
+                doc.refresh();
+                if doc.panel.histogram_tensor.is_none() {
+                    doc.panel.histogram_tensor = first_tensor(doc);
                 }
-                doc.work.statistics_replaced(stats, false);
-                if doc.work.histogram_tensor.is_none() {
-                    doc.work.histogram_tensor = first_tensor(doc);
-                }
-                doc.work.tab = WorkTab::Histogram;
+                doc.panel.tab = WorkTab::Histogram;
+                status
             }
             TaskOutput::Compared(comparison) => {
-                let worst = comparison
-                    .outputs
-                    .iter()
-                    .map(|m| m.sqnr_db)
-                    .fold(f64::INFINITY, f64::min);
-                self.status = format!(
+                let status = format!(
                     "Quantized {} nodes · worst output SQNR {:.2} dB · {:.0} ms",
                     comparison.quantized_nodes.len(),
-                    worst,
+                    comparison
+                        .outputs
+                        .iter()
+                        .map(|m| m.sqnr_db)
+                        .fold(f64::INFINITY, f64::min),
                     comparison.timings.total_ms
                 );
-                doc.heat = Some(heat::node_sqnr(&doc.graph, &comparison.tensors));
-                work.heat_map = true;
-                work.comparison = Some(*comparison);
-                work.tab = WorkTab::Results;
-                self.output_images = None;
-                self.heat_installed = true;
+                doc.heat = Some(heat::node_sqnr(&doc.graph, &comparison.tensors, &doc.plan));
+                doc.work.results.comparison = Some(*comparison);
+                doc.panel.heat_map = true;
+                doc.panel.tab = WorkTab::Results;
+                doc.panel.output_images = None;
                 doc.refresh();
+                self.heat_map_installed();
+                status
             }
             TaskOutput::Sample(sample, pairs) => {
-                if let Some(c) = work.comparison.as_mut() {
+                if let Some(c) = doc.work.results.comparison.as_mut() {
                     c.sample = (sample, pairs);
                 }
-                self.output_images = None;
+                doc.panel.output_images = None;
+                return;
             }
             TaskOutput::Scanned(scanned) => {
-                self.status = format!(
+                let status = format!(
                     "Scanned {} nodes: baseline output SQNR {:.2} dB",
                     scanned.sensitivity.nodes.len(),
                     scanned.sensitivity.baseline_db
                 );
-                work.scanned = Some(*scanned);
+                doc.work.results.scanned = Some(*scanned);
+                status
             }
             TaskOutput::AutoExcluded(result) => {
                 let (result, scanned) = *result;
-                self.status = format!(
+                let status = format!(
                     "Auto-exclude: {} (Ctrl+Z undoes)",
                     crate::app::work::auto_exclude_summary(&result)
                 );
-                work.scanned = Some(scanned);
+                doc.work.results.scanned = Some(scanned);
                 doc.editor.replace(result.recipe.clone());
-                doc.work.auto_excluded = Some(result);
+                doc.work.results.auto_excluded = Some(result);
                 doc.refresh();
+                status
             }
             TaskOutput::Saved(saved) => {
-                let mut status = format!(
-                    "Saved the quantized model to {} ({} bytes)",
-                    saved.report.model_path.display(),
-                    saved.report.model_bytes
-                );
-                if let Some(data) = &saved.report.data_path {
-                    status.push_str(&format!(", weights in {}", data.display()));
+                let status = saved_status(&saved);
+                doc.work.results.saved_model = Some(saved.report.model_path.clone());
+                doc.work.results.saved_recipe = Some(saved.recipe.clone());
+                if std::mem::take(&mut self.exit.after_save) {
+                    self.exit.confirmed = true;
+                    self.exit.quit = true;
                 }
-                if !saved.companions.is_empty() {
-                    status.push_str(&format!(" + {} companion file(s)", saved.companions.len()));
-                }
-                self.status = status;
-                work.saved_model = Some(saved.report.model_path.clone());
-                work.saved_recipe = Some(saved.recipe.clone());
-                if std::mem::take(&mut self.quit_after_save) {
-                    self.quit_confirmed = true;
-                    self.quit = true;
-                }
+                status
             }
-            TaskOutput::Installed(version, path) => {
-                // ONNX Runtime is one library per process: with none loaded yet (first run),
-                // the new one is picked up now; otherwise it takes a restart.
-                if matches!(self.runtime, RuntimeStatus::Missing(_)) {
-                    self.runtime = RuntimeStatus::probe();
-                    self.status = format!("ONNX Runtime {version} installed at {}", path.display());
-                } else {
-                    self.status = format!(
-                        "ONNX Runtime {version} installed at {}: restart qdq-studio to use it",
-                        path.display()
-                    );
-                }
-            }
+            TaskOutput::Installed(version, path) => self.runtime_installed(&version, &path),
+        };
+        self.window.status = status;
+    }
+
+    /// ONNX Runtime is one library per process: with none loaded yet (first run), the new
+    /// one is picked up now; otherwise it takes a restart.
+    fn runtime_installed(&mut self, version: &str, path: &Path) -> String {
+        if matches!(self.runtime, RuntimeStatus::Missing(_)) {
+            self.runtime = RuntimeStatus::probe();
+            format!("ONNX Runtime {version} installed at {}", path.display())
+        } else {
+            format!(
+                "ONNX Runtime {version} installed at {}: restart qdq-studio to use it",
+                path.display()
+            )
         }
     }
 
     /// Quit: asks first when there is unsaved work.
     pub(crate) fn request_quit(&mut self) {
         if self.has_unsaved_work() {
-            self.ask_unsaved = true;
+            self.exit.ask_unsaved = true;
         } else {
-            self.quit = true;
+            self.exit.quit = true;
         }
     }
 
@@ -673,7 +632,7 @@ impl Studio {
     pub fn has_unsaved_work(&self) -> bool {
         self.doc
             .as_ref()
-            .is_some_and(|d| d.work.unsaved(d.editor.recipe(), d.editor.edited()))
+            .is_some_and(|d| d.work.results.unsaved(d.editor.recipe(), d.editor.edited()))
     }
 
     /// The window's close button: cancelled and asked about when there is unsaved work;
@@ -682,49 +641,113 @@ impl Studio {
         if !ctx.input(|i| i.viewport().close_requested()) {
             return;
         }
-        if !self.quit_confirmed && self.has_unsaved_work() {
+        if !self.exit.confirmed && self.has_unsaved_work() {
             ctx.send_viewport_cmd(egui::ViewportCommand::CancelClose);
-            self.ask_unsaved = true;
+            self.exit.ask_unsaved = true;
             return;
         }
-        if let Some(doc) = self.doc.as_mut() {
-            doc.work.cancel();
+        if let Some(doc) = self.doc.as_ref() {
+            doc.work.task.cancel();
         }
     }
 
     /// Opens the save window, quitting once the save succeeds (the unsaved-work prompt).
     pub(crate) fn save_then_quit(&mut self) {
-        self.ask_unsaved = false;
+        self.exit.ask_unsaved = false;
         if let Err((title, detail)) = self.open_save_window(true) {
             self.fail(title, detail);
         }
     }
 }
 
-fn start(
-    work: &mut Workbench,
-    kind: TaskKind,
-    run: impl FnOnce(crate::jobs::JobContext) -> Result<TaskOutput, String> + Send + 'static,
-) -> Result<(), (String, String)> {
-    work.start(kind, run)
-        .map_err(|e| (format!("{} could not start", kind.label()), e))
+/// The recipe-wide change at `index` of the auto-exclude result, into the recipe.
+fn apply_alternative(doc: &mut Document, index: usize) -> Option<String> {
+    let alternative = doc
+        .work
+        .results
+        .auto_excluded
+        .as_ref()
+        .and_then(|r| r.alternatives.get(index))?;
+    let change = alternative.change.clone();
+    doc.editor.replace(alternative.recipe.clone());
+    Some(format!("Recipe: {change} (Ctrl+Z undoes)"))
 }
 
-fn no_model() -> (String, String) {
-    ("No model is open".into(), "Open a model first.".into())
-}
-
-fn same_path(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
+/// What the save window asks for, as a save request: never over the input, and with
+/// statistics unless the mode needs none.
+fn save_request(doc: &Document, dialog: &SaveDialog) -> Result<SaveRequest, Failure> {
+    let path = std::path::PathBuf::from(dialog.path.trim());
+    if dialog.path.trim().is_empty() {
+        return Err(("Choose where to save".into(), "the path is empty".into()));
     }
+    if doc.source.path().is_some_and(|m| same_path(m, &path)) {
+        return Err((
+            "The quantized model was not saved".into(),
+            "that path is the input model: qdq-studio never writes over it; choose another name"
+                .into(),
+        ));
+    }
+    let recipe = doc.editor.recipe().clone();
+    let stats = doc.work.results.stats.clone();
+    if stats.is_none() && needs_statistics(&recipe) {
+        return Err((
+            "Calibrate first".into(),
+            "The quantized model needs activation ranges: run Calibrate (Ctrl+R) or load statistics.".into(),
+        ));
+    }
+    let fresh = doc.work.results.fresh_comparison(&recipe);
+    let report_to = fresh.filter(|_| dialog.companions).map(|c| {
+        let report = c.report(&doc.source.label(), &path.display().to_string());
+        (companion(&path, "report.html"), report)
+    });
+    Ok(SaveRequest {
+        model: doc.model.clone(),
+        stats,
+        quantized: fresh.map(|c| c.quantized.clone()),
+        recipe_to: dialog.companions.then(|| companion(&path, "recipe.toml")),
+        report_to,
+        recipe,
+        path,
+        external_data: dialog.external_data,
+    })
 }
 
-/// The first calibrated tensor of the selected node (its inputs, then outputs), else of the
-/// graph.
-fn first_tensor(doc: &crate::app::document::Document) -> Option<String> {
-    let stats = doc.work.stats.as_ref()?;
+/// The status line after calibration.
+fn calibrated_status(stats: &crate::calib::CalibrationStats) -> String {
+    let info = &stats.info;
+    let mut status = format!(
+        "Calibrated {} tensors on {} samples in {:.1} s ({})",
+        stats.tensors.len(),
+        info.samples,
+        info.seconds,
+        info.execution_providers.join(" > ")
+    );
+    for note in &info.notes {
+        status = format!("{status} · {note}");
+    }
+    status
+}
+
+/// The status line after a save.
+fn saved_status(saved: &crate::workflow::quantize::Saved) -> String {
+    let mut status = format!(
+        "Saved the quantized model to {} ({} bytes)",
+        saved.report.model_path.display(),
+        saved.report.model_bytes
+    );
+    if let Some(data) = &saved.report.data_path {
+        status.push_str(&format!(", weights in {}", data.display()));
+    }
+    if !saved.companions.is_empty() {
+        status.push_str(&format!(" + {} companion file(s)", saved.companions.len()));
+    }
+    status
+}
+
+/// The first tensor the plan quantizes with its own range, among the selected node's inputs
+/// and outputs, else the first calibrated tensor.
+fn first_tensor(doc: &Document) -> Option<String> {
+    let stats = doc.work.results.stats.as_ref()?;
     let selected = doc.selection.first().map(|id| doc.graph.node(*id));
     selected
         .into_iter()

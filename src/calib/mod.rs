@@ -121,8 +121,8 @@ pub enum CalibError {
     /// Even one sample needs more memory than this machine has for a batch.
     #[error(
         "one calibration sample needs about {} for its {tensors} observed tensors, but only {} is available to a batch; calibrate fewer tensors (op types or nodes to quantize) or free memory",
-        crate::report::format_bytes(*.needed),
-        crate::report::format_bytes(*.budget)
+        crate::util::format_bytes(*.needed),
+        crate::util::format_bytes(*.budget)
     )]
     OutOfMemory {
         /// Bytes one sample needs.

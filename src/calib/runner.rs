@@ -424,8 +424,8 @@ impl BatchFitter {
             let note = format!(
                 "batch size lowered from {} to {fitted}: a sample needs about {} ({basis}) and a batch may take {}",
                 self.requested,
-                crate::report::format_bytes(per_sample),
-                crate::report::format_bytes(budget)
+                crate::util::format_bytes(per_sample),
+                crate::util::format_bytes(budget)
             );
             tracing::warn!("{note}");
             // One note says where the batch size ended up, whatever the steps.

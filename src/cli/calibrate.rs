@@ -2,16 +2,13 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
+use anyhow::Context;
 
-use qdq_studio::calib::data::model_inputs;
-use qdq_studio::calib::file;
-use qdq_studio::calib::range::{self, RangeMethod, RangeTarget};
-use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins, calibrate};
-use qdq_studio::jobs::{CancelToken, JobContext};
-use qdq_studio::model::{Graph, Model};
-use qdq_studio::runtime::{LoadOptions, Runtime};
+use qdq_studio::calib::range::RangeMethod;
+use qdq_studio::calib::{CalibrationConfig, ParityBins};
+use qdq_studio::model::Model;
+use qdq_studio::recipe::Preprocessing;
+use qdq_studio::workflow::{calibrate, runtime, statistics};
 
 /// Arguments of `calibrate` (ModelOpt's flag names, kebab-case spellings accepted too).
 #[derive(Debug, clap::Args)]
@@ -82,39 +79,21 @@ pub struct CalibrateArgs {
     pub calibration_method: String,
 }
 
-fn progress_bar() -> ProgressBar {
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg:<22} [{bar:30}] {pos}/{len} samples  {per_sec}  eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("=> "),
-    );
-    bar
-}
-
-/// Runs `calibrate`.
+/// Runs `calibrate`: the model as the quantizer sees it (named, pre-processed as the default
+/// recipe does), so `quantize --calibration_cache_path` finds every tensor it needs.
 pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let method = RangeMethod::parse(&args.calibration_method)
         .with_context(|| format!("unknown calibration method '{}'", args.calibration_method))?;
     let eps = super::common::parse_eps(&args.calibration_eps)?;
-    if args.num_bins < 8 || !args.num_bins.is_multiple_of(4) {
-        bail!(
-            "--num_bins must be a multiple of 4 and at least 8, got {}",
-            args.num_bins
-        );
-    }
+    calibrate::check_bins(args.num_bins)?;
     let model = Model::load(&args.onnx_path)?;
-    let inputs = model_inputs(&Graph::build(&model));
     let spec = super::common::data_spec(
         args.calibration_data_path.as_deref(),
-        args.images.preprocess(&inputs)?,
+        args.images.preprocess(&calibrate::inputs(&model))?,
         args.calibration_shapes.as_deref(),
         args.random_samples,
     )?;
-    let mut source = spec.open(&inputs)?;
-    let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
+    let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let config = CalibrationConfig {
         execution_providers: eps,
         batch_size: args.batch_size,
@@ -124,35 +103,31 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         ort_parity: args.ort_parity.then(ParityBins::default),
         ..CalibrationConfig::default()
     };
-    let bar = progress_bar();
-    let sink = bar.clone();
-    let ctx = JobContext::new(CancelToken::new(), move |p| {
-        sink.set_length(p.total);
-        sink.set_position(p.done);
-        sink.set_message(p.stage);
-    });
-    let stats = calibrate(&model, source.as_mut(), &runtime, &config, &ctx);
+    let (bar, ctx) = super::common::progress(
+        "{spinner} {msg:<22} [{bar:30}] {pos}/{len} samples  {per_sec}  eta {eta}",
+        false,
+    );
+    let stats = calibrate::calibrate(
+        &model,
+        &Preprocessing::default(),
+        &spec,
+        &config,
+        &runtime,
+        &ctx,
+    );
     bar.finish_and_clear();
     let stats = stats?;
-    file::save(&stats, &args.output)?;
-    print_summary(&stats, args);
-    let target = RangeTarget::default();
-    let ranges = stats
-        .tensors
-        .iter()
-        .filter_map(|(name, s)| {
-            range::compute(s, &method, target, stats.info.ort_parity)
-                .ok()
-                .map(|r| (name.clone(), r))
-        })
-        .collect();
+    statistics::save(&stats, &args.output)?;
+    println!("{}", calibrate::summary(&stats));
+    for note in &stats.info.notes {
+        println!("note: {note}");
+    }
+    for warning in statistics::warnings(&stats) {
+        println!("warning: {warning}");
+    }
+    println!("statistics written to {}", args.output.display());
     if let Some(path) = &args.export_ort_cache {
-        file::write_atomic(
-            path,
-            file::ort_cache_json(&ranges, method.name())
-                .to_string()
-                .as_bytes(),
-        )?;
+        statistics::export_ort_cache(&stats, &method, path)?;
         println!(
             "onnxruntime calibration cache ({}) written to {}",
             method.name(),
@@ -160,7 +135,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(path) = &args.export_trt_cache {
-        file::write_atomic(path, file::trt_cache_text(&ranges).as_bytes())?;
+        statistics::export_trt_cache(&stats, &method, path)?;
         println!(
             "TensorRT calibration cache ({}) written to {}",
             method.name(),
@@ -168,42 +143,4 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn print_summary(stats: &CalibrationStats, args: &CalibrateArgs) {
-    let info = &stats.info;
-    println!(
-        "calibrated {} tensors on {} samples in {} batches ({:.2} s: model {:.2} s, statistics {:.2} s; {} via ONNX Runtime {})",
-        stats.tensors.len(),
-        info.samples,
-        info.batches,
-        info.seconds,
-        info.run_seconds,
-        info.stats_seconds,
-        info.execution_providers.join(" > "),
-        info.runtime_version
-    );
-    for note in &info.notes {
-        println!("note: {note}");
-    }
-    let empty: Vec<&str> = stats
-        .tensors
-        .iter()
-        .filter(|(_, s)| !s.has_data())
-        .map(|(n, _)| n.as_str())
-        .collect();
-    if !empty.is_empty() {
-        println!(
-            "warning: {} tensor(s) never held a finite value: {}",
-            empty.len(),
-            empty.join(", ")
-        );
-    }
-    for (name, s) in stats.tensors.iter().filter(|(_, s)| s.nan + s.inf > 0) {
-        println!(
-            "warning: '{name}' had {} NaN and {} Inf values (left out of its range)",
-            s.nan, s.inf
-        );
-    }
-    println!("statistics written to {}", args.output.display());
 }

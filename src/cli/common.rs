@@ -3,10 +3,31 @@
 use std::path::Path;
 
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
 
+use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
-use qdq_studio::calib::data::{DataSpec, parse_shapes};
+use qdq_studio::jobs::{CancelToken, JobContext};
 use qdq_studio::runtime::EpSpec;
+use qdq_studio::workflow::calibrate;
+
+/// A progress bar on stderr drawn with `template`, and the job context that feeds it; its
+/// message is each report's stage, or its detail when `detail`.
+pub fn progress(template: &str, detail: bool) -> (ProgressBar, JobContext) {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let sink = bar.clone();
+    let ctx = JobContext::new(CancelToken::new(), move |p| {
+        sink.set_length(p.total);
+        sink.set_position(p.done);
+        sink.set_message(if detail { p.detail } else { p.stage });
+    });
+    (bar, ctx)
+}
 
 /// `--calibration_eps cpu cuda:0 trt` (space- or comma-separated) in priority order.
 pub fn parse_eps(values: &[String]) -> anyhow::Result<Vec<EpSpec>> {
@@ -26,19 +47,11 @@ pub fn data_spec(
     shapes: Option<&str>,
     random_samples: usize,
 ) -> anyhow::Result<DataSpec> {
-    Ok(match path {
-        Some(path) => DataSpec::from_path(path, preprocess),
-        None => {
-            eprintln!(
-                "no calibration data given: calibrating on random data (ranges will not be representative)"
-            );
-            DataSpec::Random {
-                samples: random_samples,
-                shapes: shapes.map(parse_shapes).transpose()?.unwrap_or_default(),
-                seed: 0,
-            }
-        }
-    })
+    let (spec, random) = calibrate::data_or_random(path, preprocess, shapes, random_samples)?;
+    if random {
+        eprintln!("{}", calibrate::RANDOM_DATA_WARNING);
+    }
+    Ok(spec)
 }
 
 /// How images of an image folder become input tensors.

@@ -4,12 +4,11 @@ use std::path::PathBuf;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use qdq_studio::calib::data::model_inputs;
-use qdq_studio::eval::{compare_outputs, measure_latency};
 use qdq_studio::jobs::JobContext;
-use qdq_studio::model::{Graph, Model};
-use qdq_studio::report::{CompareReport, Format, LatencyPair, latency_line};
-use qdq_studio::runtime::{LoadOptions, Runtime};
+use qdq_studio::model::Model;
+use qdq_studio::report::{CompareReport, Format, latency_line};
+use qdq_studio::workflow::compare::{CompareFiles, LatencyRuns, compare_files};
+use qdq_studio::workflow::{calibrate, runtime};
 
 /// Arguments of `compare`.
 #[derive(Debug, clap::Args)]
@@ -60,68 +59,27 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     }
     let float = Model::load(&args.float)?;
     let quant = Model::load(&args.quant)?;
-    qdq_studio::eval::check_comparable(&float, &quant, &args.quant.display().to_string())?;
-    let eps = super::common::parse_eps(&args.eps)?;
-    let inputs = model_inputs(&Graph::build(&float));
-    let spec =
-        super::common::data_spec(Some(&args.data), args.images.preprocess(&inputs)?, None, 0)?;
-    let mut source = spec.open(&inputs)?;
-    let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
-    let metrics = compare_outputs(
-        &float,
-        &quant,
-        source.as_mut(),
-        &runtime,
-        &eps,
-        args.batch_size,
-        &JobContext::silent(),
-    )?;
-    let tensors = if args.per_tensor || args.report.is_some() {
-        Some(qdq_studio::eval::tensors::tensor_errors(
-            &float,
-            &quant,
-            source.as_mut(),
-            &runtime,
-            &eps,
-            args.batch_size,
-            &JobContext::silent(),
-        )?)
-    } else {
-        None
+    let request = CompareFiles {
+        labels: (
+            args.float.display().to_string(),
+            args.quant.display().to_string(),
+        ),
+        data: super::common::data_spec(
+            Some(&args.data),
+            args.images.preprocess(&calibrate::inputs(&float))?,
+            None,
+            0,
+        )?,
+        eps: super::common::parse_eps(&args.eps)?,
+        batch_size: args.batch_size,
+        per_tensor: args.per_tensor || args.report.is_some(),
+        latency: (args.latency_runs > 0).then_some(LatencyRuns {
+            warmup: 3,
+            runs: args.latency_runs,
+        }),
     };
-    let latency = if args.latency_runs > 0 {
-        let f = measure_latency(
-            &float,
-            source.as_mut(),
-            &runtime,
-            &eps,
-            args.batch_size,
-            3,
-            args.latency_runs,
-        )?;
-        let q = measure_latency(
-            &quant,
-            source.as_mut(),
-            &runtime,
-            &eps,
-            args.batch_size,
-            3,
-            args.latency_runs,
-        )?;
-        Some((f, q))
-    } else {
-        None
-    };
-    let report = CompareReport {
-        float_model: args.float.display().to_string(),
-        quant_model: args.quant.display().to_string(),
-        data: args.data.display().to_string(),
-        samples: source.samples(),
-        execution_providers: eps.iter().map(ToString::to_string).collect(),
-        outputs: metrics,
-        tensors,
-        latency: latency.map(|(float, quantized)| LatencyPair { float, quantized }),
-    };
+    let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
+    let report = compare_files(&float, &quant, &request, &runtime, &JobContext::silent())?;
     if let Some(path) = &args.report {
         let written = report.write(path)?;
         eprintln!(

@@ -2,11 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 
-use qdq_studio::model::summary::ModelSummary;
-use qdq_studio::model::{Graph, Model};
+use qdq_studio::workflow::inspect::ModelSummary;
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -16,16 +14,6 @@ pub struct InspectArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Loads, indexes and summarises the model.
-pub fn summarize(path: &std::path::Path) -> anyhow::Result<ModelSummary> {
-    let model = Model::load(path)?;
-    let graph = Graph::build(&model);
-    graph
-        .check()
-        .with_context(|| format!("{} is not a valid graph", path.display()))?;
-    Ok(ModelSummary::of(&model, &graph))
 }
 
 /// Renders the summary as tables.
@@ -62,7 +50,7 @@ pub fn render(summary: &ModelSummary) -> String {
         "parameters {} in {} initializers ({})\n",
         summary.parameters,
         summary.initializer_count,
-        qdq_studio::report::format_bytes(summary.parameter_bytes)
+        qdq_studio::util::format_bytes(summary.parameter_bytes)
     );
     for file in &summary.external_data_files {
         out += &format!("external   {}\n", file.display());
@@ -103,7 +91,7 @@ pub fn render(summary: &ModelSummary) -> String {
 
 /// Runs `inspect`.
 pub fn run(args: &InspectArgs) -> anyhow::Result<()> {
-    let summary = summarize(&args.model)?;
+    let summary = qdq_studio::workflow::inspect::inspect(&args.model)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {

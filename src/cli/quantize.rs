@@ -1,19 +1,19 @@
 //! `qdq-studio quantize` (ModelOpt's flag names) and `qdq-studio preprocess`.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
-use qdq_studio::calib::data::model_inputs;
 use qdq_studio::calib::range::RangeMethod;
-use qdq_studio::calib::stats::{CalibrationInfo, CalibrationStats, TensorStats};
-use qdq_studio::calib::{CalibrationConfig, ParityBins, calibrate, file};
-use qdq_studio::jobs::{CancelToken, JobContext};
-use qdq_studio::model::{Graph, Model, SaveOptions};
-use qdq_studio::quant::{self, preprocess::preprocess};
-use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe};
-use qdq_studio::runtime::{LoadOptions, Runtime};
+use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins};
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::{Model, SaveOptions};
+use qdq_studio::quant::Prepared;
+use qdq_studio::recipe::{Placement, Preprocessing, QuantMode, QuantType, Recipe};
+use qdq_studio::runtime::Runtime;
+use qdq_studio::workflow::quantize::{self, SaveRequest, Saved};
+use qdq_studio::workflow::{calibrate, runtime, statistics};
 
 /// Arguments of `quantize`. Flags override the `--recipe` file; unset flags keep its values
 /// (or the defaults: int8, uint8 activations, int8 per-channel weights, MinMax, ort placement).
@@ -199,37 +199,45 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     Ok(recipe)
 }
 
-/// Statistics from a cache file of any supported kind.
-pub fn load_statistics(path: &Path) -> anyhow::Result<CalibrationStats> {
-    if let Ok(stats) = file::load(path) {
-        return Ok(stats);
+/// The statistics `quantize` uses: none for weight-only modes, the given cache file, or a
+/// calibration run on the given (or random) data.
+fn statistics_for(
+    args: &QuantizeArgs,
+    model: &Model,
+    recipe: &Recipe,
+    runtime: &Runtime,
+) -> anyhow::Result<Option<CalibrationStats>> {
+    if !quantize::needs_statistics(recipe) {
+        return Ok(None);
     }
-    let ranges = file::read_ort_cache(path).or_else(|_| file::read_trt_cache(path)).with_context(|| {
-        format!("{} is neither a qdq-studio statistics file, an onnxruntime calibration cache nor a TensorRT cache", path.display())
-    })?;
-    let tensors: BTreeMap<String, TensorStats> = ranges
-        .into_iter()
-        .map(|(name, r)| {
-            let mut s = TensorStats::default();
-            s.add_batch(&[r.lo, r.hi], &[2], None);
-            (name, s)
-        })
-        .collect();
-    Ok(CalibrationStats {
-        info: CalibrationInfo {
-            source: path.display().to_string(),
-            ..CalibrationInfo::default()
-        },
-        tensors,
-    })
-}
-
-fn default_output(input: &Path) -> PathBuf {
-    let stem = input
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".to_owned());
-    input.with_file_name(format!("{stem}.qdq.onnx"))
+    if let Some(path) = &args.calibration_cache_path {
+        return Ok(Some(statistics::load(path)?.0));
+    }
+    let spec = super::common::data_spec(
+        args.calibration_data_path.as_deref(),
+        args.images.preprocess(&calibrate::inputs(model))?,
+        args.calibration_shapes.as_deref(),
+        args.random_samples,
+    )?;
+    let config = CalibrationConfig {
+        execution_providers: super::common::parse_eps(&args.calibration_eps)?,
+        batch_size: args.batch_size,
+        ort_parity: args.ort_parity.then(ParityBins::default),
+        ..CalibrationConfig::default()
+    };
+    eprintln!("calibrating on {} ...", spec.describe());
+    let stats = calibrate::calibrate(
+        model,
+        &recipe.preprocessing,
+        &spec,
+        &config,
+        runtime,
+        &JobContext::silent(),
+    )?;
+    for note in &stats.info.notes {
+        eprintln!("note: {note}");
+    }
+    Ok(Some(stats))
 }
 
 /// Runs `quantize`.
@@ -239,82 +247,57 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     let output = args
         .output_path
         .clone()
-        .unwrap_or_else(|| default_output(&args.onnx_path));
-    let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
-    let needs_stats = recipe.mode != QuantMode::Int4;
-    let stats = match (&args.calibration_cache_path, needs_stats) {
-        (_, false) => None,
-        (Some(path), true) => Some(load_statistics(path)?),
-        (None, true) => {
-            // Calibrate the model as pre-processing will see it, so tensor names match.
-            let (prepared, _) = preprocess(&model, &recipe.preprocessing)?;
-            let mut named = prepared;
-            quant::name_nodes(&mut named);
-            let inputs = model_inputs(&Graph::build(&named));
-            let spec = super::common::data_spec(
-                args.calibration_data_path.as_deref(),
-                args.images.preprocess(&inputs)?,
-                args.calibration_shapes.as_deref(),
-                args.random_samples,
-            )?;
-            let mut source = spec.open(&inputs)?;
-            let config = CalibrationConfig {
-                execution_providers: super::common::parse_eps(&args.calibration_eps)?,
-                batch_size: args.batch_size,
-                ort_parity: args.ort_parity.then(ParityBins::default),
-                ..CalibrationConfig::default()
-            };
-            eprintln!("calibrating on {} ...", source.describe());
-            let ctx = JobContext::new(CancelToken::new(), |_| {});
-            let stats = calibrate(&named, source.as_mut(), &runtime, &config, &ctx)?;
-            for note in &stats.info.notes {
-                eprintln!("note: {note}");
-            }
-            Some(stats)
-        }
+        .unwrap_or_else(|| quantize::default_output(Some(&args.onnx_path), "model"));
+    let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
+    let stats = statistics_for(args, &model, &recipe, &runtime)?;
+    let request = SaveRequest {
+        model,
+        stats: stats.map(Arc::new),
+        recipe,
+        quantized: None,
+        path: output,
+        external_data: args.use_external_data_format,
+        recipe_to: args.save_recipe.clone(),
+        report_to: None,
     };
-    let started = std::time::Instant::now();
-    let quantized = quant::quantize(&model, stats.as_ref(), &recipe)?;
-    let quantize_ms = started.elapsed().as_secs_f64() * 1e3;
-    quant::verify_loads(&quantized.model, &runtime)?;
-    let verify_ms = started.elapsed().as_secs_f64() * 1e3 - quantize_ms;
-    let report = quantized.model.save(
-        &output,
-        &SaveOptions {
-            external_data: args.use_external_data_format,
-            ..SaveOptions::default()
-        },
-    )?;
-    if let Some(path) = &args.save_recipe {
-        recipe.save(path)?;
+    let saved = quantize::quantize_and_save(request, &runtime, &JobContext::silent())?;
+    print_saved(&saved);
+    Ok(())
+}
+
+/// What `quantize` says about a save.
+fn print_saved(saved: &Saved) {
+    for path in &saved.companions {
         println!("recipe written to {}", path.display());
     }
-    println!("{}", quantized.preprocess.summary());
-    let mut by_type: BTreeMap<String, usize> = BTreeMap::new();
-    let graph = Graph::build(&model);
-    for name in &quantized.quantized_nodes {
-        let op = graph.node_by_name(name).map_or("?", |n| n.op_type.as_str());
-        *by_type.entry(op.to_owned()).or_default() += 1;
-    }
-    let by_type: Vec<String> = by_type.iter().map(|(op, n)| format!("{op} {n}")).collect();
-    println!(
-        "quantized {} node(s): {}",
-        quantized.quantized_nodes.len(),
-        by_type.join(", ")
-    );
-    if !quantized.removed_nodes.is_empty() {
+    if let Some(built) = &saved.built {
+        println!("{}", built.preprocess.summary());
+        let by_type: Vec<String> = built
+            .by_op_type
+            .iter()
+            .map(|(op, n)| format!("{op} {n}"))
+            .collect();
         println!(
-            "folded {} Relu/Clip node(s) into the preceding ranges",
-            quantized.removed_nodes.len()
+            "quantized {} node(s): {}",
+            built.quantized_nodes,
+            by_type.join(", ")
         );
+        if built.folded > 0 {
+            println!(
+                "folded {} Relu/Clip node(s) into the preceding ranges",
+                built.folded
+            );
+        }
+        if let Some((from, to)) = built.opset_raised {
+            println!("opset raised from {from} to {to}");
+        }
     }
-    if let Some((from, to)) = quantized.opset_raised {
-        println!("opset raised from {from} to {to}");
-    }
+    let t = saved.timings;
     println!(
-        "timings: quantize {quantize_ms:.0} ms, check in ONNX Runtime {verify_ms:.0} ms, save {:.0} ms",
-        started.elapsed().as_secs_f64() * 1e3 - quantize_ms - verify_ms
+        "timings: quantize {:.0} ms, check in ONNX Runtime {:.0} ms, save {:.0} ms",
+        t.quantize_ms, t.verify_ms, t.write_ms
     );
+    let report = &saved.report;
     println!(
         "wrote {} ({} bytes{})",
         report.model_path.display(),
@@ -324,7 +307,6 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
             .as_ref()
             .map_or(String::new(), |d| format!(", weights in {}", d.display()))
     );
-    Ok(())
 }
 
 /// Arguments of `preprocess`.
@@ -341,10 +323,11 @@ pub struct PreprocessArgs {
 /// Runs `preprocess`: the quantizer's clean-ups alone, for inspection or other tools.
 pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
-    let (mut prepared, report) = preprocess(&model, &Default::default())?;
-    quant::name_nodes(&mut prepared);
-    prepared.save(&args.output_path, &SaveOptions::default())?;
-    println!("{}", report.summary());
+    let prepared = Prepared::new(&model, &Preprocessing::default())?;
+    prepared
+        .model
+        .save(&args.output_path, &SaveOptions::default())?;
+    println!("{}", prepared.report.summary());
     println!("wrote {}", args.output_path.display());
     Ok(())
 }

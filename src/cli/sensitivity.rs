@@ -2,19 +2,17 @@
 //! optionally auto-exclude the worst until a target output SQNR is met.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use indicatif::ProgressBar;
 
-use qdq_studio::calib::data::model_inputs;
-use qdq_studio::eval::reference::Reference;
-use qdq_studio::eval::sensitivity::{
-    Evaluator, Granularity, Target, auto_exclude, scan, scan_units,
-};
-use qdq_studio::jobs::{CancelToken, JobContext};
-use qdq_studio::model::{Graph, Model};
+use qdq_studio::eval::sensitivity::{AutoExclude, Granularity, Sensitivity, Target, TargetKind};
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::Model;
 use qdq_studio::recipe::Recipe;
-use qdq_studio::runtime::{LoadOptions, Runtime};
+use qdq_studio::workflow::reference::EvalSetup;
+use qdq_studio::workflow::sensitivity::{auto_exclude_setup, scan_setup};
+use qdq_studio::workflow::{calibrate, runtime, statistics};
 
 /// Arguments of `sensitivity`.
 #[derive(Debug, clap::Args)]
@@ -90,41 +88,39 @@ pub struct SensitivityArgs {
     pub images: super::common::ImageArgs,
 }
 
+/// The auto-exclude target the flags ask for, if any.
+fn target(args: &SensitivityArgs) -> Option<Target> {
+    match (args.target_sqnr, args.target_top1, args.target_sequence) {
+        (Some(db), _, _) => Some(TargetKind::SqnrDb.target(db)),
+        (None, Some(pct), _) => Some(TargetKind::Top1.target(pct)),
+        (None, None, Some(pct)) => Some(TargetKind::Sequence.target(pct)),
+        (None, None, None) => None,
+    }
+}
+
 /// Runs `sensitivity`.
 pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
-    let stats = super::quantize::load_statistics(&args.calibration_cache_path)?;
+    let (stats, _) = statistics::load(&args.calibration_cache_path)?;
     let recipe = match &args.recipe {
         Some(path) => Recipe::load(path)?,
         None => Recipe::default(),
     };
-    let inputs = model_inputs(&Graph::build(&model));
-    let spec =
-        super::common::data_spec(Some(&args.data), args.images.preprocess(&inputs)?, None, 0)?;
-    let mut source = spec.open(&inputs)?;
-    let runtime = Runtime::load(&LoadOptions::new()?, &mut super::runtime::print_progress)?;
-    let eps = super::common::parse_eps(&args.eps)?;
-    let bar = ProgressBar::new(0);
-    let sink = bar.clone();
-    let ctx = JobContext::new(CancelToken::new(), move |p| {
-        sink.set_length(p.total);
-        sink.set_position(p.done);
-        sink.set_message(p.detail);
-    });
-    let reference = Reference::capture(
-        &model,
-        source.as_mut(),
-        &runtime,
-        &eps,
-        args.batch_size,
-        &JobContext::silent(),
+    let data = super::common::data_spec(
+        Some(&args.data),
+        args.images.preprocess(&calibrate::inputs(&model))?,
+        None,
+        0,
     )?;
-    let evaluator = Evaluator {
-        float: &model,
-        stats: &stats,
-        reference: &reference,
-        runtime: &runtime,
-        eps: &eps,
+    let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
+    let setup = EvalSetup {
+        model,
+        stats: Arc::new(stats),
+        recipe,
+        data,
+        eps: super::common::parse_eps(&args.eps)?,
+        batch_size: args.batch_size,
+        reference: None,
     };
     let granularity = if args.by_op_type {
         Granularity::OpType
@@ -132,38 +128,62 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         Granularity::Node
     };
     let started = std::time::Instant::now();
-    let graph = Graph::build(&model);
-    for candidate in &args.candidates {
-        let known = if args.by_op_type {
-            graph.nodes().iter().any(|n| &n.op_type == candidate)
-        } else {
-            graph.node_by_name(candidate).is_some()
-        };
-        if !known {
-            anyhow::bail!(
-                "--candidates: the model has no {} named {candidate}",
-                if args.by_op_type { "op type" } else { "node" }
-            );
-        }
-    }
-    let result = if args.candidates.is_empty() {
-        scan(&evaluator, &recipe, granularity, &ctx)
-    } else {
-        scan_units(&evaluator, &recipe, granularity, &args.candidates, &ctx)
-    };
+    let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
+    let scanned = scan_setup(&setup, granularity, &args.candidates, &runtime, &ctx);
     bar.finish_and_clear();
-    let result = result?;
+    let scanned = scanned?;
+    print_scan(
+        &scanned.sensitivity,
+        args.by_op_type,
+        started.elapsed().as_secs_f64(),
+    );
+    let mut fixed_json = serde_json::Value::Null;
+    if let Some(target) = target(args) {
+        let (fixed, _) = auto_exclude_setup(
+            &setup,
+            Some(scanned.clone()),
+            target,
+            args.max_excluded,
+            &runtime,
+            &JobContext::silent(),
+        )?;
+        print_auto_exclude(&fixed, target);
+        let (chosen, taken) = fixed.chosen(args.take_best_alternative);
+        match (taken, fixed.best_alternative()) {
+            (Some(best), _) => println!("taking the best change: {}", best.change),
+            (None, Some(best)) => println!(
+                "{} does better; --take_best_alternative saves it instead",
+                best.change
+            ),
+            (None, None) => {}
+        }
+        if let Some(path) = &args.save_recipe {
+            chosen.save(path)?;
+            println!("recipe written to {}", path.display());
+        }
+        fixed_json = serde_json::to_value(&fixed)?;
+    }
+    if let Some(path) = &args.json {
+        let value = serde_json::json!({"scan": scanned.sensitivity, "auto_exclude": fixed_json});
+        qdq_studio::atomic::write(path, serde_json::to_string_pretty(&value)?.as_bytes())?;
+        println!("scan written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The scan's headline and its 20 most harmful units.
+fn print_scan(result: &Sensitivity, by_op_type: bool, seconds: f64) {
     println!(
         "baseline output SQNR {:.2} dB; {} {} scanned in {:.1} s ({} in parallel)",
         result.baseline_db,
         result.nodes.len(),
-        if args.by_op_type { "op types" } else { "nodes" },
-        started.elapsed().as_secs_f64(),
+        if by_op_type { "op types" } else { "nodes" },
+        seconds,
         result.workers
     );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        if args.by_op_type { "op type" } else { "node" },
+        if by_op_type { "op type" } else { "node" },
         "SQNR with it in float",
         "SQNR with only it quantized",
     ]);
@@ -175,82 +195,45 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         ]);
     }
     println!("{table}");
-    let target = match (args.target_sqnr, args.target_top1, args.target_sequence) {
-        (Some(db), _, _) => Some(Target::SqnrDb(db)),
-        (None, Some(pct), _) => Some(Target::Top1(pct / 100.0)),
-        (None, None, Some(pct)) => Some(Target::Sequence(pct / 100.0)),
-        (None, None, None) => None,
-    };
-    let mut fixed_json = serde_json::Value::Null;
-    if let Some(target) = target {
-        let fixed = auto_exclude(
-            &evaluator,
-            &recipe,
-            &result,
-            target,
-            args.max_excluded,
-            &JobContext::silent(),
-        )?;
-        let count = |op: &str| fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
-        println!(
-            "auto-exclude: {} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
-            fixed.excluded.len(),
-            fixed.excluded.join(", "),
-            target.format_score(fixed.score),
-            fixed.sqnr_db,
-            target.describe(),
-            if fixed.reached {
-                "reached"
-            } else {
-                "NOT reached"
-            },
-            count("Conv"),
-            count("MatMul"),
-            count("Gemm"),
-        );
-        if !fixed.alternatives.is_empty() {
-            println!("recipe-wide changes on top of it, measured:");
-            let mut table = Table::new();
-            table.load_preset(UTF8_FULL_CONDENSED).set_header([
-                "change",
-                "score",
-                "output SQNR dB",
-                "target",
-            ]);
-            for a in &fixed.alternatives {
-                table.add_row([
-                    a.change.clone(),
-                    target.format_score(a.score),
-                    format!("{:.2}", a.sqnr_db),
-                    (if a.reached { "reached" } else { "not reached" }).to_owned(),
-                ]);
-            }
-            println!("{table}");
-        }
-        let chosen = match fixed.best_alternative() {
-            Some(best) if args.take_best_alternative => {
-                println!("taking the best change: {}", best.change);
-                &best.recipe
-            }
-            Some(best) => {
-                println!(
-                    "{} does better; --take_best_alternative saves it instead",
-                    best.change
-                );
-                &fixed.recipe
-            }
-            None => &fixed.recipe,
-        };
-        if let Some(path) = &args.save_recipe {
-            chosen.save(path)?;
-            println!("recipe written to {}", path.display());
-        }
-        fixed_json = serde_json::to_value(&fixed)?;
+}
+
+/// Auto-exclude's result and the recipe-wide changes it measured.
+fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
+    let count = |op: &str| fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
+    println!(
+        "auto-exclude: {} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
+        fixed.excluded.len(),
+        fixed.excluded.join(", "),
+        target.format_score(fixed.score),
+        fixed.sqnr_db,
+        target.describe(),
+        if fixed.reached {
+            "reached"
+        } else {
+            "NOT reached"
+        },
+        count("Conv"),
+        count("MatMul"),
+        count("Gemm"),
+    );
+    if fixed.alternatives.is_empty() {
+        return;
     }
-    if let Some(path) = &args.json {
-        let value = serde_json::json!({"scan": result, "auto_exclude": fixed_json});
-        qdq_studio::atomic::write(path, serde_json::to_string_pretty(&value)?.as_bytes())?;
-        println!("scan written to {}", path.display());
+    println!("recipe-wide changes on top of it, measured:");
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "change",
+        "score",
+        "output SQNR dB",
+        "target",
+    ]);
+    for a in &fixed.alternatives {
+        table.add_row([
+            a.change.clone(),
+            target.format_score(a.score),
+            format!("{:.2}", a.sqnr_db),
+            (if a.reached { "reached" } else { "not reached" }).to_owned(),
+        ]);
     }
-    Ok(())
+    println!("{table}");
 }

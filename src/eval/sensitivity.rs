@@ -41,6 +41,57 @@ pub enum Target {
     Sequence(f64),
 }
 
+/// The kinds of target, for faces where users pick one and type its value (dB, or a
+/// percentage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TargetKind {
+    /// Worst output SQNR in dB.
+    SqnrDb,
+    /// Top-1 agreement in percent.
+    Top1,
+    /// Sequence agreement (greedy CTC reading) in percent.
+    Sequence,
+}
+
+impl TargetKind {
+    /// Every kind, in the order faces list them.
+    pub const ALL: [TargetKind; 3] = [TargetKind::SqnrDb, TargetKind::Top1, TargetKind::Sequence];
+
+    /// The words before the value ("worst output SQNR ≥").
+    pub fn label(self) -> &'static str {
+        match self {
+            TargetKind::SqnrDb => "worst output SQNR ≥",
+            TargetKind::Top1 => "top-1 agreement ≥",
+            TargetKind::Sequence => "sequence agreement ≥",
+        }
+    }
+
+    /// The unit values are typed in.
+    pub fn unit(self) -> &'static str {
+        match self {
+            TargetKind::SqnrDb => " dB",
+            TargetKind::Top1 | TargetKind::Sequence => " %",
+        }
+    }
+
+    /// The largest value that makes sense (dB, or 100 %).
+    pub fn max_value(self) -> f64 {
+        match self {
+            TargetKind::SqnrDb => 120.0,
+            TargetKind::Top1 | TargetKind::Sequence => 100.0,
+        }
+    }
+
+    /// The target of this kind at `value`, typed in dB or percent.
+    pub fn target(self, value: f64) -> Target {
+        match self {
+            TargetKind::SqnrDb => Target::SqnrDb(value),
+            TargetKind::Top1 => Target::Top1(value / 100.0),
+            TargetKind::Sequence => Target::Sequence(value / 100.0),
+        }
+    }
+}
+
 impl Target {
     /// The score of a run's metrics under this target (higher is better).
     pub fn score(&self, metrics: &[OutputMetrics]) -> Result<f64, EvalError> {
@@ -309,6 +360,15 @@ pub struct AutoExclude {
 }
 
 impl AutoExclude {
+    /// The recipe to keep: the best measured recipe-wide change when `take_alternative` and
+    /// one does better, else the recipe with the nodes kept in float; with the change taken.
+    pub fn chosen(&self, take_alternative: bool) -> (&Recipe, Option<&Alternative>) {
+        match self.best_alternative().filter(|_| take_alternative) {
+            Some(best) => (&best.recipe, Some(best)),
+            None => (&self.recipe, None),
+        }
+    }
+
     /// The best measured recipe-wide change, if it does better than the excluded nodes alone
     /// (a higher score, or the same score at a higher SQNR).
     pub fn best_alternative(&self) -> Option<&Alternative> {
@@ -382,16 +442,7 @@ pub fn auto_exclude(
         }
     }
     let quantized_by_op_type = match quant::quantize(eval.float, Some(eval.stats), &current) {
-        Ok(q) => {
-            let graph = Graph::build(eval.float);
-            let mut counts = BTreeMap::new();
-            for name in &q.quantized_nodes {
-                if let Some(node) = graph.node_by_name(name) {
-                    *counts.entry(node.op_type.clone()).or_insert(0) += 1;
-                }
-            }
-            counts
-        }
+        Ok(q) => q.quantized_by_op_type(&Graph::build(eval.float)),
         Err(QuantError::NothingToQuantize { .. }) => BTreeMap::new(),
         Err(e) => return Err(quant_error(e)),
     };

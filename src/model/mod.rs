@@ -8,10 +8,10 @@ pub mod dtype;
 pub mod error;
 pub mod external;
 pub mod graph;
+pub mod infer;
 mod onnx_model;
 pub mod proto;
 pub mod save;
-pub mod summary;
 pub mod tensor;
 pub mod visit;
 

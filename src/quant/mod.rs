@@ -1,14 +1,17 @@
 //! Quantization: which ops are quantizable, scale/zero-point maths, pre-processing, placement
 //! policies, graph rewriting into QDQ form, and the opset raise the output needs.
 
+pub mod explain;
 pub mod ops;
 pub mod opset;
+pub mod params;
 pub mod plan;
+pub mod prepare;
 pub mod preprocess;
 pub mod rewrite;
 pub mod scale;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use crate::calib::stats::CalibrationStats;
 use crate::model::proto::StringStringEntryProto;
@@ -16,7 +19,9 @@ use crate::model::{Graph, Model, ModelError};
 use crate::recipe::{QuantMode, QuantType, Recipe, RecipeError};
 use crate::runtime::{EpSpec, Optimization, Runtime, RuntimeError, SessionOptions};
 
-pub use plan::{Exclusion, Plan, TensorRole};
+pub use explain::{Explanation, NodeDecision, explain, explain_prepared};
+pub use plan::{Exclusion, Plan, PlanFacts, TensorRole};
+pub use prepare::{Prepared, name_nodes};
 pub use preprocess::PreprocessReport;
 pub use rewrite::TensorParams;
 
@@ -90,14 +95,16 @@ pub struct Quantized {
     pub opset_raised: Option<(i64, i64)>,
 }
 
-/// Writes every node's effective name into the model (unnamed ones get `OpType_N`), so
-/// recipes can name them and the output keeps the names.
-pub fn name_nodes(model: &mut Model) {
-    let graph = Graph::build(model);
-    if let Some(g) = model.proto_mut().graph.as_mut() {
-        for renamed in graph.renamed() {
-            g.node[renamed.id.0].name = Some(renamed.name.clone());
+impl Quantized {
+    /// How many nodes of each op type were quantized (`original` indexes the float model).
+    pub fn quantized_by_op_type(&self, original: &Graph) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for name in &self.quantized_nodes {
+            if let Some(node) = original.node_by_name(name) {
+                *counts.entry(node.op_type.clone()).or_insert(0) += 1;
+            }
         }
+        counts
     }
 }
 
@@ -138,46 +145,20 @@ pub fn quantize(
     let original = Graph::build(model);
     original.check()?;
     recipe.check_against(&original)?;
-    let mut named = model.clone();
-    name_nodes(&mut named);
-    let (mut work, mut preprocess) = preprocess::preprocess(&named, &recipe.preprocessing)?;
+    let mut prepared = Prepared::new(model, &recipe.preprocessing)?;
     if recipe.preprocessing.write_observed_shapes
         && let Some(stats) = stats
     {
-        preprocess.shapes_written = preprocess::write_observed_shapes(&mut work, stats);
+        prepared.record_observed_shapes(stats);
     }
-    let graph = Graph::build(&work);
-    graph.check()?;
-    let calibrated: HashSet<&str> = stats
-        .map(|s| s.tensors.keys().map(String::as_str).collect())
-        .unwrap_or_default();
-    let clip_min = |id: crate::model::NodeId| -> Option<f32> {
-        let node = &work.graph().node[id.0];
-        match node.input.get(1).filter(|m| !m.is_empty()) {
-            Some(min) => work
-                .weight(min)
-                .ok()
-                .flatten()
-                .and_then(|a| a.to_f32().iter().next().copied()),
-            None => node
-                .attribute
-                .iter()
-                .find(|a| a.name() == "min")
-                .map(|a| a.f())
-                .or(Some(f32::MIN)),
-        }
-    };
-    let plan = plan::plan(&graph, recipe, &calibrated, &clip_min);
-    if plan.quantized.is_empty() || plan.roles.is_empty() {
-        return Err(QuantError::NothingToQuantize {
-            op_types: graph
-                .op_type_counts()
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", "),
-        });
-    }
+    prepared.graph.check()?;
+    let plan = plan_for(&prepared, recipe, stats)?;
+    let Prepared {
+        model: mut work,
+        graph,
+        report: preprocess,
+        ..
+    } = prepared;
     let rewritten = rewrite::rewrite(&mut work, &graph, &plan, recipe, stats)?;
     let observed_rank = |tensor: &str| -> Option<usize> {
         stats?.tensors.get(tensor)?.shapes.first().map(Vec::len)
@@ -188,7 +169,54 @@ pub fn quantize(
         needed_opset(recipe, rewritten.per_axis),
         &observed_rank,
     )?;
-    let proto = work.proto_mut();
+    stamp_recipe(&mut work, recipe);
+    let name = |id: &crate::model::NodeId| graph.node(*id).name.clone();
+    Ok(Quantized {
+        model: work,
+        preprocess,
+        quantized_nodes: plan.quantized.iter().map(name).collect(),
+        excluded_nodes: plan
+            .excluded
+            .iter()
+            .map(|(id, r)| (name(id), r.clone()))
+            .collect(),
+        removed_nodes: plan.removed.iter().map(|(id, _, _)| name(id)).collect(),
+        params: rewritten.params,
+        opset_raised,
+    })
+}
+
+/// The plan for a prepared model; an error when it quantizes nothing.
+fn plan_for(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> Result<Plan, QuantError> {
+    let is_float = |t: &str| prepared.is_float(t, stats);
+    let clip_min = |id| prepared.clip_min(id);
+    let facts = PlanFacts {
+        is_float: &is_float,
+        clip_min: &clip_min,
+    };
+    let plan = plan::plan(&prepared.graph, recipe, &facts);
+    if plan.quantized.is_empty() || plan.roles.is_empty() {
+        return Err(QuantError::NothingToQuantize {
+            op_types: prepared
+                .graph
+                .op_type_counts()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    Ok(plan)
+}
+
+/// Records the recipe and the app's version in the model's `metadata_props` (replacing an
+/// earlier run's).
+fn stamp_recipe(model: &mut Model, recipe: &Recipe) {
+    let proto = model.proto_mut();
     proto
         .metadata_props
         .retain(|p| !p.key().starts_with("qdq_studio."));
@@ -200,27 +228,6 @@ pub fn quantize(
         key: Some("qdq_studio.version".to_owned()),
         value: Some(env!("CARGO_PKG_VERSION").to_owned()),
     });
-    Ok(Quantized {
-        model: work,
-        preprocess,
-        quantized_nodes: plan
-            .quantized
-            .iter()
-            .map(|&id| graph.node(id).name.clone())
-            .collect(),
-        excluded_nodes: plan
-            .excluded
-            .iter()
-            .map(|(&id, r)| (graph.node(id).name.clone(), r.clone()))
-            .collect(),
-        removed_nodes: plan
-            .removed
-            .iter()
-            .map(|(id, _, _)| graph.node(*id).name.clone())
-            .collect(),
-        params: rewritten.params,
-        opset_raised,
-    })
 }
 
 /// The session options a quantized model runs with on the CPU (FP8 models need basic

@@ -263,6 +263,13 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
         remove.insert(bn_index);
         folded.push(bn.name().to_owned());
     }
+    apply_folds(graph, folds, &remove);
+    Ok(folded)
+}
+
+/// Rewires each fold's producer to write the BatchNormalization's output with the folded
+/// weight and bias, then drops the folded nodes (`remove`) and the parameters only they read.
+fn apply_folds(graph: &mut GraphProto, folds: Vec<Fold>, remove: &HashSet<usize>) {
     for fold in folds {
         let Fold {
             producer,
@@ -306,7 +313,6 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
     graph
         .initializer
         .retain(|t| !bn_params.contains(t.name()) || used.contains(t.name()));
-    Ok(folded)
 }
 
 /// Writes the shapes calibration observed as `value_info` for activations the model does not

@@ -341,22 +341,6 @@ pub(crate) fn worst_activations(tensors: &TensorErrors, count: usize) -> Vec<&Ac
     worst
 }
 
-/// Human-readable byte count (`1.2 MB`).
-pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1000.0 && unit + 1 < UNITS.len() {
-        value /= 1000.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 /// One line saying how the latency was measured and what it came to.
 pub fn latency_line(l: &LatencyPair) -> String {
     let threads = if l.float.intra_op_threads == 0 {

@@ -59,21 +59,13 @@ impl LoadOptions {
     }
 }
 
-/// The app's cache folder: `QDQ_STUDIO_CACHE_DIR`, else the platform's user cache folder
-/// (`~/.cache/qdq-studio` on Linux, `%LOCALAPPDATA%\qdq-studio\cache` on Windows).
+/// The app's cache folder (see [`crate::util::cache_dir`]), as a runtime error when there is
+/// no home folder to hold it.
 pub fn default_cache_dir() -> Result<PathBuf, RuntimeError> {
-    if let Some(dir) = std::env::var_os("QDQ_STUDIO_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    directories::ProjectDirs::from("", "", "qdq-studio")
-        .map(|dirs| dirs.cache_dir().to_path_buf())
-        .ok_or_else(|| RuntimeError::Cache {
-            path: PathBuf::from("~"),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "no home folder to hold the cache",
-            ),
-        })
+    crate::util::cache_dir().map_err(|source| RuntimeError::Cache {
+        path: PathBuf::from("~"),
+        source,
+    })
 }
 
 /// What was loaded and from where.

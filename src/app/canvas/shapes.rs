@@ -7,7 +7,7 @@ use egui::{Color32, CornerRadius, FontId, Pos2, Rect, Shape, Stroke, StrokeKind,
 use egui_graphs::{DisplayEdge, DisplayNode, DrawContext, EdgeProps, Node, NodeProps};
 use petgraph::Directed;
 
-use crate::app::edit::NodeState;
+use crate::app::states::NodeState;
 use crate::model::NodeId;
 
 /// Below this on-screen font size labels are not drawn (the boxes alone carry the colour).
@@ -86,14 +86,16 @@ pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
         (NodeState::OutsideSubgraph, _) => Color32::from_rgb(125, 100, 190),
         (NodeState::NotQuantizable, true) => Color32::from_rgb(82, 86, 92),
         (NodeState::NotQuantizable, false) => Color32::from_rgb(205, 208, 212),
+        (NodeState::Folded, true) => Color32::from_rgb(62, 66, 72),
+        (NodeState::Folded, false) => Color32::from_rgb(225, 227, 230),
     }
 }
 
 /// Label colour readable on [`state_fill`].
 pub fn state_text(state: NodeState, dark: bool) -> Color32 {
     match (state, dark) {
-        (NodeState::NotQuantizable, false) => Color32::from_rgb(30, 30, 30),
-        (NodeState::NotQuantizable, true) => Color32::from_rgb(225, 225, 225),
+        (NodeState::NotQuantizable | NodeState::Folded, false) => Color32::from_rgb(30, 30, 30),
+        (NodeState::NotQuantizable | NodeState::Folded, true) => Color32::from_rgb(225, 225, 225),
         _ => Color32::WHITE,
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::calib::data::images::Preprocess;
-use crate::calib::data::{DataSpec, InputSpec, parse_shapes, validate};
+use crate::calib::data::{DataSpec, InputSpec, parse_shapes};
 use crate::jobs::Job;
 use crate::model::Dim;
 
@@ -177,23 +177,6 @@ fn image_preprocess_for(inputs: &[InputSpec]) -> Preprocess {
     preprocess
 }
 
-/// Opens `spec` for a model with `inputs` and checks that it feeds them in batches of
-/// `batch_size`: the summary line on success, every mismatch otherwise.
-pub fn check(spec: &DataSpec, inputs: &[InputSpec], batch_size: usize) -> Result<String, String> {
-    let source = spec.open(inputs).map_err(|e| e.to_string())?;
-    let arrays = source.arrays();
-    let samples = source.samples();
-    validate(inputs, &arrays, samples, batch_size.max(1)).map_err(|e| e.to_string())?;
-    let arrays: Vec<String> = arrays
-        .iter()
-        .map(|a| {
-            let dims: Vec<String> = a.shape.iter().map(usize::to_string).collect();
-            format!("{}: {} [{}]", a.name, a.dtype, dims.join(", "))
-        })
-        .collect();
-    Ok(format!("{samples} samples · {}", arrays.join(" · ")))
-}
-
 /// The state of a data source's check.
 #[derive(Default)]
 pub enum DataCheck {
@@ -215,7 +198,11 @@ impl DataCheck {
             Ok(spec) => spec,
             Err(problem) => return DataCheck::Problem(problem),
         };
-        match Job::spawn("data-check", move |_ctx| check(&spec, &inputs, batch_size)) {
+        let check = move |_ctx| {
+            crate::workflow::calibrate::check_data(&spec, &inputs, batch_size)
+                .map_err(|e| e.chain())
+        };
+        match Job::spawn("data-check", check) {
             Ok(job) => DataCheck::Checking(job),
             Err(e) => DataCheck::Problem(e.to_string()),
         }
@@ -245,10 +232,55 @@ impl DataCheck {
     }
 }
 
+/// The checks of the calibration and evaluation data, each re-run when its settings change.
+#[derive(Default)]
+pub struct DataChecks {
+    /// The calibration data's check.
+    pub calibration: DataCheck,
+    /// The evaluation data's check (unused while evaluating on the calibration data).
+    pub evaluation: DataCheck,
+    checked_calibration: Option<(DataChoice, usize)>,
+    checked_evaluation: Option<(DataChoice, usize)>,
+}
+
+impl DataChecks {
+    /// Re-checks the sources whose settings changed since their last check; true while a
+    /// check runs (the window keeps polling).
+    pub fn poll(&mut self, settings: &super::settings::RunSettings, inputs: &[InputSpec]) -> bool {
+        let batch = settings.batch_size;
+        let key = (settings.calibration.clone(), batch);
+        if self.checked_calibration.as_ref() != Some(&key) {
+            self.calibration = DataCheck::start(&settings.calibration, inputs.to_vec(), batch);
+            self.checked_calibration = Some(key);
+        }
+        let key = (settings.evaluation.clone(), batch);
+        if !settings.evaluate_on_calibration && self.checked_evaluation.as_ref() != Some(&key) {
+            self.evaluation = DataCheck::start(&settings.evaluation, inputs.to_vec(), batch);
+            self.checked_evaluation = Some(key);
+        }
+        let calibrating = self.calibration.poll();
+        let evaluating = self.evaluation.poll();
+        calibrating || evaluating
+    }
+
+    /// The evaluation data's check (the calibration data's when evaluating on it).
+    pub fn evaluation(&self, settings: &super::settings::RunSettings) -> &DataCheck {
+        if settings.evaluate_on_calibration {
+            &self.calibration
+        } else {
+            &self.evaluation
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::DataType;
+
+    fn check(spec: &DataSpec, inputs: &[InputSpec], batch: usize) -> Result<String, String> {
+        crate::workflow::calibrate::check_data(spec, inputs, batch).map_err(|e| e.chain())
+    }
 
     fn input(name: &str, dims: &[i64]) -> InputSpec {
         InputSpec {

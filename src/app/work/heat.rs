@@ -7,6 +7,7 @@ use egui::Color32;
 
 use crate::eval::tensors::TensorErrors;
 use crate::model::{Graph, NodeId};
+use crate::quant::Explanation;
 
 /// SQNR above the threshold by this much (dB) is drawn at full green.
 const GREEN_SPAN_DB: f64 = 30.0;
@@ -14,8 +15,9 @@ const GREEN_SPAN_DB: f64 = 30.0;
 const RED_SPAN_DB: f64 = 20.0;
 
 /// Each node's SQNR: the worst over the tensors it produces that were measured (`None` when
-/// none was: the node's outputs are not quantized).
-pub fn node_sqnr(graph: &Graph, errors: &TensorErrors) -> Vec<Option<f64>> {
+/// none was: the node's outputs are not quantized). A tensor the plan quantizes under
+/// another name (a Conv's output when the Relu after it is folded) is looked up under that.
+pub fn node_sqnr(graph: &Graph, errors: &TensorErrors, plan: &Explanation) -> Vec<Option<f64>> {
     let by_tensor: HashMap<&str, f64> = errors
         .activations
         .iter()
@@ -27,7 +29,13 @@ pub fn node_sqnr(graph: &Graph, errors: &TensorErrors) -> Vec<Option<f64>> {
         .map(|node| {
             node.outputs
                 .iter()
-                .filter_map(|t| by_tensor.get(t.as_str()).copied())
+                .map(
+                    |t| match plan.tensor(t).and_then(|p| p.folded_into.as_ref()) {
+                        Some((_, into)) => into.as_str(),
+                        None => t.as_str(),
+                    },
+                )
+                .filter_map(|t| by_tensor.get(t).copied())
                 .reduce(f64::min)
         })
         .collect()

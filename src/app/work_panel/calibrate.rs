@@ -4,8 +4,9 @@
 use egui::{Color32, RichText, Ui};
 
 use crate::app::command::Command;
+use crate::app::document::Document;
 use crate::app::runtime_status::RuntimeStatus;
-use crate::app::studio::Studio;
+use crate::app::work::Work;
 use crate::app::work::data::{DataCheck, DataChoice, DataKind};
 use crate::calib::data::images::{ChannelOrder, Layout};
 use crate::calib::range::RangeMethod;
@@ -22,120 +23,121 @@ fn flavor_of(ep: &EpSpec) -> Option<Flavor> {
     .filter(|f| crate::runtime::pins::wheel_for(*f).is_some())
 }
 
-pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
-    let eps: Option<Vec<EpStatus>> = match &studio.runtime {
-        RuntimeStatus::Ready { eps, .. } => Some(eps.clone()),
-        _ => None,
-    };
-    let runtime_line = studio.runtime.summary();
-    let missing = matches!(studio.runtime, RuntimeStatus::Missing(_));
-    let Some(doc) = studio.doc.as_mut() else {
-        return;
-    };
+pub(super) fn show(
+    ui: &mut Ui,
+    doc: &mut Document,
+    runtime: &RuntimeStatus,
+    commands: &mut Vec<Command>,
+) {
     let method = doc.editor.recipe().calibration_method;
     let work = &mut doc.work;
     ui.columns(4, |columns| {
         let ui = &mut columns[0];
         ui.heading("Calibration data");
-        data_editor(ui, "calib", &mut work.calibration, false, commands);
-        check_line(ui, &work.calibration_check);
+        data_editor(ui, "calib", &mut work.settings.calibration, false, commands);
+        check_line(ui, &work.checks.calibration);
 
         let ui = &mut columns[1];
         ui.heading("Evaluation data");
+        let settings = &mut work.settings;
         ui.checkbox(
-            &mut work.evaluate_on_calibration,
+            &mut settings.evaluate_on_calibration,
             "Same as the calibration data",
         );
-        if !work.evaluate_on_calibration {
-            data_editor(ui, "eval", &mut work.evaluation, true, commands);
-            check_line(ui, &work.evaluation_check);
+        if !settings.evaluate_on_calibration {
+            data_editor(ui, "eval", &mut settings.evaluation, true, commands);
+            check_line(ui, &work.checks.evaluation);
         }
         ui.checkbox(
-            &mut work.measure_latency,
+            &mut settings.measure_latency,
             "Measure float and quantized latency",
         );
 
         let ui = &mut columns[2];
         ui.heading("Execution provider");
-        ep_list(
-            ui,
-            &mut work.ep,
-            eps.as_deref(),
-            &runtime_line,
-            missing,
-            commands,
-        );
+        ep_list(ui, &mut settings.ep, runtime, commands);
 
         let ui = &mut columns[3];
         ui.heading("Run");
-        egui::Grid::new("calib-settings")
-            .num_columns(2)
-            .show(ui, |ui| {
-                ui.label("Batch size");
-                ui.add(egui::DragValue::new(&mut work.batch_size).range(1..=4096));
-                ui.end_row();
-                ui.label("Samples (0: all)");
-                ui.add(egui::DragValue::new(&mut work.max_samples).range(0..=1_000_000));
-                ui.end_row();
-                ui.label("Histogram bins");
-                let mut bins = work.histogram_bins;
-                ui.add(
-                    egui::DragValue::new(&mut bins)
-                        .range(8..=crate::calib::MAX_HISTOGRAM_BINS)
-                        .speed(64),
-                );
-                work.histogram_bins = (bins / 4).max(2) * 4;
-                ui.end_row();
-                ui.label("Method");
-                method_editor(ui, &method, commands);
-                ui.end_row();
-            });
-        ui.add_space(6.0);
-        let can_run = !work.busy() && !matches!(work.calibration_check, DataCheck::Problem(_));
-        ui.horizontal(|ui| {
-            if ui
-                .add_enabled(can_run, egui::Button::new("Run calibration"))
-                .on_hover_text("Ctrl+R")
-                .clicked()
-            {
-                commands.push(Command::Calibrate);
-            }
+        run_column(ui, work, &method, commands);
+    });
+}
+
+/// Batch size, samples, bins and method; the Run button; the statistics and their files.
+fn run_column(ui: &mut Ui, work: &mut Work, method: &RangeMethod, commands: &mut Vec<Command>) {
+    let settings = &mut work.settings;
+    egui::Grid::new("calib-settings")
+        .num_columns(2)
+        .show(ui, |ui| {
+            ui.label("Batch size");
+            ui.add(egui::DragValue::new(&mut settings.batch_size).range(1..=4096));
+            ui.end_row();
+            ui.label("Samples (0: all)");
+            ui.add(egui::DragValue::new(&mut settings.max_samples).range(0..=1_000_000));
+            ui.end_row();
+            ui.label("Histogram bins");
+            let mut bins = settings.histogram_bins;
+            ui.add(
+                egui::DragValue::new(&mut bins)
+                    .range(8..=crate::calib::MAX_HISTOGRAM_BINS)
+                    .speed(64),
+            );
+            settings.histogram_bins = (bins / 4).max(2) * 4;
+            ui.end_row();
+            ui.label("Method");
+            method_editor(ui, method, commands);
+            ui.end_row();
         });
-        match &work.stats {
-            Some(stats) => {
-                let info = &stats.info;
-                ui.label(format!(
-                    "Statistics: {} tensors, {} samples, {} ({:.1} s){}",
-                    stats.tensors.len(),
-                    info.samples,
-                    if info.execution_providers.is_empty() {
-                        "loaded".to_owned()
-                    } else {
-                        info.execution_providers.join(" > ")
-                    },
-                    info.seconds,
-                    if work.stats_saved {
-                        ""
-                    } else {
-                        " · not saved"
-                    }
-                ));
-            }
-            None => {
-                ui.label(RichText::new("No statistics yet").weak());
-            }
+    ui.add_space(6.0);
+    let can_run = !work.busy() && !matches!(work.checks.calibration, DataCheck::Problem(_));
+    ui.horizontal(|ui| {
+        if ui
+            .add_enabled(can_run, egui::Button::new("Run calibration"))
+            .on_hover_text("Ctrl+R")
+            .clicked()
+        {
+            commands.push(Command::Calibrate);
         }
-        ui.horizontal(|ui| {
-            if ui
-                .add_enabled(work.stats.is_some(), egui::Button::new("Save statistics…"))
-                .clicked()
-            {
-                commands.push(Command::SaveStatisticsDialog);
-            }
-            if ui.button("Load statistics…").clicked() {
-                commands.push(Command::LoadStatisticsDialog);
-            }
-        });
+    });
+    let results = &work.results;
+    match &results.stats {
+        Some(stats) => {
+            let info = &stats.info;
+            ui.label(format!(
+                "Statistics: {} tensors, {} samples, {} ({:.1} s){}",
+                stats.tensors.len(),
+                info.samples,
+                if info.execution_providers.is_empty() {
+                    "loaded".to_owned()
+                } else {
+                    info.execution_providers.join(" > ")
+                },
+                info.seconds,
+                if results.stats_saved {
+                    ""
+                } else {
+                    " · not saved"
+                }
+            ));
+        }
+        None => {
+            ui.label(RichText::new("No statistics yet").weak());
+        }
+    }
+    ui.horizontal(|ui| {
+        if ui
+            .add_enabled(results.stats.is_some(), egui::Button::new("Save statistics…"))
+            .clicked()
+        {
+            commands.push(Command::SaveStatisticsDialog);
+        }
+        if ui
+            .button("Load statistics…")
+            .on_hover_text("qdq-studio statistics, an onnxruntime calibration cache (JSON) or a TensorRT calibration cache")
+            .clicked()
+        {
+            commands.push(Command::LoadStatisticsDialog);
+        }
     });
 }
 
@@ -274,16 +276,13 @@ fn check_line(ui: &mut Ui, check: &DataCheck) {
     }
 }
 
-fn ep_list(
-    ui: &mut Ui,
-    chosen: &mut EpSpec,
-    eps: Option<&[EpStatus]>,
-    runtime_line: &str,
-    missing: bool,
-    commands: &mut Vec<Command>,
-) {
-    ui.label(RichText::new(runtime_line).weak());
-    if missing {
+fn ep_list(ui: &mut Ui, chosen: &mut EpSpec, runtime: &RuntimeStatus, commands: &mut Vec<Command>) {
+    let eps: Option<&[EpStatus]> = match runtime {
+        RuntimeStatus::Ready { eps, .. } => Some(eps),
+        _ => None,
+    };
+    ui.label(RichText::new(runtime.summary()).weak());
+    if matches!(runtime, RuntimeStatus::Missing(_)) {
         // First run without a bundled or installed runtime: say so and offer the installer.
         ui.label(
             "Calibrating and comparing run the model in ONNX Runtime, which was not found \

@@ -1,23 +1,26 @@
 //! The Histograms tab: a calibrated tensor's activation histogram with every method's range
-//! drawn on it, the range quantization will use highlighted, and its ends draggable to set an
-//! override; the method can be chosen per tensor. Weighted nodes also show each output
-//! channel's weight range.
+//! drawn on it, the range quantization will use highlighted (as the quantizer's plan says:
+//! the method, an override, the Softmax rule, or a folded Relu/Clip's output), and its ends
+//! draggable to set an override; the method can be chosen per tensor. Weighted nodes also
+//! show each channel's weight range along the axis the quantizer uses.
 //!
 //! Drawn with egui's painter rather than plotters (which draws the report's charts): the
 //! range ends are dragged with the pointer, which needs the value↔pixel mapping in egui's own
 //! coordinates.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use egui::{Color32, Pos2, Rect, RichText, Sense, Stroke, Ui, pos2, vec2};
 
 use crate::app::command::Command;
 use crate::app::document::Document;
-use crate::app::studio::Studio;
-use crate::calib::TensorStats;
-use crate::calib::range::{self, Range, RangeMethod};
-use crate::quant::rewrite::qtype_range_target;
-use crate::recipe::{QuantType, Recipe, TensorOverride};
+use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
+use crate::calib::{CalibrationStats, TensorStats};
+use crate::quant::explain::{Explanation, TensorQuant};
+use crate::quant::params::{RangeSource, activation_quant};
+use crate::quant::rewrite::channel_extremes;
+use crate::recipe::{Recipe, TensorOverride};
 use crate::report::charts::clipped_share;
 
 /// Colour of each method's range lines (the legend uses them too).
@@ -32,41 +35,58 @@ fn method_colour(name: &str) -> Color32 {
     }
 }
 
-/// The range quantization will use for `tensor`, and where it comes from.
-pub(crate) fn effective_range(
-    recipe: &Recipe,
+/// What the quantizer's plan does with one activation, as the chart draws it.
+pub(crate) struct PlannedRange {
+    /// The range it is quantized with (`None` when it cannot be computed, with why).
+    pub range: Result<Range, String>,
+    /// Where it comes from, in a few words ("minmax", "override", "Softmax [0, 1]",
+    /// "relu_1 folded: range of r").
+    pub source: String,
+    /// The method whose row is "in use" (none for fixed ranges).
+    pub method: Option<RangeMethod>,
+    /// The tensor overrides go on (itself, or the tensor whose range it takes).
+    pub override_tensor: String,
+    /// True when the range is an override of this tensor's recipe entry.
+    pub fixed: bool,
+}
+
+/// The plan's range for `tensor` (`None` when the plan leaves it in float).
+pub(crate) fn planned_range(
+    plan: &Explanation,
     tensor: &str,
-    stats: &TensorStats,
-    parity: bool,
-) -> Option<(Range, String)> {
-    let over = recipe.tensor_overrides.get(tensor);
-    if let Some([lo, hi]) = over.and_then(|o| o.range) {
-        return Some((Range { lo, hi }, "override".to_owned()));
-    }
-    let method = over
-        .and_then(|o| o.method)
-        .unwrap_or(recipe.calibration_method);
-    let range = range::compute(stats, &method, target(recipe, tensor), parity).ok()?;
-    Some((range, method.name().to_owned()))
-}
-
-fn target(recipe: &Recipe, tensor: &str) -> range::RangeTarget {
-    let qtype = recipe
-        .tensor_overrides
-        .get(tensor)
-        .and_then(|o| o.dtype)
-        .unwrap_or(recipe.activation_type);
-    qtype_range_target(
-        qtype,
-        recipe.symmetric_activations || qtype == QuantType::Float8e4m3fn,
-    )
-}
-
-pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
-    let Some(doc) = studio.doc.as_mut() else {
-        return;
+    stats: &CalibrationStats,
+) -> Option<PlannedRange> {
+    let (owner, how) = plan.activation(tensor)?;
+    let folded = plan.tensor(tensor).and_then(|p| p.folded_into.clone());
+    let (mut source, method, fixed) = match &how.source {
+        RangeSource::Fixed { .. } => ("override".to_owned(), None, true),
+        RangeSource::Softmax => ("Softmax output [0, 1]".to_owned(), None, false),
+        RangeSource::Method { method, .. } => (method.name().to_owned(), Some(*method), false),
     };
-    let Some(stats) = doc.work.stats.clone() else {
+    if let Some((node, into)) = folded {
+        source = format!("{node} folded: {source} of {into}");
+    } else if owner != tensor {
+        source = format!("{source} of {owner} (shared scale)");
+    }
+    Some(PlannedRange {
+        range: how.range(Some(stats)).map_err(|e| e.to_string()),
+        source,
+        method,
+        override_tensor: owner,
+        fixed,
+    })
+}
+
+/// The grid the methods' ranges are chosen for: the plan's, else the recipe's activation type.
+fn target(plan: &Explanation, recipe: &Recipe, tensor: &str) -> RangeTarget {
+    match plan.activation(tensor) {
+        Some((_, how)) => how.target(),
+        None => activation_quant(recipe, tensor, &Default::default()).target(),
+    }
+}
+
+pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+    let Some(stats) = doc.work.results.stats.clone() else {
         ui.label("Run calibration (Ctrl+R) or load statistics to see activation histograms.");
         weights_section(ui, doc);
         return;
@@ -78,22 +98,20 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
         });
         ui.separator();
         ui.vertical(|ui| {
-            let tensor = doc.work.histogram_tensor.clone();
+            let tensor = doc.panel.histogram_tensor.clone();
             match tensor
                 .as_ref()
                 .and_then(|t| stats.tensors.get(t).map(|s| (t, s)))
             {
                 Some((name, s)) => {
-                    let log = &mut doc.work.histogram_log;
-                    tensor_view(
-                        ui,
-                        doc.editor.recipe(),
+                    let view = TensorView {
+                        recipe: doc.editor.recipe(),
+                        plan: &doc.plan,
+                        stats: &stats,
                         name,
-                        s,
-                        stats.info.ort_parity,
-                        log,
-                        commands,
-                    );
+                        tensor: s,
+                    };
+                    tensor_view(ui, &view, &mut doc.panel.histogram_log, commands);
                 }
                 None => {
                     ui.label("Pick a tensor on the left, or select a node in the graph.");
@@ -107,10 +125,10 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
 fn tensor_list(
     ui: &mut Ui,
     doc: &mut Document,
-    stats: &Arc<crate::calib::CalibrationStats>,
+    stats: &Arc<CalibrationStats>,
     commands: &mut Vec<Command>,
 ) {
-    let current = doc.work.histogram_tensor.clone();
+    let current = doc.panel.histogram_tensor.clone();
     let mut pick = |ui: &mut Ui, name: &str| {
         let over = doc.editor.recipe().tensor_overrides.contains_key(name);
         let text = if over {
@@ -150,13 +168,13 @@ fn tensor_list(
     ui.horizontal(|ui| {
         let label = ui.label("Find tensor");
         ui.add(
-            egui::TextEdit::singleline(&mut doc.work.histogram_filter)
+            egui::TextEdit::singleline(&mut doc.panel.histogram_filter)
                 .hint_text("name")
                 .desired_width(170.0),
         )
         .labelled_by(label.id);
     });
-    let filter = doc.work.histogram_filter.to_lowercase();
+    let filter = doc.panel.histogram_filter.to_lowercase();
     let names: Vec<&String> = stats
         .tensors
         .keys()
@@ -181,17 +199,28 @@ struct Dragging {
     value: f32,
 }
 
-fn tensor_view(
-    ui: &mut Ui,
-    recipe: &Recipe,
-    name: &str,
-    stats: &TensorStats,
-    parity: bool,
-    log: &mut bool,
-    commands: &mut Vec<Command>,
-) {
+/// One calibrated tensor and what the plan does with it.
+struct TensorView<'a> {
+    recipe: &'a Recipe,
+    plan: &'a Explanation,
+    stats: &'a CalibrationStats,
+    name: &'a str,
+    tensor: &'a TensorStats,
+}
+
+impl TensorView<'_> {
+    /// The override entry of the tensor overrides go on.
+    fn override_entry(&self, planned: Option<&PlannedRange>) -> (String, Option<TensorOverride>) {
+        let owner = planned.map_or_else(|| self.name.to_owned(), |p| p.override_tensor.clone());
+        let current = self.recipe.tensor_overrides.get(&owner).cloned();
+        (owner, current)
+    }
+}
+
+fn tensor_view(ui: &mut Ui, view: &TensorView, log: &mut bool, commands: &mut Vec<Command>) {
+    let stats = view.tensor;
     ui.horizontal(|ui| {
-        ui.label(RichText::new(name).strong().monospace());
+        ui.label(RichText::new(view.name).strong().monospace());
         ui.checkbox(log, "Log scale");
     });
     ui.label(
@@ -208,224 +237,43 @@ fn tensor_view(
         ))
         .weak(),
     );
-    let ranges = range::all_ranges(stats, target(recipe, name), parity);
-    let effective = effective_range(recipe, name, stats, parity);
-    let over = recipe.tensor_overrides.get(name).cloned();
-
+    let parity = view.stats.info.ort_parity;
+    let ranges = range::all_ranges(stats, target(view.plan, view.recipe, view.name), parity);
+    let planned = planned_range(view.plan, view.name, view.stats);
     ui.horizontal_top(|ui| {
-        ui.vertical(|ui| {
-            let width = (ui.available_width() * 0.55).clamp(260.0, 760.0);
-            let (rect, _) = ui.allocate_exact_size(vec2(width, 170.0), Sense::hover());
-            let drag_id = ui.id().with(("range-drag", name));
-            let mut dragging: Option<Dragging> = ui.data(|d| d.get_temp(drag_id));
-
-            // The x extent: occupied bins and every range, with a margin.
-            let (mut lo, mut hi) = (f64::from(stats.min), f64::from(stats.max));
-            // The data and the range in use set the extent; other methods' lines beyond it
-            // (power-of-two ranges can be far wider) are cut at the edge.
-            for r in effective.iter().map(|(r, _)| r) {
-                lo = lo.min(f64::from(r.lo));
-                hi = hi.max(f64::from(r.hi));
-            }
-            if !(lo.is_finite() && hi.is_finite()) || hi <= lo {
-                (lo, hi) = (-1.0, 1.0);
-            }
-            let margin = (hi - lo) * 0.05;
-            let (lo, hi) = (lo - margin, hi + margin);
-            let x_of = |v: f64| rect.left() + ((v - lo) / (hi - lo)) as f32 * rect.width();
-            let v_of =
-                |x: f32| (lo + f64::from((x - rect.left()) / rect.width()) * (hi - lo)) as f32;
-
-            let painter = ui.painter_at(rect);
-            painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
-            if let Some(h) = &stats.histogram {
-                // One column per pixel pair: bins are summed into columns.
-                let columns = (rect.width() / 2.0).max(1.0) as usize;
-                let mut sums = vec![0u64; columns];
-                let edges = h.edges();
-                for (i, &c) in h.counts.iter().enumerate() {
-                    let mid = (edges[i] + edges[i + 1]) / 2.0;
-                    let at = ((mid - lo) / (hi - lo) * columns as f64).floor();
-                    if c > 0 && at >= 0.0 && (at as usize) < columns {
-                        sums[at as usize] += c;
-                    }
-                }
-                let peak = sums.iter().copied().max().unwrap_or(1).max(1) as f64;
-                let scale = |c: u64| {
-                    if *log {
-                        (1.0 + c as f64).ln() / (1.0 + peak).ln()
-                    } else {
-                        c as f64 / peak
-                    }
-                };
-                let bar = ui.visuals().text_color().gamma_multiply(0.55);
-                for (i, &c) in sums.iter().enumerate().filter(|(_, c)| **c > 0) {
-                    let x = rect.left() + i as f32 * 2.0;
-                    let height = scale(c) as f32 * (rect.height() - 14.0);
-                    painter.rect_filled(
-                        Rect::from_min_max(
-                            pos2(x, rect.bottom() - height),
-                            pos2(x + 2.0, rect.bottom()),
-                        ),
-                        0.0,
-                        bar,
-                    );
-                }
-            } else {
-                painter.text(
-                    rect.center(),
-                    egui::Align2::CENTER_CENTER,
-                    "no histogram (calibrated extremes only)",
-                    egui::FontId::proportional(13.0),
-                    ui.visuals().weak_text_color(),
-                );
-            }
-            // Every method's range, thin; the effective one thick, with draggable ends.
-            for (method, r) in &ranges {
-                let stroke = Stroke::new(1.0, method_colour(method).gamma_multiply(0.8));
-                for v in [r.lo, r.hi] {
-                    let x = x_of(f64::from(v));
-                    painter
-                        .line_segment([pos2(x, rect.top() + 12.0), pos2(x, rect.bottom())], stroke);
-                }
-            }
-            if let Some((r, source)) = &effective {
-                let colour = if source == "override" {
-                    Color32::from_rgb(240, 70, 70)
-                } else {
-                    method_colour(source)
-                };
-                for (hi_end, v) in [(false, r.lo), (true, r.hi)] {
-                    let shown = match dragging {
-                        Some(d) if d.hi == hi_end => d.value,
-                        _ => v,
-                    };
-                    let x = x_of(f64::from(shown));
-                    let handle =
-                        Rect::from_center_size(pos2(x, rect.center().y), vec2(10.0, rect.height()));
-                    let response = ui
-                        .interact(handle, drag_id.with(hi_end), Sense::drag())
-                        .on_hover_cursor(egui::CursorIcon::ResizeHorizontal)
-                        .on_hover_text(
-                            "Drag to set this tensor's range (an override in the recipe)",
-                        );
-                    if let Some(pointer) = response
-                        .interact_pointer_pos()
-                        .filter(|_| response.dragged())
-                    {
-                        dragging = Some(Dragging {
-                            hi: hi_end,
-                            value: v_of(pointer.x),
-                        });
-                    }
-                    if response.drag_stopped()
-                        && let Some(d) = dragging.take()
-                    {
-                        let (mut a, mut b) = (r.lo, r.hi);
-                        if d.hi {
-                            b = d.value;
-                        } else {
-                            a = d.value;
-                        }
-                        let (a, b) = (a.min(b), a.max(b));
-                        // A range must hold zero (the zero point must be exact).
-                        let (a, b) = (a.min(0.0), b.max(0.0));
-                        commands.push(Command::SetTensorOverride(
-                            name.to_owned(),
-                            Some(TensorOverride {
-                                range: Some([a, b]),
-                                ..over.clone().unwrap_or_default()
-                            }),
-                        ));
-                    }
-                    painter.line_segment(
-                        [pos2(x, rect.top()), pos2(x, rect.bottom())],
-                        Stroke::new(3.0, colour),
-                    );
-                    painter.circle_filled(Pos2::new(x, rect.top() + 6.0), 5.0, colour);
-                }
-            }
-            ui.data_mut(|d| match dragging {
-                Some(state) => {
-                    d.insert_temp(drag_id, state);
-                }
-                None => {
-                    d.remove::<Dragging>(drag_id);
-                }
-            });
-            // Axis labels at the chart's ends.
-            for (value, x, align) in [
-                (lo, rect.left() + 2.0, egui::Align2::LEFT_TOP),
-                (hi, rect.right() - 2.0, egui::Align2::RIGHT_TOP),
-            ] {
-                painter.text(
-                    pos2(x, rect.top() + 2.0),
-                    align,
-                    format!("{value:.4}"),
-                    egui::FontId::proportional(11.0),
-                    ui.visuals().weak_text_color(),
-                );
-            }
-        });
-        ui.vertical(|ui| {
-            // The methods: their ranges, clipping, and a button to use one for this tensor.
-            egui::Grid::new(("ranges", name))
-                .num_columns(4)
-                .striped(true)
-                .show(ui, |ui| {
-                    for (method, r) in &ranges {
-                        let active = effective.as_ref().is_some_and(|(_, s)| s == method);
-                        ui.horizontal(|ui| {
-                            crate::app::panels::swatch(ui, method_colour(method));
-                            let text = format!("{method} [{:.4}, {:.4}]", r.lo, r.hi);
-                            ui.label(if active {
-                                RichText::new(text).strong()
-                            } else {
-                                RichText::new(text)
-                            });
-                        });
-                        match &stats.histogram {
-                            Some(h) => ui.label(format!(
-                                "clips {:.3}%",
-                                clipped_share(h, (r.lo, r.hi)) * 100.0
-                            )),
-                            None => ui.label(""),
-                        };
-                        if active {
-                            ui.label(RichText::new("in use").strong());
-                        } else if ui.button(format!("Use {method}")).clicked() {
-                            let method = RangeMethod::all()
-                                .into_iter()
-                                .find(|m| m.name() == *method)
-                                .unwrap_or(recipe.calibration_method);
-                            let method = if method.name() == recipe.calibration_method.name() {
-                                recipe.calibration_method
-                            } else {
-                                method
-                            };
-                            commands.push(Command::SetTensorOverride(
-                                name.to_owned(),
-                                Some(TensorOverride {
-                                    method: Some(method),
-                                    range: None,
-                                    ..over.clone().unwrap_or_default()
-                                }),
-                            ));
-                        }
-                        ui.label("");
-                        ui.end_row();
-                    }
-                });
-        });
+        ui.vertical(|ui| chart(ui, view, &ranges, planned.as_ref(), *log, commands));
+        ui.vertical(|ui| methods_table(ui, view, &ranges, planned.as_ref(), commands));
     });
-    if let Some((r, source)) = &effective
-        && source == "override"
-    {
-        ui.colored_label(
-            Color32::from_rgb(240, 70, 70),
-            format!("override [{:.4}, {:.4}] (in the recipe)", r.lo, r.hi),
-        );
+    plan_line(ui, view, planned.as_ref(), commands);
+}
+
+/// What the plan says under the chart: the range in use and where it comes from, or that
+/// the tensor stays float; and the button that drops this tensor's override.
+fn plan_line(
+    ui: &mut Ui,
+    view: &TensorView,
+    planned: Option<&PlannedRange>,
+    commands: &mut Vec<Command>,
+) {
+    match planned {
+        Some(p) => match &p.range {
+            Ok(r) => {
+                let text = format!("quantized with [{:.4}, {:.4}] · {}", r.lo, r.hi, p.source);
+                if p.fixed {
+                    ui.colored_label(OVERRIDE_COLOUR, format!("{text} (in the recipe)"));
+                } else {
+                    ui.label(RichText::new(text).strong());
+                }
+            }
+            Err(e) => {
+                ui.colored_label(ui.visuals().error_fg_color, format!("no range: {e}"));
+            }
+        },
+        None => {
+            ui.label(RichText::new("Not quantized under this recipe: it stays float.").weak());
+        }
     }
+    let (owner, over) = view.override_entry(planned);
     if over.is_some() && ui.button("Back to the recipe's method").clicked() {
         let rest = over.map(|o| TensorOverride {
             range: None,
@@ -433,41 +281,329 @@ fn tensor_view(
             ..o
         });
         commands.push(Command::SetTensorOverride(
-            name.to_owned(),
+            owner,
             rest.filter(|o| *o != TensorOverride::default()),
         ));
     }
 }
 
-/// Per-output-channel weight ranges of the selected node's weights (what per-channel
-/// quantization sees), cached in egui's memory per weight.
+/// The colour of an override range.
+const OVERRIDE_COLOUR: Color32 = Color32::from_rgb(240, 70, 70);
+
+/// The histogram with every method's range thin and the plan's range thick, its ends
+/// draggable to set an override.
+fn chart(
+    ui: &mut Ui,
+    view: &TensorView,
+    ranges: &BTreeMap<&'static str, Range>,
+    planned: Option<&PlannedRange>,
+    log: bool,
+    commands: &mut Vec<Command>,
+) {
+    let stats = view.tensor;
+    let width = (ui.available_width() * 0.55).clamp(260.0, 760.0);
+    let (rect, _) = ui.allocate_exact_size(vec2(width, 170.0), Sense::hover());
+    let effective = planned.and_then(|p| p.range.as_ref().ok().map(|r| (*r, p)));
+    // The data and the range in use set the extent; other methods' lines beyond it (power-of-
+    // two ranges can be far wider) are cut at the edge.
+    let (mut lo, mut hi) = (f64::from(stats.min), f64::from(stats.max));
+    if let Some((r, _)) = &effective {
+        lo = lo.min(f64::from(r.lo));
+        hi = hi.max(f64::from(r.hi));
+    }
+    if !(lo.is_finite() && hi.is_finite()) || hi <= lo {
+        (lo, hi) = (-1.0, 1.0);
+    }
+    let margin = (hi - lo) * 0.05;
+    let axis = Axis {
+        rect,
+        lo: lo - margin,
+        hi: hi + margin,
+    };
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
+    bars(ui, &painter, &axis, stats, log);
+    for (method, r) in ranges {
+        let stroke = Stroke::new(1.0, method_colour(method).gamma_multiply(0.8));
+        for v in [r.lo, r.hi] {
+            let x = axis.x_of(f64::from(v));
+            painter.line_segment([pos2(x, rect.top() + 12.0), pos2(x, rect.bottom())], stroke);
+        }
+    }
+    if let Some((r, p)) = effective {
+        range_handles(ui, &painter, &axis, view, r, p, commands);
+    }
+    for (value, x, align) in [
+        (axis.lo, rect.left() + 2.0, egui::Align2::LEFT_TOP),
+        (axis.hi, rect.right() - 2.0, egui::Align2::RIGHT_TOP),
+    ] {
+        painter.text(
+            pos2(x, rect.top() + 2.0),
+            align,
+            format!("{value:.4}"),
+            egui::FontId::proportional(11.0),
+            ui.visuals().weak_text_color(),
+        );
+    }
+}
+
+/// The chart's value ↔ pixel mapping.
+struct Axis {
+    rect: Rect,
+    lo: f64,
+    hi: f64,
+}
+
+impl Axis {
+    fn x_of(&self, v: f64) -> f32 {
+        self.rect.left() + ((v - self.lo) / (self.hi - self.lo)) as f32 * self.rect.width()
+    }
+
+    fn value_of(&self, x: f32) -> f32 {
+        (self.lo + f64::from((x - self.rect.left()) / self.rect.width()) * (self.hi - self.lo))
+            as f32
+    }
+}
+
+/// The histogram's bars, one column per pixel pair.
+fn bars(ui: &Ui, painter: &egui::Painter, axis: &Axis, stats: &TensorStats, log: bool) {
+    let rect = axis.rect;
+    let Some(h) = &stats.histogram else {
+        painter.text(
+            rect.center(),
+            egui::Align2::CENTER_CENTER,
+            "no histogram (calibrated extremes only)",
+            egui::FontId::proportional(13.0),
+            ui.visuals().weak_text_color(),
+        );
+        return;
+    };
+    let columns = (rect.width() / 2.0).max(1.0) as usize;
+    let mut sums = vec![0u64; columns];
+    let edges = h.edges();
+    for (i, &c) in h.counts.iter().enumerate() {
+        let mid = (edges[i] + edges[i + 1]) / 2.0;
+        let at = ((mid - axis.lo) / (axis.hi - axis.lo) * columns as f64).floor();
+        if c > 0 && at >= 0.0 && (at as usize) < columns {
+            sums[at as usize] += c;
+        }
+    }
+    let peak = sums.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let scale = |c: u64| {
+        if log {
+            (1.0 + c as f64).ln() / (1.0 + peak).ln()
+        } else {
+            c as f64 / peak
+        }
+    };
+    let bar = ui.visuals().text_color().gamma_multiply(0.55);
+    for (i, &c) in sums.iter().enumerate().filter(|(_, c)| **c > 0) {
+        let x = rect.left() + i as f32 * 2.0;
+        let height = scale(c) as f32 * (rect.height() - 14.0);
+        painter.rect_filled(
+            Rect::from_min_max(
+                pos2(x, rect.bottom() - height),
+                pos2(x + 2.0, rect.bottom()),
+            ),
+            0.0,
+            bar,
+        );
+    }
+}
+
+/// The plan's range drawn thick, each end a handle that sets an override when dragged.
+fn range_handles(
+    ui: &mut Ui,
+    painter: &egui::Painter,
+    axis: &Axis,
+    view: &TensorView,
+    r: Range,
+    planned: &PlannedRange,
+    commands: &mut Vec<Command>,
+) {
+    let rect = axis.rect;
+    let colour = match (planned.fixed, &planned.method) {
+        (true, _) => OVERRIDE_COLOUR,
+        (false, Some(m)) => method_colour(m.name()),
+        (false, None) => method_colour("fixed"),
+    };
+    let drag_id = ui.id().with(("range-drag", view.name));
+    let mut dragging: Option<Dragging> = ui.data(|d| d.get_temp(drag_id));
+    for (hi_end, v) in [(false, r.lo), (true, r.hi)] {
+        let shown = match dragging {
+            Some(d) if d.hi == hi_end => d.value,
+            _ => v,
+        };
+        let x = axis.x_of(f64::from(shown));
+        let handle = Rect::from_center_size(pos2(x, rect.center().y), vec2(10.0, rect.height()));
+        let response = ui
+            .interact(handle, drag_id.with(hi_end), Sense::drag())
+            .on_hover_cursor(egui::CursorIcon::ResizeHorizontal)
+            .on_hover_text("Drag to set this range (an override in the recipe)");
+        if let Some(pointer) = response
+            .interact_pointer_pos()
+            .filter(|_| response.dragged())
+        {
+            dragging = Some(Dragging {
+                hi: hi_end,
+                value: axis.value_of(pointer.x),
+            });
+        }
+        if response.drag_stopped()
+            && let Some(d) = dragging.take()
+        {
+            let (a, b) = if d.hi {
+                (r.lo, d.value)
+            } else {
+                (d.value, r.hi)
+            };
+            // A range must hold zero (the zero point must be exact).
+            let (a, b) = (a.min(b).min(0.0), a.max(b).max(0.0));
+            let (owner, over) = view.override_entry(Some(planned));
+            commands.push(Command::SetTensorOverride(
+                owner,
+                Some(TensorOverride {
+                    range: Some([a, b]),
+                    ..over.unwrap_or_default()
+                }),
+            ));
+        }
+        painter.line_segment(
+            [pos2(x, rect.top()), pos2(x, rect.bottom())],
+            Stroke::new(3.0, colour),
+        );
+        painter.circle_filled(Pos2::new(x, rect.top() + 6.0), 5.0, colour);
+    }
+    ui.data_mut(|d| match dragging {
+        Some(state) => {
+            d.insert_temp(drag_id, state);
+        }
+        None => {
+            d.remove::<Dragging>(drag_id);
+        }
+    });
+}
+
+/// Every method's range and what it clips, with a button to use one for this tensor.
+fn methods_table(
+    ui: &mut Ui,
+    view: &TensorView,
+    ranges: &BTreeMap<&'static str, Range>,
+    planned: Option<&PlannedRange>,
+    commands: &mut Vec<Command>,
+) {
+    let in_use = planned
+        .filter(|p| !p.fixed)
+        .and_then(|p| p.method)
+        .map(|m| m.name());
+    // Softmax outputs keep [0, 1] whatever the method: no method choice applies.
+    let choosable = planned.is_none_or(|p| p.fixed || p.method.is_some());
+    egui::Grid::new(("ranges", view.name))
+        .num_columns(4)
+        .striped(true)
+        .show(ui, |ui| {
+            for (&method, r) in ranges {
+                let active = in_use == Some(method);
+                ui.horizontal(|ui| {
+                    crate::app::panels::swatch(ui, method_colour(method));
+                    let text = format!("{method} [{:.4}, {:.4}]", r.lo, r.hi);
+                    ui.label(if active {
+                        RichText::new(text).strong()
+                    } else {
+                        RichText::new(text)
+                    });
+                });
+                match &view.tensor.histogram {
+                    Some(h) => ui.label(format!(
+                        "clips {:.3}%",
+                        clipped_share(h, (r.lo, r.hi)) * 100.0
+                    )),
+                    None => ui.label(""),
+                };
+                if active {
+                    ui.label(RichText::new("in use").strong());
+                } else if ui
+                    .add_enabled(choosable, egui::Button::new(format!("Use {method}")))
+                    .on_disabled_hover_text("A Softmax output is always quantized over [0, 1]")
+                    .clicked()
+                {
+                    use_method(view, planned, method, commands);
+                }
+                ui.label("");
+                ui.end_row();
+            }
+        });
+}
+
+/// Sets `method` (by name) as the tensor's method override; the recipe's own method keeps its
+/// parameters.
+fn use_method(
+    view: &TensorView,
+    planned: Option<&PlannedRange>,
+    method: &str,
+    commands: &mut Vec<Command>,
+) {
+    let recipe_method = view.recipe.calibration_method;
+    let method = if method == recipe_method.name() {
+        recipe_method
+    } else {
+        RangeMethod::all()
+            .into_iter()
+            .find(|m| m.name() == method)
+            .unwrap_or(recipe_method)
+    };
+    let (owner, over) = view.override_entry(planned);
+    commands.push(Command::SetTensorOverride(
+        owner,
+        Some(TensorOverride {
+            method: Some(method),
+            range: None,
+            ..over.unwrap_or_default()
+        }),
+    ));
+}
+
+/// How the plan quantizes weight `name` of `node`: the axis its channel ranges run along and
+/// a line saying so.
+fn weight_axis_of(doc: &Document, node: &crate::model::Node, name: &str) -> (usize, String) {
+    match doc.plan.tensor(name).map(|p| (&p.quant, p.describe())) {
+        Some((TensorQuant::Weight { quant, .. }, text)) => match quant.axis {
+            Some(axis) => (axis, text),
+            None => (
+                crate::quant::plan::weight_axis(node),
+                format!("{text}: one scale covers all these channels"),
+            ),
+        },
+        _ => (
+            crate::quant::plan::weight_axis(node),
+            "not quantized under this recipe".to_owned(),
+        ),
+    }
+}
+
+/// Each channel's range of the selected node's weights, along the axis the quantizer's plan
+/// uses (output channels: axis 0 for Conv, 1 for MatMul, ConvTranspose and Gemm without
+/// transB), from the values it quantizes (batch-norm folded). Cached in egui's memory.
 fn weights_section(ui: &mut Ui, doc: &Document) {
     let Some(node) = doc.selection.first().map(|id| doc.graph.node(*id)) else {
         return;
     };
+    let model = doc.prepared.as_ref().map_or(&doc.model, |p| &p.model);
     for name in &node.inputs {
-        let id = egui::Id::new(("channel-ranges", name));
+        let (axis, how) = weight_axis_of(doc, node, name);
+        let id = egui::Id::new(("channel-ranges", name, axis, &how));
         let cached: Option<Arc<Vec<(f32, f32)>>> = ui.data(|d| d.get_temp(id));
         let ranges = match cached {
             Some(r) => r,
             None => {
-                let Ok(Some(array)) = doc.model.weight(name) else {
+                let Ok(Some(array)) = model.weight(name) else {
                     continue;
                 };
                 if array.shape().len() < 2 {
                     continue;
                 }
                 let values = array.to_f32();
-                let ranges: Vec<(f32, f32)> = values
-                    .outer_iter()
-                    .map(|c| {
-                        c.iter()
-                            .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
-                                (a.min(v), b.max(v))
-                            })
-                    })
-                    .collect();
-                let ranges = Arc::new(ranges);
+                let ranges = Arc::new(channel_extremes(&values, Some(axis)));
                 ui.data_mut(|d| d.insert_temp(id, ranges.clone()));
                 ranges
             }
@@ -475,11 +611,12 @@ fn weights_section(ui: &mut Ui, doc: &Document) {
         ui.separator();
         ui.label(
             RichText::new(format!(
-                "Weight {name}: range of each of its {} output channels",
+                "Weight {name}: range of each of its {} channels along axis {axis}",
                 ranges.len()
             ))
             .strong(),
         );
+        ui.label(RichText::new(how).weak());
         channel_chart(ui, &ranges);
     }
 }
@@ -518,4 +655,96 @@ fn channel_chart(ui: &mut Ui, ranges: &[(f32, f32)]) {
         }
     }
     ui.label(RichText::new(format!("±{extent:.4}")).small().weak());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::document::{self, Source};
+    use crate::calib::stats::CalibrationInfo;
+    use crate::jobs::JobContext;
+    use crate::model::{DataType, ModelBuilder, TensorArray};
+    use ndarray::{ArrayD, IxDyn};
+
+    fn weight(shape: &[usize]) -> TensorArray {
+        let n: usize = shape.iter().product();
+        let values = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values).unwrap())
+    }
+
+    /// x → MatMul → Relu → Gemm (transB = 0) → Softmax → y, with calibration statistics
+    /// made by hand (the Softmax output observed in [0.1, 0.6]).
+    fn document_with_stats() -> (Document, CalibrationStats) {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4]);
+        b.initializer("w_mm", weight(&[4, 3]));
+        b.initializer("w_g", weight(&[3, 5]));
+        b.initializer("b_g", weight(&[5]));
+        b.node("MatMul", &["x", "w_mm"], &["mm"]).name("matmul");
+        b.node("Relu", &["mm"], &["r"]).name("relu");
+        b.node("Gemm", &["r", "w_g", "b_g"], &["g"]).name("gemm");
+        b.node("Softmax", &["g"], &["y"]).name("softmax");
+        b.output("y", DataType::Float32, &[1, 5]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.onnx");
+        b.build().save(&path, &Default::default()).unwrap();
+        let loaded = document::load(Source::File(path), &JobContext::silent()).unwrap();
+        let mut doc = Document::new(loaded, Recipe::default(), true);
+        let mut stats = CalibrationStats {
+            info: CalibrationInfo::default(),
+            tensors: Default::default(),
+        };
+        for (name, lo, hi) in [
+            ("x", -1.0, 1.0),
+            ("mm", -3.0, 5.0),
+            ("r", 0.0, 5.0),
+            ("g", -2.0, 2.0),
+            ("y", 0.1, 0.6),
+        ] {
+            let mut s = TensorStats::default();
+            s.add_batch(&[lo, hi, (lo + hi) / 2.0], &[1, 3], Some(64));
+            stats.tensors.insert(name.to_owned(), s);
+        }
+        doc.work.results.stats = Some(Arc::new(stats.clone()));
+        doc.refresh();
+        (doc, stats)
+    }
+
+    #[test]
+    fn the_histogram_shows_the_ranges_and_axes_the_quantizer_uses() {
+        let (doc, stats) = document_with_stats();
+        let quantized =
+            crate::quant::quantize(&doc.model, Some(&stats), doc.editor.recipe()).unwrap();
+        let used = |t: &str| quantized.params[t].range;
+        let shown = |t: &str| {
+            let p = planned_range(&doc.plan, t, &stats).unwrap();
+            let r = p.range.unwrap();
+            (Some((r.lo, r.hi)), p.source)
+        };
+
+        // The Softmax output: [0, 1] whatever was observed.
+        let (range, source) = shown("y");
+        assert_eq!(range, Some((0.0, 1.0)), "{source}");
+        assert_eq!(range, used("y"));
+        // The MatMul output before the folded Relu: quantized with the Relu output's range.
+        let (range, source) = shown("mm");
+        assert_eq!(range, Some((0.0, 5.0)), "{source}");
+        assert_eq!(range, used("r"));
+        assert!(source.contains("relu folded"), "{source}");
+        // Overrides of it go on the tensor whose range it takes.
+        let planned = planned_range(&doc.plan, "mm", &stats).unwrap();
+        assert_eq!(planned.override_tensor, "r");
+
+        // Per-channel weight ranges run along the quantizer's axis: 1 for MatMul and for Gemm
+        // without transB, with one range per scale the quantizer wrote.
+        let node = |name: &str| doc.graph.node_by_name(name).unwrap();
+        for (op, w) in [("matmul", "w_mm"), ("gemm", "w_g")] {
+            let (axis, how) = weight_axis_of(&doc, node(op), w);
+            assert_eq!(Some(axis), quantized.params[w].axis, "{w}: {how}");
+            assert_eq!(axis, 1, "{w}");
+            let values = doc.model.weight(w).unwrap().unwrap().to_f32();
+            let channels = channel_extremes(&values, Some(axis)).len();
+            assert_eq!(channels, quantized.params[w].params.len(), "{w}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! The work panel under the graph: calibration, histograms, results and sensitivity tabs,
 //! the running task's progress with its Cancel button, and the windows that belong to this
-//! work (Save quantized model, the unsaved-work question).
+//! work (Save quantized model, the unsaved-work question). Each tab takes what it shows and
+//! queues commands; the plan it shows is the quantizer's ([`crate::quant::explain`]).
 
 mod calibrate;
 mod histogram;
@@ -10,53 +11,44 @@ mod sensitivity;
 use egui::{RichText, Ui};
 
 use crate::app::command::Command;
-use crate::app::studio::Studio;
-use crate::app::work::{Task, WorkTab};
+use crate::app::document::Document;
+use crate::app::runtime_status::RuntimeStatus;
+use crate::app::work::task::Task;
 
-pub use results::OutputImages;
+pub use crate::app::panel_state::{OutputImages, PanelState, SaveDialog, WorkTab};
 
-/// Draws the panel (a model is open).
-pub fn show(studio: &mut Studio, ui: &mut Ui) {
+/// Draws the panel for the open model.
+pub fn show(ui: &mut Ui, doc: &mut Document, runtime: &RuntimeStatus, commands: &mut Vec<Command>) {
     egui::Panel::bottom("work-panel")
         .resizable(true)
         .default_size(330.0)
         .min_size(160.0)
         .show(ui, |ui| {
-            let mut commands = Vec::new();
             ui.horizontal(|ui| {
-                let Some(doc) = studio.doc.as_mut() else {
-                    return;
-                };
                 for (tab, label) in [
                     (WorkTab::Calibrate, "Calibration"),
                     (WorkTab::Histogram, "Histograms"),
                     (WorkTab::Results, "Results"),
                     (WorkTab::Sensitivity, "Sensitivity"),
                 ] {
-                    ui.selectable_value(&mut doc.work.tab, tab, label);
+                    ui.selectable_value(&mut doc.panel.tab, tab, label);
                 }
                 ui.separator();
-                if let Some(task) = &doc.work.task {
-                    task_progress(ui, task, &mut commands);
-                } else {
-                    quick_actions(ui, &mut commands);
+                match doc.work.task.running() {
+                    Some(task) => task_progress(ui, task, commands),
+                    None => quick_actions(ui, commands),
                 }
             });
             ui.separator();
-            let tab = studio.doc.as_ref().map(|d| d.work.tab);
             egui::ScrollArea::vertical()
                 .id_salt("work-scroll")
                 .auto_shrink([false, false])
-                .show(ui, |ui| match tab {
-                    Some(WorkTab::Calibrate) => calibrate::show(studio, ui, &mut commands),
-                    Some(WorkTab::Histogram) => histogram::show(studio, ui, &mut commands),
-                    Some(WorkTab::Results) => results::show(studio, ui, &mut commands),
-                    Some(WorkTab::Sensitivity) => sensitivity::show(studio, ui, &mut commands),
-                    None => {}
+                .show(ui, |ui| match doc.panel.tab {
+                    WorkTab::Calibrate => calibrate::show(ui, doc, runtime, commands),
+                    WorkTab::Histogram => histogram::show(ui, doc, commands),
+                    WorkTab::Results => results::show(ui, doc, commands),
+                    WorkTab::Sensitivity => sensitivity::show(ui, doc, commands),
                 });
-            for c in commands {
-                studio.push(c);
-            }
         });
 }
 
@@ -100,7 +92,7 @@ fn task_progress(ui: &mut Ui, task: &Task, commands: &mut Vec<Command>) {
                 facts.push(format!("ETA {eta:.0} s"));
             }
             if let Some(memory) = p.memory_bytes {
-                facts.push(crate::report::format_bytes(memory));
+                facts.push(crate::util::format_bytes(memory));
             }
             if !p.detail.is_empty() {
                 facts.push(p.detail.clone());
@@ -117,18 +109,21 @@ fn task_progress(ui: &mut Ui, task: &Task, commands: &mut Vec<Command>) {
 }
 
 /// File ▸ Save quantized model: path, external data, companions.
-pub fn save_window(studio: &mut Studio, ctx: &egui::Context) {
-    let native = studio.options.native_dialogs;
-    let Some(doc) = studio.doc.as_mut() else {
+pub fn save_window(
+    ctx: &egui::Context,
+    doc: &mut Document,
+    native_dialogs: bool,
+    commands: &mut Vec<Command>,
+) {
+    let has_stats = doc.work.results.stats.is_some();
+    let fresh = doc
+        .work
+        .results
+        .fresh_comparison(doc.editor.recipe())
+        .is_some();
+    let Some(dialog) = doc.panel.save_dialog.as_mut() else {
         return;
     };
-    let has_stats = doc.work.stats.is_some();
-    let fresh = doc.work.fresh_comparison(doc.editor.recipe()).is_some();
-    let Some(dialog) = doc.work.save_dialog.as_mut() else {
-        return;
-    };
-    let mut commands = Vec::new();
-    let mut close = false;
     egui::Window::new("Save quantized model")
         .collapsible(false)
         .resizable(false)
@@ -142,20 +137,8 @@ pub fn save_window(studio: &mut Studio, ctx: &egui::Context) {
                         .desired_width(420.0),
                 )
                 .labelled_by(label.id);
-                if native && ui.button("Browse…").clicked() {
-                    let current = std::path::PathBuf::from(dialog.path.trim());
-                    let mut picker = rfd::FileDialog::new()
-                        .set_title("Save the quantized model")
-                        .add_filter("ONNX model", &["onnx"]);
-                    if let Some(folder) = current.parent().filter(|p| p.is_dir()) {
-                        picker = picker.set_directory(folder);
-                    }
-                    if let Some(name) = current.file_name() {
-                        picker = picker.set_file_name(name.to_string_lossy());
-                    }
-                    if let Some(path) = picker.save_file() {
-                        dialog.path = path.display().to_string();
-                    }
+                if native_dialogs && ui.button("Browse…").clicked() {
+                    browse_output(dialog);
                 }
             });
             ui.checkbox(
@@ -186,25 +169,34 @@ pub fn save_window(studio: &mut Studio, ctx: &egui::Context) {
                     commands.push(Command::SaveQuantized);
                 }
                 if ui.button("Cancel").clicked() {
-                    close = true;
+                    commands.push(Command::CloseSaveWindow);
                 }
             });
         });
-    if close {
-        doc.work.save_dialog = None;
-        studio.quit_after_save = false;
+}
+
+/// The native save dialog for the output path, starting from the one typed.
+fn browse_output(dialog: &mut SaveDialog) {
+    let current = std::path::PathBuf::from(dialog.path.trim());
+    let mut picker = rfd::FileDialog::new()
+        .set_title("Save the quantized model")
+        .add_filter("ONNX model", &["onnx"]);
+    if let Some(folder) = current.parent().filter(|p| p.is_dir()) {
+        picker = picker.set_directory(folder);
     }
-    for c in commands {
-        studio.push(c);
+    if let Some(name) = current.file_name() {
+        picker = picker.set_file_name(name.to_string_lossy());
+    }
+    if let Some(path) = picker.save_file() {
+        dialog.path = path.display().to_string();
     }
 }
 
 /// Quitting with unsaved work: save, quit anyway, or stay.
-pub fn unsaved_prompt(studio: &mut Studio, ctx: &egui::Context) {
-    if !studio.ask_unsaved {
+pub fn unsaved_prompt(ctx: &egui::Context, ask: bool, commands: &mut Vec<Command>) {
+    if !ask {
         return;
     }
-    let mut choice = None;
     egui::Window::new("Unsaved work")
         .collapsible(false)
         .resizable(false)
@@ -213,23 +205,14 @@ pub fn unsaved_prompt(studio: &mut Studio, ctx: &egui::Context) {
             ui.label("The recipe or the calibration statistics have not been saved.");
             ui.horizontal(|ui| {
                 if ui.button("Save quantized model…").clicked() {
-                    choice = Some(0);
+                    commands.push(Command::SaveThenQuit);
                 }
                 if ui.button("Quit without saving").clicked() {
-                    choice = Some(1);
+                    commands.push(Command::QuitDiscarding);
                 }
                 if ui.button("Stay").clicked() {
-                    choice = Some(2);
+                    commands.push(Command::KeepWorking);
                 }
             });
         });
-    match choice {
-        Some(0) => studio.save_then_quit(),
-        Some(1) => {
-            studio.ask_unsaved = false;
-            studio.push(Command::QuitDiscarding);
-        }
-        Some(2) => studio.ask_unsaved = false,
-        _ => {}
-    }
 }

@@ -6,27 +6,25 @@ use egui::{Color32, ColorImage, RichText, TextureOptions, Ui};
 use ndarray::{ArrayD, Axis};
 
 use crate::app::command::Command;
-use crate::app::studio::Studio;
+use crate::app::document::Document;
+use crate::app::panel_state::{OutputImages, PanelState};
 use crate::app::work::heat;
 use crate::eval::reference::OutputPair;
+use crate::workflow::compare::{Comparison, TENSOR_SAMPLES};
 
-/// Textures of one image-like output: float, quantized, difference.
-pub struct OutputImages {
-    key: (usize, usize, usize),
-    textures: [egui::TextureHandle; 3],
-    max_difference: f32,
-}
-
-pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
-    let Some(doc) = studio.doc.as_mut() else {
-        return;
-    };
-    let fresh = doc.work.fresh_comparison(doc.editor.recipe()).is_some();
-    let Some(comparison) = doc.work.comparison.as_ref() else {
+pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+    let Document {
+        work,
+        editor,
+        heat,
+        panel,
+        ..
+    } = doc;
+    let Some(comparison) = work.results.comparison.as_ref() else {
         ui.label("Quantize & compare (F5) builds the QDQ model from the cached statistics and measures it against the float model on the evaluation data.");
         return;
     };
-    if !fresh {
+    if &comparison.recipe != editor.recipe() {
         ui.colored_label(
             ui.visuals().warn_fg_color,
             "These results are for an earlier recipe: press Quantize & compare (F5) to update them.",
@@ -39,125 +37,125 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
             comparison.quantized_nodes.len(),
             comparison.reference.reference.samples(),
             comparison.reference.eps.iter().map(ToString::to_string).collect::<Vec<_>>().join(" > "),
-            crate::app::work::tasks::TENSOR_SAMPLES,
+            TENSOR_SAMPLES,
             t.total_ms, t.quantize_ms, t.reference_ms, t.outputs_ms, t.tensors_ms, t.latency_ms
         ))
         .weak(),
     );
-    let mut restyle = false;
     ui.horizontal_top(|ui| {
-        ui.vertical(|ui| {
-            ui.heading("Outputs");
-            egui::Grid::new("outputs-table")
-                .striped(true)
-                .num_columns(7)
-                .show(ui, |ui| {
-                    for h in crate::eval::OUTPUT_TABLE_HEADER {
-                        ui.label(RichText::new(h).strong());
-                    }
-                    ui.end_row();
-                    for m in &comparison.outputs {
-                        let [name, rest @ ..] = m.table_row();
-                        ui.label(RichText::new(name).monospace());
-                        for cell in rest {
-                            ui.label(cell);
-                        }
-                        ui.end_row();
-                    }
-                });
-            if let Some(l) = &comparison.latency {
-                ui.add_space(4.0);
-                ui.label(RichText::new("Latency (median of 10 runs)").strong());
-                ui.label(format!(
-                    "float {:.2} ms · quantized {:.2} ms · speed-up {:.2}×",
-                    l.float.median_ms,
-                    l.quantized.median_ms,
-                    l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
-                ));
-                ui.label(
-                    RichText::new(format!(
-                        "p90 {:.2} / {:.2} ms on {}, batch {}",
-                        l.float.p90_ms,
-                        l.quantized.p90_ms,
-                        l.float.execution_providers.join(" > "),
-                        l.float.batch_size
-                    ))
-                    .weak(),
-                );
-            }
-        });
+        ui.vertical(|ui| outputs_table(ui, comparison));
         ui.separator();
-        ui.vertical(|ui| {
-            ui.heading("Heat map");
-            let mut changed = ui
-                .checkbox(
-                    &mut doc.work.heat_map,
-                    "Colour the graph by per-tensor SQNR",
-                )
-                .changed();
-            changed |= ui
-                .add(
-                    egui::Slider::new(&mut doc.work.heat_threshold_db, 0.0..=60.0)
-                        .text("threshold dB"),
-                )
-                .changed();
-            let below = doc
-                .heat
-                .as_ref()
-                .map(|h| heat::below(h, f64::from(doc.work.heat_threshold_db)))
-                .unwrap_or_default();
-            ui.label(format!(
-                "{} node(s) under {:.1} dB",
-                below.len(),
-                doc.work.heat_threshold_db
-            ));
-            if ui
-                .add_enabled(!below.is_empty(), egui::Button::new("Select them"))
-                .on_hover_text("Then X leaves them in float")
-                .clicked()
-            {
-                commands.push(Command::SelectNodes(below.clone()));
-            }
-            restyle = changed;
-            ui.add_space(4.0);
-            ui.label(RichText::new("Worst tensors (float vs QDQ)").strong());
-            let mut worst: Vec<_> = comparison.tensors.activations.iter().collect();
-            worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
-            for a in worst.iter().take(6) {
-                ui.horizontal(|ui| {
-                    ui.label(format!("{:6.2} dB", a.xmodel_sqnr_db));
-                    if ui.link(&a.tensor).clicked() {
-                        commands.push(Command::ShowHistogram(a.tensor.clone()));
-                        commands.push(Command::Search(a.tensor.clone()));
-                    }
-                });
-            }
-        });
+        ui.vertical(|ui| heat_controls(ui, comparison, heat.as_deref(), panel, commands));
         ui.separator();
-        ui.vertical(|ui| {
-            side_by_side(
-                ui,
-                &mut studio.output_images,
-                comparison,
-                &mut doc.work.output_index,
-                &mut doc.work.sample,
-                commands,
-            );
-        });
+        ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
     });
-    if restyle {
-        doc.refresh();
+}
+
+/// Per-output metrics and latency.
+fn outputs_table(ui: &mut Ui, comparison: &Comparison) {
+    ui.heading("Outputs");
+    egui::Grid::new("outputs-table")
+        .striped(true)
+        .num_columns(7)
+        .show(ui, |ui| {
+            for h in crate::eval::OUTPUT_TABLE_HEADER {
+                ui.label(RichText::new(h).strong());
+            }
+            ui.end_row();
+            for m in &comparison.outputs {
+                let [name, rest @ ..] = m.table_row();
+                ui.label(RichText::new(name).monospace());
+                for cell in rest {
+                    ui.label(cell);
+                }
+                ui.end_row();
+            }
+        });
+    if let Some(l) = &comparison.latency {
+        ui.add_space(4.0);
+        ui.label(RichText::new("Latency (median of 10 runs)").strong());
+        ui.label(format!(
+            "float {:.2} ms · quantized {:.2} ms · speed-up {:.2}×",
+            l.float.median_ms,
+            l.quantized.median_ms,
+            l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
+        ));
+        ui.label(
+            RichText::new(format!(
+                "p90 {:.2} / {:.2} ms on {}, batch {}",
+                l.float.p90_ms,
+                l.quantized.p90_ms,
+                l.float.execution_providers.join(" > "),
+                l.float.batch_size
+            ))
+            .weak(),
+        );
+    }
+}
+
+/// The heat map's switch and threshold, the nodes under it, and the worst tensors.
+fn heat_controls(
+    ui: &mut Ui,
+    comparison: &Comparison,
+    heat: Option<&[Option<f64>]>,
+    panel: &PanelState,
+    commands: &mut Vec<Command>,
+) {
+    ui.heading("Heat map");
+    let (mut shown, mut threshold_db) = (panel.heat_map, panel.heat_threshold_db);
+    let mut changed = ui
+        .checkbox(&mut shown, "Colour the graph by per-tensor SQNR")
+        .changed();
+    changed |= ui
+        .add(egui::Slider::new(&mut threshold_db, 0.0..=60.0).text("threshold dB"))
+        .changed();
+    if changed {
+        commands.push(Command::SetHeatMap {
+            shown,
+            threshold_db,
+        });
+    }
+    let below = heat
+        .map(|h| heat::below(h, f64::from(threshold_db)))
+        .unwrap_or_default();
+    ui.label(format!(
+        "{} node(s) under {threshold_db:.1} dB",
+        below.len()
+    ));
+    if ui
+        .add_enabled(!below.is_empty(), egui::Button::new("Select them"))
+        .on_hover_text("Then X leaves them in float")
+        .clicked()
+    {
+        commands.push(Command::SelectNodes(below.clone()));
+    }
+    ui.add_space(4.0);
+    ui.label(RichText::new("Worst tensors (float vs QDQ)").strong());
+    let mut worst: Vec<_> = comparison.tensors.activations.iter().collect();
+    worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
+    for a in worst.iter().take(6) {
+        ui.horizontal(|ui| {
+            ui.label(format!("{:6.2} dB", a.xmodel_sqnr_db));
+            if ui.link(&a.tensor).clicked() {
+                commands.push(Command::ShowHistogram(a.tensor.clone()));
+                commands.push(Command::Search(a.tensor.clone()));
+            }
+        });
     }
 }
 
 fn side_by_side(
     ui: &mut Ui,
-    images: &mut Option<OutputImages>,
-    comparison: &crate::app::work::tasks::Comparison,
-    output_index: &mut usize,
-    sample: &mut usize,
+    panel: &mut PanelState,
+    comparison: &Comparison,
     commands: &mut Vec<Command>,
 ) {
+    let PanelState {
+        output_images: images,
+        output_index,
+        sample,
+        ..
+    } = panel;
     ui.heading("Side by side");
     let (shown, pairs) = &comparison.sample;
     let samples = comparison.reference.reference.samples();

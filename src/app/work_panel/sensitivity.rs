@@ -5,17 +5,61 @@
 use egui::{RichText, Ui};
 
 use crate::app::command::Command;
-use crate::app::studio::Studio;
-use crate::app::work::TargetKind;
+use crate::app::document::Document;
+use crate::app::work::settings::RunSettings;
+use crate::eval::sensitivity::TargetKind;
 
-pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>) {
-    let Some(doc) = studio.doc.as_mut() else {
+pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+    let busy = doc.work.busy();
+    let has_stats = doc.work.results.stats.is_some();
+    controls(ui, &mut doc.work.settings, busy, has_stats, commands);
+    if !has_stats {
+        ui.label(
+            RichText::new("Calibrate first: the scan quantizes from the cached statistics.").weak(),
+        );
+    }
+    let results = &doc.work.results;
+    if let Some(result) = &results.auto_excluded {
+        let names = result.excluded.join(", ");
+        ui.label(format!(
+            "Auto-exclude: {}{}",
+            crate::app::work::auto_exclude_summary(result),
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(": {names}")
+            }
+        ));
+        alternatives(ui, result, commands);
+    }
+    let Some(scanned) = &results.scanned else {
+        ui.label(RichText::new("No scan yet.").weak());
         return;
     };
-    let busy = doc.work.busy();
-    let has_stats = doc.work.stats.is_some();
-    let recipe = doc.editor.recipe().clone();
-    let work = &mut doc.work;
+    let s = &scanned.sensitivity;
+    if &scanned.recipe != doc.editor.recipe() {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            "This ranking is for an earlier recipe.",
+        );
+    }
+    ui.label(format!(
+        "Baseline worst output SQNR {:.2} dB · {} nodes · {} worker(s)",
+        s.baseline_db,
+        s.nodes.len(),
+        s.workers
+    ));
+    ranking(ui, s, &doc.graph, commands);
+}
+
+/// The scan and auto-exclude buttons with the target's kind, value and limit.
+fn controls(
+    ui: &mut Ui,
+    work: &mut RunSettings,
+    busy: bool,
+    has_stats: bool,
+    commands: &mut Vec<Command>,
+) {
     ui.horizontal(|ui| {
         if ui
             .add_enabled(!busy && has_stats, egui::Button::new("Scan sensitivity"))
@@ -29,16 +73,13 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
         egui::ComboBox::from_id_salt("target-kind")
             .selected_text(work.target_kind.label())
             .show_ui(ui, |ui| {
-                for kind in [TargetKind::SqnrDb, TargetKind::Top1, TargetKind::Sequence] {
+                for kind in TargetKind::ALL {
                     ui.selectable_value(&mut work.target_kind, kind, kind.label());
                 }
             })
             .response
             .on_hover_text("Sequence agreement: the share of samples an OCR or speech model (output [N, T, classes]) reads the same as in float, greedy CTC decoding");
-        let (range, suffix) = match work.target_kind {
-            TargetKind::SqnrDb => (0.0..=120.0, " dB"),
-            TargetKind::Top1 | TargetKind::Sequence => (0.0..=100.0, " %"),
-        };
+        let (range, suffix) = (0.0..=work.target_kind.max_value(), work.target_kind.unit());
         let label = ui.label("Target");
         ui.add(
             egui::DragValue::new(&mut work.target_value)
@@ -58,41 +99,15 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
             commands.push(Command::AutoExclude);
         }
     });
-    if !has_stats {
-        ui.label(
-            RichText::new("Calibrate first: the scan quantizes from the cached statistics.").weak(),
-        );
-    }
-    if let Some(result) = &work.auto_excluded {
-        let names = result.excluded.join(", ");
-        ui.label(format!(
-            "Auto-exclude: {}{}",
-            crate::app::work::auto_exclude_summary(result),
-            if names.is_empty() {
-                String::new()
-            } else {
-                format!(": {names}")
-            }
-        ));
-        alternatives(ui, result, commands);
-    }
-    let Some(scanned) = &work.scanned else {
-        ui.label(RichText::new("No scan yet.").weak());
-        return;
-    };
-    let s = &scanned.sensitivity;
-    if scanned.recipe != recipe {
-        ui.colored_label(
-            ui.visuals().warn_fg_color,
-            "This ranking is for an earlier recipe.",
-        );
-    }
-    ui.label(format!(
-        "Baseline worst output SQNR {:.2} dB · {} nodes · {} worker(s)",
-        s.baseline_db,
-        s.nodes.len(),
-        s.workers
-    ));
+}
+
+/// The ranking: most harmful first, each row a link to its node.
+fn ranking(
+    ui: &mut Ui,
+    s: &crate::eval::sensitivity::Sensitivity,
+    graph: &crate::model::Graph,
+    commands: &mut Vec<Command>,
+) {
     egui::Grid::new("sensitivity-table")
         .striped(true)
         .num_columns(4)
@@ -110,8 +125,7 @@ pub(super) fn show(studio: &mut Studio, ui: &mut Ui, commands: &mut Vec<Command>
                 if ui.link(&n.node).clicked() {
                     commands.push(Command::RevealNodes(vec![n.node.clone()]));
                 }
-                let op = doc
-                    .graph
+                let op = graph
                     .node_by_name(&n.node)
                     .map_or("?", |node| node.op_type.as_str());
                 ui.label(op);

@@ -4,6 +4,7 @@
 //! run, [`validate`] checks names, types, ranks and fixed dimensions against the model and
 //! lists every mismatch, expected against got.
 
+pub mod first;
 pub mod images;
 pub mod npy;
 pub mod npz;
@@ -341,6 +342,16 @@ impl DataSpec {
             DataSpec::PbFolder {
                 path: path.to_path_buf(),
             }
+        }
+    }
+
+    /// The data in a few words: its path, or how many random samples.
+    pub fn describe(&self) -> String {
+        match self {
+            DataSpec::Npz { path }
+            | DataSpec::Images { path, .. }
+            | DataSpec::PbFolder { path } => path.display().to_string(),
+            DataSpec::Random { samples, .. } => format!("{samples} random samples"),
         }
     }
 

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::Model;
-use super::graph::{Graph, format_shape, qualified_op_type};
+use crate::model::Model;
+use crate::model::graph::{Graph, format_shape, qualified_op_type};
 use crate::quant::ops::is_quantizable_by_default;
 
 /// A graph input or output.
@@ -185,4 +185,17 @@ impl ModelSummary {
             problems,
         }
     }
+}
+
+/// Reads, indexes and checks the model at `path`, and summarises it.
+pub fn inspect(path: &std::path::Path) -> Result<ModelSummary, super::WorkflowError> {
+    let model = Model::load(path)?;
+    let graph = Graph::build(&model);
+    graph
+        .check()
+        .map_err(|source| super::WorkflowError::InvalidGraph {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })?;
+    Ok(ModelSummary::of(&model, &graph))
 }

@@ -1,0 +1,109 @@
+//! What the quantizer's plan ([`crate::quant::Explanation`]) says about each node, as the graph
+//! view colours it and the recipe panel counts it. Nothing here decides anything: the states
+//! are read off the plan.
+
+use crate::model::Graph;
+use crate::quant::explain::{Explanation, NodeDecision};
+use crate::quant::plan::Exclusion;
+
+/// What the current recipe does to one node: the colour of its box in the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeState {
+    /// Will be quantized.
+    Quantized,
+    /// Its op type is unchecked (excluded by the recipe).
+    ExcludedByOpType,
+    /// Excluded by name (or not among the nodes the recipe selects).
+    ExcludedByNode,
+    /// Outside the subgraph start/end range.
+    OutsideSubgraph,
+    /// Not quantizable under the policy (op type not in the list, nothing to quantize on it,
+    /// or a custom domain).
+    NotQuantizable,
+    /// Removed by the quantizer's pre-processing (a folded BatchNormalization, an Identity,
+    /// a Constant that became an initializer).
+    Folded,
+}
+
+impl NodeState {
+    /// The state a plan decision shows as.
+    pub fn of(decision: Option<&NodeDecision>) -> NodeState {
+        match decision {
+            Some(NodeDecision::Quantized) => NodeState::Quantized,
+            Some(NodeDecision::Excluded(Exclusion::OpTypeExcluded)) => NodeState::ExcludedByOpType,
+            Some(NodeDecision::Excluded(Exclusion::NodeExcluded | Exclusion::NotSelected)) => {
+                NodeState::ExcludedByNode
+            }
+            Some(NodeDecision::Excluded(Exclusion::OutsideSubgraph)) => NodeState::OutsideSubgraph,
+            Some(NodeDecision::Folded(_)) => NodeState::Folded,
+            Some(NodeDecision::Excluded(
+                Exclusion::OpTypeNotQuantized | Exclusion::CustomDomain,
+            ))
+            | None => NodeState::NotQuantizable,
+        }
+    }
+
+    /// A short label for legends and tooltips.
+    pub fn label(self) -> &'static str {
+        match self {
+            NodeState::Quantized => "will be quantized",
+            NodeState::ExcludedByOpType => "excluded by op type",
+            NodeState::ExcludedByNode => "excluded by node",
+            NodeState::OutsideSubgraph => "outside the subgraph",
+            NodeState::NotQuantizable => "not quantizable",
+            NodeState::Folded => "folded by pre-processing",
+        }
+    }
+
+    /// True for the states a user can change by excluding or including the node.
+    pub fn excludable(self) -> bool {
+        matches!(
+            self,
+            NodeState::Quantized | NodeState::ExcludedByNode | NodeState::ExcludedByOpType
+        )
+    }
+}
+
+/// The state of every node of `graph` (indexed by node id) under `plan`.
+pub fn node_states(graph: &Graph, plan: &Explanation) -> Vec<NodeState> {
+    graph
+        .nodes()
+        .iter()
+        .map(|n| NodeState::of(plan.node(&n.name)))
+        .collect()
+}
+
+/// Node counts under the current recipe, for the always-visible summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Nodes that will be quantized.
+    pub quantized: usize,
+    /// Nodes the recipe excludes (by op type, by node, or outside the subgraph).
+    pub excluded: usize,
+    /// Nodes the policy cannot quantize.
+    pub not_quantizable: usize,
+    /// Nodes pre-processing removes (Constant nodes left out, see [`Counts::of`]).
+    pub folded: usize,
+}
+
+impl Counts {
+    /// Counts `states` (indexed by node id of `graph`). Constant nodes are left out: the view
+    /// folds them into their consumers and they are never quantized as nodes, so counting
+    /// them would drown the numbers users act on.
+    pub fn of(states: &[NodeState], graph: &Graph) -> Counts {
+        let mut c = Counts::default();
+        for (state, _) in states
+            .iter()
+            .zip(graph.nodes())
+            .filter(|(_, n)| n.op_type != "Constant")
+        {
+            match state {
+                NodeState::Quantized => c.quantized += 1,
+                NodeState::NotQuantizable => c.not_quantizable += 1,
+                NodeState::Folded => c.folded += 1,
+                _ => c.excluded += 1,
+            }
+        }
+        c
+    }
+}

@@ -1,0 +1,81 @@
+//! How the studio's runs are set up, as the user edits it in the work panel: the data, the
+//! execution provider, batch and sample counts, and the auto-exclude target. Plain values; the
+//! panel edits them and the tasks read them.
+
+use crate::calib::data::InputSpec;
+use crate::eval::sensitivity::{Target, TargetKind};
+use crate::runtime::EpSpec;
+
+use super::data::DataChoice;
+
+/// The settings of every run on one open model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    /// Calibration data.
+    pub calibration: DataChoice,
+    /// Evaluation data (when not the calibration data).
+    pub evaluation: DataChoice,
+    /// Evaluate on the calibration data.
+    pub evaluate_on_calibration: bool,
+    /// The execution provider for every run.
+    pub ep: EpSpec,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Calibrate on at most this many samples (0: all).
+    pub max_samples: usize,
+    /// Histogram bins.
+    pub histogram_bins: usize,
+    /// Time float and QDQ in quantize & compare.
+    pub measure_latency: bool,
+    /// Auto-exclude target kind.
+    pub target_kind: TargetKind,
+    /// Auto-exclude target value (dB or percent).
+    pub target_value: f64,
+    /// Auto-exclude's limit.
+    pub max_excluded: usize,
+}
+
+impl RunSettings {
+    /// The settings for a freshly opened model: random data sized to its inputs, or the given
+    /// calibration/evaluation files (the bundled sample ships both).
+    pub fn new(
+        inputs: &[InputSpec],
+        data_files: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    ) -> Self {
+        let (calibration, evaluation, evaluate_on_calibration) = match data_files {
+            Some((calib, eval)) => (DataChoice::file(calib), DataChoice::file(eval), false),
+            None => (
+                DataChoice::random_for(inputs),
+                DataChoice::random_for(inputs),
+                true,
+            ),
+        };
+        RunSettings {
+            calibration,
+            evaluation,
+            evaluate_on_calibration,
+            ep: EpSpec::Cpu,
+            batch_size: 1,
+            max_samples: 0,
+            histogram_bins: crate::calib::CalibrationConfig::default().histogram_bins,
+            measure_latency: true,
+            target_kind: TargetKind::SqnrDb,
+            target_value: 30.0,
+            max_excluded: 10,
+        }
+    }
+
+    /// The evaluation data in use.
+    pub fn evaluation_choice(&self) -> &DataChoice {
+        if self.evaluate_on_calibration {
+            &self.calibration
+        } else {
+            &self.evaluation
+        }
+    }
+
+    /// Auto-exclude's target.
+    pub fn target(&self) -> Target {
+        self.target_kind.target(self.target_value)
+    }
+}

@@ -1,0 +1,189 @@
+//! How each planned tensor is quantized: its type, symmetry, channel axis and where its range
+//! comes from. [`super::rewrite`] applies these decisions and [`super::explain`] shows them,
+//! so what users are told is what the quantizer does.
+
+use std::collections::HashSet;
+
+use super::QuantError;
+use super::plan::TensorRole;
+use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
+use crate::calib::stats::CalibrationStats;
+use crate::model::Graph;
+use crate::recipe::{QuantMode, QuantType, Recipe};
+
+/// The integer grid an activation of `qtype` is quantized to (what its range is chosen for).
+pub fn qtype_range_target(qtype: QuantType, symmetric: bool) -> RangeTarget {
+    let (lo, hi) = super::scale::qrange(qtype, false, symmetric);
+    RangeTarget {
+        steps: (hi - lo) as u32,
+        symmetric,
+    }
+}
+
+/// Where an activation's range comes from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RangeSource {
+    /// A range the recipe fixes for this tensor (`tensor_overrides`).
+    Fixed {
+        /// The range.
+        range: Range,
+    },
+    /// A Softmax output: its values lie in [0, 1] whatever was observed.
+    Softmax,
+    /// The calibration statistics of `tensor` through `method` (the recipe's, or the
+    /// tensor's override).
+    Method {
+        /// The tensor whose statistics are read.
+        tensor: String,
+        /// The range method.
+        method: RangeMethod,
+        /// True when the method is this tensor's override rather than the recipe's.
+        overridden: bool,
+    },
+}
+
+/// How one activation is quantized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationQuant {
+    /// The quantized type.
+    pub qtype: QuantType,
+    /// Symmetric range.
+    pub symmetric: bool,
+    /// Where the range comes from.
+    pub source: RangeSource,
+}
+
+/// The outputs of Softmax nodes, whose range is always [0, 1].
+pub fn softmax_outputs(graph: &Graph) -> HashSet<String> {
+    graph
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "Softmax")
+        .flat_map(|n| n.outputs.first().cloned())
+        .collect()
+}
+
+/// The activation type of `name`: its override's, else the recipe's.
+pub fn activation_qtype(recipe: &Recipe, name: &str) -> QuantType {
+    recipe
+        .tensor_overrides
+        .get(name)
+        .and_then(|o| o.dtype)
+        .unwrap_or(recipe.activation_type)
+}
+
+/// Whether activations of `qtype` get a symmetric range.
+fn activation_symmetric(recipe: &Recipe, qtype: QuantType) -> bool {
+    recipe.symmetric_activations || qtype == QuantType::Float8e4m3fn
+}
+
+/// How the activation `name` is quantized under `recipe`.
+pub fn activation_quant(recipe: &Recipe, name: &str, softmax: &HashSet<String>) -> ActivationQuant {
+    let qtype = activation_qtype(recipe, name);
+    let source = if let Some(range) = recipe.fixed_range(name) {
+        RangeSource::Fixed { range }
+    } else if softmax.contains(name) {
+        RangeSource::Softmax
+    } else {
+        let own = recipe.tensor_overrides.get(name).and_then(|o| o.method);
+        RangeSource::Method {
+            tensor: name.to_owned(),
+            method: own.unwrap_or(recipe.calibration_method),
+            overridden: own.is_some(),
+        }
+    };
+    ActivationQuant {
+        qtype,
+        symmetric: activation_symmetric(recipe, qtype),
+        source,
+    }
+}
+
+impl ActivationQuant {
+    /// The integer grid the range is chosen for.
+    pub fn target(&self) -> RangeTarget {
+        qtype_range_target(self.qtype, self.symmetric)
+    }
+
+    /// The range, from the statistics where it comes from them.
+    pub fn range(&self, stats: Option<&CalibrationStats>) -> Result<Range, QuantError> {
+        let (tensor, method) = match &self.source {
+            RangeSource::Fixed { range } => return Ok(*range),
+            RangeSource::Softmax => return Ok(Range { lo: 0.0, hi: 1.0 }),
+            RangeSource::Method { tensor, method, .. } => (tensor, method),
+        };
+        let missing = |reason: &str| QuantError::MissingStats {
+            tensor: tensor.clone(),
+            reason: reason.to_owned(),
+        };
+        let stats = stats.ok_or_else(|| missing("no calibration statistics were given"))?;
+        let s = stats.tensors.get(tensor).ok_or_else(|| {
+            missing(
+                "it was not calibrated (calibrate again with this model, or keep its node in float)",
+            )
+        })?;
+        range::compute(s, method, self.target(), stats.info.ort_parity)
+            .map_err(|e| missing(&e.to_string()))
+    }
+}
+
+/// How one weight (or constant input) is quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct WeightQuant {
+    /// The quantized type.
+    pub qtype: QuantType,
+    /// Symmetric range.
+    pub symmetric: bool,
+    /// 7-bit weights (onnxruntime's `reduce_range`).
+    pub reduce_range: bool,
+    /// The axis of per-channel (or block-wise) scales; `None` for one scale.
+    pub axis: Option<usize>,
+    /// Block size of block-wise (int4) scales along `axis`.
+    pub block_size: Option<usize>,
+}
+
+/// How the weight or constant `name` in `role` is quantized, for a tensor of `rank`
+/// dimensions; `None` when it is not (an int4 weight that is not rank 2, or another role).
+pub fn weight_quant(
+    recipe: &Recipe,
+    name: &str,
+    role: &TensorRole,
+    rank: usize,
+) -> Option<WeightQuant> {
+    let fp8 = recipe.weight_type == QuantType::Float8e4m3fn;
+    match role {
+        TensorRole::Weight { .. } if recipe.mode == QuantMode::Int4 => {
+            (rank == 2).then_some(WeightQuant {
+                qtype: recipe.weight_type,
+                symmetric: recipe.symmetric_weights,
+                reduce_range: false,
+                axis: Some(0),
+                block_size: Some(recipe.block_size),
+            })
+        }
+        TensorRole::Weight { axis } => {
+            let axis = axis
+                .filter(|_| recipe.per_channel)
+                .filter(|&a| a < rank && rank > 1);
+            Some(WeightQuant {
+                qtype: recipe.weight_type,
+                symmetric: recipe.symmetric_weights || axis.is_some() || fp8,
+                reduce_range: recipe.reduce_range,
+                axis,
+                block_size: None,
+            })
+        }
+        TensorRole::ConstantActivation => {
+            let qtype = activation_qtype(recipe, name);
+            Some(WeightQuant {
+                qtype,
+                symmetric: activation_symmetric(recipe, qtype),
+                reduce_range: false,
+                axis: None,
+                block_size: None,
+            })
+        }
+        _ => None,
+    }
+}

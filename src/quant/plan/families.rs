@@ -1,0 +1,302 @@
+//! The op families and what each does to a quantized node's tensors, per placement policy
+//! and mode. Every op type the planner treats specially is listed in a table here; the rest
+//! follow their policy's generic rule.
+
+use super::{Exclusion, Planner, TensorRole};
+use crate::model::Node;
+use crate::recipe::{Placement, QuantMode, Recipe};
+
+/// Ops with a weight (input 1) and bias (input 2).
+pub const WEIGHTED_OPS: &[&str] = &["Conv", "ConvTranspose", "Gemm"];
+
+/// Ops whose output reuses the input's scale and zero point (onnxruntime's "direct 8-bit"
+/// ops): they move or select values without changing them.
+pub const SHARED_SCALE_OPS: &[&str] = &[
+    "Reshape",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Slice",
+    "MaxPool",
+    "Resize",
+    "Pad",
+    "Split",
+    "Gather",
+    "GatherElements",
+    "TopK",
+    "AveragePool",
+    "Where",
+];
+
+/// Activations with a floor at zero, which a range starting at zero makes exact: removable.
+pub const FLOOR_ACTIVATIONS: &[&str] = &["Relu", "Clip"];
+
+/// Normalisations whose scale is quantized as a weight and bias as int32.
+pub const NORM_OPS: &[&str] = &[
+    "BatchNormalization",
+    "LayerNormalization",
+    "InstanceNormalization",
+];
+
+/// TensorRT explicit quantization: compute ops whose inputs get Q/DQ (ModelOpt's default
+/// int8 set).
+pub const TENSORRT_OP_TYPES: &[&str] = &[
+    "Conv",
+    "ConvTranspose",
+    "Gemm",
+    "MatMul",
+    "Add",
+    "AveragePool",
+    "GlobalAveragePool",
+    "MaxPool",
+    "BatchNormalization",
+    "Mul",
+    "Clip",
+];
+
+/// Op types quantized weight-only in int4 mode.
+pub const INT4_OP_TYPES: &[&str] = &["MatMul", "Gemm"];
+
+/// Op types quantized in fp8 mode.
+pub const FP8_OP_TYPES: &[&str] = &["Conv", "Gemm", "MatMul"];
+
+/// The op types `recipe` quantizes by default under its placement and mode.
+pub fn default_op_types(recipe: &Recipe) -> Vec<&'static str> {
+    match (recipe.mode, recipe.placement) {
+        (QuantMode::Int4, _) => INT4_OP_TYPES.to_vec(),
+        (QuantMode::Fp8, _) => FP8_OP_TYPES.to_vec(),
+        (_, Placement::Ort) => super::super::ops::ORT_DEFAULT_OP_TYPES.to_vec(),
+        (_, Placement::Tensorrt) => TENSORRT_OP_TYPES.to_vec(),
+    }
+}
+
+/// The output-channel axis of a weighted op's weight: per-channel scales run along it.
+pub fn weight_axis(node: &Node) -> usize {
+    match node.op_type.as_str() {
+        "Conv" => 0,
+        "ConvTranspose" => 1,
+        "Gemm" => usize::from(node.int_attribute("transB").unwrap_or(0) == 0),
+        // MatMul: x[.., K] · w[K, N], channels are the N columns.
+        _ => 1,
+    }
+}
+
+/// What a selected node does to its tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rule {
+    /// int4: the rank-2 weight alone, block-wise.
+    WeightOnly,
+    /// Conv, ConvTranspose, Gemm, MatMul: activation, weight per channel, int32 bias.
+    Weighted,
+    /// onnxruntime: outputs share the data input's scale.
+    SharedScale,
+    /// onnxruntime: Relu/Clip, removed when the previous range makes them exact.
+    FloorActivation,
+    /// TensorRT: an Add's non-residual input only.
+    TensorrtAdd,
+    /// TensorRT: every input.
+    TensorrtInputs,
+    /// onnxruntime: every input (normalisation weights and biases as such) and the output.
+    Inputs,
+}
+
+/// The rule for `op` under `recipe`'s mode and placement.
+pub(super) fn rule(recipe: &Recipe, op: &str) -> Rule {
+    if recipe.mode == QuantMode::Int4 {
+        return Rule::WeightOnly;
+    }
+    if WEIGHTED_OPS.contains(&op) || op == "MatMul" {
+        return Rule::Weighted;
+    }
+    match recipe.placement {
+        Placement::Ort if SHARED_SCALE_OPS.contains(&op) => Rule::SharedScale,
+        Placement::Ort if FLOOR_ACTIVATIONS.contains(&op) => Rule::FloorActivation,
+        Placement::Ort => Rule::Inputs,
+        Placement::Tensorrt if op == "Add" => Rule::TensorrtAdd,
+        Placement::Tensorrt => Rule::TensorrtInputs,
+    }
+}
+
+impl Planner<'_> {
+    /// Applies `rule` to `node`: `Err` when the node turns out not to be quantizable.
+    pub(super) fn apply(&mut self, rule: Rule, node: &Node) -> Result<(), Exclusion> {
+        match rule {
+            Rule::WeightOnly => self.weight_only(node),
+            Rule::Weighted => {
+                self.weighted(node);
+                Ok(())
+            }
+            Rule::SharedScale => self.shared_scale(node),
+            Rule::FloorActivation => {
+                self.floor_activation(node);
+                Ok(())
+            }
+            Rule::TensorrtAdd => self.tensorrt_add(node),
+            Rule::TensorrtInputs => {
+                self.tensorrt_inputs(node);
+                Ok(())
+            }
+            Rule::Inputs => {
+                self.inputs_and_output(node);
+                Ok(())
+            }
+        }
+    }
+
+    /// Weight-only: a rank-2 MatMul/Gemm weight, block-wise.
+    fn weight_only(&mut self, node: &Node) -> Result<(), Exclusion> {
+        let w = input(node, 1);
+        let rank2 = self
+            .graph()
+            .tensor(&w)
+            .and_then(|t| t.shape.as_ref())
+            .is_some_and(|s| s.len() == 2);
+        if self.is_weight(&w) && rank2 {
+            self.set(&w, TensorRole::Weight { axis: Some(0) });
+            Ok(())
+        } else {
+            Err(Exclusion::OpTypeNotQuantized)
+        }
+    }
+
+    fn weighted(&mut self, node: &Node) {
+        let op = node.op_type.as_str();
+        let (x, w) = (input(node, 0), input(node, 1));
+        self.set(&x, TensorRole::Activation);
+        if self.is_weight(&w) {
+            let axis = weight_axis(node);
+            self.set(&w, TensorRole::Weight { axis: Some(axis) });
+            let b = input(node, 2);
+            if WEIGHTED_OPS.contains(&op) && self.is_weight(&b) && self.mode() == QuantMode::Int8 {
+                self.set(
+                    &b,
+                    TensorRole::Bias {
+                        input: x,
+                        weight: w,
+                    },
+                );
+            }
+        } else if self.mode() != QuantMode::Int4 {
+            self.set(&w, TensorRole::Activation);
+        }
+        if self.quantize_outputs() {
+            self.set(&node.outputs[0], TensorRole::Activation);
+        }
+    }
+
+    fn shared_scale(&mut self, node: &Node) -> Result<(), Exclusion> {
+        let data = if node.op_type == "Where" {
+            input(node, 1)
+        } else {
+            input(node, 0)
+        };
+        if !self.plan.roles.contains_key(&data) {
+            return Err(Exclusion::OpTypeNotQuantized);
+        }
+        for out in node.outputs.iter().filter(|o| !o.is_empty()) {
+            self.set(out, TensorRole::Shared(data.clone()));
+        }
+        Ok(())
+    }
+
+    fn floor_activation(&mut self, node: &Node) {
+        let x = input(node, 0);
+        let y = node.outputs[0].clone();
+        // Dropping the node is exact when the quantized range of its input starts at zero
+        // with the zero point at qmin: asymmetric activations of a Relu, or a Clip whose
+        // minimum is 0 (never the symmetric-range trap that deletes a Relu).
+        let floor_is_zero = node.op_type == "Relu" || (self.clip_min)(node.id) == Some(0.0);
+        let graph = self.graph();
+        let removable = floor_is_zero
+            && !self.recipe().symmetric_activations
+            && self.plan.roles.get(&x) == Some(&TensorRole::Activation)
+            && self.consumers(&x) == 1
+            && !graph.tensor(&x).is_some_and(|t| t.is_output)
+            && !graph.tensor(&y).is_some_and(|t| t.is_output);
+        if removable && graph.tensor(&x).is_some_and(|t| t.producer.is_some()) {
+            // As onnxruntime does, the producer then writes the Relu's output name, which
+            // carries the Relu's (calibrated) range.
+            if let Some(role) = self.plan.roles.remove(&x) {
+                self.plan.roles.insert(y.clone(), role);
+            }
+            self.plan.removed.push((node.id, x, y));
+        } else {
+            self.set(&x, TensorRole::Activation);
+            self.set(&y, TensorRole::Activation);
+        }
+    }
+
+    /// An Add of two activations is a residual join: only the non-residual input gets Q/DQ.
+    /// An Add with a constant is a bias TensorRT fuses into the preceding layer: left alone.
+    fn tensorrt_add(&mut self, node: &Node) -> Result<(), Exclusion> {
+        let inputs: Vec<String> = (0..node.inputs.len()).map(|i| input(node, i)).collect();
+        let activations = inputs.len() == 2 && !inputs.iter().any(|i| self.is_weight(i));
+        let residual = self
+            .residual_input(&inputs)
+            .filter(|_| activations)
+            .ok_or(Exclusion::OpTypeNotQuantized)?;
+        self.set(&inputs[1 - residual], TensorRole::Activation);
+        Ok(())
+    }
+
+    fn tensorrt_inputs(&mut self, node: &Node) {
+        for x in (0..node.inputs.len()).map(|i| input(node, i)) {
+            let role = if self.is_weight(&x) {
+                TensorRole::ConstantActivation
+            } else {
+                TensorRole::Activation
+            };
+            self.set(&x, role);
+        }
+    }
+
+    fn inputs_and_output(&mut self, node: &Node) {
+        let norm = NORM_OPS.contains(&node.op_type.as_str());
+        for (i, x) in (0..node.inputs.len()).map(|i| (i, input(node, i))) {
+            let role = if norm && i == 1 && self.is_weight(&x) {
+                TensorRole::Weight { axis: None }
+            } else if norm && i == 2 && self.is_weight(&x) {
+                TensorRole::Bias {
+                    input: input(node, 0),
+                    weight: input(node, 1),
+                }
+            } else if norm && i > 2 {
+                continue;
+            } else if self.is_weight(&x) {
+                TensorRole::ConstantActivation
+            } else {
+                TensorRole::Activation
+            };
+            self.set(&x, role);
+        }
+        if self.quantize_outputs() {
+            for out in node.outputs.iter().filter(|o| !o.is_empty()).take(1) {
+                self.set(out, TensorRole::Activation);
+            }
+        }
+    }
+
+    /// For a residual `Add(a, b)`, the index of the input that comes from further back (the
+    /// skip connection, produced earlier or a graph input), which TensorRT fuses without Q/DQ.
+    fn residual_input(&self, inputs: &[String]) -> Option<usize> {
+        let graph = self.graph();
+        let order = graph.topological_order();
+        let depth = |name: &str| -> Option<i64> {
+            let tensor = graph.tensor(name)?;
+            match tensor.producer {
+                Some(p) => order.iter().position(|&id| id == p).map(|d| d as i64),
+                None => Some(-1),
+            }
+        };
+        match (depth(&inputs[0]), depth(&inputs[1])) {
+            (Some(a), Some(b)) if a != b => Some(if a < b { 0 } else { 1 }),
+            _ => None,
+        }
+    }
+}
+
+/// Input `i` of `node` (`""` when absent).
+fn input(node: &Node, i: usize) -> String {
+    node.inputs.get(i).cloned().unwrap_or_default()
+}

@@ -1,0 +1,169 @@
+//! Which nodes are quantized and what happens to each of their tensors, for each placement
+//! policy. The plan is pure data: [`super::rewrite`] turns it into a QDQ model, and
+//! [`super::explain`] tells users what it will do.
+//!
+//! Planning runs node by node in topological order: the recipe's selection
+//! ([`select`]) decides whether a node is a candidate, then its op family's rule
+//! ([`families`]) assigns roles to its tensors.
+
+mod families;
+mod select;
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::model::{Graph, Node, NodeId, TensorKind};
+use crate::recipe::{Placement, QuantMode, Recipe};
+
+pub use families::{
+    FLOOR_ACTIVATIONS, NORM_OPS, SHARED_SCALE_OPS, TENSORRT_OP_TYPES, WEIGHTED_OPS,
+    default_op_types, weight_axis,
+};
+
+/// What happens to one tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorRole {
+    /// Quantized with its own scale and zero point from its range.
+    Activation,
+    /// Quantized with the scale and zero point of another tensor.
+    Shared(String),
+    /// A weight initializer quantized from its values (per channel along `axis` when set).
+    Weight {
+        /// Channel axis for per-channel scales.
+        axis: Option<usize>,
+    },
+    /// A constant input of a non-weighted op, quantized like an activation from its values.
+    ConstantActivation,
+    /// An int32 bias whose scale is `scale(input) × scale(weight)`.
+    Bias {
+        /// The activation input of the node.
+        input: String,
+        /// The weight of the node.
+        weight: String,
+    },
+}
+
+/// Why a node is not quantized.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exclusion {
+    /// Its op type is not in the policy's (or recipe's) list, or the policy has nothing to
+    /// quantize on it here (a shared-scale op whose input stays float, say).
+    OpTypeNotQuantized,
+    /// Its op type is excluded by the recipe.
+    OpTypeExcluded,
+    /// Its name matches `nodes_to_exclude`.
+    NodeExcluded,
+    /// `nodes_to_quantize` is set and does not match it.
+    NotSelected,
+    /// Outside the subgraph range.
+    OutsideSubgraph,
+    /// Not in the default ONNX domain.
+    CustomDomain,
+}
+
+/// The plan for a graph.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Nodes to quantize.
+    pub quantized: Vec<NodeId>,
+    /// Nodes left in float and why.
+    pub excluded: BTreeMap<NodeId, Exclusion>,
+    /// Tensor name → role.
+    pub roles: BTreeMap<String, TensorRole>,
+    /// Relu/Clip nodes removed because the previous range makes them exact: (node, its input,
+    /// its output). The input's producer is renamed to write the output.
+    pub removed: Vec<(NodeId, String, String)>,
+}
+
+/// What planning needs to know beyond the graph's structure and the recipe.
+pub struct PlanFacts<'a> {
+    /// True for tensors of a float type (declared by the file, else found by calibration or
+    /// type inference): only those are quantized.
+    pub is_float: &'a dyn Fn(&str) -> bool,
+    /// A Clip node's lower bound when it is a constant.
+    pub clip_min: &'a dyn Fn(NodeId) -> Option<f32>,
+}
+
+/// The plan under construction, with what the op families' rules need to read.
+pub(crate) struct Planner<'a> {
+    graph: &'a Graph,
+    recipe: &'a Recipe,
+    is_float: &'a dyn Fn(&str) -> bool,
+    clip_min: &'a dyn Fn(NodeId) -> Option<f32>,
+    keep_float: HashSet<&'a str>,
+    plan: Plan,
+}
+
+impl<'a> Planner<'a> {
+    fn graph(&self) -> &'a Graph {
+        self.graph
+    }
+
+    fn recipe(&self) -> &'a Recipe {
+        self.recipe
+    }
+
+    fn mode(&self) -> QuantMode {
+        self.recipe.mode
+    }
+
+    /// onnxruntime's placement quantizes outputs too (in integer mode).
+    fn quantize_outputs(&self) -> bool {
+        self.recipe.placement == Placement::Ort && self.recipe.mode == QuantMode::Int8
+    }
+
+    fn is_weight(&self, name: &str) -> bool {
+        self.graph
+            .tensor(name)
+            .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
+    }
+
+    fn consumers(&self, name: &str) -> usize {
+        self.graph.tensor(name).map_or(0, |t| t.consumers.len())
+    }
+
+    /// Gives `name` its role unless it already has one (the first node to claim a tensor
+    /// decides); false for an empty name, a tensor kept in float, or a non-float tensor.
+    fn set(&mut self, name: &str, role: TensorRole) -> bool {
+        if name.is_empty() || self.keep_float.contains(name) || !(self.is_float)(name) {
+            return false;
+        }
+        self.plan.roles.entry(name.to_owned()).or_insert(role);
+        true
+    }
+
+    fn visit(&mut self, selection: &select::Selection, node: &Node) {
+        let decided = match selection.exclusion(node) {
+            Some(reason) => Err(reason),
+            None => self.apply(families::rule(self.recipe, &node.op_type), node),
+        };
+        match decided {
+            Ok(()) => self.plan.quantized.push(node.id),
+            Err(reason) => {
+                self.plan.excluded.insert(node.id, reason);
+            }
+        }
+    }
+}
+
+/// Decides, node by node in topological order, what gets quantized.
+pub fn plan(graph: &Graph, recipe: &Recipe, facts: &PlanFacts) -> Plan {
+    let mut planner = Planner {
+        graph,
+        recipe,
+        is_float: facts.is_float,
+        clip_min: facts.clip_min,
+        keep_float: recipe
+            .tensor_overrides
+            .iter()
+            .filter(|(_, o)| o.keep_float)
+            .map(|(n, _)| n.as_str())
+            .collect(),
+        plan: Plan::default(),
+    };
+    let selection = select::Selection::new(graph, recipe);
+    for &id in graph.topological_order() {
+        planner.visit(&selection, graph.node(id));
+    }
+    planner.plan
+}

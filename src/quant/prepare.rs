@@ -1,0 +1,96 @@
+//! [`Prepared`]: a model as the quantizer sees it. Nodes are named first (unnamed ones get
+//! `OpType_N` from their place in the file, as the studio and recipes call them), then the
+//! recipe's pre-processing runs on the copy. Calibration, quantization and the explanation of
+//! the plan all work on this one form, so the tensor and node names they use agree.
+
+use std::collections::HashMap;
+
+use super::preprocess::{PreprocessReport, preprocess, write_observed_shapes};
+use crate::calib::stats::CalibrationStats;
+use crate::model::infer::{elem_types, is_float_code};
+use crate::model::{Graph, Model, ModelError, NodeId};
+use crate::recipe::Preprocessing;
+
+/// A named, pre-processed copy of a model with its graph index.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The model after naming and pre-processing.
+    pub model: Model,
+    /// Its graph index.
+    pub graph: Graph,
+    /// What pre-processing changed.
+    pub report: PreprocessReport,
+    /// The pre-processing options it was made with.
+    pub options: Preprocessing,
+    /// Every tensor's element type, declared or inferred ([`crate::model::infer`]).
+    types: HashMap<String, i32>,
+}
+
+/// Writes every node's effective name into the model (unnamed ones get `OpType_N`), so
+/// recipes can name them and the output keeps the names.
+pub fn name_nodes(model: &mut Model) {
+    let graph = Graph::build(model);
+    if let Some(g) = model.proto_mut().graph.as_mut() {
+        for renamed in graph.renamed() {
+            g.node[renamed.id.0].name = Some(renamed.name.clone());
+        }
+    }
+}
+
+impl Prepared {
+    /// Names `model`'s nodes and pre-processes a copy as `options` say; the input is never
+    /// changed.
+    pub fn new(model: &Model, options: &Preprocessing) -> Result<Self, ModelError> {
+        let mut named = model.clone();
+        name_nodes(&mut named);
+        let (prepared, report) = preprocess(&named, options)?;
+        let graph = Graph::build(&prepared);
+        let types = elem_types(&prepared, &graph);
+        Ok(Prepared {
+            model: prepared,
+            graph,
+            report,
+            options: *options,
+            types,
+        })
+    }
+
+    /// Records the shapes calibration observed as `value_info` (see
+    /// [`write_observed_shapes`]) and re-indexes the graph.
+    pub fn record_observed_shapes(&mut self, stats: &CalibrationStats) {
+        self.report.shapes_written = write_observed_shapes(&mut self.model, stats);
+        self.graph = Graph::build(&self.model);
+    }
+
+    /// True when `tensor` is of a float type: as declared, else as `stats` observed it (only
+    /// calibrated tensors are float then), else as inferred when there are no statistics.
+    pub fn is_float(&self, tensor: &str, stats: Option<&CalibrationStats>) -> bool {
+        match self.graph.tensor(tensor).and_then(|t| t.elem_type) {
+            Some(code) => is_float_code(code),
+            None => match stats {
+                Some(stats) => stats.tensors.contains_key(tensor),
+                None => self.types.get(tensor).is_some_and(|&c| is_float_code(c)),
+            },
+        }
+    }
+
+    /// A Clip node's lower bound when it is a constant (its `min` input or attribute;
+    /// the float minimum when it has none).
+    pub fn clip_min(&self, id: NodeId) -> Option<f32> {
+        let node = self.model.graph().node.get(id.0)?;
+        match node.input.get(1).filter(|m| !m.is_empty()) {
+            Some(min) => self
+                .model
+                .weight(min)
+                .ok()
+                .flatten()
+                .and_then(|a| a.to_f32().iter().next().copied()),
+            None => node
+                .attribute
+                .iter()
+                .find(|a| a.name() == "min")
+                .map(|a| a.f())
+                .or(Some(f32::MIN)),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Turning a [`Plan`] into a QDQ model: scales and zero points from the calibrated ranges,
+//! quantized weights and biases, Q/DQ nodes with onnxruntime's names, consumers rewired.
+//!
+//! A [`Rewriter`] runs the phases in order, one file each: activation parameters
+//! ([`activations`]), weights ([`weights`]), biases ([`biases`]), Q/DQ pairs ([`qdq`]); they
+//! collect [`Edits`] that [`assemble`] applies to the graph at the end.
+
+mod activations;
+mod assemble;
+mod biases;
+mod qdq;
+mod tensors;
+mod weights;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use ndarray::ArrayD;
+
+use super::QuantError;
+use super::plan::{Plan, TensorRole};
+use super::scale::ScaleZp;
+use crate::calib::stats::CalibrationStats;
+use crate::model::proto::{NodeProto, TensorProto};
+use crate::model::{Graph, Model};
+use crate::recipe::{QuantType, Recipe};
+
+pub use super::params::qtype_range_target;
+pub use weights::channel_extremes;
+
+/// Quantization parameters of one tensor (one entry per channel when per-channel).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorParams {
+    /// The quantized type.
+    pub qtype: QuantType,
+    /// Scale and zero point per channel (one entry when per-tensor).
+    pub params: Vec<ScaleZp>,
+    /// Channel axis when per-channel.
+    pub axis: Option<usize>,
+    /// Block size when block-wise (int4 weights).
+    pub block_size: Option<usize>,
+    /// The range the parameters came from (activations).
+    pub range: Option<(f32, f32)>,
+}
+
+/// What the rewrite produced besides the model.
+#[derive(Debug, Clone, Default)]
+pub struct RewriteOutput {
+    /// Parameters of every quantized tensor, by its float name.
+    pub params: BTreeMap<String, TensorParams>,
+    /// Whether any per-channel or block-wise DequantizeLinear was written.
+    pub per_axis: bool,
+}
+
+/// What the phases decide, applied to the graph by [`Edits::assemble`].
+#[derive(Default)]
+struct Edits {
+    out: RewriteOutput,
+    /// Scales, zero points and quantized values to add.
+    new_initializers: Vec<TensorProto>,
+    /// DequantizeLinear nodes of weights and biases (first in the node list).
+    weight_dq: Vec<NodeProto>,
+    /// Inputs to rewire: float tensor → the DequantizeLinear output that replaces it.
+    replaced_inputs: HashMap<String, String>,
+    /// Float weights replaced (dropped unless a float node still reads them).
+    drop_initializers: HashSet<String>,
+    /// Biases, replaced by a DequantizeLinear writing the same name: always dropped.
+    drop_biases: HashSet<String>,
+    /// The Q/DQ pair to emit after the producer of each tensor.
+    qdq_after: HashMap<String, Vec<NodeProto>>,
+    /// Graph outputs whose producer now writes `{name}_QuantizeLinear_Input`.
+    renamed_outputs: HashMap<String, String>,
+}
+
+/// The phases' shared inputs and the edits they collect.
+struct Rewriter<'a> {
+    model: &'a Model,
+    plan: &'a Plan,
+    recipe: &'a Recipe,
+    stats: Option<&'a CalibrationStats>,
+    softmax: HashSet<String>,
+    initializers: HashMap<&'a str, &'a TensorProto>,
+    /// weight → (its node's activation input, its bias), for the int32-bias adjustment.
+    bias_of: HashMap<&'a str, (&'a str, &'a str)>,
+    edits: Edits,
+}
+
+impl<'a> Rewriter<'a> {
+    fn new(
+        model: &'a Model,
+        graph: &Graph,
+        plan: &'a Plan,
+        recipe: &'a Recipe,
+        stats: Option<&'a CalibrationStats>,
+    ) -> Self {
+        let bias_of = plan
+            .roles
+            .iter()
+            .filter_map(|(b, r)| match r {
+                TensorRole::Bias { input, weight } => {
+                    Some((weight.as_str(), (input.as_str(), b.as_str())))
+                }
+                _ => None,
+            })
+            .collect();
+        Rewriter {
+            model,
+            plan,
+            recipe,
+            stats,
+            softmax: super::params::softmax_outputs(graph),
+            initializers: model
+                .graph()
+                .initializer
+                .iter()
+                .map(|t| (t.name(), t))
+                .collect(),
+            bias_of,
+            edits: Edits::default(),
+        }
+    }
+
+    /// The values of initializer `name` as f32.
+    fn float_value(&self, name: &str) -> Result<ArrayD<f32>, QuantError> {
+        let tensor = self
+            .initializers
+            .get(name)
+            .ok_or_else(|| QuantError::MissingStats {
+                tensor: name.to_owned(),
+                reason: "expected an initializer".to_owned(),
+            })?;
+        Ok(self.model.tensor_array(tensor)?.to_f32())
+    }
+}
+
+/// Applies the plan to `model` (already pre-processed, nodes named; `graph` indexes it).
+pub fn rewrite(
+    model: &mut Model,
+    graph: &Graph,
+    plan: &Plan,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> Result<RewriteOutput, QuantError> {
+    let edits = {
+        let mut rewriter = Rewriter::new(model, graph, plan, recipe, stats);
+        rewriter.activation_params()?;
+        rewriter.shared_params();
+        rewriter.weights()?;
+        rewriter.biases()?;
+        rewriter.qdq_pairs();
+        rewriter.edits
+    };
+    Ok(edits.assemble(model, graph, plan))
+}

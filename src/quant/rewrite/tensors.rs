@@ -1,0 +1,115 @@
+//! The protos the rewrite adds: quantized tensors, scales, zero points and Q/DQ nodes.
+
+use crate::model::TensorArray;
+use crate::model::proto::{AttributeProto, NodeProto, TensorProto, attribute_proto::AttributeType};
+use crate::model::tensor::array;
+use crate::quant::scale::ScaleZp;
+use crate::recipe::QuantType;
+
+/// The array a quantized tensor is stored as (`values` for integer types, `fp8` bits for
+/// float8; the length always matches `shape`).
+pub(super) fn quantized_array(
+    values: &[i64],
+    fp8: &[u8],
+    qtype: QuantType,
+    shape: &[usize],
+) -> TensorArray {
+    let shape = shape.to_vec();
+    match qtype {
+        QuantType::Uint8 => {
+            TensorArray::Uint8(array(shape, values.iter().map(|&v| v as u8).collect()))
+        }
+        QuantType::Int8 => {
+            TensorArray::Int8(array(shape, values.iter().map(|&v| v as i8).collect()))
+        }
+        QuantType::Uint16 => {
+            TensorArray::Uint16(array(shape, values.iter().map(|&v| v as u16).collect()))
+        }
+        QuantType::Int16 => {
+            TensorArray::Int16(array(shape, values.iter().map(|&v| v as i16).collect()))
+        }
+        QuantType::Int4 => {
+            TensorArray::Int4(array(shape, values.iter().map(|&v| v as i8).collect()))
+        }
+        QuantType::Uint4 => {
+            TensorArray::Uint4(array(shape, values.iter().map(|&v| v as u8).collect()))
+        }
+        QuantType::Float8e4m3fn => TensorArray::Float8E4M3FN(array(
+            shape,
+            fp8.iter().map(|&b| float8::F8E4M3::from_bits(b)).collect(),
+        )),
+    }
+}
+
+/// `shape`, or a scalar for one value and a vector otherwise.
+fn shape_or_default(shape: Option<Vec<usize>>, len: usize) -> Vec<usize> {
+    shape.unwrap_or_else(|| if len == 1 { vec![] } else { vec![len] })
+}
+
+/// Zero points as a tensor of the quantized type.
+pub(super) fn zero_point_tensor(
+    name: &str,
+    params: &[ScaleZp],
+    qtype: QuantType,
+    shape: Option<Vec<usize>>,
+) -> TensorProto {
+    let values: Vec<i64> = params.iter().map(|p| p.zero_point).collect();
+    let shape = shape_or_default(shape, values.len());
+    quantized_array(&values, &vec![0u8; values.len()], qtype, &shape).to_proto(name)
+}
+
+/// Scales as a float32 tensor.
+pub(super) fn scale_tensor(
+    name: &str,
+    params: &[ScaleZp],
+    shape: Option<Vec<usize>>,
+) -> TensorProto {
+    let values: Vec<f32> = params.iter().map(|p| p.scale).collect();
+    let shape = shape_or_default(shape, values.len());
+    TensorArray::Float32(array(shape, values)).to_proto(name)
+}
+
+/// A node of the default domain.
+pub(super) fn node(
+    op: &str,
+    name: &str,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+    attributes: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.to_owned()),
+        name: Some(name.to_owned()),
+        input: inputs,
+        output: outputs,
+        attribute: attributes,
+        ..Default::default()
+    }
+}
+
+/// An integer attribute.
+pub(super) fn int_attr(name: &str, value: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.to_owned()),
+        r#type: Some(AttributeType::Int as i32),
+        i: Some(value),
+        ..Default::default()
+    }
+}
+
+/// A DequantizeLinear reading `{prefix}` initializers: `inputs` are the quantized values,
+/// scale and zero point.
+pub(super) fn dequantize(
+    name: &str,
+    inputs: [String; 3],
+    output: String,
+    attributes: Vec<AttributeProto>,
+) -> NodeProto {
+    node(
+        "DequantizeLinear",
+        name,
+        inputs.to_vec(),
+        vec![output],
+        attributes,
+    )
+}

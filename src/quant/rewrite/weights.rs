@@ -1,0 +1,296 @@
+//! Phase 3 of the rewrite: weights and constant inputs quantized from their values (per
+//! tensor, per channel or block-wise), each replaced by a DequantizeLinear.
+
+use ndarray::{ArrayD, Axis};
+use rayon::prelude::*;
+
+use super::tensors::{dequantize, int_attr, quantized_array, scale_tensor, zero_point_tensor};
+use super::{Rewriter, TensorParams};
+use crate::model::TensorArray;
+use crate::quant::QuantError;
+use crate::quant::params::{WeightQuant, weight_quant};
+use crate::quant::plan::TensorRole;
+use crate::quant::scale::{
+    ScaleZp, adjust_weight_scale_for_bias, quantize_fp8, quantize_value, scale_zp_for,
+};
+use crate::recipe::QuantType;
+
+/// A weight's quantized values and parameters.
+pub(super) struct QuantizedWeight {
+    values: TensorArray,
+    params: Vec<ScaleZp>,
+    axis: Option<usize>,
+    block_size: Option<usize>,
+}
+
+/// An error naming `name` when `values` holds NaN or Inf.
+pub(super) fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), QuantError> {
+    match values.iter().filter(|v| !v.is_finite()).count() {
+        0 => Ok(()),
+        bad => Err(QuantError::NonFiniteWeight {
+            tensor: name.to_owned(),
+            count: bad,
+        }),
+    }
+}
+
+/// The smallest and largest value of each slice along `axis` (of the whole tensor when
+/// `None`): what per-channel scales are computed from. An empty slice gives (∞, −∞).
+pub fn channel_extremes(values: &ArrayD<f32>, axis: Option<usize>) -> Vec<(f32, f32)> {
+    let extremes = |lane: ndarray::ArrayViewD<f32>| {
+        lane.iter()
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+                (lo.min(v), hi.max(v))
+            })
+    };
+    match axis.filter(|&a| a < values.ndim()) {
+        Some(a) => values.axis_iter(Axis(a)).map(extremes).collect(),
+        None => vec![extremes(values.view())],
+    }
+}
+
+fn quantize_array(
+    values: &ArrayD<f32>,
+    params: &[ScaleZp],
+    axis: Option<usize>,
+    qtype: QuantType,
+) -> TensorArray {
+    let shape = values.shape().to_vec();
+    let param_of = |index: usize| -> ScaleZp {
+        match axis {
+            Some(axis) => {
+                let inner: usize = shape[axis + 1..].iter().product();
+                params[(index / inner) % shape[axis]]
+            }
+            None => params[0],
+        }
+    };
+    if qtype == QuantType::Float8e4m3fn {
+        let bits: Vec<u8> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| quantize_fp8(v, param_of(i).scale))
+            .collect();
+        return quantized_array(&[], &bits, qtype, &shape);
+    }
+    let q: Vec<i64> = values
+        .as_standard_layout()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| quantize_value(v, param_of(i), qtype))
+        .collect();
+    quantized_array(&q, &[], qtype, &shape)
+}
+
+/// Per-channel (or per-tensor) quantization; `bias_adjust` is the input scale and the bias
+/// values when an int32 bias follows (onnxruntime's weight-scale adjustment).
+fn quantize_weight(
+    name: &str,
+    values: &ArrayD<f32>,
+    how: &WeightQuant,
+    bias_adjust: Option<(f32, Vec<f32>)>,
+) -> Result<QuantizedWeight, QuantError> {
+    check_finite(name, values)?;
+    let qtype = how.qtype;
+    // Ranges always hold zero (the zero point must be exact).
+    let mut params: Vec<ScaleZp> = channel_extremes(values, how.axis)
+        .into_iter()
+        .map(|(lo, hi)| {
+            scale_zp_for(
+                lo.min(0.0),
+                hi.max(0.0),
+                qtype,
+                how.symmetric,
+                how.reduce_range,
+            )
+        })
+        .collect();
+    // onnxruntime's int32-bias adjustment: per channel against that channel's |bias|,
+    // per tensor against the whole bias's magnitude (zero included).
+    if let Some((input_scale, bias)) = bias_adjust
+        && matches!(qtype, QuantType::Int8 | QuantType::Int16)
+        && params.iter().all(|p| p.zero_point == 0)
+    {
+        let per_channel = params.len() > 1 && params.len() == bias.len();
+        let whole = bias.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (c, p) in params.iter_mut().enumerate() {
+            let magnitude = if per_channel { bias[c].abs() } else { whole };
+            p.scale = adjust_weight_scale_for_bias(p.scale, input_scale, magnitude, per_channel);
+        }
+    }
+    Ok(QuantizedWeight {
+        values: quantize_array(values, &params, how.axis, qtype),
+        params,
+        axis: how.axis,
+        block_size: None,
+    })
+}
+
+/// Block-wise quantization along axis 0 of a rank-2 weight (int4 weight-only).
+fn quantize_blockwise(
+    name: &str,
+    values: &ArrayD<f32>,
+    how: &WeightQuant,
+    block: usize,
+) -> Result<QuantizedWeight, QuantError> {
+    check_finite(name, values)?;
+    let (k, n) = (values.shape()[0], values.shape()[1]);
+    let blocks = k.div_ceil(block);
+    let mut params = Vec::with_capacity(blocks * n);
+    for b in 0..blocks {
+        for col in 0..n {
+            let (mut lo, mut hi) = (0f32, 0f32);
+            for row in b * block..((b + 1) * block).min(k) {
+                lo = lo.min(values[[row, col]]);
+                hi = hi.max(values[[row, col]]);
+            }
+            params.push(scale_zp_for(lo, hi, how.qtype, how.symmetric, false));
+        }
+    }
+    let mut q = Vec::with_capacity(k * n);
+    for row in 0..k {
+        for col in 0..n {
+            q.push(quantize_value(
+                values[[row, col]],
+                params[(row / block) * n + col],
+                how.qtype,
+            ));
+        }
+    }
+    Ok(QuantizedWeight {
+        values: quantized_array(&q, &[], how.qtype, &[k, n]),
+        params,
+        axis: Some(0),
+        block_size: Some(block),
+    })
+}
+
+impl Rewriter<'_> {
+    /// The weights and constants of the plan, sorted by name.
+    fn weight_names(&self) -> Vec<&String> {
+        let mut names: Vec<&String> = self
+            .plan
+            .roles
+            .iter()
+            .filter(|(_, r)| {
+                matches!(
+                    r,
+                    TensorRole::Weight { .. } | TensorRole::ConstantActivation
+                )
+            })
+            .map(|(n, _)| n)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The input scale and bias values a weight's scales are adjusted for, when an int32 bias
+    /// reads it.
+    fn bias_adjust(&self, weight: &str) -> Option<(f32, Vec<f32>)> {
+        let (input, bias) = self.bias_of.get(weight)?;
+        let input_scale = self.edits.out.params.get(*input)?.params[0].scale;
+        let b = self.float_value(bias).ok()?;
+        Some((input_scale, b.iter().copied().collect()))
+    }
+
+    /// Quantizes one weight or constant; `None` when the plan's decision leaves it alone.
+    fn quantize_one(
+        &self,
+        name: &str,
+    ) -> Result<Option<(ArrayD<f32>, QuantizedWeight)>, QuantError> {
+        let values = self.float_value(name)?;
+        let role = &self.plan.roles[name];
+        let Some(how) = weight_quant(self.recipe, name, role, values.ndim()) else {
+            return Ok(None);
+        };
+        let q = match (how.block_size, role) {
+            (Some(block), _) => quantize_blockwise(name, &values, &how, block)?,
+            (None, TensorRole::Weight { .. }) => {
+                quantize_weight(name, &values, &how, self.bias_adjust(name))?
+            }
+            (None, _) => quantize_weight(name, &values, &how, None)?,
+        };
+        Ok(Some((values, q)))
+    }
+
+    /// Phase 3: every weight and constant input, quantized in parallel (they are
+    /// independent) and emitted in name order.
+    pub(super) fn weights(&mut self) -> Result<(), QuantError> {
+        let names = self.weight_names();
+        let quantized: Vec<(&String, ArrayD<f32>, QuantizedWeight)> = names
+            .par_iter()
+            .filter_map(|&name| match self.quantize_one(name) {
+                Ok(Some((values, q))) => Some(Ok((name, values, q))),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<Result<_, QuantError>>()?;
+        let emitted: Vec<(String, Vec<usize>, QuantizedWeight)> = quantized
+            .into_iter()
+            .map(|(name, values, q)| (name.clone(), values.shape().to_vec(), q))
+            .collect();
+        for (name, shape, q) in emitted {
+            self.emit_weight(&name, &shape, q);
+        }
+        Ok(())
+    }
+
+    /// Writes one quantized weight: its initializers and DequantizeLinear, and its consumers
+    /// rewired to the DequantizeLinear's output.
+    fn emit_weight(&mut self, name: &str, shape: &[usize], q: QuantizedWeight) {
+        let qtype = match &self.plan.roles[name] {
+            TensorRole::ConstantActivation => {
+                crate::quant::params::activation_qtype(self.recipe, name)
+            }
+            _ => self.recipe.weight_type,
+        };
+        let scale_shape = q.block_size.map(|b| vec![shape[0].div_ceil(b), shape[1]]);
+        let per_axis = q.axis.is_some() && q.params.len() > 1 || q.block_size.is_some();
+        let edits = &mut self.edits;
+        edits.out.per_axis |= per_axis;
+        edits
+            .new_initializers
+            .push(q.values.to_proto(&format!("{name}_quantized")));
+        edits.new_initializers.push(scale_tensor(
+            &format!("{name}_scale"),
+            &q.params,
+            scale_shape.clone(),
+        ));
+        edits.new_initializers.push(zero_point_tensor(
+            &format!("{name}_zero_point"),
+            &q.params,
+            qtype,
+            scale_shape,
+        ));
+        let mut attributes = Vec::new();
+        if per_axis && let Some(axis) = q.axis {
+            attributes.push(int_attr("axis", axis as i64));
+        }
+        if let Some(block) = q.block_size {
+            attributes.push(int_attr("block_size", block as i64));
+        }
+        let dq_output = format!("{name}_DequantizeLinear_Output");
+        edits.weight_dq.push(dequantize(
+            &format!("{name}_DequantizeLinear"),
+            [
+                format!("{name}_quantized"),
+                format!("{name}_scale"),
+                format!("{name}_zero_point"),
+            ],
+            dq_output.clone(),
+            attributes,
+        ));
+        edits.replaced_inputs.insert(name.to_owned(), dq_output);
+        edits.drop_initializers.insert(name.to_owned());
+        edits.out.params.insert(
+            name.to_owned(),
+            TensorParams {
+                qtype,
+                params: q.params,
+                axis: q.axis.filter(|_| per_axis),
+                block_size: q.block_size,
+                range: None,
+            },
+        );
+    }
+}

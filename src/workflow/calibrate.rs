@@ -1,0 +1,134 @@
+//! Calibration as a step: the data opened against the model's inputs, then the model run as
+//! the quantizer will see it (nodes named, pre-processed), so the statistics' tensor names are
+//! the ones quantization looks up.
+
+use std::path::Path;
+
+use super::WorkflowError;
+use crate::calib::data::images::Preprocess;
+use crate::calib::data::{DataSpec, InputSpec, model_inputs, parse_shapes};
+use crate::calib::{CalibrationConfig, CalibrationStats};
+use crate::jobs::JobContext;
+use crate::model::Model;
+use crate::quant::Prepared;
+use crate::recipe::Preprocessing;
+use crate::runtime::Runtime;
+
+/// Samples of random data when a face gives no number.
+pub const RANDOM_SAMPLES: usize = 16;
+
+/// The warning every face gives when it calibrates on random data.
+pub const RANDOM_DATA_WARNING: &str =
+    "no calibration data given: calibrating on random data (ranges will not be representative)";
+
+/// The data at `path` (a .npz/.npy file, an image folder or ONNX Runtime test data), or
+/// `samples` samples of random data shaped by `shapes` (`in:1x3x224x224,...`) when there is no
+/// path; the second value is true for random data, which faces warn about.
+pub fn data_or_random(
+    path: Option<&Path>,
+    images: Preprocess,
+    shapes: Option<&str>,
+    samples: usize,
+) -> Result<(DataSpec, bool), WorkflowError> {
+    Ok(match path {
+        Some(path) => (DataSpec::from_path(path, images), false),
+        None => (
+            DataSpec::Random {
+                samples,
+                shapes: shapes.map(parse_shapes).transpose()?.unwrap_or_default(),
+                seed: 0,
+            },
+            true,
+        ),
+    })
+}
+
+/// The inputs calibration feeds (the same before and after pre-processing).
+pub fn inputs(model: &Model) -> Vec<InputSpec> {
+    model_inputs(&crate::model::Graph::build(model))
+}
+
+/// Calibrates `model` as the quantizer sees it after `preprocessing`.
+pub fn calibrate(
+    model: &Model,
+    preprocessing: &Preprocessing,
+    data: &DataSpec,
+    config: &CalibrationConfig,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<CalibrationStats, WorkflowError> {
+    let prepared = Prepared::new(model, preprocessing)?;
+    calibrate_prepared(&prepared, data, config, runtime, ctx)
+}
+
+/// Calibrates a model already prepared.
+pub fn calibrate_prepared(
+    prepared: &Prepared,
+    data: &DataSpec,
+    config: &CalibrationConfig,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<CalibrationStats, WorkflowError> {
+    let mut source = data.open(&model_inputs(&prepared.graph))?;
+    let config = CalibrationConfig {
+        batch_size: config.batch_size.max(1),
+        ..config.clone()
+    };
+    Ok(crate::calib::calibrate(
+        &prepared.model,
+        source.as_mut(),
+        runtime,
+        &config,
+        ctx,
+    )?)
+}
+
+/// Opens `data` for a model with `inputs` and checks that it feeds them in batches of
+/// `batch_size`: a summary line (`32 samples · x: float32 [32, 3, 48, 192]`), or every
+/// mismatch.
+pub fn check_data(
+    data: &DataSpec,
+    inputs: &[InputSpec],
+    batch_size: usize,
+) -> Result<String, WorkflowError> {
+    let source = data.open(inputs)?;
+    let arrays = source.arrays();
+    let samples = source.samples();
+    crate::calib::data::validate(inputs, &arrays, samples, batch_size.max(1))?;
+    let arrays: Vec<String> = arrays
+        .iter()
+        .map(|a| {
+            let dims: Vec<String> = a.shape.iter().map(usize::to_string).collect();
+            format!("{}: {} [{}]", a.name, a.dtype, dims.join(", "))
+        })
+        .collect();
+    Ok(format!("{samples} samples · {}", arrays.join(" · ")))
+}
+
+/// An error for a histogram bin count calibration cannot use (not a multiple of 4, or
+/// under 8).
+pub fn check_bins(bins: usize) -> Result<(), WorkflowError> {
+    if bins >= 8 && bins.is_multiple_of(4) {
+        Ok(())
+    } else {
+        Err(WorkflowError::Settings(format!(
+            "--num_bins must be a multiple of 4 and at least 8, got {bins}"
+        )))
+    }
+}
+
+/// One line on a finished calibration: tensors, samples, batches, times and providers.
+pub fn summary(stats: &CalibrationStats) -> String {
+    let info = &stats.info;
+    format!(
+        "calibrated {} tensors on {} samples in {} batches ({:.2} s: model {:.2} s, statistics {:.2} s; {} via ONNX Runtime {})",
+        stats.tensors.len(),
+        info.samples,
+        info.batches,
+        info.seconds,
+        info.run_seconds,
+        info.stats_seconds,
+        info.execution_providers.join(" > "),
+        info.runtime_version
+    )
+}

@@ -1,0 +1,342 @@
+//! Comparing float and quantized, as a step: `compare` on two model files (streaming, memory
+//! bounded by one batch), and the studio's quantize & compare, which builds the QDQ model from
+//! cached statistics and measures it against a float reference captured once. Both end in one
+//! [`CompareReport`] value, which the CLI prints and the report and studio draw.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::WorkflowError;
+use super::reference::{CapturedReference, EvalSetup};
+use crate::calib::data::first::FirstSamples;
+use crate::calib::data::{BatchSource, DataSpec, model_inputs};
+use crate::eval::reference::OutputPair;
+use crate::eval::tensors::{TensorErrors, tensor_errors};
+use crate::eval::{OutputMetrics, check_comparable, compare_outputs, measure_latency};
+use crate::jobs::{JobContext, Progress};
+use crate::model::{Graph, Model};
+use crate::quant;
+use crate::recipe::Recipe;
+use crate::report::{CompareReport, LatencyPair};
+use crate::runtime::{EpSpec, Runtime};
+
+/// How many runs time each model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyRuns {
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// Timed runs.
+    pub runs: usize,
+}
+
+/// The studio's latency measurement: quick, after two warm-up runs.
+pub const STUDIO_LATENCY: LatencyRuns = LatencyRuns {
+    warmup: 2,
+    runs: 10,
+};
+
+/// Evaluation samples the studio's per-tensor errors (the heat map) are measured on. Every
+/// activation of both models is read back for each sample, which dominates quantize & compare
+/// (63 of 73 s on PP-OCR det with 16 samples of 640×640); per-tensor SQNR is stable over a
+/// few samples. The output metrics still use every sample.
+pub const TENSOR_SAMPLES: usize = 4;
+
+/// Float and quantized latency on the first batch of `source`.
+fn latency_pair(
+    float: &Model,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    runs: LatencyRuns,
+) -> Result<LatencyPair, WorkflowError> {
+    let mut time = |model: &Model| {
+        measure_latency(
+            model,
+            source,
+            runtime,
+            eps,
+            batch_size,
+            runs.warmup,
+            runs.runs,
+        )
+    };
+    Ok(LatencyPair {
+        float: time(float)?,
+        quantized: time(quant)?,
+    })
+}
+
+/// The report of a comparison: labels of the two models and the data, and what was measured.
+fn report(
+    labels: (&str, &str),
+    data: &DataSpec,
+    samples: usize,
+    eps: &[EpSpec],
+    outputs: Vec<OutputMetrics>,
+    tensors: Option<TensorErrors>,
+    latency: Option<LatencyPair>,
+) -> CompareReport {
+    CompareReport {
+        float_model: labels.0.to_owned(),
+        quant_model: labels.1.to_owned(),
+        data: data.describe(),
+        samples,
+        execution_providers: eps.iter().map(ToString::to_string).collect(),
+        outputs,
+        tensors,
+        latency,
+    }
+}
+
+/// What `compare` measures on two models.
+#[derive(Debug, Clone)]
+pub struct CompareFiles {
+    /// Labels of the float and quantized models (their paths as given).
+    pub labels: (String, String),
+    /// The evaluation data.
+    pub data: DataSpec,
+    /// Execution providers.
+    pub eps: Vec<EpSpec>,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// Also every quantized tensor's error.
+    pub per_tensor: bool,
+    /// Also latency, with these runs.
+    pub latency: Option<LatencyRuns>,
+}
+
+/// Compares a float and a QDQ model on the evaluation data (streaming: memory bounded by one
+/// batch).
+pub fn compare_files(
+    float: &Model,
+    quant: &Model,
+    request: &CompareFiles,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<CompareReport, WorkflowError> {
+    check_comparable(float, quant, &request.labels.1)?;
+    let mut source = request.data.open(&model_inputs(&Graph::build(float)))?;
+    let (eps, batch) = (&request.eps, request.batch_size);
+    let outputs = compare_outputs(float, quant, source.as_mut(), runtime, eps, batch, ctx)?;
+    let tensors = match request.per_tensor {
+        true => Some(tensor_errors(
+            float,
+            quant,
+            source.as_mut(),
+            runtime,
+            eps,
+            batch,
+            ctx,
+        )?),
+        false => None,
+    };
+    let latency = match request.latency {
+        Some(runs) => Some(latency_pair(
+            float,
+            quant,
+            source.as_mut(),
+            runtime,
+            eps,
+            batch,
+            runs,
+        )?),
+        None => None,
+    };
+    Ok(report(
+        (&request.labels.0, &request.labels.1),
+        &request.data,
+        source.samples(),
+        eps,
+        outputs,
+        tensors,
+        latency,
+    ))
+}
+
+/// What quantize & compare needs: the evaluation set-up, latency or not, and the sample
+/// shown side by side.
+#[derive(Debug, Clone)]
+pub struct CompareRequest {
+    /// The model, statistics, recipe, data and providers.
+    pub setup: EvalSetup,
+    /// Also time both models.
+    pub latency: Option<LatencyRuns>,
+    /// The sample shown side by side.
+    pub sample: usize,
+}
+
+/// Milliseconds each stage of quantize & compare took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CompareTimings {
+    /// Building the QDQ model.
+    pub quantize_ms: f64,
+    /// Running the float model over the evaluation data (0 when a cached reference served).
+    pub reference_ms: f64,
+    /// Output metrics.
+    pub outputs_ms: f64,
+    /// Per-tensor errors.
+    pub tensors_ms: f64,
+    /// Latency of both models.
+    pub latency_ms: f64,
+    /// The whole step.
+    pub total_ms: f64,
+}
+
+/// The result of quantize & compare: the QDQ model and how it differs from the float one.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// The recipe it was built with (results are stale once the recipe changes).
+    pub recipe: Recipe,
+    /// The QDQ model.
+    pub quantized: Arc<Model>,
+    /// Nodes quantized.
+    pub quantized_nodes: Vec<String>,
+    /// Per-output metrics.
+    pub outputs: Vec<OutputMetrics>,
+    /// Per-tensor errors (on the first [`TENSOR_SAMPLES`] samples).
+    pub tensors: TensorErrors,
+    /// Float and QDQ latency.
+    pub latency: Option<LatencyPair>,
+    /// The reference used (kept for the next run and for side-by-side samples).
+    pub reference: CapturedReference,
+    /// The side-by-side sample and its outputs.
+    pub sample: (usize, Vec<OutputPair>),
+    /// Stage timings.
+    pub timings: CompareTimings,
+}
+
+impl Comparison {
+    /// The report of this comparison, as `qdq-studio compare --report` writes it.
+    pub fn report(&self, float_model: &str, quant_model: &str) -> CompareReport {
+        report(
+            (float_model, quant_model),
+            &self.reference.data,
+            self.reference.reference.samples(),
+            &self.reference.eps,
+            self.outputs.clone(),
+            Some(self.tensors.clone()),
+            self.latency.clone(),
+        )
+    }
+}
+
+fn elapsed_ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+fn stage(ctx: &JobContext, name: &str, done: u64, total: u64) {
+    ctx.report(Progress {
+        stage: name.to_owned(),
+        done,
+        total,
+        ..Progress::default()
+    });
+}
+
+/// Quantizes from the cached statistics (no calibration) and compares against the float
+/// model on the evaluation data: outputs, every quantized tensor, optionally latency, and the
+/// chosen sample side by side.
+pub fn quantize_and_compare(
+    request: CompareRequest,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<Comparison, WorkflowError> {
+    let CompareRequest {
+        setup,
+        latency,
+        sample,
+    } = request;
+    let started = Instant::now();
+    let mut timings = CompareTimings::default();
+    let steps = if latency.is_some() { 5 } else { 4 };
+    stage(ctx, "Quantizing", 0, steps);
+    let quantized = quant::quantize(&setup.model, Some(&setup.stats), &setup.recipe)?;
+    timings.quantize_ms = elapsed_ms(started);
+    ctx.checkpoint()?;
+    stage(ctx, "Running the float model", 1, steps);
+    let t = Instant::now();
+    let (reference, captured) = setup.reference(runtime, ctx)?;
+    if captured {
+        timings.reference_ms = elapsed_ms(t);
+    }
+    stage(ctx, "Comparing outputs", 2, steps);
+    let t = Instant::now();
+    let outputs =
+        reference
+            .reference
+            .compare(&setup.model, &quantized.model, runtime, &setup.eps, 0)?;
+    timings.outputs_ms = elapsed_ms(t);
+    ctx.checkpoint()?;
+    stage(ctx, "Measuring every tensor", 3, steps);
+    let t = Instant::now();
+    let inputs = model_inputs(&Graph::build(&setup.model));
+    let mut first = FirstSamples::new(
+        setup.data.open(&inputs)?,
+        TENSOR_SAMPLES.max(setup.batch_size),
+    );
+    let tensors = tensor_errors(
+        &setup.model,
+        &quantized.model,
+        &mut first,
+        runtime,
+        &setup.eps,
+        setup.batch_size,
+        &ctx.quiet(),
+    )?;
+    timings.tensors_ms = elapsed_ms(t);
+    let latency = match latency {
+        Some(runs) => {
+            ctx.checkpoint()?;
+            stage(ctx, "Timing float and quantized", 4, steps);
+            let t = Instant::now();
+            let mut source = setup.data.open(&inputs)?;
+            let pair = latency_pair(
+                &setup.model,
+                &quantized.model,
+                source.as_mut(),
+                runtime,
+                &setup.eps,
+                setup.batch_size,
+                runs,
+            )?;
+            timings.latency_ms = elapsed_ms(t);
+            Some(pair)
+        }
+        None => None,
+    };
+    let sample = sample.min(reference.reference.samples().saturating_sub(1));
+    let pairs = reference.reference.sample_outputs(
+        &setup.model,
+        &quantized.model,
+        runtime,
+        &setup.eps,
+        sample,
+    )?;
+    timings.total_ms = elapsed_ms(started);
+    Ok(Comparison {
+        recipe: setup.recipe,
+        quantized: Arc::new(quantized.model),
+        quantized_nodes: quantized.quantized_nodes,
+        outputs,
+        tensors,
+        latency,
+        reference,
+        sample: (sample, pairs),
+        timings,
+    })
+}
+
+/// One sample's outputs, float beside quantized (when the user picks another sample).
+pub fn sample_outputs(
+    model: &Model,
+    quantized: &Model,
+    reference: &CapturedReference,
+    sample: usize,
+    runtime: &Runtime,
+) -> Result<Vec<OutputPair>, WorkflowError> {
+    Ok(reference
+        .reference
+        .sample_outputs(model, quantized, runtime, &reference.eps, sample)?)
+}

@@ -1,0 +1,116 @@
+//! [`WorkflowError`]: anything a step of the workflow can fail with, with cancellation told
+//! apart from failure so the faces can say "cancelled, nothing changed" rather than an error.
+
+use crate::calib::{CalibError, DataError};
+use crate::eval::EvalError;
+use crate::jobs::Cancelled;
+use crate::model::ModelError;
+use crate::quant::QuantError;
+use crate::recipe::RecipeError;
+use crate::report::ReportError;
+use crate::runtime::RuntimeError;
+
+/// Why a workflow step stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkflowError {
+    /// The user cancelled it; nothing was written.
+    #[error("cancelled")]
+    Cancelled,
+    /// A model could not be read, or is broken.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The model's graph is structurally broken (a cycle, a read of nothing, ...).
+    #[error("{path} is not a valid graph: {source}")]
+    InvalidGraph {
+        /// The model file.
+        path: std::path::PathBuf,
+        /// What is broken.
+        source: Box<ModelError>,
+    },
+    /// ONNX Runtime could not be found, fetched or started.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// Data could not be read, or does not fit the model.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// Calibration failed.
+    #[error(transparent)]
+    Calibration(CalibError),
+    /// Quantization failed.
+    #[error(transparent)]
+    Quantization(#[from] QuantError),
+    /// Evaluation failed.
+    #[error(transparent)]
+    Evaluation(EvalError),
+    /// A recipe could not be read, written or used.
+    #[error(transparent)]
+    Recipe(#[from] RecipeError),
+    /// A report could not be written.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// A statistics file could not be used.
+    #[error("{path}: {reason}")]
+    Statistics {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A setting the step cannot run with.
+    #[error("{0}")]
+    Settings(String),
+}
+
+impl WorkflowError {
+    /// True when the step stopped because it was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(
+            self,
+            WorkflowError::Cancelled
+                | WorkflowError::Calibration(CalibError::Cancelled)
+                | WorkflowError::Evaluation(EvalError::Cancelled)
+        )
+    }
+}
+
+impl From<Cancelled> for WorkflowError {
+    fn from(_: Cancelled) -> Self {
+        WorkflowError::Cancelled
+    }
+}
+
+impl From<CalibError> for WorkflowError {
+    fn from(e: CalibError) -> Self {
+        match e {
+            CalibError::Cancelled => WorkflowError::Cancelled,
+            e => WorkflowError::Calibration(e),
+        }
+    }
+}
+
+impl From<EvalError> for WorkflowError {
+    fn from(e: EvalError) -> Self {
+        match e {
+            EvalError::Cancelled => WorkflowError::Cancelled,
+            e => WorkflowError::Evaluation(e),
+        }
+    }
+}
+
+impl WorkflowError {
+    /// The error and its causes on one line ("a: b: c"), as the CLI prints it and the
+    /// studio's notices show it.
+    pub fn chain(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let line = cause.to_string();
+            if !text.contains(&line) {
+                text.push_str(": ");
+                text.push_str(&line);
+            }
+            source = cause.source();
+        }
+        text.replace('\n', " ")
+    }
+}

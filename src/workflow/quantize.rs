@@ -1,0 +1,205 @@
+//! Quantizing and saving as a step: the QDQ model built from the statistics (or reused when
+//! the studio built it already for this recipe), checked in ONNX Runtime, written atomically
+//! (never over the input's files), and its companions (the recipe, a report) beside it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::WorkflowError;
+use crate::calib::CalibrationStats;
+use crate::jobs::{JobContext, Progress};
+use crate::model::{Graph, Model, SaveOptions, SaveReport};
+use crate::quant::{self, PreprocessReport};
+use crate::recipe::{QuantMode, Recipe};
+use crate::report::CompareReport;
+use crate::runtime::Runtime;
+
+/// True when `recipe` needs activation ranges (every mode but int4 weight-only).
+pub fn needs_statistics(recipe: &Recipe) -> bool {
+    recipe.mode != QuantMode::Int4
+}
+
+/// The default path of the QDQ model: `<name>.qdq.onnx` beside the input; in the current
+/// folder, named after `fallback`, for a model that has no file (the bundled sample).
+pub fn default_output(input: Option<&Path>, fallback: &str) -> PathBuf {
+    match input {
+        Some(input) => {
+            let stem = input
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".to_owned());
+            input.with_file_name(format!("{stem}.qdq.onnx"))
+        }
+        None => std::env::current_dir()
+            .unwrap_or_default()
+            .join(format!("{fallback}.qdq.onnx")),
+    }
+}
+
+/// The companion file `<stem>.<suffix>` beside a QDQ model (`net.qdq.onnx` →
+/// `net.recipe.toml`).
+pub fn companion(model: &Path, suffix: &str) -> PathBuf {
+    let name = model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(".onnx")
+        .unwrap_or(&name)
+        .trim_end_matches(".qdq");
+    model.with_file_name(format!("{stem}.{suffix}"))
+}
+
+/// What to write.
+#[derive(Debug, Clone)]
+pub struct SaveRequest {
+    /// The float model.
+    pub model: Model,
+    /// Cached statistics (`None` for weight-only modes).
+    pub stats: Option<Arc<CalibrationStats>>,
+    /// The recipe.
+    pub recipe: Recipe,
+    /// The QDQ model already built with this recipe, when there is one.
+    pub quantized: Option<Arc<Model>>,
+    /// Where to write it.
+    pub path: PathBuf,
+    /// Weights in `<file>.data`.
+    pub external_data: bool,
+    /// Also write the recipe here.
+    pub recipe_to: Option<PathBuf>,
+    /// Also write this report here.
+    pub report_to: Option<(PathBuf, CompareReport)>,
+}
+
+/// What building the QDQ model did (when it was built by this step).
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// What pre-processing changed.
+    pub preprocess: PreprocessReport,
+    /// Quantized nodes per op type.
+    pub by_op_type: BTreeMap<String, usize>,
+    /// Quantized nodes in all.
+    pub quantized_nodes: usize,
+    /// Relu/Clip nodes folded into the preceding ranges.
+    pub folded: usize,
+    /// The opset raise applied, (from, to).
+    pub opset_raised: Option<(i64, i64)>,
+}
+
+/// Milliseconds each stage took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SaveTimings {
+    /// Building the QDQ model (0 when it was reused).
+    pub quantize_ms: f64,
+    /// Checking it loads in ONNX Runtime.
+    pub verify_ms: f64,
+    /// Writing it and its companions.
+    pub write_ms: f64,
+}
+
+/// Where a save went.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    /// The model (and external data) written.
+    pub report: SaveReport,
+    /// Other files written (recipe, report and its charts).
+    pub companions: Vec<PathBuf>,
+    /// The recipe saved with it.
+    pub recipe: Recipe,
+    /// What building it did, when this step built it.
+    pub built: Option<Built>,
+    /// Stage timings.
+    pub timings: SaveTimings,
+}
+
+fn stage(ctx: &JobContext, name: &str, done: u64) {
+    ctx.report(Progress {
+        stage: name.to_owned(),
+        done,
+        total: 3,
+        ..Progress::default()
+    });
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// Builds the QDQ model (or reuses the one given), checks that ONNX Runtime loads it, and
+/// writes it with its companions.
+pub fn quantize_and_save(
+    request: SaveRequest,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<Saved, WorkflowError> {
+    let mut timings = SaveTimings::default();
+    stage(ctx, "Building the QDQ model", 0);
+    let started = Instant::now();
+    let (quantized, built) = match request.quantized {
+        Some(model) => (model, None),
+        None => {
+            let q = quant::quantize(&request.model, request.stats.as_deref(), &request.recipe)?;
+            let built = Built {
+                preprocess: q.preprocess.clone(),
+                by_op_type: q.quantized_by_op_type(&Graph::build(&request.model)),
+                quantized_nodes: q.quantized_nodes.len(),
+                folded: q.removed_nodes.len(),
+                opset_raised: q.opset_raised,
+            };
+            timings.quantize_ms = ms(started);
+            (Arc::new(q.model), Some(built))
+        }
+    };
+    ctx.checkpoint()?;
+    stage(ctx, "Checking it loads in ONNX Runtime", 1);
+    let t = Instant::now();
+    quant::verify_loads(&quantized, runtime)?;
+    timings.verify_ms = ms(t);
+    stage(ctx, "Writing", 2);
+    let t = Instant::now();
+    let options = SaveOptions {
+        external_data: request.external_data,
+        ..SaveOptions::default()
+    };
+    let report = quantized.save(&request.path, &options)?;
+    let mut companions = Vec::new();
+    if let Some(path) = request.recipe_to {
+        request.recipe.save(&path)?;
+        companions.push(path);
+    }
+    if let Some((path, compare)) = request.report_to {
+        companions.extend(compare.write(&path)?);
+    }
+    timings.write_ms = ms(t);
+    Ok(Saved {
+        report,
+        companions,
+        recipe: request.recipe,
+        built,
+        timings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn companions_sit_beside_the_model_under_its_stem() {
+        let model = Path::new("/m/net.qdq.onnx");
+        assert_eq!(
+            companion(model, "recipe.toml"),
+            PathBuf::from("/m/net.recipe.toml")
+        );
+        assert_eq!(
+            companion(Path::new("/m/x.onnx"), "report.html"),
+            PathBuf::from("/m/x.report.html")
+        );
+        assert_eq!(
+            default_output(Some(Path::new("/m/net.fp32.onnx")), "sample"),
+            PathBuf::from("/m/net.fp32.qdq.onnx")
+        );
+    }
+}

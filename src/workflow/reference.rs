@@ -1,0 +1,105 @@
+//! The float reference cache and what evaluating a recipe needs: the float model's outputs on
+//! the evaluation data are captured once and reused by quantize & compare, the sensitivity
+//! scan and auto-exclude, for as long as the data, providers and batch size stay the same.
+
+use std::sync::Arc;
+
+use super::WorkflowError;
+use crate::calib::CalibrationStats;
+use crate::calib::data::{DataSpec, model_inputs};
+use crate::eval::reference::Reference;
+use crate::eval::sensitivity::Evaluator;
+use crate::jobs::JobContext;
+use crate::model::{Graph, Model};
+use crate::recipe::Recipe;
+use crate::runtime::{EpSpec, Runtime};
+
+/// The evaluation set captured on some providers with one batch size: reusable while these
+/// stay.
+#[derive(Debug, Clone)]
+pub struct CapturedReference {
+    /// The data it was captured from.
+    pub data: DataSpec,
+    /// The providers.
+    pub eps: Vec<EpSpec>,
+    /// The batch size.
+    pub batch_size: usize,
+    /// The data and the float outputs.
+    pub reference: Arc<Reference>,
+}
+
+impl CapturedReference {
+    /// True when it was captured with these settings.
+    pub fn matches(&self, data: &DataSpec, eps: &[EpSpec], batch_size: usize) -> bool {
+        &self.data == data && self.eps == eps && self.batch_size == batch_size
+    }
+}
+
+/// What evaluating a recipe needs (quantize & compare, the sensitivity scan, auto-exclude).
+#[derive(Debug, Clone)]
+pub struct EvalSetup {
+    /// The float model.
+    pub model: Model,
+    /// Cached statistics.
+    pub stats: Arc<CalibrationStats>,
+    /// The recipe evaluated.
+    pub recipe: Recipe,
+    /// Evaluation data.
+    pub data: DataSpec,
+    /// Execution providers.
+    pub eps: Vec<EpSpec>,
+    /// Samples per batch.
+    pub batch_size: usize,
+    /// A reference captured before, reused when it matches.
+    pub reference: Option<CapturedReference>,
+}
+
+impl EvalSetup {
+    /// The cached reference when it was captured with this setup's data, providers and
+    /// batch size, else a new capture; `true` when it had to be captured.
+    pub fn reference(
+        &self,
+        runtime: &Runtime,
+        ctx: &JobContext,
+    ) -> Result<(CapturedReference, bool), WorkflowError> {
+        if let Some(cached) = self
+            .reference
+            .as_ref()
+            .filter(|c| c.matches(&self.data, &self.eps, self.batch_size))
+        {
+            return Ok((cached.clone(), false));
+        }
+        let inputs = model_inputs(&Graph::build(&self.model));
+        let mut source = self.data.open(&inputs)?;
+        let reference = Reference::capture(
+            &self.model,
+            source.as_mut(),
+            runtime,
+            &self.eps,
+            self.batch_size,
+            ctx,
+        )?;
+        let captured = CapturedReference {
+            data: self.data.clone(),
+            eps: self.eps.clone(),
+            batch_size: self.batch_size,
+            reference: Arc::new(reference),
+        };
+        Ok((captured, true))
+    }
+
+    /// The evaluator of recipes against `reference`.
+    pub fn evaluator<'a>(
+        &'a self,
+        reference: &'a CapturedReference,
+        runtime: &'a Runtime,
+    ) -> Evaluator<'a> {
+        Evaluator {
+            float: &self.model,
+            stats: &self.stats,
+            reference: &reference.reference,
+            runtime,
+            eps: &self.eps,
+        }
+    }
+}
