@@ -94,3 +94,57 @@ fn inspect_prints_tables_for_humans() {
     assert!(text.contains("│ Conv") && text.contains("53"), "{text}");
     assert!(text.contains("[-1, 3, ?, ?]"), "{text}");
 }
+
+/// `inspect --plan` says what `quantize` then does: the same number of quantized nodes, and
+/// the Softmax output on its fixed [0, 1] range.
+#[test]
+fn inspect_plan_tells_what_quantize_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::asset("ppocr_cls.onnx");
+    let out = cli()
+        .args(["inspect", "--plan", "--json"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let planned = plan["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|d| d["decision"] == "quantized")
+        .count();
+    assert!(
+        plan["tensors"]["softmax_0.tmp_0"]
+            .as_str()
+            .is_some_and(|t| t.contains("Softmax range [0, 1]")),
+        "{}",
+        plan["tensors"]
+    );
+    let out = cli()
+        .args(["quantize", "--onnx_path"])
+        .arg(&model)
+        .arg("--calibration_data_path")
+        .arg(common::asset("calib.npz"))
+        .arg("-o")
+        .arg(dir.path().join("q.onnx"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let quantized: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("quantized "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(planned, quantized);
+}

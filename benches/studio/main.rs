@@ -193,6 +193,26 @@ fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
     );
 }
 
+/// Frames that each carry one recipe change (an op type unchecked, then checked again): the
+/// quantizer's plan is explained again and every box restyled.
+fn recipe_changes(h: &mut Harness<'_, Studio>, frames: usize) -> Stats {
+    let op_type = h
+        .state()
+        .document()
+        .and_then(|d| d.plan.op_types.keys().next().cloned())
+        .unwrap_or_default();
+    let times = (0..frames)
+        .map(|i| {
+            h.state_mut().push(Command::SetOpType {
+                op_type: op_type.clone(),
+                quantize: i % 2 == 1,
+            });
+            frame(h)
+        })
+        .collect();
+    stats(times)
+}
+
 fn main() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     {
@@ -254,6 +274,10 @@ fn main() {
         report(
             &format!("synthetic {nodes}, panning at the opening zoom"),
             &pan(&mut h, 120),
+        );
+        report(
+            &format!("synthetic {nodes}, a recipe change (re-plan, restyle) per frame"),
+            &recipe_changes(&mut h, 20),
         );
         h.state_mut().apply(Command::Fit);
         frame(&mut h);

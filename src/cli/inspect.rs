@@ -1,10 +1,14 @@
 //! `qdq-studio inspect MODEL [--json]`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 
-use qdq_studio::workflow::inspect::ModelSummary;
+use qdq_studio::quant::Explanation;
+use qdq_studio::recipe::Recipe;
+use qdq_studio::workflow::inspect::{self, ModelSummary};
+use qdq_studio::workflow::statistics;
 
 /// Arguments of `inspect`.
 #[derive(Debug, clap::Args)]
@@ -14,6 +18,21 @@ pub struct InspectArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Print the quantizer's plan instead: each node quantized or why not, and how each
+    /// tensor is quantized (type, symmetry, range source, weight axis).
+    #[arg(long)]
+    pub plan: bool,
+    /// With --plan: the recipe to plan for (default: the default recipe).
+    #[arg(long, requires = "plan")]
+    pub recipe: Option<PathBuf>,
+    /// With --plan: statistics (any format `quantize` reads) deciding which untyped tensors
+    /// are float, as quantizing with them would.
+    #[arg(
+        long = "calibration_cache_path",
+        visible_alias = "calibration-cache-path",
+        requires = "plan"
+    )]
+    pub calibration_cache_path: Option<PathBuf>,
 }
 
 /// Renders the summary as tables.
@@ -91,11 +110,78 @@ pub fn render(summary: &ModelSummary) -> String {
 
 /// Runs `inspect`.
 pub fn run(args: &InspectArgs) -> anyhow::Result<()> {
-    let summary = qdq_studio::workflow::inspect::inspect(&args.model)?;
+    if args.plan {
+        return run_plan(args);
+    }
+    let summary = inspect::inspect(&args.model)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print!("{}", render(&summary));
     }
     Ok(())
+}
+
+/// `inspect --plan`: the explained plan.
+fn run_plan(args: &InspectArgs) -> anyhow::Result<()> {
+    let recipe = match &args.recipe {
+        Some(path) => Recipe::load(path)?,
+        None => Recipe::default(),
+    };
+    let stats = match &args.calibration_cache_path {
+        Some(path) => Some(statistics::load(path)?.0),
+        None => None,
+    };
+    let plan = inspect::plan(&args.model, &recipe, stats.as_ref())?;
+    let tensors: BTreeMap<&str, String> = plan
+        .tensors
+        .iter()
+        .map(|(name, t)| (name.as_str(), t.describe()))
+        .collect();
+    if args.json {
+        let value = serde_json::json!({ "nodes": plan.nodes, "tensors": tensors });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    print!("{}", render_plan(&plan, &tensors));
+    Ok(())
+}
+
+/// The plan as text: the counts, the op types, then every quantized tensor.
+fn render_plan(plan: &Explanation, tensors: &BTreeMap<&str, String>) -> String {
+    let mut out = format!(
+        "{} of {} nodes quantized (float tensors {})\n",
+        plan.quantized_count(),
+        plan.nodes.len(),
+        if plan.from_statistics {
+            "from the statistics"
+        } else {
+            "from the graph's element types, declared or inferred"
+        }
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "op type",
+        "nodes",
+        "quantized",
+        "policy quantizes it",
+    ]);
+    for (op, t) in &plan.op_types {
+        table.add_row([
+            op.clone(),
+            t.count.to_string(),
+            t.quantized.to_string(),
+            (if t.quantizable { "yes" } else { "" }).to_owned(),
+        ]);
+    }
+    out += &format!("{table}\n");
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["tensor", "quantized as"]);
+    for (name, how) in tensors {
+        table.add_row([(*name).to_owned(), how.clone()]);
+    }
+    out += &format!("{table}\n");
+    out
 }

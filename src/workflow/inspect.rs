@@ -199,3 +199,14 @@ pub fn inspect(path: &std::path::Path) -> Result<ModelSummary, super::WorkflowEr
         })?;
     Ok(ModelSummary::of(&model, &graph))
 }
+
+/// What quantizing the model at `path` with `recipe` does, node by node and tensor by tensor
+/// (see [`crate::quant::explain`]); `stats` decide float-ness and give ranges when given.
+pub fn plan(
+    path: &std::path::Path,
+    recipe: &crate::recipe::Recipe,
+    stats: Option<&crate::calib::CalibrationStats>,
+) -> Result<crate::quant::Explanation, super::WorkflowError> {
+    let model = Model::load(path)?;
+    Ok(crate::quant::explain(&model, recipe, stats)?)
+}
