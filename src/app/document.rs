@@ -358,6 +358,14 @@ impl Document {
             .collect()
     }
 
+    /// True when pre-processing removed `tensor` (a Conv output a BatchNormalization was
+    /// folded into, an Identity's output): the quantizer never sees it.
+    pub fn folded_away(&self, tensor: &str) -> bool {
+        self.prepared
+            .as_ref()
+            .is_ok_and(|p| p.graph.tensor(tensor).is_none())
+    }
+
     /// The ai.onnx opset the model imports.
     pub fn opset(&self) -> Option<i64> {
         self.model

@@ -257,6 +257,9 @@ fn tensors(
                         }
                         match doc.plan.tensor(name) {
                             Some(planned) => ui.label(planned.describe()),
+                            None if doc.folded_away(name) => {
+                                ui.label(RichText::new("removed by pre-processing").weak())
+                            }
                             None => ui.label(RichText::new("float").weak()),
                         }
                         .on_hover_text("What the quantizer does to this tensor under the recipe");

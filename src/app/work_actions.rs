@@ -553,7 +553,13 @@ impl Studio {
                         .fold(f64::INFINITY, f64::min),
                     comparison.timings.total_ms
                 );
-                doc.heat = Some(heat::node_sqnr(&doc.graph, &comparison.tensors, &doc.plan));
+                let prepared = doc.prepared.as_ref().map_or(&doc.graph, |p| &p.graph);
+                doc.heat = Some(heat::node_sqnr(
+                    &doc.graph,
+                    prepared,
+                    &comparison.tensors,
+                    &doc.plan,
+                ));
                 doc.work.results.comparison = Some(*comparison);
                 doc.panel.heat_map = true;
                 doc.panel.tab = WorkTab::Results;

@@ -86,8 +86,8 @@ pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
         (NodeState::OutsideSubgraph, _) => Color32::from_rgb(125, 100, 190),
         (NodeState::NotQuantizable, true) => Color32::from_rgb(82, 86, 92),
         (NodeState::NotQuantizable, false) => Color32::from_rgb(205, 208, 212),
-        (NodeState::Folded, true) => Color32::from_rgb(62, 66, 72),
-        (NodeState::Folded, false) => Color32::from_rgb(225, 227, 230),
+        (NodeState::Folded, true) => Color32::from_rgb(45, 62, 88),
+        (NodeState::Folded, false) => Color32::from_rgb(196, 210, 232),
     }
 }
 

@@ -15,9 +15,16 @@ const GREEN_SPAN_DB: f64 = 30.0;
 const RED_SPAN_DB: f64 = 20.0;
 
 /// Each node's SQNR: the worst over the tensors it produces that were measured (`None` when
-/// none was: the node's outputs are not quantized). A tensor the plan quantizes under
-/// another name (a Conv's output when the Relu after it is folded) is looked up under that.
-pub fn node_sqnr(graph: &Graph, errors: &TensorErrors, plan: &Explanation) -> Vec<Option<f64>> {
+/// none was: the node's outputs are not quantized, or pre-processing folded it away). Nodes
+/// are read as the quantizer sees them (`prepared`, matched by name): a Conv with a folded
+/// BatchNormalization writes the BatchNormalization's output; a tensor quantized under another
+/// name (a Conv's output when the Relu after it is folded) is looked up under that.
+pub fn node_sqnr(
+    graph: &Graph,
+    prepared: &Graph,
+    errors: &TensorErrors,
+    plan: &Explanation,
+) -> Vec<Option<f64>> {
     let by_tensor: HashMap<&str, f64> = errors
         .activations
         .iter()
@@ -27,7 +34,9 @@ pub fn node_sqnr(graph: &Graph, errors: &TensorErrors, plan: &Explanation) -> Ve
         .nodes()
         .iter()
         .map(|node| {
-            node.outputs
+            prepared
+                .node_by_name(&node.name)?
+                .outputs
                 .iter()
                 .map(
                     |t| match plan.tensor(t).and_then(|p| p.folded_into.as_ref()) {

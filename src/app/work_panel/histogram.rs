@@ -110,6 +110,11 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                         stats: &stats,
                         name,
                         tensor: s,
+                        float_reason: if doc.folded_away(name) {
+                            "Removed by pre-processing: the quantizer never sees this tensor."
+                        } else {
+                            "Not quantized under this recipe: it stays float."
+                        },
                     };
                     tensor_view(ui, &view, &mut doc.panel.histogram_log, commands);
                 }
@@ -206,6 +211,8 @@ struct TensorView<'a> {
     stats: &'a CalibrationStats,
     name: &'a str,
     tensor: &'a TensorStats,
+    /// Why it stays float when the plan leaves it so.
+    float_reason: &'static str,
 }
 
 impl TensorView<'_> {
@@ -270,7 +277,7 @@ fn plan_line(
             }
         },
         None => {
-            ui.label(RichText::new("Not quantized under this recipe: it stays float.").weak());
+            ui.label(RichText::new(view.float_reason).weak());
         }
     }
     let (owner, over) = view.override_entry(planned);
@@ -492,12 +499,17 @@ fn methods_table(
     planned: Option<&PlannedRange>,
     commands: &mut Vec<Command>,
 ) {
+    // A tensor quantized with another's range (a folded Relu/Clip's output, a shared scale):
+    // these rows are its own values' ranges, and the method is chosen on the other tensor.
+    let owner = planned
+        .map(|p| p.override_tensor.as_str())
+        .filter(|o| *o != view.name);
     let in_use = planned
-        .filter(|p| !p.fixed)
+        .filter(|p| !p.fixed && owner.is_none())
         .and_then(|p| p.method)
         .map(|m| m.name());
     // Softmax outputs keep [0, 1] whatever the method: no method choice applies.
-    let choosable = planned.is_none_or(|p| p.fixed || p.method.is_some());
+    let choosable = owner.is_none() && planned.is_none_or(|p| p.fixed || p.method.is_some());
     egui::Grid::new(("ranges", view.name))
         .num_columns(4)
         .striped(true)
@@ -524,7 +536,10 @@ fn methods_table(
                     ui.label(RichText::new("in use").strong());
                 } else if ui
                     .add_enabled(choosable, egui::Button::new(format!("Use {method}")))
-                    .on_disabled_hover_text("A Softmax output is always quantized over [0, 1]")
+                    .on_disabled_hover_text(match owner {
+                        Some(o) => format!("Quantized with {o}'s range: choose the method there"),
+                        None => "A Softmax output is always quantized over [0, 1]".to_owned(),
+                    })
                     .clicked()
                 {
                     use_method(view, planned, method, commands);
@@ -533,6 +548,13 @@ fn methods_table(
                 ui.end_row();
             }
         });
+    if let Some(owner) = owner
+        && ui
+            .link(format!("Show {owner}, whose range it takes"))
+            .clicked()
+    {
+        commands.push(Command::ShowHistogram(owner.to_owned()));
+    }
 }
 
 /// Sets `method` (by name) as the tensor's method override; the recipe's own method keeps its
