@@ -37,15 +37,6 @@ pub fn cache_dir() -> std::io::Result<PathBuf> {
         })
 }
 
-/// True when `a` and `b` name the same file: compared canonically when both exist, else as
-/// written.
-pub fn same_path(a: &std::path::Path, b: &std::path::Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

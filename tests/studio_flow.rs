@@ -429,6 +429,26 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     h.get_by_label("Dismiss").click();
     h.run_steps(2);
 
+    // Saving over the data the model is calibrated from is refused before anything runs,
+    // and the file is as it was.
+    let before = std::fs::read(&labels).unwrap();
+    h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::S);
+    h.run_steps(2);
+    replace_text(&mut h, "Save to", &labels.display().to_string());
+    press(&mut h, "Save");
+    h.run_steps(2);
+    let notice = &h.state().notices()[0];
+    assert_eq!(notice.title, "The quantized model was not saved");
+    assert!(
+        notice.detail.contains("it is the calibration data"),
+        "{}",
+        notice.detail
+    );
+    assert!(!h.state().document().unwrap().work.busy());
+    assert_eq!(std::fs::read(&labels).unwrap(), before);
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+
     // Random data instead; calibrate; save into a folder that cannot exist (its parent is
     // a file): an error, and the statistics and recipe are still there.
     let doc = h.state_mut().document_mut().unwrap();

@@ -16,6 +16,7 @@ use crate::jobs::{Cancelled, JobContext, Progress};
 use crate::model::{Graph, Model, ModelError, NodeId};
 use crate::quant::{Explanation, Prepared, explain_prepared};
 use crate::recipe::{Preprocessing, Recipe};
+use crate::workflow::outputs::RunFiles;
 
 /// Where a model came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,6 +357,20 @@ impl Document {
             .iter()
             .map(|id| self.graph.node(*id).name.clone())
             .collect()
+    }
+
+    /// The files this model's runs read (the model and its external data, the calibration and
+    /// evaluation data), against which every save is checked.
+    pub fn run_files(&self) -> RunFiles {
+        let settings = &self.work.settings;
+        let mut files = RunFiles::new().model("the input model", &self.model);
+        if let Ok(spec) = settings.calibration.spec() {
+            files = files.data("the calibration data", &spec);
+        }
+        if let Ok(spec) = settings.evaluation_choice().spec() {
+            files = files.data("the evaluation data", &spec);
+        }
+        files
     }
 
     /// True when pre-processing removed `tensor` (a Conv output a BatchNormalization was

@@ -501,15 +501,8 @@ impl Studio {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
-        if doc
-            .source
-            .path()
-            .is_some_and(|model| crate::util::same_path(model, path))
-        {
-            self.fail(
-                "The recipe was not saved",
-                "that path is the model itself; choose another file name",
-            );
+        if let Err(e) = doc.run_files().output("the recipe", path).check() {
+            self.fail("The recipe was not saved", e.chain());
             return;
         }
         match doc.recipe().save(path) {

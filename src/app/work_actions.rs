@@ -18,7 +18,6 @@ use crate::app::work_panel::{SaveDialog, WorkTab};
 use crate::calib::CalibrationConfig;
 use crate::runtime::EpState;
 use crate::sample::SAMPLE_STEM;
-use crate::util::same_path;
 use crate::workflow::compare::{CompareRequest, STUDIO_LATENCY};
 use crate::workflow::quantize::{SaveRequest, companion, default_output, needs_statistics};
 use crate::workflow::reference::EvalSetup;
@@ -397,12 +396,10 @@ impl Studio {
                 "Calibrate first (Ctrl+R).".into(),
             ));
         };
-        if doc.source.path().is_some_and(|m| same_path(m, path)) {
-            return Err((
-                "The statistics were not saved".into(),
-                "that path is the model itself; choose another file name".into(),
-            ));
-        }
+        doc.run_files()
+            .output("the statistics", path)
+            .check()
+            .map_err(|e| ("The statistics were not saved".to_owned(), e.chain()))?;
         statistics::save(&stats, path)
             .map_err(|e| ("The statistics were not saved".to_owned(), e.chain()))?;
         doc.work.results.stats_saved = true;
@@ -686,13 +683,17 @@ fn save_request(doc: &Document, dialog: &SaveDialog) -> Result<SaveRequest, Fail
     if dialog.path.trim().is_empty() {
         return Err(("Choose where to save".into(), "the path is empty".into()));
     }
-    if doc.source.path().is_some_and(|m| same_path(m, &path)) {
-        return Err((
-            "The quantized model was not saved".into(),
-            "that path is the input model: qdq-studio never writes over it; choose another name"
-                .into(),
-        ));
-    }
+    let recipe_to = dialog.companions.then(|| companion(&path, "recipe.toml"));
+    let report_path = companion(&path, "report.html");
+    doc.run_files()
+        .model_output("the quantized model", &path)
+        .output_if("the recipe", recipe_to.as_deref())
+        .output_if(
+            "the report",
+            dialog.companions.then_some(report_path.as_path()),
+        )
+        .check()
+        .map_err(|e| ("The quantized model was not saved".to_owned(), e.chain()))?;
     let recipe = doc.editor.recipe().clone();
     let stats = doc.work.results.stats.clone();
     if stats.is_none() && needs_statistics(&recipe) {
@@ -704,13 +705,13 @@ fn save_request(doc: &Document, dialog: &SaveDialog) -> Result<SaveRequest, Fail
     let fresh = doc.work.results.fresh_comparison(&recipe);
     let report_to = fresh.filter(|_| dialog.companions).map(|c| {
         let report = c.report(&doc.source.label(), &path.display().to_string());
-        (companion(&path, "report.html"), report)
+        (report_path, report)
     });
     Ok(SaveRequest {
         model: doc.model.clone(),
         stats,
         quantized: fresh.map(|c| c.quantized.clone()),
-        recipe_to: dialog.companions.then(|| companion(&path, "recipe.toml")),
+        recipe_to,
         report_to,
         recipe,
         path,

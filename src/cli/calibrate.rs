@@ -8,6 +8,7 @@ use qdq_studio::calib::range::RangeMethod;
 use qdq_studio::calib::{CalibrationConfig, ParityBins};
 use qdq_studio::model::Model;
 use qdq_studio::recipe::Preprocessing;
+use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::{calibrate, runtime, statistics};
 
 /// Arguments of `calibrate` (ModelOpt's flag names, kebab-case spellings accepted too).
@@ -93,6 +94,13 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         args.calibration_shapes.as_deref(),
         args.random_samples,
     )?;
+    RunFiles::new()
+        .model("the input model", &model)
+        .data("the calibration data", &spec)
+        .output("the statistics", &args.output)
+        .output_if("the onnxruntime cache", args.export_ort_cache.as_deref())
+        .output_if("the TensorRT cache", args.export_trt_cache.as_deref())
+        .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let config = CalibrationConfig {
         execution_providers: eps,

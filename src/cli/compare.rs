@@ -8,6 +8,7 @@ use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
 use qdq_studio::report::{CompareReport, Format, latency_line};
 use qdq_studio::workflow::compare::{CompareFiles, LatencyRuns, compare_files};
+use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::{calibrate, runtime};
 
 /// Arguments of `compare`.
@@ -78,6 +79,12 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             runs: args.latency_runs,
         }),
     };
+    RunFiles::new()
+        .model("the float model", &float)
+        .model("the quantized model", &quant)
+        .data("the evaluation data", &request.data)
+        .output_if("the report", args.report.as_deref())
+        .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let report = compare_files(&float, &quant, &request, &runtime, &JobContext::silent())?;
     if let Some(path) = &args.report {

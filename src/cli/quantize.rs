@@ -12,6 +12,7 @@ use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;
 use qdq_studio::recipe::{Placement, Preprocessing, QuantMode, QuantType, Recipe};
 use qdq_studio::runtime::Runtime;
+use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::quantize::{self, SaveRequest, Saved};
 use qdq_studio::workflow::{calibrate, runtime, statistics};
 
@@ -248,6 +249,17 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
         .output_path
         .clone()
         .unwrap_or_else(|| quantize::default_output(Some(&args.onnx_path), "model"));
+    RunFiles::new()
+        .model("the input model", &model)
+        .input_if("the recipe", args.recipe.as_deref())
+        .input_if(
+            "the calibration data",
+            args.calibration_data_path.as_deref(),
+        )
+        .input_if("the statistics", args.calibration_cache_path.as_deref())
+        .model_output("the quantized model", &output)
+        .output_if("the recipe written", args.save_recipe.as_deref())
+        .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let stats = statistics_for(args, &model, &recipe, &runtime)?;
     let request = SaveRequest {
@@ -323,6 +335,10 @@ pub struct PreprocessArgs {
 /// Runs `preprocess`: the quantizer's clean-ups alone, for inspection or other tools.
 pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
+    RunFiles::new()
+        .model("the input model", &model)
+        .model_output("the pre-processed model", &args.output_path)
+        .check()?;
     let prepared = Prepared::new(&model, &Preprocessing::default())?;
     prepared
         .model

@@ -10,6 +10,7 @@ use qdq_studio::eval::sensitivity::{AutoExclude, Granularity, Sensitivity, Targe
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
 use qdq_studio::recipe::Recipe;
+use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::reference::EvalSetup;
 use qdq_studio::workflow::sensitivity::{auto_exclude_setup, scan_setup};
 use qdq_studio::workflow::{calibrate, runtime, statistics};
@@ -112,6 +113,14 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         None,
         0,
     )?;
+    RunFiles::new()
+        .model("the input model", &model)
+        .input("the statistics", &args.calibration_cache_path)
+        .data("the evaluation data", &data)
+        .input_if("the recipe", args.recipe.as_deref())
+        .output_if("the recipe written", args.save_recipe.as_deref())
+        .output_if("the scan", args.json.as_deref())
+        .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let setup = EvalSetup {
         model,

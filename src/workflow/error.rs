@@ -56,6 +56,16 @@ pub enum WorkflowError {
         /// Why.
         reason: String,
     },
+    /// An output would write over one of the run's inputs or another output.
+    #[error("refusing to write {output} to {path}: it is {other}; choose another path")]
+    WouldOverwrite {
+        /// The output refused ("the statistics").
+        output: String,
+        /// Its path.
+        path: std::path::PathBuf,
+        /// What is already there ("the input model").
+        other: String,
+    },
     /// A setting the step cannot run with.
     #[error("{0}")]
     Settings(String),

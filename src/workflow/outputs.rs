@@ -1,0 +1,186 @@
+//! One rule for every file a run writes: never one of the run's inputs (the model and its
+//! external data, calibration and evaluation data, a recipe or statistics read), and never
+//! another of its outputs. Files are compared by identity (device and inode, where the
+//! platform has them) and by path, so a hard link or another spelling of a path is caught too.
+//! Faces check all their outputs once, before the long work starts.
+
+use std::path::{Path, PathBuf};
+
+use super::WorkflowError;
+use crate::calib::data::DataSpec;
+use crate::model::Model;
+
+/// A file's identity: its device and inode (Unix), or its canonical path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FileId {
+    #[cfg(unix)]
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+/// The identities `path` has now: its inode when it exists (Unix), and its canonical path
+/// (the canonical folder joined with the name when it does not exist yet).
+fn identities(path: &Path) -> Vec<FileId> {
+    let mut ids = Vec::new();
+    #[cfg(unix)]
+    if let Ok(meta) = std::fs::metadata(path) {
+        use std::os::unix::fs::MetadataExt;
+        ids.push(FileId::Inode(meta.dev(), meta.ino()));
+    }
+    let canonical = path.canonicalize().ok().or_else(|| {
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let folder = folder.unwrap_or(Path::new(".")).canonicalize().ok()?;
+        Some(folder.join(path.file_name()?))
+    });
+    ids.push(FileId::Path(
+        canonical.unwrap_or_else(|| path.to_path_buf()),
+    ));
+    ids
+}
+
+/// A file of the run, with what it is for messages ("the input model").
+#[derive(Debug, Clone)]
+struct RunFile {
+    role: String,
+    path: PathBuf,
+    ids: Vec<FileId>,
+}
+
+impl RunFile {
+    fn new(role: &str, path: &Path) -> Self {
+        RunFile {
+            role: role.to_owned(),
+            path: path.to_path_buf(),
+            ids: identities(path),
+        }
+    }
+
+    fn same_as(&self, other: &RunFile) -> bool {
+        self.ids.iter().any(|id| other.ids.contains(id))
+    }
+}
+
+/// The files a run reads and writes, checked against each other.
+#[derive(Debug, Clone, Default)]
+pub struct RunFiles {
+    inputs: Vec<RunFile>,
+    outputs: Vec<RunFile>,
+}
+
+impl RunFiles {
+    /// No files yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A file the run reads; `role` names it in messages ("the calibration data").
+    pub fn input(mut self, role: &str, path: &Path) -> Self {
+        self.inputs.push(RunFile::new(role, path));
+        self
+    }
+
+    /// An input that may be absent.
+    pub fn input_if(self, role: &str, path: Option<&Path>) -> Self {
+        match path {
+            Some(path) => self.input(role, path),
+            None => self,
+        }
+    }
+
+    /// A model's files: the model and each external data file.
+    pub fn model(mut self, role: &str, model: &Model) -> Self {
+        for path in model.source_files() {
+            self.inputs.push(RunFile::new(role, &path));
+        }
+        self
+    }
+
+    /// The file or folder data is read from (none for random data).
+    pub fn data(self, role: &str, data: &DataSpec) -> Self {
+        match data {
+            DataSpec::Npz { path }
+            | DataSpec::Images { path, .. }
+            | DataSpec::PbFolder { path } => self.input(role, path),
+            DataSpec::Random { .. } => self,
+        }
+    }
+
+    /// A file the run writes; `role` names it in messages ("the statistics").
+    pub fn output(mut self, role: &str, path: &Path) -> Self {
+        self.outputs.push(RunFile::new(role, path));
+        self
+    }
+
+    /// An output that may be absent.
+    pub fn output_if(self, role: &str, path: Option<&Path>) -> Self {
+        match path {
+            Some(path) => self.output(role, path),
+            None => self,
+        }
+    }
+
+    /// A model written with external data: the model and its `<name>.data`.
+    pub fn model_output(self, role: &str, path: &Path) -> Self {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let data = path.with_file_name(format!("{name}.data"));
+        self.output(role, path)
+            .output(&format!("{role}'s external data"), &data)
+    }
+
+    /// An error when an output is one of the inputs, or two outputs are one file.
+    pub fn check(&self) -> Result<(), WorkflowError> {
+        for (i, output) in self.outputs.iter().enumerate() {
+            let clash = self
+                .inputs
+                .iter()
+                .chain(&self.outputs[..i])
+                .find(|other| output.same_as(other));
+            if let Some(other) = clash {
+                return Err(WorkflowError::WouldOverwrite {
+                    output: output.role.clone(),
+                    path: output.path.clone(),
+                    other: other.role.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outputs_over_inputs_or_each_other_are_refused_by_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.onnx");
+        std::fs::write(&model, b"model").unwrap();
+        let link = dir.path().join("link.onnx");
+        std::fs::hard_link(&model, &link).unwrap();
+        let other = dir.path().join("sub/../m.onnx");
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let fresh = dir.path().join("out.json");
+
+        let files = || RunFiles::new().input("the input model", &model);
+        files().output("the statistics", &fresh).check().unwrap();
+        for path in [&model, &link, &other] {
+            let err = files().output("the statistics", path).check().unwrap_err();
+            assert!(
+                err.to_string().contains("the input model"),
+                "{}: {err}",
+                path.display()
+            );
+        }
+        let err = files()
+            .model_output("the quantized model", &dir.path().join("q.onnx"))
+            .output("the recipe", &dir.path().join("q.onnx.data"))
+            .check()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the quantized model's external data"),
+            "{err}"
+        );
+    }
+}
