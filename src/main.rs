@@ -28,7 +28,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // One readable line: the error and its causes.
-            eprintln!("error: {}", format!("{error:#}").replace('\n', " "));
+            let error: &(dyn std::error::Error + 'static) = error.as_ref();
+            eprintln!("error: {}", qdq_studio::util::error_line(error));
             ExitCode::FAILURE
         }
     }

@@ -254,7 +254,7 @@ pub enum RecipeError {
         problems: Vec<String>,
     },
     /// The file could not be read or written.
-    #[error("{path}: {reason}")]
+    #[error("recipe {path}: {reason}")]
     Io {
         /// The file.
         path: String,
@@ -361,7 +361,7 @@ impl Recipe {
 
     /// Reads a recipe file.
     pub fn load(path: &Path) -> Result<Recipe, RecipeError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RecipeError::Io {
+        let text = crate::util::read_regular_text(path).map_err(|e| RecipeError::Io {
             path: path.display().to_string(),
             reason: e.to_string(),
         })?;

@@ -1,8 +1,10 @@
 //! Small helpers every layer of the engine may use. This module depends on nothing else in
-//! the crate, so no lower layer has to reach up for them: byte counts for people, and the
-//! app's cache folder.
+//! the crate, so no lower layer has to reach up for them: byte counts for people, the app's
+//! cache folder, and reading input files only when they are regular files.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 /// Human-readable byte count (`1.2 MB`).
 pub fn format_bytes(bytes: u64) -> String {
@@ -37,9 +39,112 @@ pub fn cache_dir() -> std::io::Result<PathBuf> {
         })
 }
 
+/// An error and its causes on one line ("a: b: c"), as the CLI prints it and the studio's
+/// notices show it. A cause whose text the line already holds (an error that quotes its
+/// source) is not repeated.
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+/// What a path that is not a regular file is, for messages ("a named pipe").
+fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        return "a folder";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a named pipe";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "a device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    "not a regular file"
+}
+
+/// Opens `path` for reading when it is a regular file (symbolic links followed). A folder, a
+/// named pipe (whose open would block until a writer comes), a device such as `/dev/zero`
+/// (endless) or a socket is an `InvalidInput` error saying what it is, before it is opened.
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    let not_regular = |meta: &std::fs::Metadata| {
+        let kind = kind_of(meta);
+        let text = if kind == "not a regular file" {
+            kind.to_owned()
+        } else {
+            format!("it is {kind}, not a regular file")
+        };
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, text)
+    };
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    let file = File::open(path)?;
+    // The path may have been swapped between the check and the open.
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    Ok(file)
+}
+
+/// Reads a regular file whole, never more than the size it declared when opened (a file that
+/// grows while read is cut there).
+pub fn read_regular(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let len = file.metadata()?.len();
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0).min(1 << 30));
+    file.take(len).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Reads a regular file whole as UTF-8 text (see [`read_regular`]).
+pub fn read_regular_text(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"abc").unwrap();
+        assert_eq!(read_regular(&file).unwrap(), b"abc");
+        let err = read_regular(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        assert_eq!(err.to_string(), "it is a folder, not a regular file");
+        #[cfg(unix)]
+        {
+            let fifo = dir.path().join("pipe");
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+            assert!(made.unwrap().success());
+            // Would block forever if it were opened.
+            let err = read_regular(&fifo).unwrap_err();
+            assert_eq!(err.to_string(), "it is a named pipe, not a regular file");
+            let err = read_regular(Path::new("/dev/zero")).unwrap_err();
+            assert_eq!(err.to_string(), "it is a device, not a regular file");
+        }
+    }
 
     #[test]
     fn byte_counts_read_as_people_write_them() {

@@ -295,3 +295,103 @@ fn version_names_the_app_the_runtime_and_the_providers() {
     assert!(text.contains("\nONNX Runtime 1."), "{text}");
     assert!(text.contains("execution providers: cpu (ready)"), "{text}");
 }
+
+/// Runs the CLI with `args`, killing it after 60 s (a read that blocks on a pipe would hang
+/// forever); returns its exit success and its last stderr line.
+#[cfg(unix)]
+fn run_bounded(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    use std::time::{Duration, Instant};
+    let mut child = cli()
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = stderr.lines().last().unwrap_or_default().to_owned();
+    (out.status.success(), last)
+}
+
+#[cfg(unix)]
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status();
+    assert!(made.unwrap().success(), "mkfifo {}", path.display());
+}
+
+/// A named pipe, a device or a folder where a file is read (the model, its external data, the
+/// calibration data, a test-data folder's tensor, a recipe, statistics) is refused at once
+/// with one line saying what it is: nothing blocks on the pipe or reads `/dev/zero` forever.
+#[cfg(unix)]
+#[test]
+fn only_regular_files_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| dir.path().join(name);
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad_inputs/good.onnx");
+    for name in ["pipe.onnx", "pipe.npz", "pipe.toml", "pipe.json"] {
+        mkfifo(&at(name));
+    }
+    std::fs::create_dir(at("folder.onnx")).unwrap();
+    std::fs::create_dir_all(at("pb/test_data_set_0")).unwrap();
+    mkfifo(&at("pb/test_data_set_0/input_0.pb"));
+    // Models whose weight lives in a pipe and in a folder.
+    let ext_pipe = tempfile::tempdir().unwrap();
+    mkfifo(&ext_pipe.path().join("w.bin"));
+    let ext_pipe = external_model(ext_pipe.path(), "w.bin", 0, None);
+    let ext_dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ext_dir.path().join("w.bin")).unwrap();
+    let ext_dir = external_model(ext_dir.path(), "w.bin", 0, None);
+
+    let os = |p: &Path| p.as_os_str().to_owned();
+    let quantize = |flag: &str, value: &Path| {
+        vec![
+            "quantize".into(),
+            "--onnx_path".into(),
+            os(&good),
+            flag.into(),
+            os(value),
+            "-o".into(),
+            os(&at("q.onnx")),
+        ]
+    };
+    let inspect = |p: &Path| vec!["inspect".into(), os(p)];
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (inspect(&at("pipe.onnx")), "it is a named pipe"),
+        (inspect(Path::new("/dev/zero")), "it is a device"),
+        (inspect(&at("folder.onnx")), "it is a folder"),
+        (inspect(&ext_pipe), "external data file"),
+        (inspect(&ext_dir), "external data file"),
+        (
+            quantize("--calibration_data_path", &at("pipe.npz")),
+            "it is a named pipe",
+        ),
+        (
+            quantize("--calibration_data_path", &at("pb")),
+            "it is a named pipe",
+        ),
+        (quantize("--recipe", &at("pipe.toml")), "it is a named pipe"),
+        (
+            quantize("--calibration_cache_path", &at("pipe.json")),
+            "it is a named pipe",
+        ),
+    ];
+    for (args, reason) in &cases {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let (ok, last) = run_bounded(&args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(
+            last.starts_with("error: ") && last.contains(reason),
+            "{args:?}: {last}"
+        );
+    }
+    assert!(!at("q.onnx").exists());
+}

@@ -52,7 +52,7 @@ pub fn save(stats: &CalibrationStats, path: &Path) -> Result<(), CalibError> {
 
 /// Loads statistics saved by [`save`].
 pub fn load(path: &Path) -> Result<CalibrationStats, CalibError> {
-    let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
+    let bytes = crate::util::read_regular(path).map_err(|e| file_error(path, e))?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| file_error(path, format!("not a statistics file: {e}")))?;
     if value.get("format").and_then(Value::as_str) != Some(FORMAT) {
@@ -110,7 +110,7 @@ fn json_number(value: &Value) -> Option<f32> {
 
 /// Reads ranges from onnxruntime's calibration cache JSON.
 pub fn read_ort_cache(path: &Path) -> Result<BTreeMap<String, Range>, CalibError> {
-    let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
+    let bytes = crate::util::read_regular(path).map_err(|e| file_error(path, e))?;
     let value: Value =
         serde_json::from_slice(&bytes).map_err(|e| file_error(path, format!("not JSON: {e}")))?;
     let data = value
@@ -145,7 +145,7 @@ pub fn trt_cache_text(ranges: &BTreeMap<String, Range>) -> String {
 
 /// Reads a TensorRT calibration cache into symmetric ranges (`±scale·127`).
 pub fn read_trt_cache(path: &Path) -> Result<BTreeMap<String, Range>, CalibError> {
-    let text = std::fs::read_to_string(path).map_err(|e| file_error(path, e))?;
+    let text = crate::util::read_regular_text(path).map_err(|e| file_error(path, e))?;
     let mut lines = text.lines();
     let header = lines.next().unwrap_or_default();
     if !header.starts_with("TRT-") {

@@ -54,6 +54,17 @@ pub enum ModelError {
         /// The model's folder.
         folder: PathBuf,
     },
+    /// A tensor's external data file cannot be read (a folder, a pipe, a device, no permission).
+    #[error("tensor '{tensor}': cannot read external data file {path}: {source}")]
+    ExternalRead {
+        /// The tensor name.
+        tensor: String,
+        /// The resolved file path.
+        path: PathBuf,
+        /// Why it cannot be read.
+        #[source]
+        source: std::io::Error,
+    },
     /// A tensor's external data file does not exist.
     #[error("tensor '{tensor}': external data file {path} is missing")]
     ExternalMissing {

@@ -6,7 +6,7 @@
 //! Each referenced file is memory-mapped once by [`Model`](super::Model) and shared by all
 //! tensors that point into it.
 
-use std::fs::File;
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
@@ -127,16 +127,19 @@ pub fn resolve_location(
     Ok(canonical)
 }
 
-/// Maps a file read-only, or reads it when it is small.
+/// Maps a regular file read-only, or reads it when it is small (never more than the size it
+/// declares). A folder, pipe or device is an error before it is opened.
 pub fn map_file(path: &Path) -> Result<Bytes, ModelError> {
     let read_err = |source| ModelError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(read_err)?;
+    let file = crate::util::open_regular(path).map_err(read_err)?;
     let len = file.metadata().map_err(read_err)?.len();
     if len < MMAP_THRESHOLD {
-        return std::fs::read(path).map(Bytes::from).map_err(read_err);
+        let mut bytes = Vec::with_capacity(len as usize);
+        file.take(len).read_to_end(&mut bytes).map_err(read_err)?;
+        return Ok(Bytes::from(bytes));
     }
     // SAFETY: the map is read-only. Another process truncating the file while it is mapped
     // would fault; qdq-studio itself never writes to an input file (see `save`), which is the

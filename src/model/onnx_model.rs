@@ -96,7 +96,14 @@ impl Model {
             let data = match files.get(&path) {
                 Some(data) => data.clone(),
                 None => {
-                    let data = map_file(&path)?;
+                    let data = map_file(&path).map_err(|e| match e {
+                        ModelError::Read { path, source } => ModelError::ExternalRead {
+                            tensor: tensor.name().to_owned(),
+                            path,
+                            source,
+                        },
+                        other => other,
+                    })?;
                     files.insert(path.clone(), data.clone());
                     data
                 }

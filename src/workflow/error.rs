@@ -111,16 +111,6 @@ impl WorkflowError {
     /// The error and its causes on one line ("a: b: c"), as the CLI prints it and the
     /// studio's notices show it.
     pub fn chain(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let line = cause.to_string();
-            if !text.contains(&line) {
-                text.push_str(": ");
-                text.push_str(&line);
-            }
-            source = cause.source();
-        }
-        text.replace('\n', " ")
+        crate::util::error_line(self)
     }
 }

@@ -55,7 +55,7 @@ fn open_err(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
 }
 
 fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
-    let mut file = File::open(path).map_err(open_err(path))?;
+    let mut file = crate::util::open_regular(path).map_err(open_err(path))?;
     file.seek(SeekFrom::Start(entry.data_start))
         .map_err(open_err(path))?;
     let raw = BufReader::new(file).take(entry.compressed_size);
@@ -85,7 +85,7 @@ fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
 impl NpzSource {
     /// Opens an `.npz` archive, or a bare `.npy` file whose array is named `npy_name`.
     pub fn open(path: &Path, npy_name: &str) -> Result<Self, DataError> {
-        let file = File::open(path).map_err(open_err(path))?;
+        let file = crate::util::open_regular(path).map_err(open_err(path))?;
         let mut magic = [0u8; 6];
         (&file)
             .read_exact(&mut magic)

@@ -37,7 +37,7 @@ fn read_set(
         .iter()
         .enumerate()
         .map(|(i, file)| {
-            let bytes = std::fs::read(file).map_err(|e| DataError::Open {
+            let bytes = crate::util::read_regular(file).map_err(|e| DataError::Open {
                 path: file.clone(),
                 reason: e.to_string(),
             })?;
