@@ -75,6 +75,35 @@ fn the_quantized_sample_agrees_with_the_float_model() {
 #[test]
 fn a_model_against_itself_has_no_error_and_non_qdq_models_are_refused() {
     let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    // The same QDQ model on both sides: the same outputs, so no error at all.
+    let dir = tempfile::tempdir().unwrap();
+    let quant = Model::load(&quantized_sample(dir.path())).unwrap();
+    let inputs = model_inputs(&Graph::build(&quant));
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&inputs)
+    .unwrap();
+    let metrics = compare_outputs(
+        &quant,
+        &quant,
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        4,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let m = &metrics[0];
+    assert_eq!(
+        (m.mse, m.max_abs_error, m.elements),
+        (0.0, 0.0, 32),
+        "{m:?}"
+    );
+    assert!(m.sqnr_db.is_infinite() || m.sqnr_db > 100.0, "{m:?}");
+    assert!((m.cosine - 1.0).abs() < 1e-12, "{m:?}");
+    assert_eq!(m.top1_agreement, Some(1.0));
+    // As a quantized model to compare against, a float model is refused.
     let err = check_comparable(&float, &float, "float.onnx").unwrap_err();
     assert!(matches!(err, EvalError::NotQuantized(_)), "{err}");
 

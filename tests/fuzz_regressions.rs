@@ -1,6 +1,7 @@
-//! Every input a fuzz target ever crashed on (`tests/fuzz_regressions/<target>/`), replayed
-//! through the same calls as the target (see `fuzz/fuzz_targets/`): each must now give an
-//! answer (an error is fine), never a panic.
+//! Every input a fuzz target ever crashed on (`tests/fuzz_regressions/<target>/`) and every
+//! seed it starts from (`fuzz/seeds/<target>/`, the bad-input corpus among them), replayed
+//! through the same calls as the target (see `fuzz/fuzz_targets/`): each must give an answer
+//! (an error is fine), never a panic. Each target replays at least one file.
 
 use std::path::{Path, PathBuf};
 
@@ -11,24 +12,28 @@ use qdq_studio::model::{Graph, Model};
 use qdq_studio::recipe::Recipe;
 use qdq_studio::workflow::inspect::ModelSummary;
 
+/// The crash inputs and seeds of `target`; never empty (a target with nothing to replay
+/// would pass without testing anything).
 fn inputs(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fuzz_regressions")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let folders = [
+        root.join("tests/fuzz_regressions").join(target),
+        root.join("fuzz/seeds").join(target),
+    ];
+    let mut files: Vec<PathBuf> = folders
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     files.sort();
+    assert!(!files.is_empty(), "nothing to replay for {target}");
     files
 }
 
 #[test]
-fn npz_crashes_stay_fixed() {
-    let files = inputs("npz");
-    assert!(!files.is_empty());
-    for file in files {
+fn npz_crashes_and_seeds_never_panic() {
+    for file in inputs("npz") {
         let data = std::fs::read(&file).unwrap();
         let mut reader = data.as_slice();
         if let Ok(header) = read_header(&mut reader, "fuzz") {
@@ -41,7 +46,7 @@ fn npz_crashes_stay_fixed() {
 }
 
 #[test]
-fn model_load_crashes_stay_fixed() {
+fn model_load_crashes_and_seeds_never_panic() {
     for file in inputs("model_load") {
         let data = std::fs::read(&file).unwrap();
         let folder = file.parent().unwrap().to_path_buf();
@@ -55,7 +60,7 @@ fn model_load_crashes_stay_fixed() {
 }
 
 #[test]
-fn recipe_crashes_stay_fixed() {
+fn recipe_crashes_and_seeds_round_trip() {
     for file in inputs("recipe") {
         let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
         if let Ok(recipe) = Recipe::from_toml(&text, "fuzz.toml") {

@@ -28,20 +28,31 @@ fn the_cpu_runtime_loads_and_lists_its_providers() {
     }
 }
 
+/// Whatever flavour is installed (CPU, or GPU with CUDA), some known provider is missing from
+/// it; asking for that one names it, what the library has, and which flavour has it.
 #[test]
 fn asking_for_a_provider_the_library_lacks_is_a_clear_error() {
     let rt = runtime();
-    if rt.has_ep(&EpSpec::Cuda(0)) {
-        return; // A GPU build is active; the next test covers that case.
-    }
+    let lacking = EpSpec::known()
+        .into_iter()
+        .find(|ep| !rt.has_ep(ep))
+        .expect("no library has every provider (DirectML and OpenVINO never ship together)");
     let model = qdq_studio::sample::SAMPLE_MODEL;
     let err = rt
-        .session_from_bytes(model, &[EpSpec::Cuda(0)], SessionOptions::default())
+        .session_from_bytes(
+            model,
+            std::slice::from_ref(&lacking),
+            SessionOptions::default(),
+        )
         .unwrap_err();
-    assert!(matches!(err, RuntimeError::EpNotInLibrary { .. }), "{err}");
+    let RuntimeError::EpNotInLibrary { ep, hint, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(ep, &lacking.to_string(), "{err}");
+    assert!(!hint.is_empty(), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("cuda:0") && text.contains("--flavor gpu"),
+        text.contains(ep.as_str()) && text.contains(hint.as_str()),
         "{text}"
     );
 }
@@ -87,20 +98,36 @@ fn a_file_that_is_not_a_library_is_refused_by_the_cli() {
 
 #[test]
 fn a_library_that_is_not_onnx_runtime_is_refused() {
-    // The C library is a real shared library without OrtGetApiBase.
-    let libc = [
-        "/lib/x86_64-linux-gnu/libc.so.6",
-        "/lib/aarch64-linux-gnu/libc.so.6",
-        "/usr/lib/libc.so.6",
-    ]
-    .into_iter()
-    .map(std::path::Path::new)
-    .find(|p| p.exists());
-    let Some(libc) = libc else { return };
+    // A real shared library without OrtGetApiBase: the test binary's own C library, found
+    // through the platform's loader wherever it lives.
+    let libc = libc_path();
     assert!(matches!(
-        check_library(libc),
+        check_library(&libc),
         Err(RuntimeError::MissingApi { .. })
     ));
+}
+
+/// The C library this process runs with, read from the loader's map (Linux), or the
+/// platform's fixed system library elsewhere.
+fn libc_path() -> std::path::PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let path = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+            .expect("the process maps a C library");
+        std::path::PathBuf::from(path)
+    }
+    #[cfg(target_os = "macos")]
+    {
+        std::path::PathBuf::from("/usr/lib/libSystem.B.dylib")
+    }
+    #[cfg(windows)]
+    {
+        std::path::PathBuf::from(r"C:\Windows\System32\kernel32.dll")
+    }
 }
 
 /// onnxruntime 1.22.0, older than the API this build needs (a Linux x86_64 wheel).

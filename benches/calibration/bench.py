@@ -20,6 +20,9 @@ import zipfile
 
 import numpy as np
 import onnx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from targets import Targets  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -137,7 +140,7 @@ for i in range(0, len(arr), batch): s.run(None, {name: arr[i:i+batch]})
 """
 
 
-def bench(label, model, data, batch, binary):
+def bench(label, model, data, batch, binary, targets):
     py = sys.executable
     rows = {}
     rows["float pass (onnxruntime)"] = measure([py, "-c", PLAIN_SCRIPT, str(model), str(data), str(batch)], "plain")
@@ -157,13 +160,13 @@ def bench(label, model, data, batch, binary):
     print("ratios:")
     for method in ("Entropy", "Percentile"):
         ort_t = rows[f"onnxruntime {method}"][0]
-        print(f"  time  qdq-studio (all methods) / onnxruntime {method:10} = {ours_all[0] / ort_t:.3f}  (target <= 0.333)")
+        targets.check(f"{label}: time qdq-studio (all methods) / onnxruntime {method}", ours_all[0] / ort_t, "<=", 0.333)
         print(f"  time  qdq-studio parity        / onnxruntime {method:10} = {rows['qdq-studio ORT parity'][0] / ort_t:.3f}")
     print(f"  time  qdq-studio MinMax / onnxruntime MinMax               = {ours_mm[0] / rows['onnxruntime MinMax'][0]:.3f}")
-    print(f"  memory qdq-studio histograms / qdq-studio MinMax            = {ours_all[1] / ours_mm[1]:.3f}  (target <= 1.5)")
+    targets.check(f"{label}: memory qdq-studio histograms / qdq-studio MinMax", ours_all[1] / ours_mm[1], "<=", 1.5)
     for method in ("Entropy", "Percentile"):
         print(f"  memory onnxruntime {method:10} / qdq-studio all methods     = {rows[f'onnxruntime {method}'][1] / ours_all[1]:.2f}")
-    print(f"  overhead qdq-studio all methods over a float pass          = {ours_all[0] / plain[0] - 1:+.1%}  (target <= +30%)")
+    targets.check(f"{label}: overhead of qdq-studio all methods over a float pass", ours_all[0] / plain[0] - 1, "<=", 0.30, "{:+.1%}")
     return rows
 
 
@@ -175,6 +178,7 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     n = 16 if args.quick else 64
+    targets = Targets()
 
     det = fetch_det()
     det_data = WORK / f"det_{n}.npz"
@@ -187,7 +191,7 @@ def main():
                 imgs[i, :, y : y + 6, x0 : x0 + rng.integers(20, 120)] = rng.uniform(0.0, 0.3)
         imgs += rng.normal(0, 0.02, imgs.shape).astype(np.float32)
         np.savez(det_data, x=((imgs - 0.5) / 0.5).astype(np.float32))
-    bench("cnn", det, det_data, 4, args.binary)
+    bench("cnn", det, det_data, 4, args.binary, targets)
 
     enc = WORK / "encoder.onnx"
     if not enc.exists():
@@ -195,7 +199,8 @@ def main():
     enc_data = WORK / f"encoder_{n}.npz"
     if not enc_data.exists():
         np.savez(enc_data, x=rng.standard_normal((n * 2, 128, 256)).astype(np.float32))
-    bench("transformer", enc, enc_data, 8, args.binary)
+    bench("transformer", enc, enc_data, 8, args.binary, targets)
+    sys.exit(targets.summary())
 
 
 if __name__ == "__main__":

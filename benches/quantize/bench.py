@@ -26,6 +26,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORK = ROOT / "target" / "bench-data"
 sys.path.insert(0, str(ROOT / "benches" / "calibration"))
 from bench import make_transformer  # noqa: E402
+sys.path.insert(0, str(ROOT / "benches"))
+from targets import Targets  # noqa: E402
+
+TARGETS = Targets()
 
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 
@@ -79,8 +83,9 @@ def compare(label, model, calib, evaluation, binary, batch=4):
     our_seconds = time.time() - start
     ref = outputs(pre, name, evaluation)
     a, b = sqnr(ref, outputs(ours, name, evaluation)), sqnr(ref, outputs(theirs, name, evaluation))
-    print(f"{label:12} SQNR qdq-studio {a:7.2f} dB   onnxruntime {b:7.2f} dB   difference {a - b:+.2f} dB (target >= -0.10)"
+    print(f"{label:12} SQNR qdq-studio {a:7.2f} dB   onnxruntime {b:7.2f} dB"
           f"   time {our_seconds:.1f} s vs {ort_seconds:.1f} s")
+    TARGETS.check(f"{label}: SQNR qdq-studio - onnxruntime (dB)", a - b, ">=", -0.10, "{:+.2f}")
 
 
 def big_model(path):
@@ -138,7 +143,10 @@ def main():
                              check=True, capture_output=True, text=True).stdout
         total = time.time() - start
         timings = re.search(r"timings: (.*)", out).group(1)
-        print(f"re-quantize 20.5M parameters from cached statistics (run {run + 1}): {timings}; whole command {total:.2f} s (target: quantize < 1000 ms)")
+        print(f"re-quantize 20.5M parameters from cached statistics (run {run + 1}): {timings}; whole command {total:.2f} s")
+        quantize_ms = float(re.search(r"quantize (\d+) ms", timings).group(1))
+        TARGETS.check(f"re-quantize 20.5M parameters, run {run + 1}: quantize step (ms)", quantize_ms, "<=", 1000, "{:.0f}")
+    sys.exit(TARGETS.summary())
 
 
 if __name__ == "__main__":
