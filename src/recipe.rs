@@ -297,7 +297,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
 #[derive(Debug, Clone)]
 pub struct NamePattern {
     text: String,
-    regex: Option<Regex>,
+    regex: Result<Regex, String>,
 }
 
 impl NamePattern {
@@ -305,13 +305,24 @@ impl NamePattern {
     pub fn new(text: &str) -> Self {
         NamePattern {
             text: text.to_owned(),
-            regex: Regex::new(&format!("^(?:{text})")).ok(),
+            regex: Regex::new(&format!("^(?:{text})")).map_err(|e| {
+                // The regex crate's message spans lines with a caret diagram; its last line
+                // says what is wrong.
+                let text = e.to_string();
+                let last = text.lines().last().unwrap_or_default().trim();
+                last.strip_prefix("error: ").unwrap_or(last).to_owned()
+            }),
         }
+    }
+
+    /// Why the pattern is not a valid regular expression (it is then matched literally).
+    pub fn regex_error(&self) -> Option<&str> {
+        self.regex.as_ref().err().map(String::as_str)
     }
 
     /// True when `name` is the pattern or the regex matches at its start.
     pub fn matches(&self, name: &str) -> bool {
-        name == self.text || self.regex.as_ref().is_some_and(|r| r.is_match(name))
+        name == self.text || self.regex.as_ref().is_ok_and(|r| r.is_match(name))
     }
 }
 
@@ -488,8 +499,13 @@ impl Recipe {
             for pattern in patterns {
                 let p = NamePattern::new(pattern);
                 if !names.iter().any(|n| p.matches(n)) {
+                    let invalid = p.regex_error().map_or(String::new(), |e| {
+                        format!(
+                            " (not a valid regular expression, {e}, so matched as a literal name)"
+                        )
+                    });
                     problems.push(format!(
-                        "{key}: no node matches '{pattern}'{}",
+                        "{key}: no node matches '{pattern}'{invalid}{}",
                         suggest(pattern, &mut names.iter().copied())
                     ));
                 }

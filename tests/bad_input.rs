@@ -395,3 +395,24 @@ fn only_regular_files_are_read() {
     }
     assert!(!at("q.onnx").exists());
 }
+
+/// `--batch_size 0` is refused by every subcommand that batches, with the reason.
+#[test]
+fn a_batch_size_of_zero_is_refused() {
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad_inputs/good.onnx");
+    for command in ["calibrate", "quantize", "sensitivity"] {
+        let out = cli()
+            .args([command, "--onnx_path"])
+            .arg(&good)
+            .args(["--batch_size", "0"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{command}: {stderr}");
+        assert!(
+            stderr
+                .contains("invalid value '0' for '--batch_size <BATCH_SIZE>': must be at least 1"),
+            "{command}: {stderr}"
+        );
+    }
+}

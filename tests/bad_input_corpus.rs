@@ -364,7 +364,7 @@ const CASES: &[Case] = &[
         "recipe_bad_regex.toml",
         "a node pattern that is not a valid regex",
         Recipe,
-        Error("(unclosed"),
+        Error("no node matches '(unclosed' (not a valid regular expression"),
     ),
 ];
 

@@ -97,6 +97,13 @@ pub enum CalibError {
     /// ONNX Runtime or an execution provider failed to start.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// ONNX Runtime cannot load the float model (an op version it has no kernel for, an op
+    /// it does not know): the model itself must change before it can be calibrated.
+    #[error("ONNX Runtime cannot run the float model: {reason}")]
+    FloatModel {
+        /// ONNX Runtime's reason, explained where it is known.
+        reason: String,
+    },
     /// A batch failed to run.
     #[error("batch {batch} (samples from {first_sample}) failed to run: {reason}")]
     Run {

@@ -9,7 +9,7 @@ use ndarray::ArrayViewD;
 use prost::Message;
 use rayon::prelude::*;
 
-use super::data::{BatchSource, model_inputs, validate};
+use super::data::{BatchChoice, BatchSource, choose_batch, model_inputs, validate_source};
 use super::histogram::{AbsHistogram, Histogram};
 use super::memory;
 use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats};
@@ -19,7 +19,7 @@ use crate::model::builder::value_info;
 use crate::model::proto::ValueInfoProto;
 use crate::model::{DataType, Graph, Model, TensorKind};
 use crate::runtime::value::{owned_inputs, session_inputs};
-use crate::runtime::{Optimization, Runtime, SessionOptions};
+use crate::runtime::{Optimization, Runtime, RuntimeError, SessionOptions};
 
 /// The tensors calibration observes: every float (or untyped) tensor read or written by a
 /// node, that is not a weight. Ordered as the graph computes them.
@@ -123,18 +123,27 @@ pub fn calibrate(
     let graph = Graph::build(model);
     graph.check()?;
     let inputs = model_inputs(&graph);
-    let samples = config
+    let asked = config
         .max_samples
         .map_or(source.samples(), |m| m.min(source.samples()));
-    let requested_batch = config.batch_size.max(1);
-    validate(&inputs, &source.arrays(), samples, requested_batch)?;
+    let batch = choose_batch(&inputs, config.batch_size);
+    let samples = batch.usable(asked, source.whole_feeds());
+    validate_source(&inputs, &*source, samples, batch.size)?;
+    let mut notes: Vec<String> = batch.note.iter().cloned().collect();
+    if samples < asked {
+        notes.push(format!(
+            "the last {} samples were left out: they do not fill a batch of {}",
+            asked - samples,
+            batch.size
+        ));
+    }
 
     let tensors = calibration_tensors(&graph, config.tensors.as_deref());
     if tensors.is_empty() {
         return Err(CalibError::NoTensors);
     }
     let mut fitter = BatchFitter::new(
-        requested_batch,
+        &batch,
         config.memory_budget.or_else(memory::batch_budget),
         memory::declared_bytes_per_sample(&graph, &tensors, &source.arrays()),
         tensors.len(),
@@ -148,7 +157,14 @@ pub fn calibrate(
         },
         intra_threads: 0,
     };
-    let mut session = runtime.session_from_bytes(&bytes, &config.execution_providers, options)?;
+    let mut session = runtime
+        .session_from_bytes(&bytes, &config.execution_providers, options)
+        .map_err(|e| match e {
+            RuntimeError::Ort(text) => CalibError::FloatModel {
+                reason: crate::runtime::explain_load_error(&text),
+            },
+            other => CalibError::Runtime(other),
+        })?;
 
     let mut stats: Vec<TensorStats> = vec![TensorStats::default(); tensors.len()];
     // Untyped tensors are kept only if the session returns them as floats.
@@ -238,7 +254,7 @@ pub fn calibrate(
         seconds: started.elapsed().as_secs_f64(),
         run_seconds,
         stats_seconds,
-        notes: fitter.notes,
+        notes: notes.into_iter().chain(fitter.notes).collect(),
     };
     Ok(CalibrationStats {
         info,
@@ -362,22 +378,26 @@ struct BatchFitter {
     budget: Option<u64>,
     /// The first batch is one sample when the shapes did not say what a sample costs.
     probe: bool,
+    /// The model fixes the batch size: it is never lowered (a batch that does not fit is an
+    /// error) and there is no one-sample probe.
+    fixed: bool,
     tensors: usize,
     notes: Vec<String>,
 }
 
 impl BatchFitter {
     fn new(
-        requested: usize,
+        batch: &BatchChoice,
         budget: Option<u64>,
         declared: memory::SampleEstimate,
         tensors: usize,
     ) -> Result<Self, CalibError> {
         let mut fitter = BatchFitter {
-            requested,
-            batch_size: requested,
+            requested: batch.size,
+            batch_size: batch.size,
             budget,
             probe: false,
+            fixed: batch.fixed,
             tensors,
             notes: Vec::new(),
         };
@@ -390,8 +410,10 @@ impl BatchFitter {
             .bytes
             .saturating_mul(fitter.batch_size as u64)
             .saturating_mul(UNKNOWN_SHAPES_FACTOR);
-        fitter.probe =
-            budget.is_some_and(|b| worst > b) && !declared.complete && fitter.batch_size > 1;
+        fitter.probe = budget.is_some_and(|b| worst > b)
+            && !declared.complete
+            && fitter.batch_size > 1
+            && !fitter.fixed;
         Ok(fitter)
     }
 
@@ -420,6 +442,13 @@ impl BatchFitter {
                 tensors: self.tensors,
             }
         })?;
+        if fitted < self.batch_size && self.fixed {
+            return Err(CalibError::OutOfMemory {
+                needed: per_sample,
+                budget,
+                tensors: self.tensors,
+            });
+        }
         if fitted < self.batch_size {
             let note = format!(
                 "batch size lowered from {} to {fitted}: a sample needs about {} ({basis}) and a batch may take {}",

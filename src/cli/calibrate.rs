@@ -31,7 +31,12 @@ pub struct CalibrateArgs {
     #[arg(long = "calibration_eps", visible_alias = "calibration-eps", num_args = 1.., default_value = "cpu")]
     pub calibration_eps: Vec<String>,
     /// Samples per batch.
-    #[arg(long = "batch_size", visible_alias = "batch-size", default_value_t = 1)]
+    #[arg(
+        long = "batch_size",
+        visible_alias = "batch-size",
+        default_value_t = 1,
+        value_parser = super::common::at_least_one
+    )]
     pub batch_size: usize,
     /// Use at most this many samples.
     #[arg(long = "max_samples", visible_alias = "max-samples")]

@@ -169,3 +169,13 @@ fn preprocess_of(
         std: triple(&args.std, "std")?,
     })
 }
+
+/// A count that must be at least 1 (`--batch_size`): 0 is refused by the parser with the
+/// reason instead of being taken silently.
+pub fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -24,7 +24,12 @@ pub struct CompareArgs {
     #[arg(long = "data")]
     pub data: PathBuf,
     /// Samples per batch.
-    #[arg(long = "batch_size", visible_alias = "batch-size", default_value_t = 1)]
+    #[arg(
+        long = "batch_size",
+        visible_alias = "batch-size",
+        default_value_t = 1,
+        value_parser = super::common::at_least_one
+    )]
     pub batch_size: usize,
     /// Execution providers, in priority order.
     #[arg(long = "eps", num_args = 1.., default_value = "cpu")]

@@ -59,7 +59,12 @@ pub struct QuantizeArgs {
     #[arg(long = "calibration_shapes", visible_alias = "calibration-shapes")]
     pub calibration_shapes: Option<String>,
     /// Samples per calibration batch.
-    #[arg(long = "batch_size", visible_alias = "batch-size", default_value_t = 1)]
+    #[arg(
+        long = "batch_size",
+        visible_alias = "batch-size",
+        default_value_t = 1,
+        value_parser = super::common::at_least_one
+    )]
     pub batch_size: usize,
     /// onnxruntime-parity calibration (two passes, its histogram layouts).
     #[arg(long = "ort_parity", visible_alias = "ort-parity")]

@@ -11,7 +11,7 @@ use std::time::Instant;
 use ndarray::{ArrayD, Axis};
 use serde::Serialize;
 
-use crate::calib::data::{BatchSource, DataError, model_inputs, validate};
+use crate::calib::data::{BatchSource, DataError, choose_batch, model_inputs, validate_source};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, ModelError};
 use crate::quant::cpu_session_options;
@@ -284,7 +284,8 @@ pub fn compare_outputs(
     let graph = Graph::build(float);
     let inputs = model_inputs(&graph);
     let samples = source.samples();
-    validate(&inputs, &source.arrays(), samples, batch_size.max(1))?;
+    let batch_size = choose_batch(&inputs, batch_size).size;
+    validate_source(&inputs, source, samples, batch_size)?;
     let mut float_session =
         runtime.session_from_bytes(&float.to_bytes()?, eps, SessionOptions::default())?;
     let mut quant_session =
@@ -390,8 +391,9 @@ pub fn measure_latency(
     runs: usize,
 ) -> Result<Latency, EvalError> {
     source.rewind()?;
+    let inputs = model_inputs(&Graph::build(model));
     let batch = source
-        .next_batch(batch_size.max(1))?
+        .next_batch(choose_batch(&inputs, batch_size).size)?
         .ok_or(DataError::Empty)?;
     let owned = owned_inputs(batch.inputs)?;
     let options = if Graph::build(model)

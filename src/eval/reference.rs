@@ -9,7 +9,7 @@
 use ndarray::{ArrayD, Axis};
 
 use super::{Accumulator, EvalError, OutputMetrics, check_comparable, run_outputs};
-use crate::calib::data::{BatchSource, model_inputs, validate};
+use crate::calib::data::{BatchSource, choose_batch, model_inputs, validate_source};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, TensorArray};
 use crate::quant::cpu_session_options;
@@ -74,7 +74,8 @@ impl Reference {
         let graph = Graph::build(float);
         let inputs = model_inputs(&graph);
         let samples = source.samples();
-        validate(&inputs, &source.arrays(), samples, batch_size.max(1))?;
+        let batch_size = choose_batch(&inputs, batch_size).size;
+        validate_source(&inputs, source, samples, batch_size)?;
         let mut session =
             runtime.session_from_bytes(&float.to_bytes()?, eps, SessionOptions::default())?;
         let outputs: Vec<String> = graph.outputs().to_vec();

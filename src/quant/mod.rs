@@ -109,6 +109,10 @@ impl Quantized {
 }
 
 /// The opset the output needs for its Q/DQ nodes.
+/// The opset per-tensor output is raised to when the model's is lower (10 when a node blocks
+/// the raise to 11).
+const PREFERRED_PER_TENSOR_OPSET: i64 = 11;
+
 fn needed_opset(recipe: &Recipe, per_axis: bool) -> i64 {
     let types = [recipe.activation_type, recipe.weight_type];
     let wide = |t: &QuantType| {
@@ -130,8 +134,11 @@ fn needed_opset(recipe: &Recipe, per_axis: bool) -> i64 {
     {
         needed = 21;
     }
+    // Per-tensor Q/DQ runs from opset 10, but ONNX Runtime's own optimizer quantizes a float
+    // Conv bias next to Q/DQ with a Round node, which needs 11: an opset-10 output fails to
+    // load there. 11 is also onnxruntime's quantizer's floor for older models.
     if !per_axis && needed == 13 {
-        needed = 10;
+        needed = PREFERRED_PER_TENSOR_OPSET;
     }
     needed
 }
@@ -163,12 +170,15 @@ pub fn quantize(
     let observed_rank = |tensor: &str| -> Option<usize> {
         stats?.tensors.get(tensor)?.shapes.first().map(Vec::len)
     };
-    let opset_raised = opset::raise(
-        work.proto_mut(),
-        &graph,
-        needed_opset(recipe, rewritten.per_axis),
-        &observed_rank,
-    )?;
+    let needed = needed_opset(recipe, rewritten.per_axis);
+    let opset_raised = match opset::raise(work.proto_mut(), &graph, needed, &observed_rank) {
+        // 11 is preferred for ONNX Runtime's sake, 10 is what Q/DQ needs (a refused raise
+        // leaves the model as it was).
+        Err(QuantError::OpsetRaise { .. }) if needed == PREFERRED_PER_TENSOR_OPSET => {
+            opset::raise(work.proto_mut(), &graph, 10, &observed_rank)?
+        }
+        raised => raised?,
+    };
     stamp_recipe(&mut work, recipe);
     let name = |id: &crate::model::NodeId| graph.node(*id).name.clone();
     Ok(Quantized {

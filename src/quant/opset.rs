@@ -93,8 +93,32 @@ const CHANGES: &[(&str, i64, Option<&str>, &str)] = &[
         "axes moved from an attribute to an input",
     ),
     ("Upsample", 10, None, "removed in favour of Resize"),
+    (
+        "Slice",
+        10,
+        None,
+        "starts, ends and axes moved from attributes to inputs",
+    ),
+    ("TopK", 10, None, "k moved from an attribute to an input"),
+    (
+        "Pad",
+        11,
+        None,
+        "pads and value moved from attributes to inputs",
+    ),
+    (
+        "Resize",
+        11,
+        None,
+        "coordinate transformation modes were added and its default behaviour changed",
+    ),
     ("Scan", 9, None, "scan_input_axes semantics changed"),
 ];
+
+/// Attributes that became inputs of another type (not int64 lists) at a version: a node that
+/// still carries one blocks the raise; without them old and new versions compute the same.
+const FLOAT_ATTRIBUTES_MOVED: &[(&str, i64, &[&str])] =
+    &[("Clip", 11, &["min", "max"]), ("Dropout", 12, &["ratio"])];
 
 /// Softmax-family axis semantics changed at 13: safe only when the axis is the last one.
 const SOFTMAX_LIKE: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
@@ -128,6 +152,19 @@ pub fn blocking_nodes(
                 blocking.push(format!(
                     "'{}' ({}: {change} at opset {version})",
                     node.name, node.op_type
+                ));
+            }
+        }
+        for (op, version, attributes) in FLOAT_ATTRIBUTES_MOVED {
+            let carried = attributes
+                .iter()
+                .any(|a| node.attribute_names.iter().any(|n| n == a));
+            if node.op_type == *op && from < *version && *version <= to && carried {
+                blocking.push(format!(
+                    "'{}' ({}: {} moved from attributes to inputs at opset {version})",
+                    node.name,
+                    node.op_type,
+                    attributes.join(" and ")
                 ));
             }
         }

@@ -137,3 +137,42 @@ fn format_attempts(attempts: &[Attempt]) -> String {
         .collect::<Vec<_>>()
         .join("; ")
 }
+
+/// ONNX Runtime's reason for refusing to load a model, with what to do where it is known:
+/// a node whose op version has no kernel names the node, the op and its opset, and says to
+/// convert the model to a newer opset.
+pub fn explain_load_error(text: &str) -> String {
+    const NO_KERNEL: &str = "Could not find an implementation for ";
+    let Some(rest) = text.split(NO_KERNEL).nth(1) else {
+        return text.to_owned();
+    };
+    let op = rest.split('(').next().unwrap_or_default();
+    let version = rest
+        .split_once('(')
+        .and_then(|(_, v)| v.split(')').next())
+        .unwrap_or_default();
+    let node = rest
+        .split_once("node with name '")
+        .and_then(|(_, n)| n.split('\'').next())
+        .unwrap_or_default();
+    format!(
+        "node '{node}' is {op} from opset {version}, which this ONNX Runtime has no kernel for (for its input types); convert the model to a newer opset (for example with onnx.version_converter) and try again"
+    )
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::explain_load_error;
+
+    #[test]
+    fn a_missing_kernel_names_the_node_op_and_opset() {
+        let text = "Could not find an implementation for Add(6) node with name 'add_1'";
+        let explained = explain_load_error(text);
+        assert!(
+            explained.starts_with("node 'add_1' is Add from opset 6,")
+                && explained.contains("newer opset"),
+            "{explained}"
+        );
+        assert_eq!(explain_load_error("other"), "other");
+    }
+}

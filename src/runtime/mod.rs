@@ -24,7 +24,7 @@ use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 
 pub use ep::{EpSpec, EpState, EpStatus};
-pub use error::{Attempt, RuntimeError};
+pub use error::{Attempt, RuntimeError, explain_load_error};
 pub use locate::{LibrarySource, install, installed_flavors};
 pub use pins::Flavor;
 pub use wheel::{FetchEvent, FetchOptions};

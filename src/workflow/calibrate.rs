@@ -94,7 +94,9 @@ pub fn check_data(
     let source = data.open(inputs)?;
     let arrays = source.arrays();
     let samples = source.samples();
-    crate::calib::data::validate(inputs, &arrays, samples, batch_size.max(1))?;
+    let batch = crate::calib::data::choose_batch(inputs, batch_size);
+    let usable = batch.usable(samples, source.whole_feeds());
+    crate::calib::data::validate_source(inputs, source.as_ref(), usable, batch.size)?;
     let arrays: Vec<String> = arrays
         .iter()
         .map(|a| {

@@ -35,6 +35,16 @@ pub enum DataError {
         /// What is wrong.
         reason: String,
     },
+    /// An input of a type calibration cannot feed or observe (strings).
+    #[error(
+        "input '{input}' is a {dtype} tensor: qdq-studio calibrates and compares numeric inputs only"
+    )]
+    NonNumericInput {
+        /// The input fed.
+        input: String,
+        /// Its element type as ONNX names it (`STRING`).
+        dtype: String,
+    },
     /// An array format that is refused (pickles, Fortran order, big-endian, ...).
     #[error("'{name}' cannot be used: {reason}")]
     UnsupportedNpy {
@@ -134,6 +144,75 @@ pub trait BatchSource: Send {
     fn rewind(&mut self) -> Result<(), DataError>;
     /// The next batch of at most `max_samples` samples; `None` at the end.
     fn next_batch(&mut self, max_samples: usize) -> Result<Option<Batch>, DataError>;
+    /// True when each batch is a complete feed as stored (ONNX Runtime test-data sets), fed
+    /// whole whatever the batch size: axis 0 is then not a sample axis to check or split.
+    fn whole_feeds(&self) -> bool {
+        false
+    }
+}
+
+/// The batch size the model's inputs fix: the size every input's first axis is declared
+/// with, when all declare the same fixed size (scalar inputs aside). `None` when any input's
+/// first axis is symbolic or unknown, or they disagree (the data check then says what is
+/// wrong).
+pub fn required_batch(inputs: &[InputSpec]) -> Option<usize> {
+    let mut fixed = None;
+    for input in inputs {
+        let Some(first) = input.shape.as_ref()?.first() else {
+            continue;
+        };
+        let Dim::Fixed(n) = first else {
+            return None;
+        };
+        let n = usize::try_from(*n).ok().filter(|n| *n > 0)?;
+        if fixed.is_some_and(|f| f != n) {
+            return None;
+        }
+        fixed = Some(n);
+    }
+    fixed
+}
+
+/// The batch a run uses: the model's fixed batch when it has one, else the one asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchChoice {
+    /// Samples per batch.
+    pub size: usize,
+    /// True when the model fixes it (it may then not be lowered to fit memory).
+    pub fixed: bool,
+    /// One line when the model's batch replaced the one asked for.
+    pub note: Option<String>,
+}
+
+impl BatchChoice {
+    /// Of `samples`, how many a run uses: with a batch the model fixes, the samples that fill
+    /// whole batches (a remainder cannot be run); otherwise all.
+    pub fn usable(&self, samples: usize, whole_feeds: bool) -> usize {
+        if self.fixed && !whole_feeds && samples > self.size {
+            samples - samples % self.size
+        } else {
+            samples
+        }
+    }
+}
+
+/// The batch to run `inputs` with when `requested` samples per batch were asked for.
+pub fn choose_batch(inputs: &[InputSpec], requested: usize) -> BatchChoice {
+    let requested = requested.max(1);
+    match required_batch(inputs) {
+        Some(size) => BatchChoice {
+            size,
+            fixed: true,
+            note: (size != requested).then(|| {
+                format!("the model's batch dimension is fixed at {size}: running batches of {size} samples")
+            }),
+        },
+        None => BatchChoice {
+            size: requested,
+            fixed: false,
+            note: None,
+        },
+    }
 }
 
 /// A model input as calibration sees it.
@@ -186,12 +265,37 @@ fn dims_text(dims: &[Dim]) -> String {
     )
 }
 
-/// Checks that `arrays` feed `inputs` in batches of `batch_size`; lists every mismatch.
+/// Checks that `source` feeds `inputs` in batches of `batch_size` (its `samples` first
+/// samples); lists every mismatch.
+pub fn validate_source(
+    inputs: &[InputSpec],
+    source: &dyn BatchSource,
+    samples: usize,
+    batch_size: usize,
+) -> Result<(), DataError> {
+    let batch = if source.whole_feeds() {
+        Batching::WholeFeeds
+    } else {
+        Batching::Samples(batch_size)
+    };
+    validate(inputs, &source.arrays(), samples, batch)
+}
+
+/// How data is grouped into the feeds a model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// Samples stacked on axis 0, this many per run.
+    Samples(usize),
+    /// Each stored set fed as it is (axis 0 is not checked against the model's batch).
+    WholeFeeds,
+}
+
+/// Checks that `arrays` feed `inputs` as `batching` groups them; lists every mismatch.
 pub fn validate(
     inputs: &[InputSpec],
     arrays: &[ArraySpec],
     samples: usize,
-    batch_size: usize,
+    batching: Batching,
 ) -> Result<(), DataError> {
     let mut problems = Vec::new();
     let by_name: BTreeMap<&str, &ArraySpec> = arrays.iter().map(|a| (a.name.as_str(), a)).collect();
@@ -230,6 +334,9 @@ pub fn validate(
                 continue;
             }
             if axis == 0 {
+                let Batching::Samples(batch_size) = batching else {
+                    continue;
+                };
                 let want = *want as usize;
                 if want != batch_size {
                     problems.push(format!(
@@ -439,7 +546,9 @@ mod tests {
             array("ids", DataType::Int64, &[10, 4, 1]),
             array("extra", DataType::Float32, &[10]),
         ];
-        let Err(DataError::Mismatch { problems }) = validate(&inputs, &arrays, 10, 2) else {
+        let Err(DataError::Mismatch { problems }) =
+            validate(&inputs, &arrays, 10, Batching::Samples(2))
+        else {
             panic!("expected a mismatch");
         };
         let text = problems.join("\n");
@@ -464,11 +573,16 @@ mod tests {
             vec![Dim::Fixed(1), Dim::Fixed(2)],
         )];
         let arrays = [array("x", DataType::Float32, &[5, 2])];
-        assert!(validate(&inputs, &arrays, 5, 1).is_ok());
-        let err = validate(&inputs, &arrays, 5, 4).unwrap_err();
+        assert!(validate(&inputs, &arrays, 5, Batching::Samples(1)).is_ok());
+        let err = validate(&inputs, &arrays, 5, Batching::Samples(4)).unwrap_err();
         assert!(err.to_string().contains("use a batch size of 1"), "{err}");
         assert!(matches!(
-            validate(&inputs, &[array("x", DataType::Float32, &[0, 2])], 0, 1),
+            validate(
+                &inputs,
+                &[array("x", DataType::Float32, &[0, 2])],
+                0,
+                Batching::Samples(1)
+            ),
             Err(DataError::Empty)
         ));
     }

@@ -11,6 +11,7 @@ use prost::Message;
 use super::{ArraySpec, Batch, BatchSource, DataError, InputSpec};
 use crate::model::TensorArray;
 use crate::model::proto::TensorProto;
+use crate::model::proto::tensor_proto::DataType;
 
 /// One `test_data_set_*` folder's input files, in input order.
 #[derive(Debug, Clone)]
@@ -47,8 +48,6 @@ fn read_set(
             };
             let proto =
                 TensorProto::decode(Bytes::from(bytes)).map_err(|e| corrupt(e.to_string()))?;
-            let array =
-                TensorArray::from_proto(&proto, None).map_err(|e| corrupt(e.to_string()))?;
             let name = if proto.name().is_empty() {
                 input_names
                     .get(i)
@@ -57,6 +56,14 @@ fn read_set(
             } else {
                 proto.name().to_owned()
             };
+            if proto.data_type() == DataType::String as i32 {
+                return Err(DataError::NonNumericInput {
+                    input: name,
+                    dtype: "STRING".to_owned(),
+                });
+            }
+            let array =
+                TensorArray::from_proto(&proto, None).map_err(|e| corrupt(e.to_string()))?;
             Ok((name, array))
         })
         .collect()
@@ -121,10 +128,13 @@ impl PbFolderSource {
                 shape: a.shape().to_vec(),
             })
             .collect();
+        // Each set is fed whole, so it counts at least once even when its first axis is
+        // empty (an input of no elements is still a run).
         let per_set = arrays
             .first()
             .and_then(|a| a.shape.first().copied())
-            .unwrap_or(1);
+            .unwrap_or(1)
+            .max(1);
         let samples = per_set * sets.len();
         let mut source = PbFolderSource {
             root: root.to_path_buf(),
@@ -165,6 +175,10 @@ impl BatchSource for PbFolderSource {
         Ok(())
     }
 
+    fn whole_feeds(&self) -> bool {
+        true
+    }
+
     /// Returns the next whole set; `max_samples` is ignored (each set is its own batch).
     fn next_batch(&mut self, _max_samples: usize) -> Result<Option<Batch>, DataError> {
         let Some(set) = self.sets.get(self.position) else {
@@ -174,7 +188,8 @@ impl BatchSource for PbFolderSource {
         let samples = inputs
             .first()
             .and_then(|(_, a)| a.shape().first().copied())
-            .unwrap_or(1);
+            .unwrap_or(1)
+            .max(1);
         let batch = Batch {
             index: self.position,
             first_sample: self.position * samples,
