@@ -416,3 +416,28 @@ fn a_batch_size_of_zero_is_refused() {
         );
     }
 }
+
+/// An initializer that sets no element type (data_type 0) is refused at load with one line
+/// naming it, before ONNX Runtime sees it.
+#[test]
+fn an_initializer_without_an_element_type_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[4]);
+    b.initializer("w", weights(4));
+    b.node("Add", &["x", "w"], &["y"]).name("add");
+    b.output("y", DataType::Float32, &[4]);
+    let mut model = b.build();
+    model.proto_mut().graph.as_mut().unwrap().initializer[0].data_type = Some(0);
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, prost::Message::encode_to_vec(model.proto())).unwrap();
+    let err = load_err(&path);
+    assert!(
+        matches!(err, ModelError::UnknownElementType { code: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "tensor 'w': element type 0 is not an ONNX element type (0 means none was set)"
+    );
+}

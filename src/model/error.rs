@@ -169,7 +169,9 @@ pub enum ModelError {
     #[error("the graph declares no outputs, so running it computes nothing")]
     NoOutputs,
     /// A tensor's element type is not one ONNX defines.
-    #[error("tensor '{tensor}': element type {code} is not an ONNX element type")]
+    #[error(
+        "tensor '{tensor}': element type {code} is not an ONNX element type (0 means none was set)"
+    )]
     UnknownElementType {
         /// The tensor name.
         tensor: String,

@@ -175,7 +175,9 @@ pub fn expected_bytes(tensor: &TensorProto) -> Result<Option<u64>, ModelError> {
 /// over a few bytes, and the error names the tensor before any session sees it.
 pub fn check_tensor(tensor: &TensorProto) -> Result<(), ModelError> {
     let code = tensor.data_type();
-    if super::proto::tensor_proto::DataType::try_from(code).is_err() {
+    // 0 is UNDEFINED: a tensor must say what it holds (ONNX Runtime would fail on it later
+    // with a multi-line message from its sources).
+    if code == 0 || super::proto::tensor_proto::DataType::try_from(code).is_err() {
         return Err(ModelError::UnknownElementType {
             tensor: tensor.name().to_owned(),
             code,
