@@ -221,6 +221,12 @@ const CASES: &[Case] = &[
         Handled("Conv 2"),
     ),
     case(
+        "model_duplicate_initializers.onnx",
+        "two initializers with the same name",
+        Inspect,
+        Error("two initializers are named 'w'"),
+    ),
+    case(
         "model_custom_domain.onnx",
         "a custom op in domain com.acme",
         QuantizeModel,
@@ -628,6 +634,14 @@ fn generate(dir: &Path) {
         }
     }
     model("model_duplicate_node_names.onnx", &twins);
+    let mut doubled = good_model();
+    {
+        let g = graph_mut(&mut doubled);
+        let mut again = g.initializer[0].clone();
+        again.float_data = vec![0.0; again.float_data.len()];
+        g.initializer.push(again);
+    }
+    model("model_duplicate_initializers.onnx", &doubled);
     let mut custom = good_model();
     {
         let g = graph_mut(&mut custom);

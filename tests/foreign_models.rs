@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 
 use ndarray::{ArrayD, IxDyn};
 use prost::Message;
+use qdq_studio::model::legacy::LegacyOpset;
 use qdq_studio::model::proto::TensorProto;
 use qdq_studio::model::proto::tensor_proto::DataType as ProtoType;
 use qdq_studio::model::proto::type_proto::Value;
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
+use qdq_studio::runtime::{EpSpec, SessionOptions};
 
 use common::{cli, write_npz};
 
@@ -135,16 +137,52 @@ fn refusal(model: &Path, data: Option<&Path>) -> String {
 #[test]
 fn refusals_state_their_true_reason() {
     let dir = tempfile::tempdir().unwrap();
+    // An old broadcast along axis 1 of a tensor whose rank is unknown (a Slice's output,
+    // declared nowhere) cannot be
+    // upgraded to opset 7, so ONNX Runtime refuses the opset-6 Add; the line says both.
     let mut b = ModelBuilder::new(6);
-    b.input("x", DataType::Float32, &[2, 3]);
-    b.initializer("w", floats(&[2, 3], 1.0));
-    b.node("Add", &["x", "w"], &["y"]).name("legacy_add");
-    b.output("y", DataType::Float32, &[2, 3]);
+    b.input("x", DataType::Float32, &[2, 3, 4]);
+    b.initializer("w", floats(&[3], 1.0));
+    b.node("Slice", &["x"], &["r"])
+        .name("slice")
+        .attr_ints("starts", &[0])
+        .attr_ints("ends", &[2])
+        .attr_ints("axes", &[0]);
+    b.node("Add", &["r", "w"], &["y"])
+        .name("legacy_add")
+        .attr_int("broadcast", 1)
+        .attr_int("axis", 1);
+    b.output("y", DataType::Float32, &[2, 3, 4]);
     let line = refusal(&save(dir.path(), &b), None);
     assert!(
         line.contains("cannot run the float model: node 'legacy_add' is Add from opset 6")
-            && line.contains("convert the model to a newer opset"),
+            && line.contains("convert the model to a newer opset")
+            && line.contains(
+                "opset 6 could not be upgraded to 7: node 'legacy_add' (Add): it broadcasts along axis 1 and the ranks of 'r' and 'w' are not declared"
+            ),
         "{line}"
+    );
+
+    // Float64 tensors: QuantizeLinear takes none, so they stay float, and nothing is left.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float64, &[2, 3]);
+    b.input("z", DataType::Float64, &[2, 3]);
+    b.node("Add", &["x", "z"], &["y"]).name("add");
+    b.output("y", DataType::Float64, &[2, 3]);
+    let line = refusal(&save(dir.path(), &b), None);
+    assert_eq!(
+        line,
+        "error: nothing to quantize: the selected nodes (Add) read and write no float32 or float16 tensor (float64 and integers stay as they are)"
+    );
+    // Only Tanh, which no default list quantizes.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[2, 3]);
+    b.node("Tanh", &["x"], &["y"]).name("tanh");
+    b.output("y", DataType::Float32, &[2, 3]);
+    let line = refusal(&save(dir.path(), &b), None);
+    assert_eq!(
+        line,
+        "error: nothing to quantize: the recipe selects none of this model's op types (Tanh)"
     );
 
     // A string input `s` (declared float by the builder, then retyped) beside a float one.
@@ -181,5 +219,196 @@ fn refusals_state_their_true_reason() {
     assert_eq!(
         line,
         "error: input 's' is a STRING tensor: qdq-studio calibrates and compares numeric inputs only"
+    );
+}
+
+/// The float model an opset-6 file becomes, run in ONNX Runtime on `x`.
+fn run_upgraded(model: &Path, x: &TensorArray) -> ArrayD<f32> {
+    let loaded = Model::load(model).unwrap();
+    let bytes = loaded.to_bytes().unwrap();
+    let mut session = common::runtime()
+        .session_from_bytes(&bytes, &[EpSpec::Cpu], SessionOptions::default())
+        .unwrap();
+    let TensorArray::Float32(x) = x.clone() else {
+        panic!("float input expected")
+    };
+    let value = ort::value::Tensor::from_array(x).unwrap();
+    let outputs = session.run(ort::inputs!["x" => value]).unwrap();
+    outputs[0].try_extract_array::<f32>().unwrap().to_owned()
+}
+
+/// A model of opset 6 (IR 3, weights listed as inputs, as PyTorch once exported) is brought to
+/// opset 7 on load: the old axis broadcast and PRelu's per-channel slope compute what they
+/// meant (checked against the formula), Gemm and BatchNormalization lose their old
+/// attributes, and the model quantizes. The file is untouched.
+#[test]
+fn models_older_than_opset_7_are_upgraded_on_load_and_quantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(6);
+    b.input("x", DataType::Float32, &[2, 3, 4]);
+    let (bias, slope) = (floats(&[3], 1.0), floats(&[3], 0.5));
+    b.initializer("bias", bias.clone());
+    b.initializer("slope", slope.clone());
+    b.initializer("w", floats(&[4, 5], 1.0));
+    b.initializer("c", floats(&[5], 0.3));
+    b.node("Add", &["x", "bias"], &["a"])
+        .name("add")
+        .attr_int("broadcast", 1)
+        .attr_int("axis", 1);
+    b.node("PRelu", &["a", "slope"], &["p"]).name("prelu");
+    b.node("Reshape", &["p", "shape"], &["flat"])
+        .name("reshape");
+    b.initializer(
+        "shape",
+        TensorArray::Int64(ndarray::arr1(&[6i64, 4]).into_dyn()),
+    );
+    b.node("Gemm", &["flat", "w", "c"], &["y"])
+        .name("gemm")
+        .attr_int("broadcast", 1);
+    b.output("y", DataType::Float32, &[6, 5]);
+    let mut built = b.build();
+    built.proto_mut().ir_version = Some(3);
+    {
+        // IR 3: every initializer is a graph input too.
+        let g = built.proto_mut().graph.as_mut().unwrap();
+        let inits: Vec<_> = g
+            .initializer
+            .iter()
+            .map(|t| (t.name().to_owned(), t.dims.clone()))
+            .collect();
+        for (name, dims) in inits {
+            let dtype = if name == "shape" {
+                DataType::Int64
+            } else {
+                DataType::Float32
+            };
+            g.input
+                .push(qdq_studio::model::builder::value_info(&name, dtype, &dims));
+        }
+    }
+    let model = dir.path().join("m.onnx");
+    built.save(&model, &Default::default()).unwrap();
+    let before = common::digest(&model);
+
+    let loaded = Model::load(&model).unwrap();
+    assert!(
+        matches!(
+            loaded.legacy_opset(),
+            Some(LegacyOpset::Upgraded { from: 6, .. })
+        ),
+        "{:?}",
+        loaded.legacy_opset()
+    );
+    assert_eq!(
+        qdq_studio::quant::opset::default_opset(loaded.proto()),
+        Some(7)
+    );
+
+    let x = floats(&[2, 3, 4], 2.0);
+    let got = run_upgraded(&model, &x);
+    let (TensorArray::Float32(xs), TensorArray::Float32(bs), TensorArray::Float32(ss)) =
+        (&x, &bias, &slope)
+    else {
+        unreachable!()
+    };
+    let TensorArray::Float32(w) = floats(&[4, 5], 1.0) else {
+        unreachable!()
+    };
+    let TensorArray::Float32(c) = floats(&[5], 0.3) else {
+        unreachable!()
+    };
+    let mut p = xs.clone();
+    for ((_, ch, _), v) in p.indexed_iter_mut().map(|(i, v)| ((i[0], i[1], i[2]), v)) {
+        let a = *v + bs[[ch]];
+        *v = if a < 0.0 { a * ss[[ch]] } else { a };
+    }
+    let flat = p.into_shape_with_order((6, 4)).unwrap();
+    let w2 = w.into_dimensionality::<ndarray::Ix2>().unwrap();
+    let expected = flat.dot(&w2) + &c.into_dimensionality::<ndarray::Ix1>().unwrap();
+    let worst = got
+        .iter()
+        .zip(expected.iter())
+        .map(|(g, e)| (g - e).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "upgraded model differs from the formula by {worst}"
+    );
+
+    let out = dir.path().join("q.onnx");
+    let (ok, text) = quantize(&model, None, &out, &[]);
+    assert!(ok, "{text}");
+    assert!(opset_of(&out) >= 10, "{text}");
+    assert_eq!(common::digest(&model), before, "input touched");
+}
+
+/// An initializer that is also a graph input (IR 4 on) is a default a caller may override:
+/// the quantized model keeps it as an input (quantized as an activation), and feeding it
+/// still changes the result. Before IR 4 every initializer was listed as an input, and it is
+/// a weight like any other.
+#[test]
+fn an_initializer_a_caller_may_override_stays_an_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |ir: i64| {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[2, 4]);
+        b.input("w", DataType::Float32, &[4, 3]);
+        b.initializer("w", floats(&[4, 3], 1.0));
+        b.node("MatMul", &["x", "w"], &["y"]).name("mm");
+        b.output("y", DataType::Float32, &[2, 3]);
+        let mut m = b.build();
+        m.proto_mut().ir_version = Some(ir);
+        let path = dir.path().join(format!("ir{ir}.onnx"));
+        m.save(&path, &Default::default()).unwrap();
+        path
+    };
+    let out = dir.path().join("q.onnx");
+    let (ok, text) = quantize(&build(8), None, &out, &[]);
+    assert!(ok, "{text}");
+    let quantized = Model::load(&out).unwrap();
+    let g = quantized.graph();
+    let inputs: Vec<&str> = g.input.iter().map(|i| i.name()).collect();
+    assert_eq!(inputs, ["x", "w"], "the overridable input was dropped");
+    assert!(
+        g.initializer.iter().any(|t| t.name() == "w"),
+        "its default value is gone"
+    );
+    let mut session = common::runtime()
+        .session_from_bytes(
+            &quantized.to_bytes().unwrap(),
+            &[EpSpec::Cpu],
+            SessionOptions::default(),
+        )
+        .unwrap();
+    // Inside the calibrated range of x (random data in [0, 1)). With the default w the outputs
+    // would be 0.0, 0.33 and 0.5; with the fed one they are all 1.0.
+    let x = ndarray::Array2::<f32>::from_elem((2, 4), 0.5);
+    let w = ndarray::Array2::<f32>::from_elem((4, 3), 0.5);
+    let outputs = session
+        .run(ort::inputs![
+            "x" => ort::value::Tensor::from_array(x).unwrap(),
+            "w" => ort::value::Tensor::from_array(w).unwrap()
+        ])
+        .unwrap();
+    let y = outputs[0].try_extract_array::<f32>().unwrap();
+    for v in y.iter() {
+        assert!((v - 1.0).abs() < 0.05, "the fed w was not used: {y:?}");
+    }
+
+    let (ok, text) = quantize(&build(3), None, &out, &[]);
+    assert!(ok, "{text}");
+    let quantized = Model::load(&out).unwrap();
+    let inputs: Vec<&str> = quantized.graph().input.iter().map(|i| i.name()).collect();
+    assert_eq!(
+        inputs,
+        ["x"],
+        "an IR-3 weight is a constant and is quantized in place"
+    );
+    assert!(
+        quantized
+            .graph()
+            .initializer
+            .iter()
+            .any(|t| t.name() == "w_quantized")
     );
 }

@@ -11,6 +11,7 @@ use crate::app::command::{self, Command, SelectMode};
 use crate::app::document::Document;
 use crate::app::inspector::{self, InspectorState};
 use crate::app::states::NodeState;
+use crate::model::legacy::LegacyOpset;
 
 /// Legend entries in display order.
 const LEGEND: [NodeState; 6] = [
@@ -244,10 +245,23 @@ pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &s
             if let Some(doc) = doc {
                 ui.label(RichText::new(doc.source.label()).strong());
                 ui.separator();
-                ui.label(format!(
-                    "opset {}",
-                    doc.opset().map_or("?".to_owned(), |v| v.to_string())
-                ));
+                let opset = doc.opset().map_or("?".to_owned(), |v| v.to_string());
+                match doc.model.legacy_opset() {
+                    Some(legacy @ LegacyOpset::Upgraded { from, .. }) => {
+                        ui.label(format!("opset {opset} (from {from})"))
+                            .on_hover_text(legacy.describe());
+                    }
+                    Some(legacy @ LegacyOpset::Kept { .. }) => {
+                        ui.label(
+                            RichText::new(format!("opset {opset}"))
+                                .color(ui.visuals().warn_fg_color),
+                        )
+                        .on_hover_text(legacy.describe());
+                    }
+                    None => {
+                        ui.label(format!("opset {opset}"));
+                    }
+                }
                 ui.separator();
                 ui.label(format!(
                     "{} nodes ({} drawn, {} Constant folded)",

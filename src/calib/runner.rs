@@ -161,7 +161,7 @@ pub fn calibrate(
         .session_from_bytes(&bytes, &config.execution_providers, options)
         .map_err(|e| match e {
             RuntimeError::Ort(text) => CalibError::FloatModel {
-                reason: crate::runtime::explain_load_error(&text),
+                reason: with_legacy_note(model, crate::runtime::explain_load_error(&text)),
             },
             other => CalibError::Runtime(other),
         })?;
@@ -462,5 +462,16 @@ impl BatchFitter {
             self.batch_size = fitted;
         }
         Ok(())
+    }
+}
+
+/// ONNX Runtime's reason, with why the model was not upgraded from its old opset if it was not
+/// (the runtime then names the old op version, and the user should know the tool tried).
+fn with_legacy_note(model: &Model, reason: String) -> String {
+    match model.legacy_opset() {
+        Some(kept @ crate::model::legacy::LegacyOpset::Kept { .. }) => {
+            format!("{reason} ({})", kept.describe())
+        }
+        _ => reason,
     }
 }

@@ -53,6 +53,9 @@ pub fn render(summary: &ModelSummary) -> String {
         summary.ir_version,
         opsets.join(", ")
     );
+    if let Some(legacy) = &summary.legacy_opset {
+        out += &format!("           {legacy}\n");
+    }
     out += &format!(
         "producer   {}\n",
         if summary.producer.is_empty() {

@@ -122,10 +122,10 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
         .filter(|n| n.op_type == "QuantizeLinear")
     {
         let pre = q.inputs[0].clone();
-        if quant
-            .tensor(&pre)
-            .is_some_and(|t| t.producer.is_none() && t.kind != crate::model::TensorKind::Input)
-        {
+        if quant.tensor(&pre).is_some_and(|t| {
+            use crate::model::TensorKind::{Input, Overridable};
+            t.producer.is_none() && !matches!(t.kind, Input | Overridable)
+        }) {
             continue; // a weight quantized in the graph
         }
         let Some(q_out) = q.outputs.first().and_then(|o| quant.tensor(o)) else {

@@ -174,6 +174,15 @@ impl DataType {
         )
     }
 
+    /// True for the float types Q/DQ can quantize (QuantizeLinear takes float32, and float16
+    /// and bfloat16 from opset 19; never float64, which stays in float).
+    pub fn is_quantizable(self) -> bool {
+        matches!(
+            self,
+            DataType::Float32 | DataType::Float16 | DataType::BFloat16
+        )
+    }
+
     /// The short lowercase name used in the CLI, recipes and reports (`float32`, `int4`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -165,6 +165,16 @@ pub enum ModelError {
         /// The tensor.
         tensor: String,
     },
+    /// Two initializers, or two graph inputs, share a name.
+    #[error(
+        "two {what}s are named '{tensor}'; ONNX graphs name each tensor once (which one a runtime would use is undefined)"
+    )]
+    Duplicate {
+        /// "initializer" or "graph input".
+        what: &'static str,
+        /// The name.
+        tensor: String,
+    },
     /// The graph declares no outputs.
     #[error("the graph declares no outputs, so running it computes nothing")]
     NoOutputs,

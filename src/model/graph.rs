@@ -93,6 +93,11 @@ pub enum TensorKind {
     Input,
     /// An initializer (a weight or constant).
     Initializer,
+    /// An initializer that is also a graph input in a model of IR version 4 or later: a
+    /// default value callers may override (ONNX Runtime does not fold it), so it is neither a
+    /// weight to quantize in place nor data the tool must feed. Quantized, if at all, as an
+    /// activation, and kept as an input.
+    Overridable,
     /// The output of a Constant node: treated like an initializer where a weight is needed.
     Constant,
     /// Produced by a node.
@@ -173,6 +178,13 @@ pub enum GraphProblem {
         /// The tensor.
         tensor: String,
     },
+    /// Two initializers, or two graph inputs, share a name.
+    Duplicate {
+        /// "initializer" or "graph input".
+        what: &'static str,
+        /// The name.
+        tensor: String,
+    },
     /// The graph declares no outputs: running it computes nothing.
     NoOutputs,
 }
@@ -190,6 +202,7 @@ impl GraphProblem {
                 "node '{}' writes '{tensor}', which is already defined",
                 graph.node(*node).name
             ),
+            GraphProblem::Duplicate { what, tensor } => format!("two {what}s are named '{tensor}'"),
             GraphProblem::NoOutputs => "the graph declares no outputs".to_owned(),
         }
     }
@@ -201,7 +214,7 @@ impl GraphProblem {
                 vec![*node]
             }
             GraphProblem::Cycle { nodes } => nodes.clone(),
-            GraphProblem::NoOutputs => Vec::new(),
+            GraphProblem::NoOutputs | GraphProblem::Duplicate { .. } => Vec::new(),
         }
     }
 }
@@ -307,7 +320,7 @@ impl Graph {
             reads: Vec::new(),
         };
         index.add_nodes(graph);
-        index.add_tensors(graph);
+        index.add_tensors(graph, model.proto().ir_version());
         if graph.output.is_empty() {
             index.problems.push(GraphProblem::NoOutputs);
         }
@@ -382,8 +395,14 @@ impl Graph {
         }
     }
 
-    fn add_tensors(&mut self, graph: &GraphProto) {
+    fn add_tensors(&mut self, graph: &GraphProto, ir_version: i64) {
         for init in &graph.initializer {
+            if self.by_tensor.contains_key(init.name()) {
+                self.problems.push(GraphProblem::Duplicate {
+                    what: "initializer",
+                    tensor: init.name().to_owned(),
+                });
+            }
             let info = self.tensor_mut(init.name(), TensorKind::Initializer);
             info.kind = TensorKind::Initializer;
             info.elem_type = init.data_type;
@@ -394,9 +413,21 @@ impl Graph {
                     .map_or(0, |d| d.storage_bytes(count));
             }
         }
+        // Before IR 4 every initializer had to be listed as an input too: a constant then.
+        let overridable = ir_version >= 4;
+        let mut inputs_seen = HashSet::new();
         for value in &graph.input {
+            if !inputs_seen.insert(value.name()) {
+                self.problems.push(GraphProblem::Duplicate {
+                    what: "graph input",
+                    tensor: value.name().to_owned(),
+                });
+            }
             let is_init = self.by_tensor.contains_key(value.name());
             let info = self.tensor_mut(value.name(), TensorKind::Input);
+            if is_init && overridable {
+                info.kind = TensorKind::Overridable;
+            }
             let (elem, shape) = shape_of(value);
             info.elem_type = info.elem_type.or(elem);
             info.shape = info.shape.take().or(shape);
@@ -426,7 +457,10 @@ impl Graph {
                 let defined = self.by_tensor.get(output).map(|&at| &self.tensors[at]);
                 if defined.is_some_and(|t| {
                     t.producer.is_some()
-                        || matches!(t.kind, TensorKind::Input | TensorKind::Initializer)
+                        || matches!(
+                            t.kind,
+                            TensorKind::Input | TensorKind::Initializer | TensorKind::Overridable
+                        )
                 }) {
                     self.problems.push(GraphProblem::Redefined {
                         node: NodeId(i),
@@ -625,6 +659,10 @@ impl Graph {
                     tensor: tensor.clone(),
                 })
             }
+            Some(GraphProblem::Duplicate { what, tensor }) => Err(ModelError::Duplicate {
+                what,
+                tensor: tensor.clone(),
+            }),
             Some(GraphProblem::NoOutputs) => Err(ModelError::NoOutputs),
             Some(GraphProblem::Cycle { nodes }) => Err(ModelError::Cycle {
                 count: nodes.len(),

@@ -139,6 +139,11 @@ pub fn is_float_code(code: i32) -> bool {
     DataType::from_onnx(code).is_ok_and(DataType::is_float)
 }
 
+/// True when an ONNX element type code is one Q/DQ can quantize ([`DataType::is_quantizable`]).
+pub fn is_quantizable_code(code: i32) -> bool {
+    DataType::from_onnx(code).is_ok_and(DataType::is_quantizable)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod error;
 pub mod external;
 pub mod graph;
 pub mod infer;
+pub mod legacy;
 mod onnx_model;
 pub mod proto;
 pub mod save;

@@ -28,10 +28,18 @@ pub struct Model {
     folder: PathBuf,
     external: HashMap<(String, u64), Bytes>,
     external_files: Vec<PathBuf>,
+    legacy: Option<super::legacy::LegacyOpset>,
 }
 
 impl Model {
-    /// Loads and validates an `.onnx` file and its external data.
+    /// What loading did to a model older than opset 7 (`None` for newer ones): see
+    /// [`super::legacy`].
+    pub fn legacy_opset(&self) -> Option<&super::legacy::LegacyOpset> {
+        self.legacy.as_ref()
+    }
+
+    /// Loads and validates an `.onnx` file and its external data; a model older than opset 7
+    /// is upgraded in memory ([`super::legacy`]).
     pub fn load(path: &Path) -> Result<Model, ModelError> {
         let bytes = map_file(path)?;
         let canonical = path.canonicalize().map_err(|source| ModelError::Read {
@@ -65,11 +73,19 @@ impl Model {
             folder,
             external: HashMap::new(),
             external_files: Vec::new(),
+            legacy: None,
         };
         for_each_tensor_mut(&mut model.proto, &mut |tensor: &mut TensorProto| {
             check_tensor(tensor)
         })?;
         model.resolve_external()?;
+        // Upgraded copies of initializers keep their external references, resolved above.
+        if let Some((upgraded, outcome)) = super::legacy::upgrade(&model.proto) {
+            if let Some(proto) = upgraded {
+                model.proto = proto;
+            }
+            model.legacy = Some(outcome);
+        }
         Ok(model)
     }
 
@@ -81,6 +97,7 @@ impl Model {
             folder: PathBuf::from("."),
             external: HashMap::new(),
             external_files: Vec::new(),
+            legacy: None,
         }
     }
 

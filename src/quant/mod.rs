@@ -42,11 +42,11 @@ pub enum QuantError {
         /// Why.
         reason: String,
     },
-    /// The recipe selects nothing.
-    #[error("nothing to quantize: no node of this model matches the recipe (op types: {op_types})")]
+    /// The plan quantizes nothing.
+    #[error("nothing to quantize: {why}")]
     NothingToQuantize {
-        /// The op types of the model.
-        op_types: String,
+        /// Why, naming the model's op types.
+        why: String,
     },
     /// A weight holds NaN or Inf.
     #[error(
@@ -211,16 +211,76 @@ fn plan_for(
     let plan = plan::plan(&prepared.graph, recipe, &facts);
     if plan.quantized.is_empty() || plan.roles.is_empty() {
         return Err(QuantError::NothingToQuantize {
-            op_types: prepared
-                .graph
-                .op_type_counts()
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", "),
+            why: nothing_quantized(&prepared.graph, recipe, &plan, &is_float),
         });
     }
     Ok(plan)
+}
+
+/// Why a plan quantizes nothing: the recipe selects none of the model's op types, or the
+/// selected nodes have no tensor Q/DQ can take, or they only pass on a producer's scale.
+fn nothing_quantized(
+    graph: &Graph,
+    recipe: &Recipe,
+    plan: &Plan,
+    is_float: &dyn Fn(&str) -> bool,
+) -> String {
+    let listed = match recipe.op_types_to_quantize.is_empty() {
+        true => plan::default_op_types(recipe),
+        false => recipe
+            .op_types_to_quantize
+            .iter()
+            .map(String::as_str)
+            .collect(),
+    };
+    let selected =
+        |t: &str| listed.contains(&t) && !recipe.op_types_to_exclude.iter().any(|e| e == t);
+    let all: Vec<String> = graph.op_type_counts().into_keys().collect();
+    let chosen: Vec<&String> = all.iter().filter(|t| selected(t)).collect();
+    let join = |v: &[&String]| v.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+    if chosen.is_empty() {
+        return format!(
+            "the recipe selects none of this model's op types ({})",
+            all.join(", ")
+        );
+    }
+    let left_out = graph
+        .nodes()
+        .iter()
+        .filter(|n| chosen.contains(&&n.op_type))
+        .all(|n| {
+            matches!(
+                plan.excluded.get(&n.id),
+                Some(
+                    plan::Exclusion::NodeExcluded
+                        | plan::Exclusion::NotSelected
+                        | plan::Exclusion::OutsideSubgraph
+                )
+            )
+        });
+    if left_out {
+        return format!(
+            "the recipe's node lists (nodes to exclude, nodes to quantize, subgraph range) leave out every node of the selected op types ({})",
+            join(&chosen)
+        );
+    }
+    let any_float = graph
+        .nodes()
+        .iter()
+        .filter(|n| chosen.contains(&&n.op_type))
+        .flat_map(|n| n.inputs.iter().chain(&n.outputs))
+        .any(|t| !t.is_empty() && is_float(t));
+    if !any_float {
+        return format!(
+            "the selected nodes ({}) read and write no float32 or float16 tensor (float64 and integers stay as they are)",
+            join(&chosen)
+        );
+    }
+    format!(
+        "the selected nodes ({}) only pass on the scale of a quantized producer, and none has one here; the model's op types: {}",
+        join(&chosen),
+        all.join(", ")
+    )
 }
 
 /// Records the recipe and the app's version in the model's `metadata_props` (replacing an

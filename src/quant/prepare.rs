@@ -7,7 +7,8 @@ use std::collections::HashMap;
 
 use super::preprocess::{PreprocessReport, preprocess, write_observed_shapes};
 use crate::calib::stats::CalibrationStats;
-use crate::model::infer::{elem_types, is_float_code};
+use crate::model::DataType;
+use crate::model::infer::{elem_types, is_quantizable_code};
 use crate::model::{Graph, Model, ModelError, NodeId};
 use crate::recipe::Preprocessing;
 
@@ -62,14 +63,21 @@ impl Prepared {
         self.graph = Graph::build(&self.model);
     }
 
-    /// True when `tensor` is of a float type: as declared, else as `stats` observed it (only
-    /// calibrated tensors are float then), else as inferred when there are no statistics.
+    /// True when `tensor` is of a float type Q/DQ can quantize (float64 is not one): as
+    /// declared, else as `stats` observed it (only calibrated tensors are float then), else as
+    /// inferred when there are no statistics.
     pub fn is_float(&self, tensor: &str, stats: Option<&CalibrationStats>) -> bool {
         match self.graph.tensor(tensor).and_then(|t| t.elem_type) {
-            Some(code) => is_float_code(code),
+            Some(code) => is_quantizable_code(code),
             None => match stats {
-                Some(stats) => stats.tensors.contains_key(tensor),
-                None => self.types.get(tensor).is_some_and(|&c| is_float_code(c)),
+                Some(stats) => stats
+                    .tensors
+                    .get(tensor)
+                    .is_some_and(|s| s.dtype.is_none_or(DataType::is_quantizable)),
+                None => self
+                    .types
+                    .get(tensor)
+                    .is_some_and(|&c| is_quantizable_code(c)),
             },
         }
     }

@@ -156,10 +156,16 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
             *consumers.entry(input.clone()).or_default() += 1;
         }
     }
+    // An initializer a caller may override (also a graph input, IR 4 on) is no constant.
+    let overridable: HashSet<&str> = match snapshot.proto().ir_version() >= 4 {
+        true => graph.input.iter().map(|i| i.name()).collect(),
+        false => HashSet::new(),
+    };
     let init_index: HashMap<String, usize> = graph
         .initializer
         .iter()
         .enumerate()
+        .filter(|(_, t)| !overridable.contains(t.name()))
         .map(|(i, t)| (t.name().to_owned(), i))
         .collect();
     let producer: HashMap<String, usize> = graph

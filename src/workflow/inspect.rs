@@ -61,6 +61,8 @@ pub struct ModelSummary {
     pub ir_version: i64,
     /// Operator-set imports.
     pub opsets: Vec<OpsetSummary>,
+    /// What loading did to a model older than opset 7 (upgraded in memory, or why not).
+    pub legacy_opset: Option<String>,
     /// Producer name and version, as written.
     pub producer: String,
     /// Graph inputs fed by the user.
@@ -161,6 +163,7 @@ impl ModelSummary {
                     version: o.version(),
                 })
                 .collect(),
+            legacy_opset: model.legacy_opset().map(|l| l.describe()),
             producer,
             inputs: graph
                 .inputs()

@@ -151,18 +151,15 @@ pub trait BatchSource: Send {
     }
 }
 
-/// The batch size the model's inputs fix: the size every input's first axis is declared
-/// with, when all declare the same fixed size (scalar inputs aside). `None` when any input's
-/// first axis is symbolic or unknown, or they disagree (the data check then says what is
-/// wrong).
+/// The batch size the model's inputs fix: the size the inputs with a fixed first axis all
+/// declare (inputs whose first axis is symbolic or undeclared take any, scalars aside).
+/// `None` when none fixes it, or they disagree (the data check then says what is wrong).
 pub fn required_batch(inputs: &[InputSpec]) -> Option<usize> {
     let mut fixed = None;
     for input in inputs {
-        let Some(first) = input.shape.as_ref()?.first() else {
+        // A symbolic first dim takes any batch; an undeclared shape says nothing either way.
+        let Some(Dim::Fixed(n)) = input.shape.as_ref().and_then(|s| s.first()) else {
             continue;
-        };
-        let Dim::Fixed(n) = first else {
-            return None;
         };
         let n = usize::try_from(*n).ok().filter(|n| *n > 0)?;
         if fixed.is_some_and(|f| f != n) {
@@ -171,6 +168,16 @@ pub fn required_batch(inputs: &[InputSpec]) -> Option<usize> {
         fixed = Some(n);
     }
     fixed
+}
+
+/// Another input whose fixed first dim is not `first` (then axis 0 is no shared batch axis).
+fn other_fixed_batch(inputs: &[InputSpec], first: usize) -> Option<(&str, i64)> {
+    inputs
+        .iter()
+        .find_map(|input| match input.shape.as_ref()?.first()? {
+            Dim::Fixed(n) if *n >= 0 && *n as usize != first => Some((input.name.as_str(), *n)),
+            _ => None,
+        })
 }
 
 /// The batch a run uses: the model's fixed batch when it has one, else the one asked for.
@@ -338,9 +345,19 @@ pub fn validate(
                     continue;
                 };
                 let want = *want as usize;
-                if want != batch_size {
+                if let Some((other, n)) = other_fixed_batch(inputs, want) {
+                    problems.push(format!(
+                        "'{}': axis 0 is fixed at {want} and '{other}' fixes it at {n}, so the inputs share no batch axis; give the data as ONNX test-data folders (test_data_set_N/input_M.pb), whose sets are fed whole",
+                        input.name
+                    ));
+                } else if want != batch_size {
                     problems.push(format!(
                         "'{}': the model's batch dimension is fixed at {want}; use a batch size of {want}",
+                        input.name
+                    ));
+                } else if samples > 0 && want > samples {
+                    problems.push(format!(
+                        "'{}': the model's batch dimension is fixed at {want}, and the data holds only {samples} sample(s)",
                         input.name
                     ));
                 } else if want > 0 && !samples.is_multiple_of(want) {
@@ -561,6 +578,43 @@ mod tests {
         assert!(text.contains("input 'mask' has no array"), "{text}");
         assert!(
             text.contains("array 'extra' is not a model input"),
+            "{text}"
+        );
+    }
+
+    /// Inputs fixing axis 0 at different sizes have no batch axis: the advice says so instead
+    /// of sending the user from one batch size to the other; a symbolic first axis takes the
+    /// fixed one's.
+    #[test]
+    fn inputs_that_disagree_on_axis_0_are_told_apart_from_a_wrong_batch_size() {
+        let x = input("x", DataType::Float32, vec![Dim::Fixed(2), Dim::Fixed(3)]);
+        let shape = input("shape", DataType::Float32, vec![Dim::Fixed(4)]);
+        assert_eq!(required_batch(&[x.clone(), shape.clone()]), None);
+        let arrays = [
+            array("x", DataType::Float32, &[2, 3]),
+            array("shape", DataType::Float32, &[4]),
+        ];
+        let text = validate(&[x.clone(), shape], &arrays, 2, Batching::Samples(2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("'shape': axis 0 is fixed at 4 and 'x' fixes it at 2, so the inputs share no batch axis"),
+            "{text}"
+        );
+        assert!(!text.contains("use a batch size"), "{text}");
+        let ids = input("ids", DataType::Float32, vec![Dim::Symbolic("n".into())]);
+        assert_eq!(required_batch(&[ids, x.clone()]), Some(2));
+        let huge = input("h", DataType::Float32, vec![Dim::Fixed(1 << 32)]);
+        let text = validate(
+            &[huge],
+            &[array("h", DataType::Float32, &[16])],
+            16,
+            Batching::Samples(1 << 32),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            text.contains("fixed at 4294967296, and the data holds only 16 sample(s)"),
             "{text}"
         );
     }

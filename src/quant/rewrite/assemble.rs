@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::{Edits, RewriteOutput};
 use crate::model::proto::NodeProto;
-use crate::model::{Graph, Model};
+use crate::model::{Graph, Model, TensorKind};
 use crate::quant::plan::Plan;
 
 /// Where each folded Relu/Clip's input now goes: the producer writes the last output of the
@@ -77,7 +77,13 @@ impl Edits {
         let removed: HashSet<usize> = plan.removed.iter().map(|(id, _, _)| id.0).collect();
         let renames = producer_renames(plan);
         let mut nodes: Vec<NodeProto> = std::mem::take(&mut self.weight_dq);
-        for input in graph.inputs() {
+        // Graph inputs, then initializers a caller may override (they are inputs too).
+        let overridable = graph
+            .tensors()
+            .iter()
+            .filter(|t| t.kind == TensorKind::Overridable)
+            .map(|t| &t.name);
+        for input in graph.inputs().iter().chain(overridable) {
             if let Some(pair) = self.qdq_after.remove(input) {
                 nodes.extend(pair);
             }
