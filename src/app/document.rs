@@ -383,15 +383,7 @@ impl Document {
 
     /// The ai.onnx opset the model imports.
     pub fn opset(&self) -> Option<i64> {
-        self.model
-            .proto()
-            .opset_import
-            .iter()
-            .find(|o| {
-                o.domain.as_deref().unwrap_or("").is_empty()
-                    || o.domain.as_deref() == Some("ai.onnx")
-            })
-            .and_then(|o| o.version)
+        crate::model::legacy::default_opset(self.model.proto())
     }
 
     /// Number of Constant nodes folded into their consumers in the view.

@@ -103,7 +103,8 @@ fn is_default(domain: &str) -> bool {
     domain.is_empty() || domain == "ai.onnx"
 }
 
-fn default_opset(proto: &ModelProto) -> Option<i64> {
+/// The default-domain opset of a model (`None` when it does not import it).
+pub fn default_opset(proto: &ModelProto) -> Option<i64> {
     proto
         .opset_import
         .iter()

@@ -125,11 +125,7 @@ const SOFTMAX_LIKE: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
 
 /// The default-domain opset of a model (`None` when it does not import it).
 pub fn default_opset(proto: &crate::model::proto::ModelProto) -> Option<i64> {
-    proto
-        .opset_import
-        .iter()
-        .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
-        .map(|o| o.version())
+    crate::model::legacy::default_opset(proto)
 }
 
 /// Nodes whose behaviour would change if the opset went from `from` to `to`. `observed_rank`
