@@ -17,7 +17,7 @@ use super::{CalibError, CalibrationConfig};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::builder::value_info;
 use crate::model::proto::ValueInfoProto;
-use crate::model::{DataType, Graph, Model, TensorKind};
+use crate::model::{DataType, Graph, Model, SessionModel, TensorKind};
 use crate::runtime::value::{owned_inputs, session_inputs};
 use crate::runtime::{Optimization, Runtime, RuntimeError, SessionOptions};
 
@@ -56,10 +56,14 @@ pub fn augmented_model(
     model: &Model,
     graph: &Graph,
     tensors: &[String],
-) -> Result<Vec<u8>, CalibError> {
-    let mut proto = model.to_inline_proto()?;
+) -> Result<SessionModel, CalibError> {
+    let (mut proto, external_folder) = model.to_session_proto()?;
+    let encoded = |proto: &crate::model::proto::ModelProto| SessionModel {
+        bytes: proto.encode_to_vec(),
+        external_folder: external_folder.clone(),
+    };
     let Some(g) = proto.graph.as_mut() else {
-        return Ok(proto.encode_to_vec());
+        return Ok(encoded(&proto));
     };
     let existing: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
     for name in tensors.iter().filter(|n| !existing.contains(*n)) {
@@ -87,7 +91,7 @@ pub fn augmented_model(
         };
         g.output.push(output);
     }
-    Ok(proto.encode_to_vec())
+    Ok(encoded(&proto))
 }
 
 /// What one pass collects.
@@ -148,7 +152,7 @@ pub fn calibrate(
         memory::declared_bytes_per_sample(&graph, &tensors, &source.arrays()),
         tensors.len(),
     )?;
-    let bytes = augmented_model(model, &graph, &tensors)?;
+    let augmented = augmented_model(model, &graph, &tensors)?;
     let options = SessionOptions {
         optimization: if config.optimize {
             Optimization::All
@@ -158,7 +162,7 @@ pub fn calibrate(
         intra_threads: 0,
     };
     let mut session = runtime
-        .session_from_bytes(&bytes, &config.execution_providers, options)
+        .session_from_model(&augmented, &config.execution_providers, options)
         .map_err(|e| match e {
             RuntimeError::Ort(text) => CalibError::FloatModel {
                 reason: with_legacy_note(model, crate::runtime::explain_load_error(&text)),

@@ -287,9 +287,9 @@ pub fn compare_outputs(
     let batch_size = choose_batch(&inputs, batch_size).size;
     validate_source(&inputs, source, samples, batch_size)?;
     let mut float_session =
-        runtime.session_from_bytes(&float.to_bytes()?, eps, SessionOptions::default())?;
+        runtime.session_from_model(&float.to_session_model()?, eps, SessionOptions::default())?;
     let mut quant_session =
-        runtime.session_from_bytes(&quant.to_bytes()?, eps, cpu_session_options(quant))?;
+        runtime.session_from_model(&quant.to_session_model()?, eps, cpu_session_options(quant))?;
     let outputs: Vec<String> = graph.outputs().to_vec();
     let mut accumulators = vec![Accumulator::default(); outputs.len()];
     let mut classes = vec![0usize; outputs.len()];
@@ -405,7 +405,7 @@ pub fn measure_latency(
     } else {
         SessionOptions::default()
     };
-    let mut session = runtime.session_from_bytes(&model.to_bytes()?, eps, options)?;
+    let mut session = runtime.session_from_model(&model.to_session_model()?, eps, options)?;
     let mut times = Vec::with_capacity(runs);
     for i in 0..warmup + runs.max(1) {
         let values = session_inputs(&owned);

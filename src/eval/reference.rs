@@ -38,7 +38,7 @@ fn quantized_session(
         intra_threads,
         ..cpu_session_options(quant)
     };
-    Ok(runtime.session_from_bytes(&quant.to_bytes()?, eps, options)?)
+    Ok(runtime.session_from_model(&quant.to_session_model()?, eps, options)?)
 }
 
 /// One output of one sample, float beside quantized (what the studio's side-by-side view
@@ -76,8 +76,11 @@ impl Reference {
         let samples = source.samples();
         let batch_size = choose_batch(&inputs, batch_size).size;
         validate_source(&inputs, source, samples, batch_size)?;
-        let mut session =
-            runtime.session_from_bytes(&float.to_bytes()?, eps, SessionOptions::default())?;
+        let mut session = runtime.session_from_model(
+            &float.to_session_model()?,
+            eps,
+            SessionOptions::default(),
+        )?;
         let outputs: Vec<String> = graph.outputs().to_vec();
         let meter = RateMeter::new("float reference", samples as u64);
         let mut batches = Vec::new();

@@ -348,8 +348,8 @@ pub fn tensor_errors(
         optimization: Optimization::Disable,
         ..cpu_session_options(quant)
     };
-    let mut float_session = runtime.session_from_bytes(&float_bytes, eps, plain)?;
-    let mut quant_session = runtime.session_from_bytes(&quant_bytes, eps, plain)?;
+    let mut float_session = runtime.session_from_model(&float_bytes, eps, plain)?;
+    let mut quant_session = runtime.session_from_model(&quant_bytes, eps, plain)?;
     // (qdq signal², qdq noise², xmodel signal², xmodel noise², values outside the range,
     // values seen) per pair.
     let mut sums = vec![[0f64; 6]; pairs.len()];

@@ -20,6 +20,6 @@ pub use builder::ModelBuilder;
 pub use dtype::DataType;
 pub use error::ModelError;
 pub use graph::{Dim, Graph, GraphProblem, Node, NodeId, TensorInfo, TensorKind, format_shape};
-pub use onnx_model::Model;
+pub use onnx_model::{Model, SessionModel};
 pub use save::{SaveOptions, SaveReport};
 pub use tensor::TensorArray;

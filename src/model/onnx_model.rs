@@ -247,6 +247,61 @@ impl Model {
     pub fn to_bytes(&self) -> Result<Vec<u8>, ModelError> {
         Ok(self.to_inline_proto()?.encode_to_vec())
     }
+
+    /// True when some tensor's data lives in an external file.
+    pub fn has_external_data(&self) -> bool {
+        !self.external.is_empty()
+    }
+
+    /// The protobuf to hand ONNX Runtime and the folder its external data lies in.
+    ///
+    /// A model with external data keeps its references: ONNX Runtime reads (memory-maps,
+    /// where the offsets allow) the input's own data files, told their folder through the
+    /// session option `session.model_external_initializers_file_folder_path`. Of the ways
+    /// ONNX Runtime offers, this is the one that copies no weight (bringing them inline copies
+    /// each once and cannot pass 2 GB; `AddExternalInitializers` needs a value per tensor
+    /// kept alive beside the session; writing the graph next to the weights would write beside
+    /// the input). Tensors made in memory (quantized weights, folded BatchNormalizations)
+    /// travel inline. A model without external data is brought inline as before.
+    pub fn to_session_proto(&self) -> Result<(ModelProto, Option<PathBuf>), ModelError> {
+        if !self.has_external_data() {
+            return Ok((self.to_inline_proto()?, None));
+        }
+        let bytes = self.proto.encoded_len() as u64;
+        if bytes > super::save::PROTOBUF_LIMIT {
+            return Err(ModelError::TooLargeInline { bytes });
+        }
+        Ok((self.proto.clone(), Some(self.folder.clone())))
+    }
+
+    /// [`Model::to_session_proto`], encoded.
+    pub fn to_session_model(&self) -> Result<SessionModel, ModelError> {
+        let (proto, external_folder) = self.to_session_proto()?;
+        Ok(SessionModel {
+            bytes: proto.encode_to_vec(),
+            external_folder,
+        })
+    }
+}
+
+/// A model encoded for an ONNX Runtime session: the protobuf, and the folder ONNX Runtime
+/// reads its external data from (`None` when everything is inline).
+#[derive(Debug, Clone)]
+pub struct SessionModel {
+    /// The encoded `ModelProto`.
+    pub bytes: Vec<u8>,
+    /// Where the external data files named by the model lie.
+    pub external_folder: Option<PathBuf>,
+}
+
+impl SessionModel {
+    /// An inline model's bytes.
+    pub fn inline(bytes: Vec<u8>) -> Self {
+        SessionModel {
+            bytes,
+            external_folder: None,
+        }
+    }
 }
 
 /// Makes `tensor` hold `data` in `raw_data` instead of referencing an external file.

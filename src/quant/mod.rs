@@ -320,9 +320,9 @@ pub fn cpu_session_options(model: &Model) -> SessionOptions {
 
 /// Opens the model in an ONNX Runtime session on the CPU: a saved model must load.
 pub fn verify_loads(model: &Model, runtime: &Runtime) -> Result<(), QuantError> {
-    let bytes = model.to_bytes()?;
+    let encoded = model.to_session_model()?;
     runtime
-        .session_from_bytes(&bytes, &[EpSpec::Cpu], cpu_session_options(model))
+        .session_from_model(&encoded, &[EpSpec::Cpu], cpu_session_options(model))
         .map(|_| ())
         .map_err(|e| QuantError::Invalid(e.to_string()))
 }

@@ -382,6 +382,28 @@ impl Runtime {
             .map_err(|e| map_session_error(eps, e))
     }
 
+    /// A session over a model in memory whose external data (if any) ONNX Runtime reads
+    /// from the model's own files (see [`crate::model::Model::to_session_proto`]).
+    pub fn session_from_model(
+        &self,
+        model: &crate::model::SessionModel,
+        eps: &[EpSpec],
+        options: SessionOptions,
+    ) -> Result<Session, RuntimeError> {
+        let mut builder = self.builder(eps, options)?;
+        if let Some(folder) = &model.external_folder {
+            builder = builder
+                .with_config_entry(
+                    "session.model_external_initializers_file_folder_path",
+                    folder.to_string_lossy(),
+                )
+                .map_err(ort::Error::from)?;
+        }
+        builder
+            .commit_from_memory(&model.bytes)
+            .map_err(|e| map_session_error(eps, e))
+    }
+
     /// A session over a model file (external data resolved by ONNX Runtime beside it).
     pub fn session_from_file(
         &self,

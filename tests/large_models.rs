@@ -1,0 +1,154 @@
+//! Models whose weights pass the 2 GB protobuf limit: every session the engine creates reads
+//! the weights from the model's own external-data file instead of a protobuf copy. The
+//! weights live in a sparse file, so the test costs little disk.
+
+mod common;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use qdq_studio::model::proto::StringStringEntryProto;
+use qdq_studio::model::proto::TensorProto;
+use qdq_studio::model::proto::tensor_proto::{DataLocation, DataType as ProtoType};
+use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
+
+use common::{cli, digest, write_npz};
+
+/// Rows × columns of the weight: 8192 × 65600 float32 = 2 149 580 800 bytes, over 2^31.
+const ROWS: usize = 8192;
+const COLUMNS: usize = 65_600;
+
+/// `y = x · w` with `w` external in `w.bin`: sparse, with its first rows filled so the
+/// product is not all zeros.
+fn large_model(dir: &Path) -> PathBuf {
+    let bytes = (ROWS * COLUMNS * 4) as u64;
+    assert!(bytes > 1 << 31);
+    let mut file = std::fs::File::create(dir.join("w.bin")).unwrap();
+    file.set_len(bytes).unwrap();
+    file.seek(SeekFrom::Start(0)).unwrap();
+    let filled: Vec<u8> = (0..4 * COLUMNS)
+        .flat_map(|i| (((i % 97) as f32 - 48.0) / 48.0).to_le_bytes())
+        .collect();
+    file.write_all(&filled).unwrap();
+    drop(file);
+
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, ROWS as i64]);
+    b.node("MatMul", &["x", "w"], &["y"]).name("mm");
+    b.output("y", DataType::Float32, &[1, COLUMNS as i64]);
+    let mut model = b.build();
+    let entry = |k: &str, v: String| StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v),
+    };
+    model
+        .proto_mut()
+        .graph
+        .as_mut()
+        .unwrap()
+        .initializer
+        .push(TensorProto {
+            name: Some("w".into()),
+            dims: vec![ROWS as i64, COLUMNS as i64],
+            data_type: Some(ProtoType::Float as i32),
+            data_location: Some(DataLocation::External as i32),
+            external_data: vec![
+                entry("location", "w.bin".into()),
+                entry("offset", "0".into()),
+                entry("length", bytes.to_string()),
+            ],
+            ..Default::default()
+        });
+    let path = dir.join("large.onnx");
+    std::fs::write(&path, model.proto().encode_to_vec()).unwrap();
+    path
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> String {
+    let done = cli().args(args).output().unwrap();
+    let text =
+        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "{args:?}: {text}");
+    text
+}
+
+/// Calibrate, quantize (int8 and int4) and compare a model with 2.1 GB of external weights;
+/// each quantized model is checked in ONNX Runtime before it is saved and loads again after.
+/// The input model and its data file are untouched, and nothing is written beside them.
+#[test]
+fn a_model_past_2_gb_calibrates_quantizes_and_compares() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = large_model(dir.path());
+    let before = digest(&model);
+    let out = tempfile::tempdir().unwrap();
+    let stats = out.path().join("stats.json");
+    let int8 = out.path().join("int8.onnx");
+    let int4 = out.path().join("int4.onnx");
+    let o = |p: &Path| p.as_os_str().to_owned();
+    let s = |t: &str| std::ffi::OsString::from(t);
+
+    let data = out.path().join("x.npz");
+    let x: Vec<f32> = (0..2 * ROWS)
+        .map(|i| ((i % 13) as f32 - 6.0) / 6.0)
+        .collect();
+    let x = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2, ROWS]), x).unwrap();
+    write_npz(&data, &[("x", TensorArray::Float32(x))]);
+    run(&[
+        &s("calibrate"),
+        &s("--onnx_path"),
+        &o(&model),
+        &s("--calibration_data_path"),
+        &o(&data),
+        &s("-o"),
+        &o(&stats),
+    ]);
+    run(&[
+        &s("quantize"),
+        &s("--onnx_path"),
+        &o(&model),
+        &s("--calibration_cache_path"),
+        &o(&stats),
+        &s("-o"),
+        &o(&int8),
+    ]);
+    run(&[
+        &s("quantize"),
+        &s("--onnx_path"),
+        &o(&model),
+        &s("--quantize_mode"),
+        &s("int4"),
+        &s("-o"),
+        &o(&int4),
+    ]);
+    let report = run(&[
+        &s("compare"),
+        &s("--float"),
+        &o(&model),
+        &s("--quant"),
+        &o(&int8),
+        &s("--data"),
+        &o(&data),
+        &s("--json"),
+    ]);
+    let report: serde_json::Value =
+        serde_json::from_str(report.trim()).unwrap_or_else(|e| panic!("{e}: {report}"));
+    let cosine = report["outputs"][0]["cosine"].as_f64().unwrap();
+    assert!(cosine > 0.99, "int8 output far from float: {report}");
+    for q in [&int8, &int4] {
+        let loaded = Model::load(q).unwrap();
+        assert!(
+            loaded
+                .graph()
+                .node
+                .iter()
+                .any(|n| n.op_type() == "DequantizeLinear")
+        );
+    }
+    assert_eq!(digest(&model), before, "input touched");
+    let beside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(beside.len(), 2, "written beside the input: {beside:?}");
+}
