@@ -4,8 +4,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use qdq_studio::calib::data::{DataSpec, model_inputs};
-use qdq_studio::eval::{EvalError, check_comparable, compare_outputs, measure_latency};
+use qdq_studio::calib::data::{BatchSource, DataSpec, model_inputs};
+use qdq_studio::eval::{
+    EvalError, OutputMetrics, check_comparable, compare_outputs, measure_latency,
+};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
 use qdq_studio::runtime::EpSpec;
@@ -28,6 +30,34 @@ fn quantized_sample(dir: &Path) -> PathBuf {
     out
 }
 
+/// The sample's evaluation data, opened for `model`'s inputs.
+fn eval_source(model: &Model) -> Box<dyn BatchSource> {
+    DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&model_inputs(&Graph::build(model)))
+    .unwrap()
+}
+
+/// Output metrics of `quant` against `float` on the CPU, in batches of 4.
+fn metrics_on_cpu(
+    float: &Model,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+) -> Vec<OutputMetrics> {
+    let runtime = runtime();
+    compare_outputs(
+        float,
+        quant,
+        source,
+        &runtime,
+        &[EpSpec::Cpu],
+        4,
+        &JobContext::silent(),
+    )
+    .unwrap()
+}
+
 /// `qdq-studio compare` of the sample against `quant` on `data`.
 fn compare_cmd(quant: &Path, data: &Path) -> std::process::Command {
     let mut cmd = cli();
@@ -45,22 +75,8 @@ fn the_quantized_sample_agrees_with_the_float_model() {
     let dir = tempfile::tempdir().unwrap();
     let quant = Model::load(&quantized_sample(dir.path())).unwrap();
     let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
-    let inputs = model_inputs(&Graph::build(&float));
-    let mut source = DataSpec::Npz {
-        path: asset("eval.npz"),
-    }
-    .open(&inputs)
-    .unwrap();
-    let metrics = compare_outputs(
-        &float,
-        &quant,
-        source.as_mut(),
-        &runtime(),
-        &[EpSpec::Cpu],
-        4,
-        &JobContext::silent(),
-    )
-    .unwrap();
+    let mut source = eval_source(&float);
+    let metrics = metrics_on_cpu(&float, &quant, source.as_mut());
     assert_eq!(metrics.len(), 1);
     let m = &metrics[0];
     assert!(m.sqnr_db > 30.0 && m.cosine > 0.999, "{m:?}");
@@ -78,22 +94,8 @@ fn a_model_against_itself_has_no_error_and_non_qdq_models_are_refused() {
     // The same QDQ model on both sides: the same outputs, so no error at all.
     let dir = tempfile::tempdir().unwrap();
     let quant = Model::load(&quantized_sample(dir.path())).unwrap();
-    let inputs = model_inputs(&Graph::build(&quant));
-    let mut source = DataSpec::Npz {
-        path: asset("eval.npz"),
-    }
-    .open(&inputs)
-    .unwrap();
-    let metrics = compare_outputs(
-        &quant,
-        &quant,
-        source.as_mut(),
-        &runtime(),
-        &[EpSpec::Cpu],
-        4,
-        &JobContext::silent(),
-    )
-    .unwrap();
+    let mut source = eval_source(&quant);
+    let metrics = metrics_on_cpu(&quant, &quant, source.as_mut());
     let m = &metrics[0];
     assert_eq!(
         (m.mse, m.max_abs_error, m.elements),
@@ -355,12 +357,7 @@ fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ort_qdq_sample_pt.onnx"),
     )
     .unwrap();
-    let inputs = model_inputs(&Graph::build(&float));
-    let mut source = DataSpec::Npz {
-        path: asset("eval.npz"),
-    }
-    .open(&inputs)
-    .unwrap();
+    let mut source = eval_source(&float);
     let errors = qdq_studio::eval::tensors::tensor_errors(
         &float,
         &quant,

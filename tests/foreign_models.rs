@@ -16,7 +16,7 @@ use qdq_studio::model::proto::type_proto::Value;
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
 use qdq_studio::runtime::{EpSpec, SessionOptions};
 
-use common::{cli, write_npz};
+use common::{cli, run_text, write_npz};
 
 fn floats(shape: &[usize], scale: f32) -> TensorArray {
     let n: usize = shape.iter().product();
@@ -43,10 +43,7 @@ fn quantize(model: &Path, data: Option<&Path>, out: &Path, extra: &[&str]) -> (b
     if let Some(data) = data {
         cmd.arg("--calibration_data_path").arg(data);
     }
-    let done = cmd.output().unwrap();
-    let text =
-        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
-    (done.status.success(), text)
+    run_text(&mut cmd)
 }
 
 fn opset_of(path: &Path) -> i64 {

@@ -413,8 +413,7 @@ impl Graph {
                     .map_or(0, |d| d.storage_bytes(count));
             }
         }
-        // Before IR 4 every initializer had to be listed as an input too: a constant then.
-        let overridable = ir_version >= 4;
+        let overridable = overridable_initializers(graph, ir_version);
         let mut inputs_seen = HashSet::new();
         for value in &graph.input {
             if !inputs_seen.insert(value.name()) {
@@ -425,7 +424,7 @@ impl Graph {
             }
             let is_init = self.by_tensor.contains_key(value.name());
             let info = self.tensor_mut(value.name(), TensorKind::Input);
-            if is_init && overridable {
+            if overridable.contains(value.name()) {
                 info.kind = TensorKind::Overridable;
             }
             let (elem, shape) = shape_of(value);
@@ -675,6 +674,21 @@ impl Graph {
             }),
         }
     }
+}
+
+/// The initializers a caller may override: those also listed as graph inputs, from IR 4 on
+/// (before it every initializer had to be listed as an input too, and was a constant).
+pub fn overridable_initializers(graph: &GraphProto, ir_version: i64) -> HashSet<&str> {
+    if ir_version < 4 {
+        return HashSet::new();
+    }
+    let inputs: HashSet<&str> = graph.input.iter().map(|i| i.name()).collect();
+    graph
+        .initializer
+        .iter()
+        .map(|t| t.name())
+        .filter(|n| inputs.contains(n))
+        .collect()
 }
 
 /// `op_type` for the default ONNX domain, `domain::op_type` otherwise.

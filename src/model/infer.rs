@@ -134,11 +134,6 @@ fn output_type(node: &NodeProto, k: usize, types: &HashMap<String, i32>) -> Opti
     }
 }
 
-/// True when `code` is a float type the engine knows.
-pub fn is_float_code(code: i32) -> bool {
-    DataType::from_onnx(code).is_ok_and(DataType::is_float)
-}
-
 /// True when an ONNX element type code is one Q/DQ can quantize ([`DataType::is_quantizable`]).
 pub fn is_quantizable_code(code: i32) -> bool {
     DataType::from_onnx(code).is_ok_and(DataType::is_quantizable)

@@ -22,6 +22,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::TensorArray;
+use super::graph::overridable_initializers;
 use super::proto::attribute_proto::AttributeType;
 use super::proto::type_proto::Value;
 use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
@@ -160,7 +161,6 @@ struct Upgrader {
     overridable: HashSet<String>,
     shapes: HashMap<String, Vec<Option<i64>>>,
     ranks: HashMap<String, usize>,
-    initializers: HashSet<String>,
     taken: HashSet<String>,
     new_initializers: Vec<super::proto::TensorProto>,
 }
@@ -191,21 +191,16 @@ impl Upgrader {
             .chain(graph.initializer.iter().map(|t| t.name().to_owned()))
             .chain(graph.input.iter().map(|i| i.name().to_owned()))
             .collect();
-        let overridable = match ir_version >= 4 {
-            true => graph.input.iter().map(|i| i.name().to_owned()).collect(),
-            false => HashSet::new(),
-        };
+        let overridable = overridable_initializers(graph, ir_version)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
         let ranks = shapes.iter().map(|(k, v)| (k.clone(), v.len())).collect();
         Upgrader {
             from,
             overridable,
             ranks,
             shapes,
-            initializers: graph
-                .initializer
-                .iter()
-                .map(|t| t.name().to_owned())
-                .collect(),
             taken,
             new_initializers: Vec::new(),
         }
@@ -357,8 +352,7 @@ impl Upgrader {
         let rank = self.ranks.get(&name).copied().unwrap_or(0);
         let renamed = self.fresh(&format!("{name}_unsqueezed"));
         node.input[at] = renamed.clone();
-        if self.initializers.contains(&name)
-            && !self.overridable.contains(&name)
+        if !self.overridable.contains(&name)
             && let Some(init) = graph.initializer.iter().find(|t| t.name() == name)
         {
             let mut copy = init.clone();

@@ -294,16 +294,6 @@ pub struct SessionModel {
     pub external_folder: Option<PathBuf>,
 }
 
-impl SessionModel {
-    /// An inline model's bytes.
-    pub fn inline(bytes: Vec<u8>) -> Self {
-        SessionModel {
-            bytes,
-            external_folder: None,
-        }
-    }
-}
-
 /// Makes `tensor` hold `data` in `raw_data` instead of referencing an external file.
 pub(crate) fn inline_tensor(tensor: &mut TensorProto, data: Bytes) {
     tensor.raw_data = Some(data);

@@ -13,7 +13,9 @@ use super::QuantError;
 use super::params::{
     ActivationQuant, WeightQuant, activation_quant, softmax_outputs, weight_quant,
 };
-use super::plan::{Exclusion, Plan, PlanFacts, TensorRole, default_op_types, plan};
+use super::plan::{
+    Exclusion, Plan, PlanFacts, TensorRole, default_op_types, listed_op_types, plan,
+};
 use super::prepare::Prepared;
 use crate::calib::range::Range;
 use crate::calib::stats::CalibrationStats;
@@ -297,13 +299,8 @@ fn op_types(
     nodes: &BTreeMap<String, NodeDecision>,
 ) -> BTreeMap<String, OpTypePlan> {
     let defaults = default_op_types(recipe);
-    let listed = |t: &str| {
-        if recipe.op_types_to_quantize.is_empty() {
-            defaults.contains(&t)
-        } else {
-            recipe.op_types_to_quantize.iter().any(|l| l == t)
-        }
-    };
+    let listed_types = listed_op_types(recipe);
+    let listed = |t: &str| listed_types.contains(&t);
     let mut out: BTreeMap<String, OpTypePlan> = BTreeMap::new();
     for node in original.nodes() {
         let t = node.op_type.as_str();

@@ -225,14 +225,7 @@ fn nothing_quantized(
     plan: &Plan,
     is_float: &dyn Fn(&str) -> bool,
 ) -> String {
-    let listed = match recipe.op_types_to_quantize.is_empty() {
-        true => plan::default_op_types(recipe),
-        false => recipe
-            .op_types_to_quantize
-            .iter()
-            .map(String::as_str)
-            .collect(),
-    };
+    let listed = plan::listed_op_types(recipe);
     let selected =
         |t: &str| listed.contains(&t) && !recipe.op_types_to_exclude.iter().any(|e| e == t);
     let all: Vec<String> = graph.op_type_counts().into_keys().collect();

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use ndarray::{ArrayD, Axis};
 
 use crate::model::constant::constant_tensor;
+use crate::model::graph::overridable_initializers;
 use crate::model::proto::{GraphProto, NodeProto};
 use crate::model::{Model, ModelError, TensorArray};
 use crate::recipe::Preprocessing;
@@ -156,11 +157,8 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
             *consumers.entry(input.clone()).or_default() += 1;
         }
     }
-    // An initializer a caller may override (also a graph input, IR 4 on) is no constant.
-    let overridable: HashSet<&str> = match snapshot.proto().ir_version() >= 4 {
-        true => graph.input.iter().map(|i| i.name()).collect(),
-        false => HashSet::new(),
-    };
+    // An initializer a caller may override is no constant.
+    let overridable = overridable_initializers(graph, snapshot.proto().ir_version());
     let init_index: HashMap<String, usize> = graph
         .initializer
         .iter()

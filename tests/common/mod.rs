@@ -75,6 +75,14 @@ pub fn cli() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_qdq-studio"))
 }
 
+/// Runs `cmd`: whether it succeeded, and its stdout followed by its stderr.
+pub fn run_text(cmd: &mut std::process::Command) -> (bool, String) {
+    let done = cmd.output().unwrap();
+    let text =
+        String::from_utf8_lossy(&done.stdout).into_owned() + &String::from_utf8_lossy(&done.stderr);
+    (done.status.success(), text)
+}
+
 /// y = Relu(x) + 1 over x: [N, 256, 256], to push many large batches through.
 pub fn wide_model() -> qdq_studio::model::Model {
     use ndarray::{ArrayD, IxDyn};

@@ -71,6 +71,20 @@ pub fn default_op_types(recipe: &Recipe) -> Vec<&'static str> {
     }
 }
 
+/// The op types `recipe` lists for quantization: its own list, else the defaults for its
+/// placement and mode.
+pub fn listed_op_types(recipe: &Recipe) -> Vec<&str> {
+    if recipe.op_types_to_quantize.is_empty() {
+        default_op_types(recipe)
+    } else {
+        recipe
+            .op_types_to_quantize
+            .iter()
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 /// The output-channel axis of a weighted op's weight: per-channel scales run along it.
 pub fn weight_axis(node: &Node) -> usize {
     match node.op_type.as_str() {

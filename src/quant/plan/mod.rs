@@ -16,7 +16,7 @@ use crate::recipe::{Placement, QuantMode, Recipe};
 
 pub use families::{
     FLOOR_ACTIVATIONS, NORM_OPS, SHARED_SCALE_OPS, TENSORRT_OP_TYPES, WEIGHTED_OPS,
-    default_op_types, weight_axis,
+    default_op_types, listed_op_types, weight_axis,
 };
 
 /// What happens to one tensor.

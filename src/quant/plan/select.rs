@@ -23,18 +23,9 @@ fn patterns(texts: &[String]) -> Vec<NamePattern> {
 impl<'a> Selection<'a> {
     /// Compiles `recipe`'s lists against `graph`.
     pub(super) fn new(graph: &Graph, recipe: &'a Recipe) -> Self {
-        let op_types: Vec<&str> = if recipe.op_types_to_quantize.is_empty() {
-            super::default_op_types(recipe)
-        } else {
-            recipe
-                .op_types_to_quantize
-                .iter()
-                .map(String::as_str)
-                .collect()
-        };
         Selection {
             recipe,
-            op_types,
+            op_types: super::listed_op_types(recipe),
             include: patterns(&recipe.nodes_to_quantize),
             exclude: patterns(&recipe.nodes_to_exclude),
             range: subgraph_nodes(graph, recipe),
