@@ -134,6 +134,7 @@ pub fn calibrate(
     let samples = batch.usable(asked, source.whole_feeds());
     validate_source(&inputs, &*source, samples, batch.size)?;
     let mut notes: Vec<String> = batch.note.iter().cloned().collect();
+    notes.extend(source.notes());
     if samples < asked {
         notes.push(format!(
             "the last {} samples were left out: they do not fill a batch of {}",

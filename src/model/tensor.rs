@@ -117,6 +117,40 @@ impl TensorArray {
         self.len() == 0
     }
 
+    /// A float array as `to` (float32, float16, bfloat16 or float64; rounded to nearest);
+    /// any other array, or another target, is returned as it is.
+    pub fn cast_float(&self, to: DataType) -> TensorArray {
+        let floats = matches!(
+            self,
+            TensorArray::Float32(_)
+                | TensorArray::Float16(_)
+                | TensorArray::BFloat16(_)
+                | TensorArray::Float64(_)
+        );
+        if !floats || self.dtype() == to {
+            return self.clone();
+        }
+        if let (TensorArray::Float64(a), DataType::Float16 | DataType::BFloat16) = (self, to) {
+            // Straight from f64, so a value is rounded once.
+            return match to {
+                DataType::Float16 => TensorArray::Float16(a.mapv(f16::from_f64)),
+                _ => TensorArray::BFloat16(a.mapv(bf16::from_f64)),
+            };
+        }
+        let wide = self.to_f32();
+        match to {
+            DataType::Float32 => TensorArray::Float32(wide),
+            DataType::Float16 => TensorArray::Float16(wide.mapv(f16::from_f32)),
+            DataType::BFloat16 => TensorArray::BFloat16(wide.mapv(bf16::from_f32)),
+            DataType::Float64 => match self {
+                TensorArray::Float16(a) => TensorArray::Float64(a.mapv(f16::to_f64)),
+                TensorArray::BFloat16(a) => TensorArray::Float64(a.mapv(bf16::to_f64)),
+                _ => TensorArray::Float64(wide.mapv(f64::from)),
+            },
+            _ => self.clone(),
+        }
+    }
+
     /// The values as f32 (integers and bools converted, wider floats rounded), for statistics
     /// and quantization of any weight type.
     pub fn to_f32(&self) -> ArrayD<f32> {

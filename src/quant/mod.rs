@@ -113,7 +113,10 @@ impl Quantized {
 /// the raise to 11).
 const PREFERRED_PER_TENSOR_OPSET: i64 = 11;
 
-fn needed_opset(recipe: &Recipe, per_axis: bool) -> i64 {
+/// Q/DQ takes float16 and bfloat16 tensors and scales from opset 19.
+const HALF_SCALES_OPSET: i64 = 19;
+
+fn needed_opset(recipe: &Recipe, per_axis: bool, half_scales: bool) -> i64 {
     let types = [recipe.activation_type, recipe.weight_type];
     let wide = |t: &QuantType| {
         matches!(
@@ -122,8 +125,8 @@ fn needed_opset(recipe: &Recipe, per_axis: bool) -> i64 {
         )
     };
     let mut needed = 13;
-    if recipe.mode == QuantMode::Fp8 {
-        needed = 19;
+    if recipe.mode == QuantMode::Fp8 || half_scales {
+        needed = HALF_SCALES_OPSET;
     }
     if recipe.mode == QuantMode::Int4
         || types.iter().any(wide)
@@ -170,7 +173,7 @@ pub fn quantize(
     let observed_rank = |tensor: &str| -> Option<usize> {
         stats?.tensors.get(tensor)?.shapes.first().map(Vec::len)
     };
-    let needed = needed_opset(recipe, rewritten.per_axis);
+    let needed = needed_opset(recipe, rewritten.per_axis, rewritten.half_scales);
     let opset_raised = match opset::raise(work.proto_mut(), &graph, needed, &observed_rank) {
         // 11 is preferred for ONNX Runtime's sake, 10 is what Q/DQ needs (a refused raise
         // leaves the model as it was).

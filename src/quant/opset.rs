@@ -113,6 +113,24 @@ const CHANGES: &[(&str, i64, Option<&str>, &str)] = &[
         "coordinate transformation modes were added and its default behaviour changed",
     ),
     ("Scan", 9, None, "scan_input_axes semantics changed"),
+    (
+        "DFT",
+        20,
+        None,
+        "axis moved from an attribute to an input with another default",
+    ),
+    (
+        "GridSample",
+        20,
+        None,
+        "its mode values were renamed (bilinear became linear, bicubic cubic)",
+    ),
+    (
+        "GroupNormalization",
+        21,
+        None,
+        "scale and bias went from one value per group to one per channel",
+    ),
 ];
 
 /// Attributes that became inputs of another type (not int64 lists) at a version: a node that

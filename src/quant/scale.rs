@@ -1,7 +1,9 @@
 //! Scale and zero-point maths, exactly as onnxruntime's quantizer computes them (f64
 //! arithmetic, f32 scale, round half to even), plus value quantization and int32 bias.
 
-use half::f16;
+use half::{bf16, f16};
+
+use crate::model::DataType;
 
 use crate::recipe::QuantType;
 
@@ -167,9 +169,36 @@ pub fn adjust_weight_scale_for_bias(
     }
 }
 
-/// A scale stored as float16 (for fp16 models), for callers that need it.
-pub fn scale_as_f16(scale: f32) -> f16 {
-    f16::from_f32(scale)
+/// `scale` as the scale tensor stores it: float32 as it is; for a float16 or bfloat16 tensor
+/// (whose Q/DQ scale must be of its own type, opset 19) the nearest value of that type, or
+/// the next one up when `at_least` (a scale raised for an int32 bias must not drop back).
+/// Never zero or infinite: a scale below the type's smallest step becomes that step, one
+/// above its largest value becomes that value.
+pub fn stored_scale(scale: f32, float_type: DataType, at_least: bool) -> f32 {
+    match float_type {
+        DataType::Float16 => {
+            let mut h = f16::from_f32(scale);
+            if at_least && h.to_f32() < scale && h < f16::MAX {
+                h = f16::from_bits(h.to_bits() + 1);
+            }
+            h.clamp(f16::from_bits(1), f16::MAX).to_f32()
+        }
+        DataType::BFloat16 => {
+            let mut h = bf16::from_f32(scale);
+            if at_least && h.to_f32() < scale && h < bf16::MAX {
+                h = bf16::from_bits(h.to_bits() + 1);
+            }
+            h.clamp(bf16::from_bits(1), bf16::MAX).to_f32()
+        }
+        _ => scale,
+    }
+}
+
+/// `params` with every scale as [`stored_scale`] gives it.
+pub fn store_scales(params: &mut [ScaleZp], float_type: DataType, at_least: bool) {
+    for p in params {
+        p.scale = stored_scale(p.scale, float_type, at_least);
+    }
 }
 
 #[cfg(test)]
@@ -218,5 +247,24 @@ mod tests {
         assert!(adjusted > 1e-10);
         assert!(quantize_bias(100.0, 1e-3 * adjusted).abs() < i32::MAX);
         assert_eq!(adjust_weight_scale_for_bias(0.01, 0.01, 1.0, true), 0.01);
+    }
+
+    #[test]
+    fn half_scales_are_representable_never_zero_and_raised_ones_stay_raised() {
+        assert_eq!(stored_scale(0.1, DataType::Float32, false), 0.1);
+        let h = stored_scale(0.1, DataType::Float16, false);
+        assert_eq!(h, f16::from_f32(0.1).to_f32());
+        assert!(h != 0.1 && (h - 0.1).abs() < 1e-4);
+        assert!(stored_scale(0.1, DataType::Float16, true) >= 0.1);
+        assert!(stored_scale(0.1, DataType::BFloat16, true) >= 0.1);
+        assert_eq!(
+            stored_scale(1e-12, DataType::Float16, false),
+            f16::from_bits(1).to_f32()
+        );
+        assert_eq!(stored_scale(1e9, DataType::Float16, false), 65504.0);
+        assert_eq!(
+            stored_scale(1e-12, DataType::BFloat16, false),
+            bf16::from_f32(1e-12).to_f32()
+        );
     }
 }

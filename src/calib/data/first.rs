@@ -48,6 +48,10 @@ impl BatchSource for FirstSamples {
         self.inner.samples().min(self.limit)
     }
 
+    fn notes(&self) -> Vec<String> {
+        self.inner.notes()
+    }
+
     fn rewind(&mut self) -> Result<(), DataError> {
         self.served = 0;
         self.inner.rewind()

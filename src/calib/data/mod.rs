@@ -5,6 +5,7 @@
 //! lists every mismatch, expected against got.
 
 pub mod first;
+pub mod float_cast;
 pub mod images;
 pub mod npy;
 pub mod npz;
@@ -148,6 +149,10 @@ pub trait BatchSource: Send {
     /// whole whatever the batch size: axis 0 is then not a sample axis to check or split.
     fn whole_feeds(&self) -> bool {
         false
+    }
+    /// What the source does to the data that the user should know (a conversion).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -479,10 +484,11 @@ impl DataSpec {
         }
     }
 
-    /// Opens the source for a model with these inputs.
+    /// Opens the source for a model with these inputs; float data of another precision than
+    /// an input's is converted to it (see [`float_cast`]).
     pub fn open(&self, inputs: &[InputSpec]) -> Result<Box<dyn BatchSource>, DataError> {
         let single = inputs.first().map(|i| i.name.clone()).unwrap_or_default();
-        Ok(match self {
+        let source: Box<dyn BatchSource> = match self {
             DataSpec::Npz { path } => Box::new(npz::NpzSource::open(path, &single)?),
             DataSpec::Images { path, preprocess } => Box::new(images::ImageFolderSource::open(
                 path,
@@ -495,7 +501,8 @@ impl DataSpec {
                 shapes,
                 seed,
             } => Box::new(random::RandomSource::new(inputs, shapes, *samples, *seed)?),
-        })
+        };
+        Ok(float_cast::FloatCast::wrap(source, inputs))
     }
 }
 

@@ -2,10 +2,10 @@
 //! replaced by a DequantizeLinear that writes the bias's own name.
 
 use super::Rewriter;
-use super::tensors::{dequantize, int_attr, scale_tensor};
+use super::tensors::{dequantize, int_attr, node, scale_tensor};
 use super::weights::check_finite;
-use crate::model::TensorArray;
 use crate::model::tensor::array;
+use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
 use crate::quant::plan::TensorRole;
 use crate::quant::scale::{ScaleZp, quantize_bias};
@@ -32,7 +32,7 @@ impl Rewriter<'_> {
         let input_scale = input_params.params[0].scale;
         let channels = values.len();
         let per_channel = weight_params.params.len() > 1;
-        let scales: Vec<f32> = (0..channels)
+        let products: Vec<f32> = (0..channels)
             .map(|c| {
                 let at = if weight_params.params.len() == channels {
                     c
@@ -42,21 +42,29 @@ impl Rewriter<'_> {
                 input_scale * weight_params.params[at].scale
             })
             .collect();
-        let q: Vec<i32> = values
-            .iter()
-            .zip(&scales)
-            .map(|(&b, &s)| quantize_bias(b, s))
-            .collect();
-        let as_params = |s: &f32| ScaleZp {
-            scale: *s,
-            zero_point: 0,
-        };
-        let bias_params: Vec<ScaleZp> = if per_channel {
-            scales.iter().map(as_params).collect()
+        let products = if per_channel {
+            products
         } else {
-            vec![as_params(&scales[0])]
+            products.into_iter().take(1).collect()
         };
+        let bias_values: Vec<f32> = values.iter().copied().collect();
+        let (scales, scale_type) =
+            bias_scales(products, &bias_values, self.float_type(bias), per_channel);
+        let q: Vec<i32> = bias_values
+            .iter()
+            .enumerate()
+            .map(|(c, &b)| quantize_bias(b, scales[if per_channel { c } else { 0 }]))
+            .collect();
+        let bias_params: Vec<ScaleZp> = scales
+            .iter()
+            .map(|&scale| ScaleZp {
+                scale,
+                zero_point: 0,
+            })
+            .collect();
+        let bias_type = self.float_type(bias);
         let edits = &mut self.edits;
+        edits.out.half_scales |= scale_type != DataType::Float32;
         edits.new_initializers.push(
             TensorArray::Int32(array(values.shape().to_vec(), q))
                 .to_proto(&format!("{bias}_quantized")),
@@ -65,6 +73,7 @@ impl Rewriter<'_> {
             &format!("{bias}_quantized_scale"),
             &bias_params,
             None,
+            scale_type,
         ));
         let zeros: Vec<i32> = vec![0; bias_params.len()];
         let zero_shape = if zeros.len() == 1 {
@@ -81,7 +90,14 @@ impl Rewriter<'_> {
             attributes.push(int_attr("axis", 0));
             edits.out.per_axis = true;
         }
-        // The bias DQ keeps the bias's own name, so its consumer is unchanged.
+        // The bias DQ keeps the bias's own name, so its consumer is unchanged; a float32
+        // scale for a half bias is followed by a Cast back to the bias's type.
+        let cast = scale_type != bias_type;
+        let dq_output = if cast {
+            format!("{bias}_DequantizeLinear_Output")
+        } else {
+            bias.to_owned()
+        };
         edits.weight_dq.push(dequantize(
             &format!("{bias}_DequantizeLinear"),
             [
@@ -89,10 +105,69 @@ impl Rewriter<'_> {
                 format!("{bias}_quantized_scale"),
                 format!("{bias}_quantized_zero_point"),
             ],
-            bias.to_owned(),
+            dq_output.clone(),
             attributes,
         ));
+        if cast {
+            edits.weight_dq.push(node(
+                "Cast",
+                &format!("{bias}_Cast"),
+                vec![dq_output],
+                vec![bias.to_owned()],
+                vec![int_attr("to", i64::from(bias_type.to_onnx()))],
+            ));
+        }
         edits.drop_biases.insert(bias.to_owned());
         Ok(())
+    }
+}
+
+/// The int32 bias's scales (one, or one per channel) and their type, from the products of
+/// input and weight scales. A float32 bias keeps them (onnxruntime's maths). A half bias
+/// takes them in its own type unless that would round one to zero or clip the bias; then,
+/// as onnxruntime does, they stay float32, raised so every bias value fits int32 (and a DQ
+/// in float32 is cast back).
+fn bias_scales(
+    products: Vec<f32>,
+    bias: &[f32],
+    bias_type: DataType,
+    per_channel: bool,
+) -> (Vec<f32>, DataType) {
+    if bias_type == DataType::Float32 {
+        return (products, DataType::Float32);
+    }
+    let limit = f64::from(i32::MAX);
+    let magnitude = |c: usize| -> f64 {
+        if per_channel {
+            f64::from(bias[c].abs())
+        } else {
+            bias.iter().fold(0f64, |m, b| m.max(f64::from(b.abs())))
+        }
+    };
+    let half: Vec<f32> = products.iter().map(|&p| rounded(p, bias_type)).collect();
+    let fits = half
+        .iter()
+        .enumerate()
+        .all(|(c, &h)| h > 0.0 && h.is_finite() && magnitude(c) <= limit * f64::from(h));
+    if fits {
+        return (half, bias_type);
+    }
+    let raised = products
+        .iter()
+        .enumerate()
+        .map(|(c, &p)| {
+            let scale = f64::from(p).max(magnitude(c) / limit * 1.0001) as f32;
+            if scale == 0.0 { 1.0 } else { scale }
+        })
+        .collect();
+    (raised, DataType::Float32)
+}
+
+/// `value` rounded to the nearest `float_type` value (half types only).
+fn rounded(value: f32, float_type: DataType) -> f32 {
+    match float_type {
+        DataType::Float16 => half::f16::from_f32(value).to_f32(),
+        DataType::BFloat16 => half::bf16::from_f32(value).to_f32(),
+        _ => value,
     }
 }

@@ -20,8 +20,9 @@ use super::QuantError;
 use super::plan::{Plan, TensorRole};
 use super::scale::ScaleZp;
 use crate::calib::stats::CalibrationStats;
+use crate::model::infer::elem_types;
 use crate::model::proto::{NodeProto, TensorProto};
-use crate::model::{Graph, Model};
+use crate::model::{DataType, Graph, Model};
 use crate::recipe::{QuantType, Recipe};
 
 pub use super::params::qtype_range_target;
@@ -40,6 +41,9 @@ pub struct TensorParams {
     pub block_size: Option<usize>,
     /// The range the parameters came from (activations).
     pub range: Option<(f32, f32)>,
+    /// The scale's element type: the tensor's own float type (float16 and bfloat16 tensors
+    /// get scales of their type, which Q/DQ requires; everything else float32).
+    pub scale_type: DataType,
 }
 
 /// What the rewrite produced besides the model.
@@ -49,6 +53,8 @@ pub struct RewriteOutput {
     pub params: BTreeMap<String, TensorParams>,
     /// Whether any per-channel or block-wise DequantizeLinear was written.
     pub per_axis: bool,
+    /// Whether any scale is float16 or bfloat16 (Q/DQ takes those from opset 19).
+    pub half_scales: bool,
 }
 
 /// What the phases decide, applied to the graph by [`Edits::assemble`].
@@ -81,6 +87,8 @@ struct Rewriter<'a> {
     initializers: HashMap<&'a str, &'a TensorProto>,
     /// weight → (its node's activation input, its bias), for the int32-bias adjustment.
     bias_of: HashMap<&'a str, (&'a str, &'a str)>,
+    /// Element type codes, declared or inferred, of the graph's tensors.
+    types: HashMap<String, i32>,
     edits: Edits,
 }
 
@@ -115,7 +123,23 @@ impl<'a> Rewriter<'a> {
                 .map(|t| (t.name(), t))
                 .collect(),
             bias_of,
+            types: elem_types(model, graph),
             edits: Edits::default(),
+        }
+    }
+
+    /// The float type of tensor `name`, which its scale takes: float16 or bfloat16 when the
+    /// model declares or implies it (or calibration saw it), float32 otherwise.
+    fn float_type(&self, name: &str) -> DataType {
+        let code = self
+            .initializers
+            .get(name)
+            .map(|t| t.data_type())
+            .or_else(|| self.types.get(name).copied());
+        let seen = || self.stats?.tensors.get(name)?.dtype;
+        match code.map(DataType::from_onnx) {
+            Some(Ok(t)) => half_or_f32(t),
+            _ => seen().map_or(DataType::Float32, half_or_f32),
         }
     }
 
@@ -129,6 +153,14 @@ impl<'a> Rewriter<'a> {
                 reason: "expected an initializer".to_owned(),
             })?;
         Ok(self.model.tensor_array(tensor)?.to_f32())
+    }
+}
+
+/// `t` when it is a half-precision float, float32 otherwise.
+fn half_or_f32(t: DataType) -> DataType {
+    match t {
+        DataType::Float16 | DataType::BFloat16 => t,
+        _ => DataType::Float32,
     }
 }
 
@@ -147,7 +179,13 @@ pub fn rewrite(
         rewriter.weights()?;
         rewriter.biases()?;
         rewriter.qdq_pairs();
-        rewriter.edits
+        let mut edits = rewriter.edits;
+        edits.out.half_scales |= edits
+            .out
+            .params
+            .values()
+            .any(|p| p.scale_type != DataType::Float32);
+        edits
     };
     Ok(edits.assemble(model, graph, plan))
 }

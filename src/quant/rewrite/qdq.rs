@@ -9,9 +9,15 @@ use crate::quant::plan::TensorRole;
 
 impl Rewriter<'_> {
     /// The tensor whose scale `name` uses (itself, or the end of its chain of shared scales).
+    /// A shared tensor of another float type than its source (across a Cast) has its own.
     fn scale_source(&self, name: &str) -> String {
+        let params = &self.edits.out.params;
+        let own_type = params.get(name).map(|p| p.scale_type);
         let mut current = name.to_owned();
         while let Some(TensorRole::Shared(source)) = self.plan.roles.get(&current) {
+            if params.get(source).map(|p| p.scale_type) != own_type {
+                break;
+            }
             current = source.clone();
         }
         current
@@ -37,7 +43,12 @@ impl Rewriter<'_> {
             let source = self.scale_source(&name);
             let params = &self.edits.out.params[&name];
             if written_scales.insert(source.clone()) {
-                let scale = scale_tensor(&format!("{source}_scale"), &params.params, None);
+                let scale = scale_tensor(
+                    &format!("{source}_scale"),
+                    &params.params,
+                    None,
+                    params.scale_type,
+                );
                 let zero_point = zero_point_tensor(
                     &format!("{source}_zero_point"),
                     &params.params,

@@ -1,8 +1,10 @@
 //! The protos the rewrite adds: quantized tensors, scales, zero points and Q/DQ nodes.
 
-use crate::model::TensorArray;
+use half::{bf16, f16};
+
 use crate::model::proto::{AttributeProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use crate::model::tensor::array;
+use crate::model::{DataType, TensorArray};
 use crate::quant::scale::ScaleZp;
 use crate::recipe::QuantType;
 
@@ -58,15 +60,36 @@ pub(super) fn zero_point_tensor(
     quantized_array(&values, &vec![0u8; values.len()], qtype, &shape).to_proto(name)
 }
 
-/// Scales as a float32 tensor.
+/// Scales as a tensor of `float_type` (float32, float16 or bfloat16; the scales are already
+/// values of that type, see [`crate::quant::scale::stored_scale`]).
 pub(super) fn scale_tensor(
     name: &str,
     params: &[ScaleZp],
     shape: Option<Vec<usize>>,
+    float_type: DataType,
 ) -> TensorProto {
     let values: Vec<f32> = params.iter().map(|p| p.scale).collect();
     let shape = shape_or_default(shape, values.len());
-    TensorArray::Float32(array(shape, values)).to_proto(name)
+    float_array(shape, values, float_type).to_proto(name)
+}
+
+/// `values` as an array of `float_type` (float32 unless float16 or bfloat16).
+pub(super) fn float_array(
+    shape: Vec<usize>,
+    values: Vec<f32>,
+    float_type: DataType,
+) -> TensorArray {
+    match float_type {
+        DataType::Float16 => TensorArray::Float16(array(
+            shape,
+            values.into_iter().map(f16::from_f32).collect(),
+        )),
+        DataType::BFloat16 => TensorArray::BFloat16(array(
+            shape,
+            values.into_iter().map(bf16::from_f32).collect(),
+        )),
+        _ => TensorArray::Float32(array(shape, values)),
+    }
 }
 
 /// A node of the default domain.

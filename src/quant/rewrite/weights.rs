@@ -6,12 +6,12 @@ use rayon::prelude::*;
 
 use super::tensors::{dequantize, int_attr, quantized_array, scale_tensor, zero_point_tensor};
 use super::{Rewriter, TensorParams};
-use crate::model::TensorArray;
+use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
 use crate::quant::params::{WeightQuant, weight_quant};
 use crate::quant::plan::TensorRole;
 use crate::quant::scale::{
-    ScaleZp, adjust_weight_scale_for_bias, quantize_fp8, quantize_value, scale_zp_for,
+    ScaleZp, adjust_weight_scale_for_bias, quantize_fp8, quantize_value, scale_zp_for, store_scales,
 };
 use crate::recipe::QuantType;
 
@@ -19,6 +19,7 @@ use crate::recipe::QuantType;
 pub(super) struct QuantizedWeight {
     values: TensorArray,
     params: Vec<ScaleZp>,
+    scale_type: DataType,
     axis: Option<usize>,
     block_size: Option<usize>,
 }
@@ -83,12 +84,14 @@ fn quantize_array(
 }
 
 /// Per-channel (or per-tensor) quantization; `bias_adjust` is the input scale and the bias
-/// values when an int32 bias follows (onnxruntime's weight-scale adjustment).
+/// values when an int32 bias follows (onnxruntime's weight-scale adjustment). Scales are
+/// stored in `scale_type` and the values quantized with the stored scales.
 fn quantize_weight(
     name: &str,
     values: &ArrayD<f32>,
     how: &WeightQuant,
     bias_adjust: Option<(f32, Vec<f32>)>,
+    scale_type: DataType,
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
     let qtype = how.qtype;
@@ -107,6 +110,7 @@ fn quantize_weight(
         .collect();
     // onnxruntime's int32-bias adjustment: per channel against that channel's |bias|,
     // per tensor against the whole bias's magnitude (zero included).
+    let mut adjusted = false;
     if let Some((input_scale, bias)) = bias_adjust
         && matches!(qtype, QuantType::Int8 | QuantType::Int16)
         && params.iter().all(|p| p.zero_point == 0)
@@ -115,23 +119,29 @@ fn quantize_weight(
         let whole = bias.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (c, p) in params.iter_mut().enumerate() {
             let magnitude = if per_channel { bias[c].abs() } else { whole };
-            p.scale = adjust_weight_scale_for_bias(p.scale, input_scale, magnitude, per_channel);
+            let raised = adjust_weight_scale_for_bias(p.scale, input_scale, magnitude, per_channel);
+            adjusted |= raised != p.scale;
+            p.scale = raised;
         }
     }
+    store_scales(&mut params, scale_type, adjusted);
     Ok(QuantizedWeight {
         values: quantize_array(values, &params, how.axis, qtype),
         params,
+        scale_type,
         axis: how.axis,
         block_size: None,
     })
 }
 
-/// Block-wise quantization along axis 0 of a rank-2 weight (int4 weight-only).
+/// Block-wise quantization along axis 0 of a rank-2 weight (int4 weight-only), scales
+/// stored in `scale_type`.
 fn quantize_blockwise(
     name: &str,
     values: &ArrayD<f32>,
     how: &WeightQuant,
     block: usize,
+    scale_type: DataType,
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
     let (k, n) = (values.shape()[0], values.shape()[1]);
@@ -147,6 +157,7 @@ fn quantize_blockwise(
             params.push(scale_zp_for(lo, hi, how.qtype, how.symmetric, false));
         }
     }
+    store_scales(&mut params, scale_type, false);
     let mut q = Vec::with_capacity(k * n);
     for row in 0..k {
         for col in 0..n {
@@ -160,6 +171,7 @@ fn quantize_blockwise(
     Ok(QuantizedWeight {
         values: quantized_array(&q, &[], how.qtype, &[k, n]),
         params,
+        scale_type,
         axis: Some(0),
         block_size: Some(block),
     })
@@ -203,12 +215,13 @@ impl Rewriter<'_> {
         let Some(how) = weight_quant(self.recipe, name, role, values.ndim()) else {
             return Ok(None);
         };
+        let scale_type = self.float_type(name);
         let q = match (how.block_size, role) {
-            (Some(block), _) => quantize_blockwise(name, &values, &how, block)?,
+            (Some(block), _) => quantize_blockwise(name, &values, &how, block, scale_type)?,
             (None, TensorRole::Weight { .. }) => {
-                quantize_weight(name, &values, &how, self.bias_adjust(name))?
+                quantize_weight(name, &values, &how, self.bias_adjust(name), scale_type)?
             }
-            (None, _) => quantize_weight(name, &values, &how, None)?,
+            (None, _) => quantize_weight(name, &values, &how, None, scale_type)?,
         };
         Ok(Some((values, q)))
     }
@@ -255,6 +268,7 @@ impl Rewriter<'_> {
             &format!("{name}_scale"),
             &q.params,
             scale_shape.clone(),
+            q.scale_type,
         ));
         edits.new_initializers.push(zero_point_tensor(
             &format!("{name}_zero_point"),
@@ -290,6 +304,7 @@ impl Rewriter<'_> {
                 axis: q.axis.filter(|_| per_axis),
                 block_size: q.block_size,
                 range: None,
+                scale_type: q.scale_type,
             },
         );
     }
