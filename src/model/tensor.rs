@@ -151,6 +151,14 @@ impl TensorArray {
         }
     }
 
+    /// The values as f32, moving a float32 array rather than copying it (see [`Self::to_f32`]).
+    pub fn into_f32(self) -> ArrayD<f32> {
+        match self {
+            TensorArray::Float32(a) => a,
+            other => other.to_f32(),
+        }
+    }
+
     /// The values as f32 (integers and bools converted, wider floats rounded), for statistics
     /// and quantization of any weight type.
     pub fn to_f32(&self) -> ArrayD<f32> {
@@ -394,28 +402,35 @@ fn pack_nibbles(values: impl Iterator<Item = u8>) -> Vec<u8> {
 }
 
 fn encode_raw(value: &TensorArray) -> Vec<u8> {
+    // Elements in logical order through a slice (ndarray's n-dimensional iterator costs a
+    // branch per element; these arrays are standard-layout, so no copy is made).
+    macro_rules! flat {
+        ($a:expr) => {
+            $a.as_standard_layout().as_slice().unwrap_or(&[]).iter()
+        };
+    }
     macro_rules! le {
         ($a:expr) => {
-            $a.iter().flat_map(|v| v.to_le_bytes()).collect()
+            flat!($a).flat_map(|v| v.to_le_bytes()).collect()
         };
     }
     match value {
         TensorArray::Float32(a) => le!(a),
         TensorArray::Float64(a) => le!(a),
-        TensorArray::Float16(a) => a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-        TensorArray::BFloat16(a) => a.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-        TensorArray::Float8E4M3FN(a) => a.iter().map(|v| v.to_bits()).collect(),
-        TensorArray::Int4(a) => pack_nibbles(a.iter().map(|&v| v as u8)),
-        TensorArray::Uint4(a) => pack_nibbles(a.iter().copied()),
-        TensorArray::Int8(a) => a.iter().map(|&v| v as u8).collect(),
-        TensorArray::Uint8(a) => a.iter().copied().collect(),
+        TensorArray::Float16(a) => flat!(a).flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+        TensorArray::BFloat16(a) => flat!(a).flat_map(|v| v.to_bits().to_le_bytes()).collect(),
+        TensorArray::Float8E4M3FN(a) => flat!(a).map(|v| v.to_bits()).collect(),
+        TensorArray::Int4(a) => pack_nibbles(flat!(a).map(|&v| v as u8)),
+        TensorArray::Uint4(a) => pack_nibbles(flat!(a).copied()),
+        TensorArray::Int8(a) => flat!(a).map(|&v| v as u8).collect(),
+        TensorArray::Uint8(a) => flat!(a).copied().collect(),
         TensorArray::Int16(a) => le!(a),
         TensorArray::Uint16(a) => le!(a),
         TensorArray::Int32(a) => le!(a),
         TensorArray::Uint32(a) => le!(a),
         TensorArray::Int64(a) => le!(a),
         TensorArray::Uint64(a) => le!(a),
-        TensorArray::Bool(a) => a.iter().map(|&v| u8::from(v)).collect(),
+        TensorArray::Bool(a) => flat!(a).map(|&v| u8::from(v)).collect(),
     }
 }
 

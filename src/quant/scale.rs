@@ -123,8 +123,19 @@ pub fn scale_zp_for(
 pub fn quantize_value(x: f32, p: ScaleZp, qtype: QuantType) -> i64 {
     let (lo, hi) = storage_range(qtype);
     // numpy divides and rounds in float32.
-    let q = (x / p.scale).round_ties_even() as i64 + p.zero_point;
+    let q = round_ties_even_f32(x / p.scale) as i64 + p.zero_point;
     q.clamp(lo, hi)
+}
+
+/// `x.round_ties_even()` without a libm call (x86-64 before SSE 4.1 has no rounding
+/// instruction, and this runs once per weight): beyond ±2^22 every quantized value clips, so
+/// `x` is clamped there, and adding then subtracting 1.5·2^23 rounds it to an integer, ties to
+/// even, in the default rounding mode. NaN stays NaN.
+fn round_ties_even_f32(x: f32) -> f32 {
+    const LIMIT: f32 = 4_194_304.0;
+    const MAGIC: f32 = 12_582_912.0;
+    let x = x.clamp(-LIMIT, LIMIT);
+    (x + MAGIC) - MAGIC
 }
 
 /// FP8 E4M3FN bits of `x / scale` (round to nearest even, saturating at ±448).
@@ -239,6 +250,22 @@ mod tests {
         assert_eq!(quantize_value(-300.0, p, QuantType::Int8), -128);
         assert_eq!(quantize_value(0.5, p, QuantType::Int8), 0);
         assert_eq!(quantize_bias(1e12, 1.0), i32::MAX);
+    }
+
+    #[test]
+    fn fast_rounding_is_round_ties_even_wherever_values_do_not_clip() {
+        for x in [
+            0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 126.5, -127.5, 3.7, -3.7,
+        ] {
+            assert_eq!(round_ties_even_f32(x), x.round_ties_even(), "{x}");
+        }
+        let mut x = -70_000.0f32;
+        while x < 70_000.0 {
+            assert_eq!(round_ties_even_f32(x), x.round_ties_even(), "{x}");
+            x += 0.25 + x.abs() * 1e-4;
+        }
+        assert!(round_ties_even_f32(f32::NAN).is_nan());
+        assert_eq!(round_ties_even_f32(f32::INFINITY), 4_194_304.0);
     }
 
     #[test]

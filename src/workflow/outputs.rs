@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::WorkflowError;
 use crate::calib::data::DataSpec;
-use crate::model::Model;
+use crate::model::{Model, ModelError};
 
 /// A file's identity: its device and inode (Unix), or its canonical path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,8 +127,21 @@ impl RunFiles {
             .output(&format!("{role}'s external data"), &data)
     }
 
-    /// An error when an output is one of the inputs, or two outputs are one file.
+    /// An error when an output's folder does not exist, an output is one of the inputs, or
+    /// two outputs are one file: all found before any work starts.
     pub fn check(&self) -> Result<(), WorkflowError> {
+        for output in &self.outputs {
+            let folder = match output.path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            if !folder.is_dir() {
+                return Err(ModelError::NoOutputFolder {
+                    path: folder.to_path_buf(),
+                }
+                .into());
+            }
+        }
         for (i, output) in self.outputs.iter().enumerate() {
             let clash = self
                 .inputs
@@ -161,9 +174,15 @@ mod tests {
         let other = dir.path().join("sub/../m.onnx");
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         let fresh = dir.path().join("out.json");
+        let nowhere = dir.path().join("missing/out.json");
 
         let files = || RunFiles::new().input("the input model", &model);
         files().output("the statistics", &fresh).check().unwrap();
+        let err = files()
+            .output("the statistics", &nowhere)
+            .check()
+            .unwrap_err();
+        assert!(err.to_string().contains("missing does not exist"), "{err}");
         for path in [&model, &link, &other] {
             let err = files().output("the statistics", path).check().unwrap_err();
             assert!(

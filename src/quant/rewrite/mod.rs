@@ -152,7 +152,7 @@ impl<'a> Rewriter<'a> {
                 tensor: name.to_owned(),
                 reason: "expected an initializer".to_owned(),
             })?;
-        Ok(self.model.tensor_array(tensor)?.to_f32())
+        Ok(self.model.tensor_array(tensor)?.into_f32())
     }
 }
 

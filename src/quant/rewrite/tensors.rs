@@ -43,6 +43,60 @@ pub(super) fn quantized_array(
     }
 }
 
+/// A quantized tensor stored directly in `qtype`'s storage type (never through a wide
+/// buffer), filled in parallel row by row: `value(row, column)` gives the integer (the FP8
+/// bits for FP8) of each element, rows being `row_len` consecutive elements in logical order
+/// (the last one may be shorter).
+pub(super) fn collect_quantized(
+    qtype: QuantType,
+    shape: &[usize],
+    row_len: usize,
+    value: impl Fn(usize, usize) -> i64 + Sync + Send,
+) -> TensorArray {
+    let len: usize = shape.iter().product();
+    let shape = shape.to_vec();
+    let row_len = row_len.max(1);
+    match qtype {
+        QuantType::Uint8 => {
+            TensorArray::Uint8(array(shape, rows(len, row_len, &value, |v| v as u8)))
+        }
+        QuantType::Int8 => TensorArray::Int8(array(shape, rows(len, row_len, &value, |v| v as i8))),
+        QuantType::Uint16 => {
+            TensorArray::Uint16(array(shape, rows(len, row_len, &value, |v| v as u16)))
+        }
+        QuantType::Int16 => {
+            TensorArray::Int16(array(shape, rows(len, row_len, &value, |v| v as i16)))
+        }
+        QuantType::Int4 => TensorArray::Int4(array(shape, rows(len, row_len, &value, |v| v as i8))),
+        QuantType::Uint4 => {
+            TensorArray::Uint4(array(shape, rows(len, row_len, &value, |v| v as u8)))
+        }
+        QuantType::Float8e4m3fn => TensorArray::Float8E4M3FN(array(
+            shape,
+            rows(len, row_len, &value, |v| float8::F8E4M3::from_bits(v as u8)),
+        )),
+    }
+}
+
+/// `len` values, `row_len` to a row, each `store(value(row, column))`, rows in parallel.
+fn rows<T: Copy + Default + Send>(
+    len: usize,
+    row_len: usize,
+    value: &(impl Fn(usize, usize) -> i64 + Sync),
+    store: impl Fn(i64) -> T + Sync,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut out = vec![T::default(); len];
+    out.par_chunks_mut(row_len)
+        .enumerate()
+        .for_each(|(row, chunk)| {
+            for (column, slot) in chunk.iter_mut().enumerate() {
+                *slot = store(value(row, column));
+            }
+        });
+    out
+}
+
 /// `shape`, or a scalar for one value and a vector otherwise.
 fn shape_or_default(shape: Option<Vec<usize>>, len: usize) -> Vec<usize> {
     shape.unwrap_or_else(|| if len == 1 { vec![] } else { vec![len] })

@@ -4,8 +4,9 @@
 use ndarray::{ArrayD, Axis};
 use rayon::prelude::*;
 
-use super::tensors::{dequantize, int_attr, quantized_array, scale_tensor, zero_point_tensor};
+use super::tensors::{collect_quantized, dequantize, int_attr, scale_tensor, zero_point_tensor};
 use super::{Rewriter, TensorParams};
+use crate::model::proto::TensorProto;
 use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
 use crate::quant::params::{WeightQuant, weight_quant};
@@ -15,9 +16,11 @@ use crate::quant::scale::{
 };
 use crate::recipe::QuantType;
 
-/// A weight's quantized values and parameters.
+/// A weight's quantized values (already the `{name}_quantized` initializer, so only the
+/// packed bytes stay in memory) and parameters.
 pub(super) struct QuantizedWeight {
-    values: TensorArray,
+    values: TensorProto,
+    shape: Vec<usize>,
     params: Vec<ScaleZp>,
     scale_type: DataType,
     axis: Option<usize>,
@@ -26,7 +29,11 @@ pub(super) struct QuantizedWeight {
 
 /// An error naming `name` when `values` holds NaN or Inf.
 pub(super) fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), QuantError> {
-    match values.iter().filter(|v| !v.is_finite()).count() {
+    let bad = match values.as_slice_memory_order() {
+        Some(flat) => flat.par_iter().filter(|v| !v.is_finite()).count(),
+        None => values.iter().filter(|v| !v.is_finite()).count(),
+    };
+    match bad {
         0 => Ok(()),
         bad => Err(QuantError::NonFiniteWeight {
             tensor: name.to_owned(),
@@ -50,6 +57,8 @@ pub fn channel_extremes(values: &ArrayD<f32>, axis: Option<usize>) -> Vec<(f32, 
     }
 }
 
+/// `values` quantized with one parameter per slice along `axis` (or one in all), straight
+/// into the storage type.
 fn quantize_array(
     values: &ArrayD<f32>,
     params: &[ScaleZp],
@@ -57,30 +66,28 @@ fn quantize_array(
     qtype: QuantType,
 ) -> TensorArray {
     let shape = values.shape().to_vec();
-    let param_of = |index: usize| -> ScaleZp {
+    let standard = values.as_standard_layout();
+    let flat = standard.as_slice().unwrap_or(&[]);
+    let (inner, channels) = match axis {
+        Some(axis) => (shape[axis + 1..].iter().product::<usize>(), shape[axis]),
+        None => (1, 1),
+    };
+    // A row is one channel's slice (per-channel), or a span of the whole (per-tensor).
+    let row_len = if axis.is_some() { inner } else { 1 << 14 };
+    let param_of = |row: usize| -> ScaleZp {
         match axis {
-            Some(axis) => {
-                let inner: usize = shape[axis + 1..].iter().product();
-                params[(index / inner) % shape[axis]]
-            }
+            Some(_) => params[row % channels],
             None => params[0],
         }
     };
     if qtype == QuantType::Float8e4m3fn {
-        let bits: Vec<u8> = values
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| quantize_fp8(v, param_of(i).scale))
-            .collect();
-        return quantized_array(&[], &bits, qtype, &shape);
+        return collect_quantized(qtype, &shape, row_len, |row, col| {
+            i64::from(quantize_fp8(flat[row * row_len + col], param_of(row).scale))
+        });
     }
-    let q: Vec<i64> = values
-        .as_standard_layout()
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| quantize_value(v, param_of(i), qtype))
-        .collect();
-    quantized_array(&q, &[], qtype, &shape)
+    collect_quantized(qtype, &shape, row_len, |row, col| {
+        quantize_value(flat[row * row_len + col], param_of(row), qtype)
+    })
 }
 
 /// Per-channel (or per-tensor) quantization; `bias_adjust` is the input scale and the bias
@@ -126,7 +133,9 @@ fn quantize_weight(
     }
     store_scales(&mut params, scale_type, adjusted);
     Ok(QuantizedWeight {
-        values: quantize_array(values, &params, how.axis, qtype),
+        values: quantize_array(values, &params, how.axis, qtype)
+            .to_proto(&format!("{name}_quantized")),
+        shape: values.shape().to_vec(),
         params,
         scale_type,
         axis: how.axis,
@@ -135,7 +144,9 @@ fn quantize_weight(
 }
 
 /// Block-wise quantization along axis 0 of a rank-2 weight (int4 weight-only), scales
-/// stored in `scale_type`.
+/// stored in `scale_type`: each block of rows gets one parameter per column. Blocks are
+/// independent, so both the parameters and the values are computed in parallel, reading the
+/// rows in order.
 fn quantize_blockwise(
     name: &str,
     values: &ArrayD<f32>,
@@ -145,31 +156,35 @@ fn quantize_blockwise(
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
     let (k, n) = (values.shape()[0], values.shape()[1]);
-    let blocks = k.div_ceil(block);
-    let mut params = Vec::with_capacity(blocks * n);
-    for b in 0..blocks {
-        for col in 0..n {
-            let (mut lo, mut hi) = (0f32, 0f32);
-            for row in b * block..((b + 1) * block).min(k) {
-                lo = lo.min(values[[row, col]]);
-                hi = hi.max(values[[row, col]]);
+    let standard = values.as_standard_layout();
+    let flat = standard.as_slice().unwrap_or(&[]);
+    let mut params: Vec<ScaleZp> = flat
+        .par_chunks(block * n.max(1))
+        .flat_map_iter(|rows| {
+            let (mut lo, mut hi) = (vec![0f32; n], vec![0f32; n]);
+            for row in rows.chunks(n.max(1)) {
+                for (col, &v) in row.iter().enumerate() {
+                    lo[col] = lo[col].min(v);
+                    hi[col] = hi[col].max(v);
+                }
             }
-            params.push(scale_zp_for(lo, hi, how.qtype, how.symmetric, false));
-        }
-    }
+            lo.into_iter()
+                .zip(hi)
+                .map(|(lo, hi)| scale_zp_for(lo, hi, how.qtype, how.symmetric, false))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     store_scales(&mut params, scale_type, false);
-    let mut q = Vec::with_capacity(k * n);
-    for row in 0..k {
-        for col in 0..n {
-            q.push(quantize_value(
-                values[[row, col]],
-                params[(row / block) * n + col],
-                how.qtype,
-            ));
-        }
-    }
+    let quantized = collect_quantized(how.qtype, &[k, n], n, |row, col| {
+        quantize_value(
+            flat[row * n + col],
+            params[(row / block) * n + col],
+            how.qtype,
+        )
+    });
     Ok(QuantizedWeight {
-        values: quantized_array(&q, &[], how.qtype, &[k, n]),
+        values: quantized.to_proto(&format!("{name}_quantized")),
+        shape: vec![k, n],
         params,
         scale_type,
         axis: Some(0),
@@ -206,10 +221,8 @@ impl Rewriter<'_> {
     }
 
     /// Quantizes one weight or constant; `None` when the plan's decision leaves it alone.
-    fn quantize_one(
-        &self,
-        name: &str,
-    ) -> Result<Option<(ArrayD<f32>, QuantizedWeight)>, QuantError> {
+    /// The float values live only while it runs.
+    fn quantize_one(&self, name: &str) -> Result<Option<QuantizedWeight>, QuantError> {
         let values = self.float_value(name)?;
         let role = &self.plan.roles[name];
         let Some(how) = weight_quant(self.recipe, name, role, values.ndim()) else {
@@ -223,34 +236,35 @@ impl Rewriter<'_> {
             }
             (None, _) => quantize_weight(name, &values, &how, None, scale_type)?,
         };
-        Ok(Some((values, q)))
+        Ok(Some(q))
     }
 
     /// Phase 3: every weight and constant input, quantized in parallel (they are
     /// independent) and emitted in name order.
     pub(super) fn weights(&mut self) -> Result<(), QuantError> {
         let names = self.weight_names();
-        let quantized: Vec<(&String, ArrayD<f32>, QuantizedWeight)> = names
+        let quantized: Vec<(&String, QuantizedWeight)> = names
             .par_iter()
             .filter_map(|&name| match self.quantize_one(name) {
-                Ok(Some((values, q))) => Some(Ok((name, values, q))),
+                Ok(Some(q)) => Some(Ok((name, q))),
                 Ok(None) => None,
                 Err(e) => Some(Err(e)),
             })
             .collect::<Result<_, QuantError>>()?;
-        let emitted: Vec<(String, Vec<usize>, QuantizedWeight)> = quantized
+        let owned: Vec<(String, QuantizedWeight)> = quantized
             .into_iter()
-            .map(|(name, values, q)| (name.clone(), values.shape().to_vec(), q))
+            .map(|(name, q)| (name.clone(), q))
             .collect();
-        for (name, shape, q) in emitted {
-            self.emit_weight(&name, &shape, q);
+        for (name, q) in owned {
+            self.emit_weight(&name, q);
         }
         Ok(())
     }
 
     /// Writes one quantized weight: its initializers and DequantizeLinear, and its consumers
     /// rewired to the DequantizeLinear's output.
-    fn emit_weight(&mut self, name: &str, shape: &[usize], q: QuantizedWeight) {
+    fn emit_weight(&mut self, name: &str, q: QuantizedWeight) {
+        let shape = q.shape.as_slice();
         let qtype = match &self.plan.roles[name] {
             TensorRole::ConstantActivation => {
                 crate::quant::params::activation_qtype(self.recipe, name)
@@ -261,9 +275,7 @@ impl Rewriter<'_> {
         let per_axis = q.axis.is_some() && q.params.len() > 1 || q.block_size.is_some();
         let edits = &mut self.edits;
         edits.out.per_axis |= per_axis;
-        edits
-            .new_initializers
-            .push(q.values.to_proto(&format!("{name}_quantized")));
+        edits.new_initializers.push(q.values);
         edits.new_initializers.push(scale_tensor(
             &format!("{name}_scale"),
             &q.params,
