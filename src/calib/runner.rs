@@ -161,6 +161,7 @@ pub fn calibrate(
             Optimization::Disable
         },
         intra_threads: 0,
+        prepacking: true,
     };
     let mut session = runtime
         .session_from_model(&augmented, &config.execution_providers, options)

@@ -127,6 +127,50 @@ pub fn resolve_location(
     Ok(canonical)
 }
 
+/// True when `file` (all of a file, as [`map_file`] returned it) is memory-mapped.
+pub fn is_mapped(file: &Bytes) -> bool {
+    file.len() as u64 >= MMAP_THRESHOLD
+}
+
+/// Hands the pages under `data` back to the system when they lie in one of `mapped` (the
+/// address ranges of memory-mapped input files): they stay in the page cache and are read
+/// again if touched, but stop counting in this process's memory. A pass over a large model's
+/// weights then holds only the weight at hand. Nothing happens for data elsewhere (heap
+/// memory must keep its contents) or off Unix. `mapped` holds the maps, so they are alive.
+pub fn release_pages(data: &[u8], mapped: &[Bytes]) {
+    let start = data.as_ptr() as usize;
+    let end = start + data.len();
+    let inside = |m: &Bytes| {
+        let from = m.as_ptr() as usize;
+        is_mapped(m) && from <= start && end <= from + m.len()
+    };
+    if data.is_empty() || !mapped.iter().any(inside) {
+        return;
+    }
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        // Whole pages only: a mapping starts on a page boundary, so rounding the start down
+        // and the end up stays inside it.
+        let first = start - start % page;
+        let last = end.next_multiple_of(page);
+        // SAFETY: the range lies in a read-only shared file mapping (`memmap2::Mmap::map`):
+        // MADV_DONTNEED drops this process's copies of the pages and the next access reads
+        // the same bytes from the file again, so no data seen through the mapping changes.
+        let status = unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if status != 0 {
+            tracing::debug!("madvise failed: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
 /// Maps a regular file read-only, or reads it when it is small (never more than the size it
 /// declares). A folder, pipe or device is an error before it is opened.
 pub fn map_file(path: &Path) -> Result<Bytes, ModelError> {

@@ -15,7 +15,9 @@ use bytes::Bytes;
 use prost::Message;
 
 use super::error::ModelError;
-use super::external::{ExternalRef, check_tensor, map_file, resolve_location};
+use super::external::{
+    ExternalRef, check_tensor, is_mapped, map_file, release_pages, resolve_location,
+};
 use super::proto::{GraphProto, ModelProto, TensorProto};
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
@@ -28,6 +30,8 @@ pub struct Model {
     folder: PathBuf,
     external: HashMap<(String, u64), Bytes>,
     external_files: Vec<PathBuf>,
+    /// The memory-mapped external data files, whole (see [`Model::release_pages`]).
+    mapped: Vec<Bytes>,
     legacy: Option<super::legacy::LegacyOpset>,
 }
 
@@ -73,6 +77,7 @@ impl Model {
             folder,
             external: HashMap::new(),
             external_files: Vec::new(),
+            mapped: Vec::new(),
             legacy: None,
         };
         for_each_tensor_mut(&mut model.proto, &mut |tensor: &mut TensorProto| {
@@ -97,6 +102,7 @@ impl Model {
             folder: PathBuf::from("."),
             external: HashMap::new(),
             external_files: Vec::new(),
+            mapped: Vec::new(),
             legacy: None,
         }
     }
@@ -130,6 +136,7 @@ impl Model {
             Ok::<(), ModelError>(())
         })?;
         self.external = resolved;
+        self.mapped = files.values().filter(|f| is_mapped(f)).cloned().collect();
         self.external_files = files.into_keys().collect();
         self.external_files.sort();
         Ok(())
@@ -189,6 +196,16 @@ impl Model {
                 .get(&(reference.location, reference.offset))
                 .cloned()),
             None => Ok(tensor.raw_data.clone().filter(|r| !r.is_empty())),
+        }
+    }
+
+    /// Lets the system reclaim the memory-mapped pages of an external tensor once it has been
+    /// read (see [`super::external::release_pages`]); inline tensors are left alone.
+    pub fn release_pages(&self, tensor: &TensorProto) {
+        if let Ok(Some(reference)) = ExternalRef::of(tensor)
+            && let Some(data) = self.external.get(&(reference.location, reference.offset))
+        {
+            release_pages(data, &self.mapped);
         }
     }
 

@@ -317,8 +317,12 @@ pub fn cpu_session_options(model: &Model) -> SessionOptions {
 /// Opens the model in an ONNX Runtime session on the CPU: a saved model must load.
 pub fn verify_loads(model: &Model, runtime: &Runtime) -> Result<(), QuantError> {
     let encoded = model.to_session_model()?;
+    let options = SessionOptions {
+        prepacking: false,
+        ..cpu_session_options(model)
+    };
     runtime
-        .session_from_model(&encoded, &[EpSpec::Cpu], cpu_session_options(model))
+        .session_from_model(&encoded, &[EpSpec::Cpu], options)
         .map(|_| ())
         .map_err(|e| QuantError::Invalid(e.to_string()))
 }

@@ -191,6 +191,10 @@ pub struct SessionOptions {
     pub optimization: Optimization,
     /// Threads inside one operator (0 = ONNX Runtime's default).
     pub intra_threads: usize,
+    /// Whether kernels may pre-pack constant weights (a second copy, in their layout). Off
+    /// for a session that is only opened to check that a model loads: a large model then
+    /// costs one copy of its weights less.
+    pub prepacking: bool,
 }
 
 impl Default for SessionOptions {
@@ -198,6 +202,7 @@ impl Default for SessionOptions {
         SessionOptions {
             optimization: Optimization::All,
             intra_threads: 0,
+            prepacking: true,
         }
     }
 }
@@ -335,6 +340,11 @@ impl Runtime {
                 Optimization::All => GraphOptimizationLevel::All,
             })
             .map_err(ort::Error::from)?;
+        if !options.prepacking {
+            builder = builder
+                .with_config_entry("session.disable_prepacking", "1")
+                .map_err(ort::Error::from)?;
+        }
         if options.intra_threads > 0 {
             builder = builder
                 .with_intra_threads(options.intra_threads)

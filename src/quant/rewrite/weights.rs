@@ -1,7 +1,7 @@
 //! Phase 3 of the rewrite: weights and constant inputs quantized from their values (per
 //! tensor, per channel or block-wise), each replaced by a DequantizeLinear.
 
-use ndarray::{ArrayD, Axis};
+use ndarray::ArrayD;
 use rayon::prelude::*;
 
 use super::tensors::{collect_quantized, dequantize, int_attr, scale_tensor, zero_point_tensor};
@@ -43,18 +43,49 @@ pub(super) fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), Quant
 }
 
 /// The smallest and largest value of each slice along `axis` (of the whole tensor when
-/// `None`): what per-channel scales are computed from. An empty slice gives (∞, −∞).
+/// `None`): what per-channel scales are computed from. An empty slice gives (∞, −∞). Memory
+/// is read in order (a MatMul weight's channels are its columns: walking them one by one
+/// would stride through it), spans of it in parallel.
 pub fn channel_extremes(values: &ArrayD<f32>, axis: Option<usize>) -> Vec<(f32, f32)> {
-    let extremes = |lane: ndarray::ArrayViewD<f32>| {
-        lane.iter()
-            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
-                (lo.min(v), hi.max(v))
-            })
+    let standard = values.as_standard_layout();
+    let flat = standard.as_slice().unwrap_or(&[]);
+    let shape = values.shape();
+    let (channels, inner) = match axis.filter(|&a| a < values.ndim()) {
+        Some(a) => (shape[a], shape[a + 1..].iter().product::<usize>()),
+        None => (1, flat.len().clamp(1, 1 << 16)),
     };
-    match axis.filter(|&a| a < values.ndim()) {
-        Some(a) => values.axis_iter(Axis(a)).map(extremes).collect(),
-        None => vec![extremes(values.view())],
+    let empty = vec![(f32::INFINITY, f32::NEG_INFINITY); channels];
+    if channels == 0 || inner == 0 {
+        return empty;
     }
+    let merge = |mut a: Vec<(f32, f32)>, b: Vec<(f32, f32)>| {
+        for (x, y) in a.iter_mut().zip(b) {
+            *x = (x.0.min(y.0), x.1.max(y.1));
+        }
+        a
+    };
+    flat.par_chunks(channels * inner)
+        .fold(
+            || empty.clone(),
+            |mut acc, span| {
+                if inner == 1 {
+                    for ((lo, hi), &v) in acc.iter_mut().zip(span) {
+                        *lo = lo.min(v);
+                        *hi = hi.max(v);
+                    }
+                    return acc;
+                }
+                for (c, lane) in span.chunks(inner).enumerate() {
+                    let (lo, hi) = &mut acc[c];
+                    for &v in lane {
+                        *lo = lo.min(v);
+                        *hi = hi.max(v);
+                    }
+                }
+                acc
+            },
+        )
+        .reduce(|| empty.clone(), merge)
 }
 
 /// `values` quantized with one parameter per slice along `axis` (or one in all), straight
@@ -72,21 +103,27 @@ fn quantize_array(
         Some(axis) => (shape[axis + 1..].iter().product::<usize>(), shape[axis]),
         None => (1, 1),
     };
-    // A row is one channel's slice (per-channel), or a span of the whole (per-tensor).
-    let row_len = if axis.is_some() { inner } else { 1 << 14 };
-    let param_of = |row: usize| -> ScaleZp {
+    // A row is one slice across every channel (per-channel), or a span of the whole
+    // (per-tensor); column `col` of a row belongs to channel `col / inner`.
+    let row_len = if axis.is_some() {
+        channels * inner
+    } else {
+        1 << 14
+    };
+    let param_of = |col: usize| -> ScaleZp {
         match axis {
-            Some(_) => params[row % channels],
+            Some(_) if inner == 1 => params[col],
+            Some(_) => params[col / inner],
             None => params[0],
         }
     };
     if qtype == QuantType::Float8e4m3fn {
         return collect_quantized(qtype, &shape, row_len, |row, col| {
-            i64::from(quantize_fp8(flat[row * row_len + col], param_of(row).scale))
+            i64::from(quantize_fp8(flat[row * row_len + col], param_of(col).scale))
         });
     }
     collect_quantized(qtype, &shape, row_len, |row, col| {
-        quantize_value(flat[row * row_len + col], param_of(row), qtype)
+        quantize_value(flat[row * row_len + col], param_of(col), qtype)
     })
 }
 
@@ -236,6 +273,10 @@ impl Rewriter<'_> {
             }
             (None, _) => quantize_weight(name, &values, &how, None, scale_type)?,
         };
+        // The float weight has been read for good: its mapped pages need not stay resident.
+        if let Some(tensor) = self.initializers.get(name) {
+            self.model.release_pages(tensor);
+        }
         Ok(Some(q))
     }
 
