@@ -1,6 +1,7 @@
 //! Small helpers every layer of the engine may use. This module depends on nothing else in
 //! the crate, so no lower layer has to reach up for them: byte counts for people, the app's
-//! cache folder, and reading input files only when they are regular files.
+//! cache folder, the memory available, and reading input files only when they are regular
+//! files.
 
 use std::fs::File;
 use std::io::Read;
@@ -20,6 +21,38 @@ pub fn format_bytes(bytes: u64) -> String {
     } else {
         format!("{value:.1} {}", UNITS[unit])
     }
+}
+
+/// Bytes of memory this process can still take: the system's available memory, or the
+/// cgroup's free memory when lower, or `QDQ_STUDIO_MEMORY_LIMIT` (bytes, or with a `K`, `M`
+/// or `G` suffix, powers of 1024) when lower still, for users sharing a machine. `None` when
+/// neither the platform nor the variable says.
+pub fn available_memory() -> Option<u64> {
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    let mut available = Some(system.available_memory()).filter(|&a| a > 0);
+    if let Some(limits) = system.cgroup_limits() {
+        available = available.map(|a| a.min(limits.free_memory));
+    }
+    let limit = std::env::var("QDQ_STUDIO_MEMORY_LIMIT")
+        .ok()
+        .and_then(|v| parse_bytes(&v));
+    match (available, limit) {
+        (Some(a), Some(l)) => Some(a.min(l)),
+        (a, l) => a.or(l),
+    }
+}
+
+/// `1234`, `64K`, `512M` or `2G` (powers of 1024) as bytes; `None` when it is none of those.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (number, scale) = match text.char_indices().last()? {
+        (i, 'K' | 'k') => (&text[..i], 1u64 << 10),
+        (i, 'M' | 'm') => (&text[..i], 1 << 20),
+        (i, 'G' | 'g') => (&text[..i], 1 << 30),
+        _ => (text, 1),
+    };
+    number.trim().parse::<u64>().ok()?.checked_mul(scale)
 }
 
 /// The app's cache folder: `QDQ_STUDIO_CACHE_DIR`, else the platform's user cache folder

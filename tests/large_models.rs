@@ -150,3 +150,44 @@ fn a_model_past_2_gb_calibrates_quantizes_and_compares() {
         .collect();
     assert_eq!(beside.len(), 2, "written beside the input: {beside:?}");
 }
+
+/// A quantization whose quantized weights (and ONNX Runtime's copy for the load check) cannot
+/// fit in the memory available is refused before any weight is read, with the estimate and
+/// what was available; nothing is written. `QDQ_STUDIO_MEMORY_LIMIT` stands for a small machine.
+#[test]
+fn a_quantization_that_cannot_fit_in_memory_is_refused_with_the_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 256]);
+    b.initializer(
+        "w",
+        TensorArray::Float32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[256, 512]), 0.5)),
+    );
+    b.node("MatMul", &["x", "w"], &["y"]).name("mm");
+    b.output("y", DataType::Float32, &[1, 512]);
+    let model = dir.path().join("m.onnx");
+    std::fs::write(&model, b.build().to_bytes().unwrap()).unwrap();
+    let out = dir.path().join("m.int4.onnx");
+    let quantize = |limit: &str| {
+        run_text(
+            cli()
+                .env("QDQ_STUDIO_MEMORY_LIMIT", limit)
+                .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
+                .arg(&model)
+                .arg("-o")
+                .arg(&out),
+        )
+    };
+    let (ok, text) = quantize("64K");
+    assert!(!ok, "{text}");
+    let line = text.lines().last().unwrap();
+    // 256 x 512 int4 weights: 64 KiB, twice, plus the float32 weight being read.
+    assert!(
+        line.starts_with("error: quantizing needs about ")
+            && line.contains("and 65.5 KB is available"),
+        "{text}"
+    );
+    assert!(!out.exists());
+    let (ok, text) = quantize("1G");
+    assert!(ok, "{text}");
+}

@@ -15,16 +15,9 @@ use crate::model::{DataType, Dim, Graph};
 const BUDGET_SHARE: f64 = 0.5;
 
 /// Bytes a calibration batch may take on this machine now: half the memory available to this
-/// process (the system's available memory, or the cgroup's free memory when that is lower).
-/// `None` when the platform does not say.
+/// process ([`crate::util::available_memory`]). `None` when the platform does not say.
 pub fn batch_budget() -> Option<u64> {
-    let mut system = sysinfo::System::new();
-    system.refresh_memory();
-    let mut available = system.available_memory();
-    if let Some(limits) = system.cgroup_limits() {
-        available = available.min(limits.free_memory);
-    }
-    (available > 0).then_some((available as f64 * BUDGET_SHARE) as u64)
+    crate::util::available_memory().map(|a| (a as f64 * BUDGET_SHARE) as u64)
 }
 
 /// Bytes per element, rounded up (4-bit types count a byte: an over-estimate). Not

@@ -2,6 +2,7 @@
 //! policies, graph rewriting into QDQ form, and the opset raise the output needs.
 
 pub mod explain;
+pub mod memory;
 pub mod ops;
 pub mod opset;
 pub mod params;
@@ -67,6 +68,18 @@ pub enum QuantError {
         to: i64,
         /// The nodes that prevent it.
         blocking: Vec<String>,
+    },
+    /// The quantization would need more memory than there is.
+    #[error(
+        "quantizing needs about {} of memory (the quantized weights, ONNX Runtime's copy of them for the load check, the largest weight being read) and {} is available; free memory, or quantize fewer nodes",
+        crate::util::format_bytes(*.needed),
+        crate::util::format_bytes(*.available)
+    )]
+    Memory {
+        /// Bytes the estimate needs at least.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
     },
     /// The quantized model failed to load in ONNX Runtime.
     #[error("the quantized model does not load in ONNX Runtime: {0}")]
@@ -163,6 +176,10 @@ pub fn quantize(
     }
     prepared.graph.check()?;
     let plan = plan_for(&prepared, recipe, stats)?;
+    memory::check(
+        memory::estimate(&prepared.model, &plan, recipe),
+        crate::util::available_memory(),
+    )?;
     let Prepared {
         model: mut work,
         graph,
