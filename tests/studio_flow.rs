@@ -450,7 +450,7 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     h.run_steps(2);
 
     // Random data instead; calibrate; save into a folder that cannot exist (its parent is
-    // a file): an error, and the statistics and recipe are still there.
+    // a file): refused before any work, and the statistics and recipe are still there.
     let doc = h.state_mut().document_mut().unwrap();
     doc.work.settings.calibration =
         qdq_studio::app::work::data::DataChoice::random_for(&doc.work.inputs);
@@ -487,9 +487,12 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     );
     press(&mut h, "Save");
     settle(&mut h, "saving");
-    assert_eq!(
-        h.state().notices()[0].title,
-        "Saving the quantized model failed"
+    let notice = &h.state().notices()[0];
+    assert_eq!(notice.title, "The quantized model was not saved");
+    assert!(
+        notice.detail.contains("a-file does not exist"),
+        "{}",
+        notice.detail
     );
     assert!(
         h.state().document().unwrap().work.results.stats.is_some(),
