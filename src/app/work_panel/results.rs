@@ -209,6 +209,17 @@ fn image_plane(a: &ArrayD<f32>) -> Option<ndarray::ArrayView2<'_, f32>> {
     view.into_dimensionality().ok()
 }
 
+/// The longest side an output image is drawn with: GPUs refuse textures past their limit
+/// (16384 and less), and a side beyond this (a `[1, 32, 32000]` logits tensor) is sampled.
+const MAX_IMAGE_SIDE: usize = 4096;
+
+/// `plane` with every n-th row and column, so neither side passes [`MAX_IMAGE_SIDE`].
+fn sampled(plane: ndarray::ArrayView2<'_, f32>) -> ndarray::ArrayView2<'_, f32> {
+    let step = |side: usize| side.div_ceil(MAX_IMAGE_SIDE).max(1) as isize;
+    let (h, w) = plane.dim();
+    plane.slice_move(ndarray::s![..;step(h), ..;step(w)])
+}
+
 fn grey(plane: ndarray::ArrayView2<'_, f32>, lo: f32, hi: f32) -> ColorImage {
     let (h, w) = plane.dim();
     let span = (hi - lo).max(f32::EPSILON);
@@ -232,6 +243,7 @@ fn image_view(
         let (Some(f), Some(q)) = (image_plane(&pair.float), image_plane(&pair.quantized)) else {
             return;
         };
+        let (f, q) = (sampled(f), sampled(q));
         let (lo, hi) = f
             .iter()
             .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
@@ -335,4 +347,18 @@ fn value_table(ui: &mut Ui, pair: &OutputPair) {
                 ui.end_row();
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plane_wider_than_a_texture_is_sampled_down() {
+        let wide = ndarray::Array2::<f32>::zeros((32, 32_000));
+        assert_eq!(sampled(wide.view()).dim(), (32, 4000));
+        let small = ndarray::Array2::<f32>::zeros((48, 160));
+        assert_eq!(sampled(small.view()).dim(), (48, 160));
+        assert_eq!(grey(small.view(), 0.0, 1.0).size, [160, 48]);
+    }
 }
