@@ -55,6 +55,14 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
     number.trim().parse::<u64>().ok()?.checked_mul(scale)
 }
 
+/// The folder a file path names: its parent, or `.` for a bare file name.
+pub fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
 /// The app's cache folder: `QDQ_STUDIO_CACHE_DIR`, else the platform's user cache folder
 /// (`~/.cache/qdq-studio` on Linux, `%LOCALAPPDATA%\qdq-studio\cache` on Windows). An error
 /// only when there is no home folder to hold it.

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -14,7 +15,7 @@ use qdq_studio::quant::opset::default_opset;
 use qdq_studio::runtime::{EpSpec, SessionOptions, value};
 use serde_json::Value;
 
-use common::{cli, run_text, runtime, write_npz};
+use common::{cli, run_ok, run_text, runtime, write_npz};
 
 /// Deterministic values in [-scale, scale).
 fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
@@ -101,10 +102,16 @@ fn save(model: &Model, dir: &Path, name: &str) -> PathBuf {
     path
 }
 
-fn run(args: &[&std::ffi::OsStr]) -> String {
-    let (ok, text) = run_text(cli().args(args));
-    assert!(ok, "{args:?}: {text}");
-    text
+fn run(args: &[&OsStr]) -> String {
+    run_ok(cli().args(args))
+}
+
+/// `quantize --onnx_path float <options> -o quant`.
+fn quantize(float: &Path, quant: &Path, options: &[&OsStr]) -> std::process::Command {
+    let mut cmd = cli();
+    cmd.arg("quantize").arg("--onnx_path").arg(float);
+    cmd.args(options).arg("-o").arg(quant);
+    cmd
 }
 
 /// The element types of the quantized model's Q/DQ scale initializers.
@@ -198,15 +205,11 @@ fn an_fp16_model_quantizes_to_int8_with_fp16_scales_and_stays_close() {
         stats_json["tensors"]["hb"]["dtype"], "float16",
         "{stats_json}"
     );
-    run(&[
-        "quantize".as_ref(),
-        "--onnx_path".as_ref(),
-        float.as_os_str(),
-        "--calibration_cache_path".as_ref(),
-        stats.as_os_str(),
-        "-o".as_ref(),
-        quant.as_os_str(),
-    ]);
+    run_ok(&mut quantize(
+        &float,
+        &quant,
+        &["--calibration_cache_path".as_ref(), stats.as_os_str()],
+    ));
 
     let model = Model::load(&quant).unwrap();
     assert_eq!(default_opset(model.proto()), Some(19));
@@ -243,15 +246,11 @@ fn an_fp16_model_quantizes_to_int4_weight_only_with_fp16_block_scales() {
     let data = dir.path().join("eval.npz");
     write_data(&data, 8, 1.0);
     let quant = dir.path().join("block.int4.onnx");
-    run(&[
-        "quantize".as_ref(),
-        "--onnx_path".as_ref(),
-        float.as_os_str(),
-        "--quantize_mode".as_ref(),
-        "int4".as_ref(),
-        "-o".as_ref(),
-        quant.as_os_str(),
-    ]);
+    run_ok(&mut quantize(
+        &float,
+        &quant,
+        &["--quantize_mode".as_ref(), "int4".as_ref()],
+    ));
     let model = Model::load(&quant).unwrap();
     assert_eq!(default_opset(model.proto()), Some(21));
     let int4: Vec<&str> = model
@@ -289,15 +288,11 @@ fn an_fp16_bias_whose_scale_underflows_keeps_a_float32_scale_and_a_cast() {
     let data = dir.path().join("calib.npz");
     write_data(&data, 8, 1e-3);
     let quant = dir.path().join("tiny.qdq.onnx");
-    run(&[
-        "quantize".as_ref(),
-        "--onnx_path".as_ref(),
-        float.as_os_str(),
-        "--calibration_data_path".as_ref(),
-        data.as_os_str(),
-        "-o".as_ref(),
-        quant.as_os_str(),
-    ]);
+    run_ok(&mut quantize(
+        &float,
+        &quant,
+        &["--calibration_data_path".as_ref(), data.as_os_str()],
+    ));
     let model = Model::load(&quant).unwrap();
     let cast = model
         .graph()
@@ -339,15 +334,11 @@ fn a_raise_that_would_change_group_normalization_is_refused_naming_it() {
     b.output("y", DataType::Float16, &[1, 4, 8]);
     let float = save(&b.build(), dir.path(), "gn.onnx");
     let quant = dir.path().join("gn.int4.onnx");
-    let (ok, text) = run_text(cli().args([
-        "quantize".as_ref(),
-        "--onnx_path".as_ref(),
-        float.as_os_str(),
-        "--quantize_mode".as_ref(),
-        "int4".as_ref(),
-        "-o".as_ref(),
-        quant.as_os_str(),
-    ]));
+    let (ok, text) = run_text(&mut quantize(
+        &float,
+        &quant,
+        &["--quantize_mode".as_ref(), "int4".as_ref()],
+    ));
     assert!(!ok);
     assert!(
         text.contains("needs opset 21 (the model has 18)")

@@ -13,7 +13,7 @@ use qdq_studio::model::proto::TensorProto;
 use qdq_studio::model::proto::tensor_proto::{DataLocation, DataType as ProtoType};
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
 
-use common::{cli, digest, run_text, write_npz};
+use common::{cli, digest, run_ok, run_text, write_npz};
 
 /// Rows × columns of the weight: 8192 × 65600 float32 = 2 149 580 800 bytes, over 2^31.
 const ROWS: usize = 8192;
@@ -66,9 +66,7 @@ fn large_model(dir: &Path) -> PathBuf {
 }
 
 fn run(args: &[&std::ffi::OsStr]) -> String {
-    let (ok, text) = run_text(cli().args(args));
-    assert!(ok, "{args:?}: {text}");
-    text
+    run_ok(cli().args(args))
 }
 
 /// Calibrate, quantize (int8 and int4) and compare a model with 2.1 GB of external weights;

@@ -27,6 +27,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use crate::util::folder_of;
 use journal::{Entry, Journal, record};
 
 pub use recover::{Recovery, recover, recover_at_start};
@@ -39,13 +40,6 @@ pub fn journal_folder() -> Option<PathBuf> {
     crate::util::cache_dir()
         .ok()
         .map(|dir| dir.join(JOURNAL_FOLDER))
-}
-
-fn folder_of(path: &Path) -> &Path {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    }
 }
 
 /// A name for a temporary (`kind` "tmp") or backup file beside `target`, unique to this

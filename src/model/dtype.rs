@@ -174,6 +174,15 @@ impl DataType {
         )
     }
 
+    /// True for float32, float16, bfloat16 and float64: the float types data arrives in and
+    /// is converted between ([`crate::model::TensorArray::cast_float`]).
+    pub fn is_plain_float(self) -> bool {
+        matches!(
+            self,
+            DataType::Float32 | DataType::Float16 | DataType::BFloat16 | DataType::Float64
+        )
+    }
+
     /// True for the float types Q/DQ can quantize (QuantizeLinear takes float32, and float16
     /// and bfloat16 from opset 19; never float64, which stays in float).
     pub fn is_quantizable(self) -> bool {

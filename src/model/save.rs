@@ -61,14 +61,11 @@ fn resolve_output(path: &Path) -> Result<PathBuf, ModelError> {
         path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
     })?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let parent = crate::util::folder_of(path);
     let parent = parent
         .canonicalize()
         .map_err(|_| ModelError::NoOutputFolder {
-            path: parent.clone(),
+            path: parent.to_path_buf(),
         })?;
     Ok(parent.join(file_name))
 }

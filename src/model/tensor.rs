@@ -120,14 +120,7 @@ impl TensorArray {
     /// A float array as `to` (float32, float16, bfloat16 or float64; rounded to nearest);
     /// any other array, or another target, is returned as it is.
     pub fn cast_float(&self, to: DataType) -> TensorArray {
-        let floats = matches!(
-            self,
-            TensorArray::Float32(_)
-                | TensorArray::Float16(_)
-                | TensorArray::BFloat16(_)
-                | TensorArray::Float64(_)
-        );
-        if !floats || self.dtype() == to {
+        if !self.dtype().is_plain_float() || self.dtype() == to {
             return self.clone();
         }
         if let (TensorArray::Float64(a), DataType::Float16 | DataType::BFloat16) = (self, to) {

@@ -205,6 +205,16 @@ pub fn stored_scale(scale: f32, float_type: DataType, at_least: bool) -> f32 {
     }
 }
 
+/// `value` rounded to the nearest value of `float_type` (float16 or bfloat16; any other type
+/// leaves it as it is). Unlike [`stored_scale`], zero and infinity can come out.
+pub fn rounded_to(value: f32, float_type: DataType) -> f32 {
+    match float_type {
+        DataType::Float16 => f16::from_f32(value).to_f32(),
+        DataType::BFloat16 => bf16::from_f32(value).to_f32(),
+        _ => value,
+    }
+}
+
 /// `params` with every scale as [`stored_scale`] gives it.
 pub fn store_scales(params: &mut [ScaleZp], float_type: DataType, at_least: bool) {
     for p in params {

@@ -28,8 +28,7 @@ fn identities(path: &Path) -> Vec<FileId> {
         ids.push(FileId::Inode(meta.dev(), meta.ino()));
     }
     let canonical = path.canonicalize().ok().or_else(|| {
-        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
-        let folder = folder.unwrap_or(Path::new(".")).canonicalize().ok()?;
+        let folder = crate::util::folder_of(path).canonicalize().ok()?;
         Some(folder.join(path.file_name()?))
     });
     ids.push(FileId::Path(
@@ -131,10 +130,7 @@ impl RunFiles {
     /// two outputs are one file: all found before any work starts.
     pub fn check(&self) -> Result<(), WorkflowError> {
         for output in &self.outputs {
-            let folder = match output.path.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
+            let folder = crate::util::folder_of(&output.path);
             if !folder.is_dir() {
                 return Err(ModelError::NoOutputFolder {
                     path: folder.to_path_buf(),

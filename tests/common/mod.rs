@@ -83,6 +83,13 @@ pub fn run_text(cmd: &mut std::process::Command) -> (bool, String) {
     (done.status.success(), text)
 }
 
+/// Runs `cmd` and returns its stdout and stderr; fails the test, showing them, when it fails.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let (ok, text) = run_text(cmd);
+    assert!(ok, "{cmd:?}: {text}");
+    text
+}
+
 /// y = Relu(x) + 1 over x: [N, 256, 256], to push many large batches through.
 pub fn wide_model() -> qdq_studio::model::Model {
     use ndarray::{ArrayD, IxDyn};

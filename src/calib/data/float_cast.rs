@@ -9,14 +9,6 @@ use std::collections::BTreeMap;
 use super::{ArraySpec, Batch, BatchSource, DataError, InputSpec};
 use crate::model::DataType;
 
-/// True for the float types data is converted between.
-fn is_float(t: DataType) -> bool {
-    matches!(
-        t,
-        DataType::Float32 | DataType::Float16 | DataType::BFloat16 | DataType::Float64
-    )
-}
-
 /// A source whose float arrays are converted to the float type of the input they feed.
 pub struct FloatCast {
     inner: Box<dyn BatchSource>,
@@ -32,9 +24,9 @@ impl FloatCast {
         let casts: BTreeMap<String, (DataType, DataType)> = inputs
             .iter()
             .filter_map(|input| {
-                let want = input.dtype.filter(|t| is_float(*t))?;
+                let want = input.dtype.filter(|t| t.is_plain_float())?;
                 let have = arrays.iter().find(|a| a.name == input.name)?.dtype;
-                (is_float(have) && have != want).then(|| (input.name.clone(), (have, want)))
+                (have.is_plain_float() && have != want).then(|| (input.name.clone(), (have, want)))
             })
             .collect();
         if casts.is_empty() {

@@ -8,7 +8,7 @@ use crate::model::tensor::array;
 use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
 use crate::quant::plan::TensorRole;
-use crate::quant::scale::{ScaleZp, quantize_bias};
+use crate::quant::scale::{ScaleZp, quantize_bias, rounded_to};
 
 impl Rewriter<'_> {
     /// Phase 3b: every bias whose input and weight were quantized.
@@ -48,8 +48,8 @@ impl Rewriter<'_> {
             products.into_iter().take(1).collect()
         };
         let bias_values: Vec<f32> = values.iter().copied().collect();
-        let (scales, scale_type) =
-            bias_scales(products, &bias_values, self.float_type(bias), per_channel);
+        let bias_type = self.float_type(bias);
+        let (scales, scale_type) = bias_scales(products, &bias_values, bias_type, per_channel);
         let q: Vec<i32> = bias_values
             .iter()
             .enumerate()
@@ -62,7 +62,6 @@ impl Rewriter<'_> {
                 zero_point: 0,
             })
             .collect();
-        let bias_type = self.float_type(bias);
         let edits = &mut self.edits;
         edits.out.half_scales |= scale_type != DataType::Float32;
         edits.new_initializers.push(
@@ -144,7 +143,7 @@ fn bias_scales(
             bias.iter().fold(0f64, |m, b| m.max(f64::from(b.abs())))
         }
     };
-    let half: Vec<f32> = products.iter().map(|&p| rounded(p, bias_type)).collect();
+    let half: Vec<f32> = products.iter().map(|&p| rounded_to(p, bias_type)).collect();
     let fits = half
         .iter()
         .enumerate()
@@ -161,13 +160,4 @@ fn bias_scales(
         })
         .collect();
     (raised, DataType::Float32)
-}
-
-/// `value` rounded to the nearest `float_type` value (half types only).
-fn rounded(value: f32, float_type: DataType) -> f32 {
-    match float_type {
-        DataType::Float16 => half::f16::from_f32(value).to_f32(),
-        DataType::BFloat16 => half::bf16::from_f32(value).to_f32(),
-        _ => value,
-    }
 }

@@ -1,47 +1,10 @@
 //! The protos the rewrite adds: quantized tensors, scales, zero points and Q/DQ nodes.
 
-use half::{bf16, f16};
-
 use crate::model::proto::{AttributeProto, NodeProto, TensorProto, attribute_proto::AttributeType};
 use crate::model::tensor::array;
 use crate::model::{DataType, TensorArray};
 use crate::quant::scale::ScaleZp;
 use crate::recipe::QuantType;
-
-/// The array a quantized tensor is stored as (`values` for integer types, `fp8` bits for
-/// float8; the length always matches `shape`).
-pub(super) fn quantized_array(
-    values: &[i64],
-    fp8: &[u8],
-    qtype: QuantType,
-    shape: &[usize],
-) -> TensorArray {
-    let shape = shape.to_vec();
-    match qtype {
-        QuantType::Uint8 => {
-            TensorArray::Uint8(array(shape, values.iter().map(|&v| v as u8).collect()))
-        }
-        QuantType::Int8 => {
-            TensorArray::Int8(array(shape, values.iter().map(|&v| v as i8).collect()))
-        }
-        QuantType::Uint16 => {
-            TensorArray::Uint16(array(shape, values.iter().map(|&v| v as u16).collect()))
-        }
-        QuantType::Int16 => {
-            TensorArray::Int16(array(shape, values.iter().map(|&v| v as i16).collect()))
-        }
-        QuantType::Int4 => {
-            TensorArray::Int4(array(shape, values.iter().map(|&v| v as i8).collect()))
-        }
-        QuantType::Uint4 => {
-            TensorArray::Uint4(array(shape, values.iter().map(|&v| v as u8).collect()))
-        }
-        QuantType::Float8e4m3fn => TensorArray::Float8E4M3FN(array(
-            shape,
-            fp8.iter().map(|&b| float8::F8E4M3::from_bits(b)).collect(),
-        )),
-    }
-}
 
 /// A quantized tensor stored directly in `qtype`'s storage type (never through a wide
 /// buffer), filled in parallel row by row: `value(row, column)` gives the integer (the FP8
@@ -111,7 +74,8 @@ pub(super) fn zero_point_tensor(
 ) -> TensorProto {
     let values: Vec<i64> = params.iter().map(|p| p.zero_point).collect();
     let shape = shape_or_default(shape, values.len());
-    quantized_array(&values, &vec![0u8; values.len()], qtype, &shape).to_proto(name)
+    let len = values.len();
+    collect_quantized(qtype, &shape, len, |_, i| values[i]).to_proto(name)
 }
 
 /// Scales as a tensor of `float_type` (float32, float16 or bfloat16; the scales are already
@@ -124,26 +88,9 @@ pub(super) fn scale_tensor(
 ) -> TensorProto {
     let values: Vec<f32> = params.iter().map(|p| p.scale).collect();
     let shape = shape_or_default(shape, values.len());
-    float_array(shape, values, float_type).to_proto(name)
-}
-
-/// `values` as an array of `float_type` (float32 unless float16 or bfloat16).
-pub(super) fn float_array(
-    shape: Vec<usize>,
-    values: Vec<f32>,
-    float_type: DataType,
-) -> TensorArray {
-    match float_type {
-        DataType::Float16 => TensorArray::Float16(array(
-            shape,
-            values.into_iter().map(f16::from_f32).collect(),
-        )),
-        DataType::BFloat16 => TensorArray::BFloat16(array(
-            shape,
-            values.into_iter().map(bf16::from_f32).collect(),
-        )),
-        _ => TensorArray::Float32(array(shape, values)),
-    }
+    TensorArray::Float32(array(shape, values))
+        .cast_float(float_type)
+        .to_proto(name)
 }
 
 /// A node of the default domain.

@@ -284,19 +284,15 @@ impl Rewriter<'_> {
     /// independent) and emitted in name order.
     pub(super) fn weights(&mut self) -> Result<(), QuantError> {
         let names = self.weight_names();
-        let quantized: Vec<(&String, QuantizedWeight)> = names
+        let quantized: Vec<(String, QuantizedWeight)> = names
             .par_iter()
             .filter_map(|&name| match self.quantize_one(name) {
-                Ok(Some(q)) => Some(Ok((name, q))),
+                Ok(Some(q)) => Some(Ok((name.clone(), q))),
                 Ok(None) => None,
                 Err(e) => Some(Err(e)),
             })
             .collect::<Result<_, QuantError>>()?;
-        let owned: Vec<(String, QuantizedWeight)> = quantized
-            .into_iter()
-            .map(|(name, q)| (name.clone(), q))
-            .collect();
-        for (name, q) in owned {
+        for (name, q) in quantized {
             self.emit_weight(&name, q);
         }
         Ok(())
