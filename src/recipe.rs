@@ -197,6 +197,11 @@ pub struct Recipe {
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
+    /// Keep in float the tensors 8-bit activations are known to break (attention masks, the
+    /// streams feeding a LayerNorm/RMSNorm; see [`crate::quant::precision`]). Off: exactly
+    /// onnxruntime's placement.
+    #[serde(default = "yes")]
+    pub auto_precision: bool,
     /// Per-tensor overrides, by tensor name.
     #[serde(default)]
     pub tensor_overrides: BTreeMap<String, TensorOverride>,
@@ -231,6 +236,7 @@ impl Default for Recipe {
             subgraph_end: Vec::new(),
             block_size: default_block_size(),
             preprocessing: Preprocessing::default(),
+            auto_precision: true,
             tensor_overrides: BTreeMap::new(),
         }
     }

@@ -43,6 +43,8 @@ pub enum Command {
         /// Quantize it.
         quantize: bool,
     },
+    /// Turn the recipe's automatic precision on or off.
+    SetAutoPrecision(bool),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

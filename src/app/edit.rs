@@ -110,6 +110,11 @@ impl RecipeEditor {
         self.step(|r| *r = recipe)
     }
 
+    /// Turns automatic precision (masks and normalized streams kept in float) on or off.
+    pub fn set_auto_precision(&mut self, on: bool) -> bool {
+        self.step(|r| r.auto_precision = on)
+    }
+
     /// Checks or unchecks an op type. Checking removes it from the excluded types and, when
     /// the recipe lists the types to quantize explicitly, adds it there.
     pub fn set_op_type(&mut self, op_type: &str, quantize: bool) -> bool {

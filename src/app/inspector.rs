@@ -255,12 +255,24 @@ fn tensors(
                                 ui.label("");
                             }
                         }
-                        match doc.plan.tensor(name) {
-                            Some(planned) => ui.label(planned.describe()),
-                            None if doc.folded_away(name) => {
+                        let kept = doc.plan.kept_float.get(name);
+                        match (doc.plan.tensor(name), kept) {
+                            (Some(planned), _) => ui.label(planned.describe()),
+                            (None, Some(reason)) => ui
+                                .label(
+                                    RichText::new(format!("float (kept: {})", reason.label()))
+                                        .color(state_fill(NodeState::KeptFloat, true)),
+                                )
+                                .on_hover_text(format!(
+                                    "Automatic precision keeps it in float: {}. Turn it off \
+                                     in the recipe (auto_precision = false) or give this \
+                                     tensor an override.",
+                                    reason.describe()
+                                )),
+                            (None, None) if doc.folded_away(name) => {
                                 ui.label(RichText::new("removed by pre-processing").weak())
                             }
-                            None => ui.label(RichText::new("float").weak()),
+                            (None, None) => ui.label(RichText::new("float").weak()),
                         }
                         .on_hover_text("What the quantizer does to this tensor under the recipe");
                         ui.end_row();

@@ -14,11 +14,12 @@ use crate::app::states::NodeState;
 use crate::model::legacy::LegacyOpset;
 
 /// Legend entries in display order.
-const LEGEND: [NodeState; 6] = [
+const LEGEND: [NodeState; 7] = [
     NodeState::Quantized,
     NodeState::ExcludedByOpType,
     NodeState::ExcludedByNode,
     NodeState::OutsideSubgraph,
+    NodeState::KeptFloat,
     NodeState::NotQuantizable,
     NodeState::Folded,
 ];
@@ -336,9 +337,10 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
                     "Not quantizable",
                     c.not_quantizable,
                 ),
+                (NodeState::KeptFloat, "Kept in float", c.kept_float),
                 (NodeState::Folded, "Folded by pre-processing", c.folded),
             ] {
-                if state == NodeState::Folded && count == 0 {
+                if matches!(state, NodeState::Folded | NodeState::KeptFloat) && count == 0 {
                     continue;
                 }
                 swatch(ui, state_fill(state, ui.visuals().dark_mode));
@@ -347,6 +349,7 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             }
         });
     let recipe = doc.recipe();
+    auto_precision_row(ui, doc, commands);
     if !recipe.nodes_to_exclude.is_empty() {
         ui.label(format!(
             "{} node pattern(s) excluded",
@@ -380,6 +383,28 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             commands.push(Command::Redo);
         }
     });
+}
+
+/// The automatic-precision switch, with what it keeps in float under the current plan.
+fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+    let mut on = doc.recipe().auto_precision;
+    let kept = &doc.plan.kept_float;
+    let label = if on && !kept.is_empty() {
+        format!("Automatic precision ({} tensor(s) kept float)", kept.len())
+    } else {
+        "Automatic precision".to_owned()
+    };
+    let hover = std::iter::once(
+        "Keeps in float the tensors 8-bit activations break: attention masks and the streams \
+         feeding a LayerNorm/RMSNorm. Off: exactly onnxruntime's placement."
+            .to_owned(),
+    )
+    .chain(crate::quant::precision::summary(kept))
+    .collect::<Vec<_>>()
+    .join("\n\n");
+    if ui.checkbox(&mut on, label).on_hover_text(hover).changed() {
+        commands.push(Command::SetAutoPrecision(on));
+    }
 }
 
 /// One op type: checked when the recipe selects it, greyed when the policy has no quantized

@@ -23,6 +23,9 @@ pub enum NodeState {
     /// Removed by the quantizer's pre-processing (a folded BatchNormalization, an Identity,
     /// a Constant that became an initializer).
     Folded,
+    /// Selected, but every tensor it would quantize stays float (automatic precision or the
+    /// recipe's `keep_float` overrides).
+    KeptFloat,
 }
 
 impl NodeState {
@@ -36,6 +39,7 @@ impl NodeState {
             }
             Some(NodeDecision::Excluded(Exclusion::OutsideSubgraph)) => NodeState::OutsideSubgraph,
             Some(NodeDecision::Folded(_)) => NodeState::Folded,
+            Some(NodeDecision::Excluded(Exclusion::TensorsKeptFloat)) => NodeState::KeptFloat,
             Some(NodeDecision::Excluded(
                 Exclusion::OpTypeNotQuantized | Exclusion::CustomDomain,
             ))
@@ -52,6 +56,7 @@ impl NodeState {
             NodeState::OutsideSubgraph => "outside the subgraph",
             NodeState::NotQuantizable => "not quantizable",
             NodeState::Folded => "folded by pre-processing",
+            NodeState::KeptFloat => "kept in float (its tensors stay float)",
         }
     }
 
@@ -84,6 +89,8 @@ pub struct Counts {
     pub not_quantizable: usize,
     /// Nodes pre-processing removes (Constant nodes left out, see [`Counts::of`]).
     pub folded: usize,
+    /// Selected nodes whose tensors all stay float (automatic precision, `keep_float`).
+    pub kept_float: usize,
 }
 
 impl Counts {
@@ -101,6 +108,7 @@ impl Counts {
                 NodeState::Quantized => c.quantized += 1,
                 NodeState::NotQuantizable => c.not_quantizable += 1,
                 NodeState::Folded => c.folded += 1,
+                NodeState::KeptFloat => c.kept_float += 1,
                 _ => c.excluded += 1,
             }
         }

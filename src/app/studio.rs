@@ -285,6 +285,11 @@ impl Studio {
                     if quantize { "quantized" } else { "excluded" }
                 );
             }
+            Command::SetAutoPrecision(on) => {
+                doc.editor.set_auto_precision(on);
+                self.window.status =
+                    format!("Automatic precision {}", if on { "on" } else { "off" });
+            }
             Command::Select(node, SelectMode::Replace) => doc.selection = vec![node],
             Command::Select(node, SelectMode::Toggle) => {
                 if let Some(at) = doc.selection.iter().position(|n| *n == node) {

@@ -142,7 +142,11 @@ fn run_plan(args: &InspectArgs) -> anyhow::Result<()> {
         .map(|(name, t)| (name.as_str(), t.describe()))
         .collect();
     if args.json {
-        let value = serde_json::json!({ "nodes": plan.nodes, "tensors": tensors });
+        let value = serde_json::json!({
+            "nodes": plan.nodes,
+            "tensors": tensors,
+            "kept_float": plan.kept_float,
+        });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
@@ -186,5 +190,8 @@ fn render_plan(plan: &Explanation, tensors: &BTreeMap<&str, String>) -> String {
         table.add_row([(*name).to_owned(), how.clone()]);
     }
     out += &format!("{table}\n");
+    for line in qdq_studio::quant::precision::summary(&plan.kept_float) {
+        out += &format!("{line}\n");
+    }
     out
 }

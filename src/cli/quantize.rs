@@ -112,6 +112,14 @@ pub struct QuantizeArgs {
         visible_alias = "symmetric-activations"
     )]
     pub symmetric_activations: bool,
+    /// 7-bit weights (onnxruntime's `reduce_range`): avoids the saturation of ONNX Runtime's
+    /// u8×s8 kernels on x86 CPUs without VNNI.
+    #[arg(long = "reduce_range", visible_alias = "reduce-range")]
+    pub reduce_range: bool,
+    /// Quantize attention masks and the streams feeding normalizations too (exactly
+    /// onnxruntime's placement); by default they stay in float.
+    #[arg(long = "no_auto_precision", visible_alias = "no-auto-precision")]
+    pub no_auto_precision: bool,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -180,6 +188,12 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if args.symmetric_activations {
         recipe.symmetric_activations = true;
+    }
+    if args.reduce_range {
+        recipe.reduce_range = true;
+    }
+    if args.no_auto_precision {
+        recipe.auto_precision = false;
     }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;
@@ -299,6 +313,9 @@ fn print_saved(saved: &Saved) {
             built.quantized_nodes,
             by_type.join(", ")
         );
+        for line in qdq_studio::quant::precision::summary(&built.kept_float) {
+            println!("{line}");
+        }
         if built.folded > 0 {
             println!(
                 "folded {} Relu/Clip node(s) into the preceding ranges",

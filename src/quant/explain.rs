@@ -16,6 +16,7 @@ use super::params::{
 use super::plan::{
     Exclusion, Plan, PlanFacts, TensorRole, default_op_types, listed_op_types, plan,
 };
+use super::precision::KeptReason;
 use super::prepare::Prepared;
 use crate::calib::range::Range;
 use crate::calib::stats::CalibrationStats;
@@ -158,6 +159,8 @@ pub struct Explanation {
     /// True when float-ness came from calibration statistics; false when it was inferred
     /// from the graph (before calibration).
     pub from_statistics: bool,
+    /// Tensors the recipe's lists select that automatic precision keeps in float, and why.
+    pub kept_float: BTreeMap<String, KeptReason>,
 }
 
 impl Explanation {
@@ -239,6 +242,8 @@ pub fn explain_prepared(
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
 ) -> Explanation {
+    let (effective, kept_float) = super::guarded(prepared, recipe, stats);
+    let recipe = &effective;
     let is_float = |t: &str| prepared.is_float(t, stats);
     let clip_min = |id| prepared.clip_min(id);
     let facts = PlanFacts {
@@ -252,6 +257,7 @@ pub fn explain_prepared(
         tensors: planned_tensors(prepared, recipe, &plan),
         nodes,
         from_statistics: stats.is_some(),
+        kept_float,
     }
 }
 

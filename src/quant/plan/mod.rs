@@ -59,6 +59,10 @@ pub enum Exclusion {
     OutsideSubgraph,
     /// Not in the default ONNX domain.
     CustomDomain,
+    /// Selected, but none of its tensors is quantized: they stay in float (automatic
+    /// precision, the recipe's `keep_float` overrides) or are not float at all (shape
+    /// arithmetic on int64).
+    TensorsKeptFloat,
 }
 
 /// The plan for a graph.
@@ -137,6 +141,20 @@ impl<'a> Planner<'a> {
             Some(reason) => Err(reason),
             None => self.apply(families::rule(self.recipe, &node.op_type), node),
         };
+        let touched = |plan: &Plan| {
+            node.inputs
+                .iter()
+                .chain(&node.outputs)
+                .any(|t| plan.roles.contains_key(t))
+                || plan.removed.iter().any(|(id, _, _)| *id == node.id)
+        };
+        let decided = decided.and_then(|()| {
+            if touched(&self.plan) {
+                Ok(())
+            } else {
+                Err(Exclusion::TensorsKeptFloat)
+            }
+        });
         match decided {
             Ok(()) => self.plan.quantized.push(node.id),
             Err(reason) => {

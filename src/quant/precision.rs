@@ -1,0 +1,391 @@
+//! Automatic precision: the tensors that 8-bit activation quantization is known to break stay
+//! in float, whatever the op lists select, unless the recipe turns this off
+//! (`auto_precision = false`) or overrides the tensor itself.
+//!
+//! Found on a trained sentence transformer, where onnxruntime's placement took the sentence
+//! embedding's cosine to float down to 0.71 (and 16-bit activations to NaN); the per-tensor
+//! float-vs-QDQ error shows two causes, both general to transformers:
+//! - **Masks.** Attention masks are added as the float type's lowest value (or −Inf). A
+//!   tensor holding such values gets a range of ±3.4e38, its scale swallows every real score,
+//!   and dequantizing the mask constant itself can overflow to −Inf (0 × −Inf = NaN).
+//! - **Normalized streams.** The residual stream that feeds a LayerNorm/RMSNorm carries a few
+//!   channels tens of times larger than the rest (the "massive activations" of BERT and LLMs).
+//!   One per-tensor scale rounds the ordinary channels to a few steps, and the norm, which
+//!   divides by a spread those outliers set, magnifies that error in every layer. The sums
+//!   feeding a norm (residual Adds, the projections added into them) stay float; the norm's
+//!   output and the MatMul inputs keep their 8-bit quantization, so the integer kernels still
+//!   run. Float here was measured both more accurate and faster on ONNX Runtime's CPU EP than
+//!   16-bit Q/DQ (which has no integer kernels).
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::prepare::Prepared;
+use crate::calib::stats::CalibrationStats;
+use crate::model::{DataType, Graph, TensorKind};
+use crate::recipe::{QuantMode, Recipe};
+
+/// Why a tensor stays in float.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeptReason {
+    /// It holds values at the float type's limit or ±Inf (an attention mask).
+    Mask,
+    /// It feeds a normalization (the residual stream and what is added into it).
+    NormalizedStream,
+}
+
+impl KeptReason {
+    /// One line for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            KeptReason::Mask => {
+                "attention masks: values at the float type's limit or ±Inf, which no 8-bit scale \
+                 holds along with the real values"
+            }
+            KeptReason::NormalizedStream => {
+                "streams feeding a LayerNorm/RMSNorm: the residual stream's outlier channels \
+                 make one 8-bit scale crush the other channels"
+            }
+        }
+    }
+
+    /// A short label for badges and tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            KeptReason::Mask => "mask",
+            KeptReason::NormalizedStream => "normalized stream",
+        }
+    }
+}
+
+/// Tensors the recipe's automatic precision keeps in float, with the reason, for a prepared
+/// model; empty when the recipe turns it off or quantizes weights only. Tensors the recipe
+/// overrides itself are left to the override.
+pub fn kept_in_float(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> BTreeMap<String, KeptReason> {
+    let mut kept = BTreeMap::new();
+    if !recipe.auto_precision || recipe.mode == QuantMode::Int4 {
+        return kept;
+    }
+    for name in normalized_streams(&prepared.graph) {
+        kept.insert(name, KeptReason::NormalizedStream);
+    }
+    for name in masks(prepared, stats) {
+        kept.insert(name, KeptReason::Mask);
+    }
+    kept.retain(|name, _| !recipe.tensor_overrides.contains_key(name));
+    kept
+}
+
+/// `recipe` with a `keep_float` override for each kept tensor: the form every later step
+/// (plan, parameters, rewrite) already honours.
+pub fn with_kept(recipe: &Recipe, kept: &BTreeMap<String, KeptReason>) -> Recipe {
+    let mut effective = recipe.clone();
+    for name in kept.keys() {
+        effective
+            .tensor_overrides
+            .entry(name.clone())
+            .or_default()
+            .keep_float = true;
+    }
+    effective
+}
+
+/// Normalizations: their data input (and a Skip variant's skip input) is normalized.
+const NORM_OPS: &[(&str, &[usize])] = &[
+    ("LayerNormalization", &[0]),
+    ("RMSNormalization", &[0]),
+    ("SimplifiedLayerNormalization", &[0]),
+    ("SkipLayerNormalization", &[0, 1]),
+    ("SkipSimplifiedLayerNormalization", &[0, 1]),
+];
+
+/// Ops whose output is a sum of their inputs: the residual stream runs through them.
+const SUM_OPS: &[&str] = &["Add", "Sub"];
+
+/// Every tensor that flows into a normalization through sums: the norm's input, and, behind
+/// each Add/Sub on the way, its activation inputs (stopping at other norms' outputs, which are
+/// already normalized, and after the first tensor that is not a sum).
+fn normalized_streams(graph: &Graph) -> HashSet<String> {
+    let mut stack: Vec<&str> = norm_inputs(graph);
+    let mut seen = HashSet::new();
+    while let Some(name) = stack.pop() {
+        if !seen.insert(name.to_owned()) {
+            continue;
+        }
+        let Some(producer) = graph.tensor(name).and_then(|t| t.producer) else {
+            continue;
+        };
+        let node = graph.node(producer);
+        if !SUM_OPS.contains(&node.op_type.as_str()) {
+            continue;
+        }
+        for input in &node.inputs {
+            let Some(info) = graph.tensor(input) else {
+                continue;
+            };
+            let activation = matches!(info.kind, TensorKind::Activation | TensorKind::Input);
+            let normalized = info
+                .producer
+                .is_some_and(|p| norm_data_inputs(&graph.node(p).op_type).is_some());
+            if activation && !normalized {
+                stack.push(input);
+            }
+        }
+    }
+    seen
+}
+
+fn norm_data_inputs(op_type: &str) -> Option<&'static [usize]> {
+    NORM_OPS
+        .iter()
+        .find(|(op, _)| *op == op_type)
+        .map(|(_, inputs)| *inputs)
+}
+
+/// The tensors normalized by a norm op, or by a LayerNorm/RMSNorm written out in primitives
+/// (`x − ReduceMean(x)`, or `x × …(ReduceMean(x²))`).
+fn norm_inputs(graph: &Graph) -> Vec<&str> {
+    let mut found = Vec::new();
+    for node in graph.nodes() {
+        if let Some(inputs) = norm_data_inputs(&node.op_type) {
+            found.extend(
+                inputs
+                    .iter()
+                    .filter_map(|&i| node.inputs.get(i))
+                    .filter(|n| !n.is_empty())
+                    .map(String::as_str),
+            );
+        }
+    }
+    for info in graph.tensors() {
+        if is_decomposed_norm_input(graph, &info.name) {
+            found.push(info.name.as_str());
+        }
+    }
+    found
+}
+
+/// `name` is centred by a ReduceMean of itself (LayerNorm), or its square is averaged
+/// (RMSNorm: `Pow(x, 2)` or `Mul(x, x)` into ReduceMean).
+fn is_decomposed_norm_input(graph: &Graph, name: &str) -> bool {
+    let Some(info) = graph.tensor(name) else {
+        return false;
+    };
+    let feeds_mean = |output: &str| {
+        graph.tensor(output).is_some_and(|t| {
+            t.consumers
+                .iter()
+                .any(|&c| graph.node(c).op_type == "ReduceMean")
+        })
+    };
+    info.consumers.iter().any(|&c| {
+        let node = graph.node(c);
+        let squares = match node.op_type.as_str() {
+            "Pow" => node.inputs.first().is_some_and(|i| i == name),
+            "Mul" => node.inputs.len() == 2 && node.inputs.iter().all(|i| i == name),
+            _ => false,
+        };
+        let centred = node.op_type == "ReduceMean"
+            && node.outputs.first().is_some_and(|mean| {
+                graph.tensor(mean).is_some_and(|t| {
+                    t.consumers.iter().any(|&s| {
+                        let sub = graph.node(s);
+                        sub.op_type == "Sub" && sub.inputs.iter().any(|i| i == name)
+                    })
+                })
+            });
+        centred || (squares && node.outputs.first().is_some_and(|o| feeds_mean(o)))
+    })
+}
+
+/// Constants with more elements than this are weights, checked for NaN/Inf by the quantizer;
+/// masks are scalars or small tables.
+const SMALL_CONSTANT: usize = 4096;
+
+/// Tensors holding mask values: activations whose statistics saw ±Inf or values at the float
+/// limit, and small constants holding such values.
+fn masks(prepared: &Prepared, stats: Option<&CalibrationStats>) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some(stats) = stats {
+        for (name, s) in &stats.tensors {
+            let limit = mask_limit(s.dtype);
+            let extreme = s.min.abs().max(s.max.abs());
+            let observed = s.count > 0 || s.inf > 0;
+            if observed && (s.inf > 0 || (extreme.is_finite() && extreme >= limit)) {
+                found.push(name.clone());
+            }
+        }
+    }
+    for tensor in &prepared.model.graph().initializer {
+        let count: i64 = tensor.dims.iter().product();
+        if usize::try_from(count).map_or(true, |c| c > SMALL_CONSTANT) {
+            continue;
+        }
+        let Ok(Some(value)) = prepared.model.weight(tensor.name()) else {
+            continue;
+        };
+        let limit = mask_limit(Some(value.dtype()));
+        let sentinel = |v: &f32| v.is_infinite() || v.abs() >= limit;
+        if value.dtype().is_plain_float() && value.to_f32().iter().any(sentinel) {
+            found.push(tensor.name().to_owned());
+        }
+    }
+    found
+}
+
+/// Half the largest finite value of the float type: values this large are sentinels, not
+/// data (float32's lowest is −3.4e38, float16's −65504).
+fn mask_limit(dtype: Option<DataType>) -> f32 {
+    match dtype {
+        Some(DataType::Float16) => 65504.0 / 2.0,
+        _ => f32::MAX / 2.0,
+    }
+}
+
+/// Most tensor names one summary line lists before "and N more".
+const NAMES_SHOWN: usize = 3;
+
+/// One line per reason: how many tensors automatic precision kept in float, a few of their
+/// names, and how to turn it off.
+pub fn summary(kept: &BTreeMap<String, KeptReason>) -> Vec<String> {
+    let mut by_reason: BTreeMap<KeptReason, Vec<&str>> = BTreeMap::new();
+    for (name, reason) in kept {
+        by_reason.entry(*reason).or_default().push(name);
+    }
+    by_reason
+        .into_iter()
+        .map(|(reason, names)| {
+            let shown: Vec<&str> = names.iter().take(NAMES_SHOWN).copied().collect();
+            let more = names.len().saturating_sub(NAMES_SHOWN);
+            let tail = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!(
+                "kept in float: {} tensor(s), {} ({}{tail}; --no_auto_precision quantizes them)",
+                names.len(),
+                reason.describe(),
+                shown.join(", "),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{ArrayD, IxDyn};
+
+    use super::*;
+    use crate::model::{ModelBuilder, TensorArray};
+
+    fn floats(shape: &[usize], value: f32) -> TensorArray {
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(shape), value))
+    }
+
+    /// A post-norm block (MatMul → bias Add → residual Add → LayerNormalization), an
+    /// RMSNorm written out in primitives (x × 1/√mean(x²)), and an attention score plus a
+    /// mask at float32's lowest value.
+    fn block() -> Prepared {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4, 8]);
+        b.initializer("w", floats(&[8, 8], 0.1));
+        b.initializer("bias", floats(&[8], 0.0));
+        b.initializer("gamma", floats(&[8], 1.0));
+        b.initializer("two", floats(&[], 2.0));
+        b.initializer("mask", floats(&[1, 4, 8], f32::MIN));
+        b.node("MatMul", &["x", "w"], &["proj"]).name("dense");
+        b.node("Add", &["proj", "bias"], &["biased"])
+            .name("bias_add");
+        b.node("Add", &["biased", "x"], &["residual"])
+            .name("residual_add");
+        b.node("LayerNormalization", &["residual", "gamma"], &["normed"])
+            .name("ln");
+        b.node("MatMul", &["normed", "w"], &["h"]).name("next");
+        b.node("Pow", &["h", "two"], &["sq"]).name("pow");
+        b.node("ReduceMean", &["sq"], &["ms"])
+            .name("mean")
+            .attr_ints("axes", &[-1]);
+        b.node("Sqrt", &["ms"], &["rms"]).name("sqrt");
+        b.node("Div", &["h", "rms"], &["rmsnormed"]).name("div");
+        b.node("Add", &["rmsnormed", "mask"], &["masked"])
+            .name("mask_add");
+        b.node("Softmax", &["masked"], &["y"]).name("softmax");
+        b.output("y", DataType::Float32, &[1, 4, 8]);
+        Prepared::new(&b.build(), &Recipe::default().preprocessing).unwrap()
+    }
+
+    #[test]
+    fn keeps_the_streams_feeding_norms_and_stops_at_products() {
+        let prepared = block();
+        let kept = kept_in_float(&prepared, &Recipe::default(), None);
+        let streams: Vec<&str> = kept
+            .iter()
+            .filter(|(_, r)| **r == KeptReason::NormalizedStream)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        // The residual sum, the bias sum and the projection behind them, the block input
+        // added in, and the RMSNorm's input; not the LayerNorm's output or weights.
+        assert_eq!(streams, ["biased", "h", "proj", "residual", "x"]);
+    }
+
+    #[test]
+    fn keeps_mask_constants_and_masked_activations() {
+        let prepared = block();
+        let mut stats = CalibrationStats::default();
+        let mut masked = crate::calib::stats::TensorStats::default();
+        masked.count = 32;
+        masked.min = f32::MIN;
+        masked.max = 3.0;
+        stats.tensors.insert("masked".into(), masked);
+        let mut plain = crate::calib::stats::TensorStats::default();
+        plain.count = 32;
+        plain.min = -1e30;
+        plain.max = 1e30;
+        stats.tensors.insert("rmsnormed".into(), plain);
+        let kept = kept_in_float(&prepared, &Recipe::default(), Some(&stats));
+        assert_eq!(kept.get("mask"), Some(&KeptReason::Mask));
+        assert_eq!(kept.get("masked"), Some(&KeptReason::Mask));
+        assert_eq!(kept.get("rmsnormed"), None, "large but not at the limit");
+    }
+
+    #[test]
+    fn off_overridden_and_weight_only_recipes_keep_nothing() {
+        let prepared = block();
+        let off = Recipe {
+            auto_precision: false,
+            ..Recipe::default()
+        };
+        assert!(kept_in_float(&prepared, &off, None).is_empty());
+        let int4 = Recipe {
+            mode: QuantMode::Int4,
+            ..Recipe::default()
+        };
+        assert!(kept_in_float(&prepared, &int4, None).is_empty());
+        let mut overridden = Recipe::default();
+        overridden
+            .tensor_overrides
+            .insert("residual".into(), Default::default());
+        let kept = kept_in_float(&prepared, &overridden, None);
+        assert!(!kept.contains_key("residual") && kept.contains_key("biased"));
+    }
+
+    #[test]
+    fn summary_has_one_line_per_reason_with_a_few_names() {
+        let kept: BTreeMap<String, KeptReason> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| ((*n).to_owned(), KeptReason::NormalizedStream))
+            .chain([("m".to_owned(), KeptReason::Mask)])
+            .collect();
+        let lines = summary(&kept);
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with("kept in float: 1 tensor(s), attention masks"));
+        assert!(
+            lines[1].contains("5 tensor(s), streams feeding") && lines[1].contains("and 2 more")
+        );
+    }
+}
