@@ -198,7 +198,7 @@ pub struct Recipe {
     #[serde(default)]
     pub preprocessing: Preprocessing,
     /// Keep in float the tensors 8-bit activations are known to break (attention masks, the
-    /// streams feeding a LayerNorm/RMSNorm; see [`crate::quant::precision`]). Off: exactly
+    /// streams feeding a LayerNorm/RMSNorm; see the quantizer's `precision` module). Off: exactly
     /// onnxruntime's placement.
     #[serde(default = "yes")]
     pub auto_precision: bool,

@@ -343,6 +343,8 @@ fn tensorrt_placement_quantizes_compute_inputs_only() {
         placement: Placement::Tensorrt,
         activation_type: QuantType::Int8,
         symmetric_activations: true,
+        // The placement's own rule (automatic precision would keep the residual branch float).
+        auto_precision: false,
         ..Recipe::default()
     };
     let stats = transformer_stats(&model, &recipe);

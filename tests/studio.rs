@@ -372,3 +372,66 @@ fn a_broken_graph_opens_with_its_problems_flagged() {
     h.run_steps(2);
     assert_eq!(h.state().document().unwrap().selection, [add]);
 }
+
+/// A post-norm residual block: LayerNormalization → MatMul → bias Add → residual Add →
+/// LayerNormalization → MatMul.
+fn residual_block(path: &Path) {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::model::TensorArray;
+    let floats = |shape: &[usize], v: f32| TensorArray::Float32(ArrayD::from_elem(IxDyn(shape), v));
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4, 8]);
+    b.initializer("w", floats(&[8, 8], 0.1));
+    b.initializer("gamma", floats(&[8], 1.0));
+    b.initializer("bias", floats(&[8], 0.5));
+    b.node("LayerNormalization", &["x", "gamma"], &["n0"])
+        .name("ln0");
+    b.node("MatMul", &["n0", "w"], &["proj"]).name("dense");
+    b.node("Add", &["proj", "bias"], &["biased"])
+        .name("bias_add");
+    b.node("Add", &["biased", "n0"], &["residual"])
+        .name("residual_add");
+    b.node("LayerNormalization", &["residual", "gamma"], &["normed"])
+        .name("ln");
+    b.node("MatMul", &["normed", "w"], &["y"]).name("next");
+    b.output("y", DataType::Float32, &[1, 4, 8]);
+    std::fs::write(path, b.build().to_bytes().unwrap()).unwrap();
+}
+
+#[test]
+fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("block.onnx");
+    residual_block(&path);
+    let mut h = harness(studio());
+    open(&mut h, Source::File(path));
+    let kept = |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.kept_float.len();
+    // x feeds the first LayerNorm, proj, biased and residual the second: kept float; the bias Add has
+    // nothing left to quantize and shows as kept in float.
+    assert_eq!(kept(&h), 4);
+    let doc = h.state().document().unwrap();
+    let add = doc.graph.node_by_name("bias_add").unwrap().id;
+    assert_eq!(
+        qdq_studio::app::states::NodeState::of(doc.plan.node("bias_add")),
+        qdq_studio::app::states::NodeState::KeptFloat
+    );
+    h.get_by_label_contains("Kept in float: 1");
+    // The inspector tells why.
+    h.state_mut().document_mut().unwrap().selection = vec![add];
+    h.run_steps(2);
+    // Its input and output, each with the reason.
+    assert_eq!(
+        h.query_all_by_label_contains("float (kept: normalized stream)")
+            .count(),
+        2
+    );
+    // The switch turns it off as one undoable recipe change.
+    h.get_by_label_contains("Automatic precision (4 tensor(s) kept float)")
+        .click();
+    h.run_steps(3);
+    assert!(!recipe(&h).auto_precision);
+    assert_eq!(kept(&h), 0);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(3);
+    assert!(recipe(&h).auto_precision);
+}

@@ -241,7 +241,13 @@ pub fn guarded(
         clip_min: &clip_min,
     };
     let unguarded = plan::plan(&prepared.graph, recipe, &facts);
-    kept.retain(|name, _| unguarded.roles.contains_key(name));
+    // Only what would be quantized like an activation: a weight holding Inf stays an error.
+    kept.retain(|name, _| {
+        matches!(
+            unguarded.roles.get(name),
+            Some(TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation)
+        )
+    });
     (precision::with_kept(recipe, &kept), kept)
 }
 

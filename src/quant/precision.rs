@@ -70,8 +70,13 @@ pub fn kept_in_float(
     if !recipe.auto_precision || recipe.mode == QuantMode::Int4 {
         return kept;
     }
-    for name in normalized_streams(&prepared.graph) {
-        kept.insert(name, KeptReason::NormalizedStream);
+    let graph = &prepared.graph;
+    for name in normalized_streams(graph) {
+        // A stream that is also a compute op's input keeps its quantization: that is where
+        // the integer kernels run.
+        if !feeds_compute(graph, &name) {
+            kept.insert(name, KeptReason::NormalizedStream);
+        }
     }
     for name in masks(prepared, stats) {
         kept.insert(name, KeptReason::Mask);
@@ -137,6 +142,17 @@ fn normalized_streams(graph: &Graph) -> HashSet<String> {
         }
     }
     seen
+}
+
+/// Ops whose activation input is the reason to quantize at all.
+const COMPUTE_OPS: &[&str] = &["MatMul", "Gemm", "Conv", "ConvTranspose"];
+
+fn feeds_compute(graph: &Graph, name: &str) -> bool {
+    graph.tensor(name).is_some_and(|t| {
+        t.consumers
+            .iter()
+            .any(|&c| COMPUTE_OPS.contains(&graph.node(c).op_type.as_str()))
+    })
 }
 
 fn norm_data_inputs(op_type: &str) -> Option<&'static [usize]> {
@@ -328,24 +344,25 @@ mod tests {
             .filter(|(_, r)| **r == KeptReason::NormalizedStream)
             .map(|(n, _)| n.as_str())
             .collect();
-        // The residual sum, the bias sum and the projection behind them, the block input
-        // added in, and the RMSNorm's input; not the LayerNorm's output or weights.
-        assert_eq!(streams, ["biased", "h", "proj", "residual", "x"]);
+        // The residual sum, the bias sum and the projection behind them, the RMSNorm's input;
+        // not the block input (it feeds a MatMul), the LayerNorm's output or weights.
+        assert_eq!(streams, ["biased", "h", "proj", "residual"]);
     }
 
     #[test]
     fn keeps_mask_constants_and_masked_activations() {
         let prepared = block();
         let mut stats = CalibrationStats::default();
-        let mut masked = crate::calib::stats::TensorStats::default();
-        masked.count = 32;
-        masked.min = f32::MIN;
-        masked.max = 3.0;
-        stats.tensors.insert("masked".into(), masked);
-        let mut plain = crate::calib::stats::TensorStats::default();
-        plain.count = 32;
-        plain.min = -1e30;
-        plain.max = 1e30;
+        let observed = |min: f32, max: f32| crate::calib::stats::TensorStats {
+            count: 32,
+            min,
+            max,
+            ..Default::default()
+        };
+        stats
+            .tensors
+            .insert("masked".into(), observed(f32::MIN, 3.0));
+        let plain = observed(-1e30, 1e30);
         stats.tensors.insert("rmsnormed".into(), plain);
         let kept = kept_in_float(&prepared, &Recipe::default(), Some(&stats));
         assert_eq!(kept.get("mask"), Some(&KeptReason::Mask));

@@ -137,23 +137,35 @@ impl<'a> Planner<'a> {
     }
 
     fn visit(&mut self, selection: &select::Selection, node: &Node) {
+        let tensors = || node.inputs.iter().chain(&node.outputs);
+        let had_role: HashSet<String> = tensors()
+            .filter(|t| self.plan.roles.contains_key(*t))
+            .cloned()
+            .collect();
         let decided = match selection.exclusion(node) {
             Some(reason) => Err(reason),
             None => self.apply(families::rule(self.recipe, &node.op_type), node),
         };
-        let touched = |plan: &Plan| {
-            node.inputs
-                .iter()
-                .chain(&node.outputs)
-                .any(|t| plan.roles.contains_key(t))
-                || plan.removed.iter().any(|(id, _, _)| *id == node.id)
-        };
+        // A node with nothing quantized but constants (its activations stay float, or are
+        // not float) is not quantized, and its constants are left alone too. A weight-only
+        // node (int4) keeps its weight.
         let decided = decided.and_then(|()| {
-            if touched(&self.plan) {
-                Ok(())
-            } else {
-                Err(Exclusion::TensorsKeptFloat)
+            let removed = self.plan.removed.iter().any(|(id, _, _)| *id == node.id);
+            let quantized = |t: &String| {
+                self.plan
+                    .roles
+                    .get(t)
+                    .is_some_and(|r| *r != TensorRole::ConstantActivation)
+            };
+            if removed || tensors().any(quantized) {
+                return Ok(());
             }
+            for t in tensors() {
+                if !had_role.contains(t) {
+                    self.plan.roles.remove(t);
+                }
+            }
+            Err(Exclusion::TensorsKeptFloat)
         });
         match decided {
             Ok(()) => self.plan.quantized.push(node.id),
