@@ -30,6 +30,17 @@ fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Names of `model`'s initializers of element type `dtype`.
+fn initializers_of(model: &Model, dtype: DataType) -> Vec<&str> {
+    model
+        .graph()
+        .initializer
+        .iter()
+        .filter(|t| t.data_type() == dtype.to_onnx())
+        .map(|t| t.name())
+        .collect()
+}
+
 fn half(shape: &[usize], seed: u64, scale: f32) -> TensorArray {
     let n = shape.iter().product();
     let v = values(n, seed, scale)
@@ -221,13 +232,7 @@ fn an_fp16_model_quantizes_to_int8_with_fp16_scales_and_stays_close() {
         .filter(|(_, t)| *t != DataType::Float16.to_onnx())
         .collect();
     assert!(not_half.is_empty(), "{not_half:?}");
-    let float32_tensors: Vec<&str> = model
-        .graph()
-        .initializer
-        .iter()
-        .filter(|t| t.data_type() == DataType::Float32.to_onnx())
-        .map(|t| t.name())
-        .collect();
+    let float32_tensors: Vec<&str> = initializers_of(&model, DataType::Float32);
     assert!(float32_tensors.is_empty(), "{float32_tensors:?}");
     assert!(
         model.graph().node.iter().all(|n| n.op_type() != "Cast"),
@@ -253,13 +258,7 @@ fn an_fp16_model_quantizes_to_int4_weight_only_with_fp16_block_scales() {
     ));
     let model = Model::load(&quant).unwrap();
     assert_eq!(default_opset(model.proto()), Some(21));
-    let int4: Vec<&str> = model
-        .graph()
-        .initializer
-        .iter()
-        .filter(|t| t.data_type() == DataType::Int4.to_onnx())
-        .map(|t| t.name())
-        .collect();
+    let int4: Vec<&str> = initializers_of(&model, DataType::Int4);
     assert!(
         int4.contains(&"w1_quantized") && int4.contains(&"w2_quantized"),
         "{int4:?}"

