@@ -38,6 +38,80 @@ pub enum Placement {
     Tensorrt,
 }
 
+/// How int4 weights are chosen (ModelOpt's `--calibration_method` names in int4 mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Int4Method {
+    /// Round to nearest, weights stored in int4 behind a DequantizeLinear (no calibration).
+    #[default]
+    RtnDq,
+    /// Round to nearest as Q/DQ on the float weights (TensorRT's fake-quantized form; the
+    /// file keeps float weights).
+    Rtn,
+    /// Activation-aware scaling (AWQ-lite): per input channel, scales `s = mean|x|^α /
+    /// w^(1-α)` with α searched per layer on calibration activations, folded into the
+    /// producer of the activation (or an explicit Mul).
+    AwqLite,
+    /// Activation-aware clipping (AWQ-clip): per block, the clipping ratio of the range that
+    /// minimises the layer's output error on calibration activations.
+    AwqClip,
+}
+
+impl Int4Method {
+    /// Every method, in the order the faces list them.
+    pub const ALL: [Int4Method; 4] = [
+        Int4Method::AwqLite,
+        Int4Method::AwqClip,
+        Int4Method::RtnDq,
+        Int4Method::Rtn,
+    ];
+
+    /// The method's name (the CLI's and the recipe's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Int4Method::RtnDq => "rtn_dq",
+            Int4Method::Rtn => "rtn",
+            Int4Method::AwqLite => "awq_lite",
+            Int4Method::AwqClip => "awq_clip",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(name: &str) -> Option<Int4Method> {
+        Int4Method::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(name))
+    }
+
+    /// True when the method searches on calibration activations.
+    pub fn needs_activations(self) -> bool {
+        matches!(self, Int4Method::AwqLite | Int4Method::AwqClip)
+    }
+}
+
+/// The form int4 weights take in the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Int4Output {
+    /// Opset-21 block-wise DequantizeLinear before each MatMul/Gemm (any runtime).
+    #[default]
+    Dq,
+    /// ONNX Runtime's `com.microsoft.MatMulNBits` in place of each MatMul (its fast int4
+    /// kernels on CPU, CUDA and DirectML; Gemm stays in the DequantizeLinear form).
+    Matmulnbits,
+}
+
+impl Int4Output {
+    /// Parses a name.
+    pub fn parse(name: &str) -> Option<Int4Output> {
+        match name.to_ascii_lowercase().as_str() {
+            "dq" | "qdq" => Some(Int4Output::Dq),
+            "matmulnbits" | "matmul_nbits" => Some(Int4Output::Matmulnbits),
+            _ => None,
+        }
+    }
+}
+
 /// A per-tensor choice that overrides the recipe's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -194,6 +268,12 @@ pub struct Recipe {
     /// Block size of int4 weights.
     #[serde(default = "default_block_size")]
     pub block_size: usize,
+    /// How int4 weights are chosen (recipes written before this setting: `rtn_dq`).
+    #[serde(default)]
+    pub int4_method: Int4Method,
+    /// The form int4 weights take in the output.
+    #[serde(default)]
+    pub int4_output: Int4Output,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -235,6 +315,8 @@ impl Default for Recipe {
             subgraph_start: Vec::new(),
             subgraph_end: Vec::new(),
             block_size: default_block_size(),
+            int4_method: Int4Method::AwqLite,
+            int4_output: Int4Output::Dq,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             tensor_overrides: BTreeMap::new(),
@@ -434,9 +516,17 @@ impl Recipe {
                     problems.push((
                         "block_size",
                         format!(
-                            "block_size must be a power of two ≥ 16, got {}",
+                            "block_size must be a power of two ≥ 16 (16, 32, 64, 128, 256 …), got {}",
                             self.block_size
                         ),
+                    ));
+                }
+                if self.int4_output == Int4Output::Matmulnbits
+                    && self.int4_method == Int4Method::Rtn
+                {
+                    problems.push((
+                        "int4_output",
+                        "int4_output = \"matmulnbits\" needs stored int4 weights: use int4_method rtn_dq, awq_lite or awq_clip (rtn keeps float weights behind Q/DQ)".to_owned(),
                     ));
                 }
             }
@@ -454,6 +544,12 @@ impl Recipe {
                     problems.push(("weight_type", "signed activations with unsigned weights are not supported by onnxruntime's kernels".to_owned()));
                 }
             }
+        }
+        if self.mode != QuantMode::Int4 && self.int4_output == Int4Output::Matmulnbits {
+            problems.push((
+                "int4_output",
+                "int4_output = \"matmulnbits\" is for mode = \"int4\"".to_owned(),
+            ));
         }
         if let Some(problem) = self.calibration_method.problem() {
             problems.push(("calibration_method", problem));
@@ -544,6 +640,33 @@ impl Recipe {
         } else {
             Err(RecipeError::Invalid { problems })
         }
+    }
+
+    /// Switches to `mode` with the element types it needs: fp8 both sides, int4 (or uint4)
+    /// weights, and back to uint8/int8 from those for int8. Types that already fit are kept.
+    pub fn set_mode(&mut self, mode: QuantMode) {
+        let fp8 = QuantType::Float8e4m3fn;
+        let four_bit = |t: QuantType| matches!(t, QuantType::Int4 | QuantType::Uint4);
+        match mode {
+            QuantMode::Fp8 => {
+                self.activation_type = fp8;
+                self.weight_type = fp8;
+            }
+            QuantMode::Int4 if !four_bit(self.weight_type) => self.weight_type = QuantType::Int4,
+            QuantMode::Int4 => {}
+            QuantMode::Int8 => {
+                if self.activation_type == fp8 || four_bit(self.activation_type) {
+                    self.activation_type = QuantType::Uint8;
+                }
+                if self.weight_type == fp8 || four_bit(self.weight_type) {
+                    self.weight_type = QuantType::Int8;
+                }
+            }
+        }
+        if mode != QuantMode::Int4 {
+            self.int4_output = Int4Output::Dq;
+        }
+        self.mode = mode;
     }
 
     /// The range override for a tensor, if the recipe fixes one.

@@ -114,6 +114,8 @@ fn a_model_past_2_gb_calibrates_quantizes_and_compares() {
         &o(&model),
         &s("--quantize_mode"),
         &s("int4"),
+        &s("--calibration_method"),
+        &s("rtn_dq"),
         &s("-o"),
         &o(&int4),
     ]);
@@ -170,7 +172,8 @@ fn a_quantization_that_cannot_fit_in_memory_is_refused_with_the_numbers() {
         run_text(
             cli()
                 .env("QDQ_STUDIO_MEMORY_LIMIT", limit)
-                .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
+                .args(["quantize", "--quantize_mode", "int4"])
+                .args(["--calibration_method", "rtn_dq", "--onnx_path"])
                 .arg(&model)
                 .arg("-o")
                 .arg(&out),

@@ -316,6 +316,7 @@ fn fp8_and_int4_models_load_and_run() {
         mode: QuantMode::Int4,
         weight_type: QuantType::Int4,
         block_size: 32,
+        int4_method: qdq_studio::recipe::Int4Method::RtnDq,
         ..Recipe::default()
     };
     let q = quant::quantize(&model, None, &int4).unwrap();

@@ -435,3 +435,53 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     h.run_steps(3);
     assert!(recipe(&h).auto_precision);
 }
+
+#[test]
+fn the_mode_choice_offers_the_int4_methods_and_output_forms() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("block.onnx");
+    residual_block(&path);
+    let mut h = harness(studio());
+    open(&mut h, Source::File(path));
+    h.get_by_value("INT8 (activations and weights)").click();
+    h.run_steps(2);
+    h.get_by_label("INT4 weight-only").click();
+    h.run_steps(3);
+    let r = recipe(&h);
+    assert_eq!(r.mode, qdq_studio::recipe::QuantMode::Int4);
+    assert_eq!(r.weight_type, qdq_studio::recipe::QuantType::Int4);
+    // The plan is the int4 one: both MatMul weights, nothing else.
+    assert_eq!(h.state().document().unwrap().plan.quantized_count(), 2);
+    h.get_by_value("awq_lite").click();
+    h.run_steps(2);
+    h.get_by_label("awq_clip").click();
+    h.run_steps(3);
+    assert_eq!(
+        recipe(&h).int4_method,
+        qdq_studio::recipe::Int4Method::AwqClip
+    );
+    h.get_by_value("DequantizeLinear (any runtime)").click();
+    h.run_steps(2);
+    h.get_by_label("MatMulNBits (ONNX Runtime)").click();
+    h.run_steps(3);
+    assert_eq!(
+        recipe(&h).int4_output,
+        qdq_studio::recipe::Int4Output::Matmulnbits
+    );
+    // Each choice is one undoable step; back to int8 drops the int4-only output form.
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(3);
+    assert_eq!(recipe(&h).int4_output, qdq_studio::recipe::Int4Output::Dq);
+    h.get_by_value("INT4 weight-only").click();
+    h.run_steps(2);
+    h.get_by_label("INT8 (activations and weights)").click();
+    h.run_steps(3);
+    let r = recipe(&h);
+    assert_eq!(
+        (r.mode, r.weight_type),
+        (
+            qdq_studio::recipe::QuantMode::Int8,
+            qdq_studio::recipe::QuantType::Int8
+        )
+    );
+}

@@ -45,6 +45,12 @@ pub enum Command {
     },
     /// Turn the recipe's automatic precision on or off.
     SetAutoPrecision(bool),
+    /// Switch the recipe's mode (int8, fp8, int4), with the types it needs.
+    SetMode(crate::recipe::QuantMode),
+    /// Choose the int4 method (AWQ-lite, AWQ-clip, RTN).
+    SetInt4Method(crate::recipe::Int4Method),
+    /// Choose the int4 output form (DequantizeLinear or MatMulNBits).
+    SetInt4Output(crate::recipe::Int4Output),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

@@ -12,6 +12,7 @@ use crate::app::document::Document;
 use crate::app::inspector::{self, InspectorState};
 use crate::app::states::NodeState;
 use crate::model::legacy::LegacyOpset;
+use crate::recipe::{Int4Method, Int4Output, QuantMode};
 
 /// Legend entries in display order.
 const LEGEND: [NodeState; 7] = [
@@ -349,6 +350,7 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             }
         });
     let recipe = doc.recipe();
+    mode_rows(ui, recipe, commands);
     auto_precision_row(ui, doc, commands);
     if !recipe.nodes_to_exclude.is_empty() {
         ui.label(format!(
@@ -383,6 +385,110 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             commands.push(Command::Redo);
         }
     });
+}
+
+/// A mode's name in the studio.
+pub fn mode_name(mode: QuantMode) -> &'static str {
+    match mode {
+        QuantMode::Int8 => "INT8 (activations and weights)",
+        QuantMode::Fp8 => "FP8 E4M3 (activations and weights)",
+        QuantMode::Int4 => "INT4 weight-only",
+    }
+}
+
+/// An int4 output form's name in the studio.
+pub fn output_name(form: Int4Output) -> &'static str {
+    match form {
+        Int4Output::Dq => "DequantizeLinear (any runtime)",
+        Int4Output::Matmulnbits => "MatMulNBits (ONNX Runtime)",
+    }
+}
+
+/// What an int4 method does, for its tooltip.
+fn method_hint(method: Int4Method) -> &'static str {
+    match method {
+        Int4Method::AwqLite => {
+            "Activation-aware scaling: per input channel, a scale searched per layer on the \
+             calibration activations, folded into the producer (norm weight, Mul, MatMul) or an \
+             explicit Mul. Needs calibration."
+        }
+        Int4Method::AwqClip => {
+            "Activation-aware clipping: per block, the range ratio that minimises the layer's \
+             output error on the calibration activations. Needs calibration."
+        }
+        Int4Method::RtnDq => "Round to nearest, int4 weights stored. No calibration.",
+        Int4Method::Rtn => {
+            "Round to nearest as Q/DQ on the float weights (TensorRT's form; the file keeps \
+             float weights). No calibration."
+        }
+    }
+}
+
+/// The recipe's mode and, for int4, its method and output form.
+fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
+    egui::Grid::new("recipe_mode")
+        .num_columns(2)
+        .show(ui, |ui| {
+            ui.label("Mode");
+            egui::ComboBox::from_id_salt("recipe-mode")
+                .selected_text(mode_name(recipe.mode))
+                .show_ui(ui, |ui| {
+                    for mode in [QuantMode::Int8, QuantMode::Fp8, QuantMode::Int4] {
+                        if ui
+                            .selectable_label(recipe.mode == mode, mode_name(mode))
+                            .clicked()
+                            && recipe.mode != mode
+                        {
+                            commands.push(Command::SetMode(mode));
+                        }
+                    }
+                });
+            ui.end_row();
+            if recipe.mode != QuantMode::Int4 {
+                return;
+            }
+            ui.label("Int4 method");
+            egui::ComboBox::from_id_salt("recipe-int4-method")
+                .selected_text(recipe.int4_method.name())
+                .show_ui(ui, |ui| {
+                    for method in Int4Method::ALL {
+                        if ui
+                            .selectable_label(recipe.int4_method == method, method.name())
+                            .on_hover_text(method_hint(method))
+                            .clicked()
+                            && recipe.int4_method != method
+                        {
+                            commands.push(Command::SetInt4Method(method));
+                        }
+                    }
+                })
+                .response
+                .on_hover_text(method_hint(recipe.int4_method));
+            ui.end_row();
+            ui.label("Int4 output");
+            egui::ComboBox::from_id_salt("recipe-int4-output")
+                .selected_text(output_name(recipe.int4_output))
+                .show_ui(ui, |ui| {
+                    for form in [Int4Output::Dq, Int4Output::Matmulnbits] {
+                        let usable =
+                            form == Int4Output::Dq || recipe.int4_method != Int4Method::Rtn;
+                        if ui
+                            .add_enabled(
+                                usable,
+                                egui::Button::selectable(
+                                    recipe.int4_output == form,
+                                    output_name(form),
+                                ),
+                            )
+                            .clicked()
+                            && recipe.int4_output != form
+                        {
+                            commands.push(Command::SetInt4Output(form));
+                        }
+                    }
+                });
+            ui.end_row();
+        });
 }
 
 /// The automatic-precision switch, with what it keeps in float under the current plan.

@@ -290,6 +290,25 @@ impl Studio {
                 self.window.status =
                     format!("Automatic precision {}", if on { "on" } else { "off" });
             }
+            Command::SetMode(mode) => {
+                doc.editor.change(|r| r.set_mode(mode));
+                self.window.status = format!("Mode: {}", crate::app::panels::mode_name(mode));
+            }
+            Command::SetInt4Method(method) => {
+                doc.editor.change(|r| {
+                    r.int4_method = method;
+                    // rtn keeps float weights: MatMulNBits needs stored int4 ones.
+                    if method == crate::recipe::Int4Method::Rtn {
+                        r.int4_output = crate::recipe::Int4Output::Dq;
+                    }
+                });
+                self.window.status = format!("Int4 method: {}", method.name());
+            }
+            Command::SetInt4Output(form) => {
+                doc.editor.change(|r| r.int4_output = form);
+                self.window.status =
+                    format!("Int4 output: {}", crate::app::panels::output_name(form));
+            }
             Command::Select(node, SelectMode::Replace) => doc.selection = vec![node],
             Command::Select(node, SelectMode::Toggle) => {
                 if let Some(at) = doc.selection.iter().position(|n| *n == node) {

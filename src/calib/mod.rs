@@ -5,6 +5,7 @@
 //! whatever the number of batches (onnxruntime's histogram methods keep every activation of
 //! every batch until the end).
 
+pub mod channels;
 pub mod data;
 pub mod file;
 pub mod histogram;
@@ -68,6 +69,9 @@ pub struct CalibrationConfig {
     /// size is lowered to fit, and a sample that does not fit is refused.
     #[serde(default)]
     pub memory_budget: Option<u64>,
+    /// Also gather per-channel statistics of these tensors (activation-aware int4 weights).
+    #[serde(default)]
+    pub channels: Option<channels::ChannelSampling>,
 }
 
 impl Default for CalibrationConfig {
@@ -81,6 +85,7 @@ impl Default for CalibrationConfig {
             ort_parity: None,
             tensors: None,
             memory_budget: None,
+            channels: None,
         }
     }
 }

@@ -9,6 +9,7 @@ use ndarray::ArrayViewD;
 use prost::Message;
 use rayon::prelude::*;
 
+use super::channels::ChannelStats;
 use super::data::{BatchChoice, BatchSource, choose_batch, model_inputs, validate_source};
 use super::histogram::{AbsHistogram, Histogram};
 use super::memory;
@@ -173,6 +174,7 @@ pub fn calibrate(
         })?;
 
     let mut stats: Vec<TensorStats> = vec![TensorStats::default(); tensors.len()];
+    let mut channels: Vec<Option<ChannelStats>> = vec![None; tensors.len()];
     // Untyped tensors are kept only if the session returns them as floats.
     let mut float_seen: Vec<bool> = tensors
         .iter()
@@ -225,8 +227,11 @@ pub fn calibrate(
             let observed = fold_outputs(
                 &outputs,
                 &tensors,
-                &mut stats,
-                &mut float_seen,
+                Folded {
+                    stats: &mut stats,
+                    channels: &mut channels,
+                    float_seen: &mut float_seen,
+                },
                 pass,
                 config,
             );
@@ -262,8 +267,14 @@ pub fn calibrate(
         stats_seconds,
         notes: notes.into_iter().chain(fitter.notes).collect(),
     };
+    let channels = tensors
+        .iter()
+        .zip(channels)
+        .filter_map(|(name, c)| Some((name.clone(), c?)))
+        .collect();
     Ok(CalibrationStats {
         info,
+        channels,
         tensors: tensors
             .into_iter()
             .zip(stats)
@@ -285,15 +296,27 @@ fn prepare_fixed_histograms(stats: &mut [TensorStats], config: &CalibrationConfi
     }
 }
 
+/// What a batch is folded into, one entry per observed tensor.
+struct Folded<'a> {
+    stats: &'a mut [TensorStats],
+    /// Per-channel statistics, for the tensors [`CalibrationConfig::channels`] names.
+    channels: &'a mut [Option<ChannelStats>],
+    float_seen: &'a mut [bool],
+}
+
 /// Folds one batch's outputs into the statistics, tensors in parallel.
 fn fold_outputs(
     outputs: &ort::session::SessionOutputs<'_>,
     tensors: &[String],
-    stats: &mut [TensorStats],
-    float_seen: &mut [bool],
+    into: Folded<'_>,
     pass: Pass,
     config: &CalibrationConfig,
 ) -> u64 {
+    let Folded {
+        stats,
+        channels,
+        float_seen,
+    } = into;
     // f32 outputs are read in place; other float types are converted once.
     let converted: Vec<Option<(DataType, ndarray::ArrayD<f32>)>> = tensors
         .iter()
@@ -333,10 +356,15 @@ fn fold_outputs(
             .flatten()
             .map(|(_, a)| a.len() as u64 * 4)
             .sum::<u64>();
+    let sampled = |name: &String| {
+        let sampling = config.channels.as_ref()?;
+        sampling.tensors.contains(name).then_some(sampling.rows)
+    };
     stats
         .par_iter_mut()
-        .zip(views.par_iter())
-        .for_each(|(s, view)| {
+        .zip(channels.par_iter_mut())
+        .zip(views.par_iter().zip(tensors.par_iter()))
+        .for_each(|((s, channel), (view, name))| {
             let Some(view) = view else { return };
             let contiguous;
             let values: &[f32] = match view.as_slice() {
@@ -346,6 +374,14 @@ fn fold_outputs(
                     &contiguous
                 }
             };
+            if pass != Pass::Histograms
+                && let Some(rows) = sampled(name)
+                && let Some(&last) = view.shape().last()
+            {
+                channel
+                    .get_or_insert_with(|| ChannelStats::new(last, rows))
+                    .add(values, last);
+            }
             match pass {
                 Pass::Streaming => s.add_batch(
                     values,

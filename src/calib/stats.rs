@@ -246,6 +246,9 @@ pub struct CalibrationStats {
     pub info: CalibrationInfo,
     /// Tensor name → statistics.
     pub tensors: BTreeMap<String, TensorStats>,
+    /// Tensor name → per-channel statistics (gathered for activation-aware int4 weights).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, super::channels::ChannelStats>,
 }
 
 #[cfg(test)]

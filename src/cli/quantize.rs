@@ -10,7 +10,9 @@ use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;
-use qdq_studio::recipe::{Placement, Preprocessing, QuantMode, QuantType, Recipe};
+use qdq_studio::recipe::{
+    Int4Method, Int4Output, Placement, Preprocessing, QuantMode, QuantType, Recipe,
+};
 use qdq_studio::runtime::Runtime;
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::quantize::{self, SaveRequest, Saved};
@@ -49,9 +51,18 @@ pub struct QuantizeArgs {
         conflicts_with = "calibration_data_path"
     )]
     pub calibration_cache_path: Option<PathBuf>,
-    /// max (MinMax), entropy, percentile, mse, pow2, pow2_mse.
+    /// int8/fp8: max (MinMax), entropy, percentile, mse, pow2, pow2_mse. int4: awq_lite
+    /// (the default), awq_clip, rtn_dq (round to nearest, int4 weights) or rtn (Q/DQ on the
+    /// float weights).
     #[arg(long = "calibration_method", visible_alias = "calibration-method")]
     pub calibration_method: Option<String>,
+    /// int4 block size (rows of a MatMul weight per scale): a power of two ≥ 16.
+    #[arg(long = "block_size", visible_alias = "block-size")]
+    pub block_size: Option<usize>,
+    /// int4 output form: dq (opset-21 DequantizeLinear, any runtime) or matmulnbits (ONNX
+    /// Runtime's MatMulNBits kernels on CPU, CUDA and DirectML).
+    #[arg(long = "int4_output", visible_alias = "int4-output")]
+    pub int4_output: Option<String>,
     /// Execution providers for calibration, in priority order.
     #[arg(long = "calibration_eps", visible_alias = "calibration-eps", num_args = 1.., default_value = "cpu")]
     pub calibration_eps: Vec<String>,
@@ -142,6 +153,26 @@ fn parse_type(text: &str, flag: &str) -> anyhow::Result<QuantType> {
     })
 }
 
+/// Sets `--calibration_method`: an int4 method in int4 mode, a range method otherwise.
+fn set_method(recipe: &mut Recipe, method: &str) -> anyhow::Result<()> {
+    if recipe.mode == QuantMode::Int4 {
+        recipe.int4_method = Int4Method::parse(method).with_context(|| {
+            format!(
+                "--calibration_method: '{method}' is not an int4 method (awq_lite, awq_clip, rtn_dq, rtn)"
+            )
+        })?;
+    } else {
+        recipe.calibration_method = RangeMethod::parse(method).with_context(|| {
+            let int4 = Int4Method::parse(method)
+                .map_or("", |_| "; it is an int4 method: add --quantize_mode int4");
+            format!(
+                "--calibration_method: unknown method '{method}' (max, entropy, percentile, mse, pow2, pow2_mse){int4}"
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// The recipe the arguments amount to.
 pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     let mut recipe = match &args.recipe {
@@ -149,23 +180,22 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
         None => Recipe::default(),
     };
     if let Some(mode) = &args.quantize_mode {
-        recipe.mode = match mode.as_str() {
+        recipe.set_mode(match mode.as_str() {
             "int8" => QuantMode::Int8,
-            "fp8" => {
-                recipe.activation_type = QuantType::Float8e4m3fn;
-                recipe.weight_type = QuantType::Float8e4m3fn;
-                QuantMode::Fp8
-            }
-            "int4" => {
-                recipe.weight_type = QuantType::Int4;
-                QuantMode::Int4
-            }
+            "fp8" => QuantMode::Fp8,
+            "int4" => QuantMode::Int4,
             other => bail!("--quantize_mode: unknown mode '{other}' (int8, fp8, int4)"),
-        };
+        });
     }
     if let Some(method) = &args.calibration_method {
-        recipe.calibration_method = RangeMethod::parse(method)
-            .with_context(|| format!("--calibration_method: unknown method '{method}'"))?;
+        set_method(&mut recipe, method)?;
+    }
+    if let Some(block) = args.block_size {
+        recipe.block_size = block;
+    }
+    if let Some(form) = &args.int4_output {
+        recipe.int4_output = Int4Output::parse(form)
+            .with_context(|| format!("--int4_output: unknown form '{form}' (dq, matmulnbits)"))?;
     }
     if let Some(placement) = &args.placement {
         recipe.placement = match placement.as_str() {
@@ -214,9 +244,27 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
                 .collect();
         }
     }
+    if let Some(note) = int4_without_data(args, &mut recipe) {
+        eprintln!("note: {note}");
+    }
     // Validate the combination the flags produced, as if it had been read from a file.
     Recipe::from_toml(&recipe.to_toml(), "the settings")?;
     Ok(recipe)
+}
+
+/// int4 with neither data nor a chosen method: round to nearest. AWQ fits its scales to the
+/// calibration activations, and random floats are not representative (they can make the
+/// model worse than plain rounding); `--calibration_method awq_lite` still runs it on them.
+fn int4_without_data(args: &QuantizeArgs, recipe: &mut Recipe) -> Option<String> {
+    let chosen = args.calibration_method.is_some() || args.recipe.is_some();
+    let data = args.calibration_data_path.is_some() || args.calibration_cache_path.is_some();
+    if recipe.mode != QuantMode::Int4 || chosen || data || !recipe.int4_method.needs_activations() {
+        return None;
+    }
+    recipe.int4_method = Int4Method::RtnDq;
+    Some(
+        "int4 without calibration data: rounding to nearest (rtn_dq); give --calibration_data_path for awq_lite, or ask for it with --calibration_method awq_lite (on random data)".to_owned(),
+    )
 }
 
 /// The statistics `quantize` uses: none for weight-only modes, the given cache file, or a
@@ -246,9 +294,9 @@ fn statistics_for(
         ..CalibrationConfig::default()
     };
     eprintln!("calibrating on {} ...", spec.describe());
-    let stats = calibrate::calibrate(
+    let stats = calibrate::calibrate_for_recipe(
         model,
-        &recipe.preprocessing,
+        recipe,
         &spec,
         &config,
         runtime,
@@ -314,6 +362,9 @@ fn print_saved(saved: &Saved) {
             by_type.join(", ")
         );
         for line in qdq_studio::quant::precision::summary(&built.kept_float) {
+            println!("{line}");
+        }
+        if let Some(line) = built.int4.summary() {
             println!("{line}");
         }
         if built.folded > 0 {

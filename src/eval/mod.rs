@@ -33,8 +33,10 @@ pub enum EvalError {
     /// The two models do not have the same interface.
     #[error("the models cannot be compared: {}", .0.join("; "))]
     Mismatch(Vec<String>),
-    /// The "quantized" model has no QuantizeLinear/DequantizeLinear node.
-    #[error("{0} has no QuantizeLinear or DequantizeLinear node: it is not a QDQ model")]
+    /// The "quantized" model has no QuantizeLinear/DequantizeLinear (or MatMulNBits) node.
+    #[error(
+        "{0} has no QuantizeLinear, DequantizeLinear or MatMulNBits node: it is not a QDQ model"
+    )]
     NotQuantized(String),
     /// A batch failed to run.
     #[error("batch {batch} failed on the {model} model: {reason}")]
@@ -229,10 +231,13 @@ pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Resu
     if !problems.is_empty() {
         return Err(EvalError::Mismatch(problems));
     }
-    let has_qdq = qg
-        .nodes()
-        .iter()
-        .any(|n| n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear");
+    // Q/DQ nodes (any domain), or ONNX Runtime's int4 MatMulNBits.
+    let has_qdq = qg.nodes().iter().any(|n| {
+        matches!(
+            n.op_type.as_str(),
+            "QuantizeLinear" | "DequantizeLinear" | "MatMulNBits"
+        )
+    });
     if !has_qdq {
         return Err(EvalError::NotQuantized(quant_label.to_owned()));
     }

@@ -2,6 +2,7 @@
 //! policies, graph rewriting into QDQ form, and the opset raise the output needs.
 
 pub mod explain;
+pub mod int4;
 pub mod memory;
 pub mod ops;
 pub mod opset;
@@ -109,6 +110,8 @@ pub struct Quantized {
     pub opset_raised: Option<(i64, i64)>,
     /// Tensors the recipe would have quantized that automatic precision kept in float.
     pub kept_float: BTreeMap<String, precision::KeptReason>,
+    /// What the int4 search did (empty for other modes and methods).
+    pub int4: int4::Int4Report,
 }
 
 impl Quantized {
@@ -186,13 +189,15 @@ pub fn quantize(
         memory::estimate(&prepared.model, &plan, recipe),
         crate::util::available_memory(),
     )?;
+    let mut int4 = int4::choose(&prepared, &plan, recipe, stats)?;
+    int4.fold_into_producers();
     let Prepared {
         model: mut work,
         graph,
         report: preprocess,
         ..
     } = prepared;
-    let rewritten = rewrite::rewrite(&mut work, &graph, &plan, recipe, stats)?;
+    let rewritten = rewrite::rewrite(&mut work, &graph, &plan, recipe, stats, &int4)?;
     let observed_rank = |tensor: &str| -> Option<usize> {
         stats?.tensors.get(tensor)?.shapes.first().map(Vec::len)
     };
@@ -220,6 +225,7 @@ pub fn quantize(
         params: rewritten.params,
         opset_raised,
         kept_float,
+        int4: int4.report,
     })
 }
 

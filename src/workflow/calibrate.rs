@@ -5,13 +5,14 @@
 use std::path::Path;
 
 use super::WorkflowError;
+use crate::calib::channels::{ChannelSampling, DEFAULT_SAMPLE_ROWS};
 use crate::calib::data::images::Preprocess;
 use crate::calib::data::{DataSpec, InputSpec, model_inputs, parse_shapes};
 use crate::calib::{CalibrationConfig, CalibrationStats};
 use crate::jobs::JobContext;
 use crate::model::Model;
 use crate::quant::Prepared;
-use crate::recipe::Preprocessing;
+use crate::recipe::{Preprocessing, QuantMode, Recipe};
 use crate::runtime::Runtime;
 
 /// Samples of random data when a face gives no number.
@@ -59,6 +60,57 @@ pub fn calibrate(
 ) -> Result<CalibrationStats, WorkflowError> {
     let prepared = Prepared::new(model, preprocessing)?;
     calibrate_prepared(&prepared, data, config, runtime, ctx)
+}
+
+/// `config` adapted to what `recipe` needs: the per-channel activations its int4 method
+/// searches on (AWQ), and for weight-only int4 only those tensors (nothing else is
+/// quantized, so nothing else needs a range).
+pub fn config_for_recipe(
+    config: &CalibrationConfig,
+    prepared: &Prepared,
+    recipe: &Recipe,
+) -> CalibrationConfig {
+    let mut config = config.clone();
+    let sampled = crate::quant::int4::activations_to_sample(prepared, recipe);
+    if sampled.is_empty() {
+        return config;
+    }
+    config.tensors = Some(match config.tensors.take() {
+        Some(mut list) if recipe.mode != QuantMode::Int4 => {
+            list.extend(
+                sampled
+                    .iter()
+                    .filter(|t| !list.contains(t))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+            list
+        }
+        _ => sampled.clone(),
+    });
+    if recipe.mode == QuantMode::Int4 {
+        config.histogram_bins = 0;
+        config.ort_parity = None;
+    }
+    config.channels = Some(ChannelSampling {
+        tensors: sampled,
+        rows: DEFAULT_SAMPLE_ROWS,
+    });
+    config
+}
+
+/// Calibrates `model` for `recipe` (see [`config_for_recipe`]).
+pub fn calibrate_for_recipe(
+    model: &Model,
+    recipe: &Recipe,
+    data: &DataSpec,
+    config: &CalibrationConfig,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<CalibrationStats, WorkflowError> {
+    let prepared = Prepared::new(model, &recipe.preprocessing)?;
+    let config = config_for_recipe(config, &prepared, recipe);
+    calibrate_prepared(&prepared, data, &config, runtime, ctx)
 }
 
 /// Calibrates a model already prepared.

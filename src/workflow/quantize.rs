@@ -16,9 +16,10 @@ use crate::recipe::{QuantMode, Recipe};
 use crate::report::CompareReport;
 use crate::runtime::Runtime;
 
-/// True when `recipe` needs activation ranges (every mode but int4 weight-only).
+/// True when `recipe` needs calibration statistics: activation ranges (every mode but int4
+/// weight-only), or the activations an int4 search runs on (AWQ).
 pub fn needs_statistics(recipe: &Recipe) -> bool {
-    recipe.mode != QuantMode::Int4
+    recipe.mode != QuantMode::Int4 || recipe.int4_method.needs_activations()
 }
 
 /// The default path of the QDQ model: `<name>.qdq.onnx` beside the input; in the current
@@ -88,6 +89,8 @@ pub struct Built {
     pub opset_raised: Option<(i64, i64)>,
     /// Tensors automatic precision kept in float, and why.
     pub kept_float: BTreeMap<String, crate::quant::precision::KeptReason>,
+    /// What the int4 search did.
+    pub int4: crate::quant::int4::Int4Report,
 }
 
 /// Milliseconds each stage took.
@@ -150,6 +153,7 @@ pub fn quantize_and_save(
                 folded: q.removed_nodes.len(),
                 opset_raised: q.opset_raised,
                 kept_float: q.kept_float.clone(),
+                int4: q.int4.clone(),
             };
             timings.quantize_ms = ms(started);
             (Arc::new(q.model), Some(built))

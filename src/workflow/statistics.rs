@@ -50,6 +50,7 @@ fn from_ranges(ranges: BTreeMap<String, Range>, path: &Path) -> CalibrationStats
             ..CalibrationInfo::default()
         },
         tensors,
+        channels: BTreeMap::new(),
     }
 }
 

@@ -715,6 +715,7 @@ mod tests {
         let mut stats = CalibrationStats {
             info: CalibrationInfo::default(),
             tensors: Default::default(),
+            channels: Default::default(),
         };
         for (name, lo, hi) in [
             ("x", -1.0, 1.0),

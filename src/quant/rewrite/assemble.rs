@@ -5,9 +5,12 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Edits, RewriteOutput};
-use crate::model::proto::NodeProto;
+use crate::model::proto::{NodeProto, OperatorSetIdProto};
 use crate::model::{Graph, Model, TensorKind};
 use crate::quant::plan::Plan;
+
+/// ONNX Runtime's contrib-op domain (MatMulNBits).
+const MICROSOFT_DOMAIN: &str = "com.microsoft";
 
 /// Where each folded Relu/Clip's input now goes: the producer writes the last output of the
 /// folded chain (Conv → Relu → Clip writes the Clip's output).
@@ -41,6 +44,11 @@ impl Edits {
         };
         let old_nodes = std::mem::take(&mut g.node);
         g.node = self.nodes(&old_nodes, graph, plan);
+        for t in &mut g.initializer {
+            if let Some(replacement) = self.replace_initializers.remove(t.name()) {
+                *t = replacement;
+            }
+        }
         // Float weights stay only where a non-quantized node still reads them.
         let still_read: HashSet<&str> = g
             .node
@@ -69,6 +77,14 @@ impl Edits {
         // Old models list initializers as graph inputs too: a dropped one must not stay an input.
         g.input.retain(|i| !dropped.contains(i.name()));
         g.initializer.append(&mut self.new_initializers);
+        let contrib = g.node.iter().any(|n| n.domain() == MICROSOFT_DOMAIN);
+        let imports = &mut model.proto_mut().opset_import;
+        if contrib && !imports.iter().any(|o| o.domain() == MICROSOFT_DOMAIN) {
+            imports.push(OperatorSetIdProto {
+                domain: Some(MICROSOFT_DOMAIN.to_owned()),
+                version: Some(1),
+            });
+        }
         self.out
     }
 
@@ -92,9 +108,16 @@ impl Edits {
             if removed.contains(&id.0) {
                 continue;
             }
-            let mut n = old[id.0].clone();
-            for input in n.input.iter_mut().filter(|i| !i.is_empty()) {
-                if let Some(replacement) = self.replaced_inputs.get(input.as_str()) {
+            let mut n = self
+                .replace_nodes
+                .remove(&id.0)
+                .unwrap_or_else(|| old[id.0].clone());
+            for (i, input) in n.input.iter_mut().enumerate() {
+                if let Some(replacement) = self.node_inputs.get(&(id.0, i)) {
+                    *input = replacement.clone();
+                } else if let Some(replacement) = self.replaced_inputs.get(input.as_str())
+                    && !input.is_empty()
+                {
                     *input = replacement.clone();
                 }
             }

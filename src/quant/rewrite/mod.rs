@@ -7,6 +7,7 @@
 
 mod activations;
 mod assemble;
+mod awq;
 mod biases;
 mod qdq;
 mod tensors;
@@ -17,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use ndarray::ArrayD;
 
 use super::QuantError;
+use super::int4::Int4Choices;
 use super::plan::{Plan, TensorRole};
 use super::scale::ScaleZp;
 use crate::calib::stats::CalibrationStats;
@@ -26,7 +28,7 @@ use crate::model::{DataType, Graph, Model};
 use crate::recipe::{QuantType, Recipe};
 
 pub use super::params::qtype_range_target;
-pub use weights::channel_extremes;
+pub use weights::{channel_extremes, check_finite};
 
 /// Quantization parameters of one tensor (one entry per channel when per-channel).
 #[derive(Debug, Clone, PartialEq)]
@@ -75,11 +77,20 @@ struct Edits {
     qdq_after: HashMap<String, Vec<NodeProto>>,
     /// Graph outputs whose producer now writes `{name}_QuantizeLinear_Input`.
     renamed_outputs: HashMap<String, String>,
+    /// Initializers whose values change (AWQ scales folded into them), by name.
+    replace_initializers: HashMap<String, TensorProto>,
+    /// One node's input rewired: (node index, input index) → the new tensor.
+    node_inputs: HashMap<(usize, usize), String>,
+    /// Nodes replaced whole (MatMul → MatMulNBits), by node index.
+    replace_nodes: HashMap<usize, NodeProto>,
 }
 
 /// The phases' shared inputs and the edits they collect.
 struct Rewriter<'a> {
     model: &'a Model,
+    graph: &'a Graph,
+    /// What the int4 searches decided (empty otherwise).
+    int4: &'a Int4Choices,
     plan: &'a Plan,
     recipe: &'a Recipe,
     stats: Option<&'a CalibrationStats>,
@@ -95,7 +106,8 @@ struct Rewriter<'a> {
 impl<'a> Rewriter<'a> {
     fn new(
         model: &'a Model,
-        graph: &Graph,
+        graph: &'a Graph,
+        int4: &'a Int4Choices,
         plan: &'a Plan,
         recipe: &'a Recipe,
         stats: Option<&'a CalibrationStats>,
@@ -112,6 +124,8 @@ impl<'a> Rewriter<'a> {
             .collect();
         Rewriter {
             model,
+            graph,
+            int4,
             plan,
             recipe,
             stats,
@@ -171,12 +185,14 @@ pub fn rewrite(
     plan: &Plan,
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
+    int4: &Int4Choices,
 ) -> Result<RewriteOutput, QuantError> {
     let edits = {
-        let mut rewriter = Rewriter::new(model, graph, plan, recipe, stats);
+        let mut rewriter = Rewriter::new(model, graph, int4, plan, recipe, stats);
         rewriter.activation_params()?;
         rewriter.shared_params();
         rewriter.weights()?;
+        rewriter.awq_scales()?;
         rewriter.biases()?;
         rewriter.qdq_pairs();
         let mut edits = rewriter.edits;

@@ -1,14 +1,19 @@
 //! Phase 3 of the rewrite: weights and constant inputs quantized from their values (per
 //! tensor, per channel or block-wise), each replaced by a DequantizeLinear.
 
-use ndarray::ArrayD;
+use ndarray::{ArrayD, CowArray, IxDyn};
 use rayon::prelude::*;
 
-use super::tensors::{collect_quantized, dequantize, int_attr, scale_tensor, zero_point_tensor};
+use super::tensors::{
+    collect_quantized, dequantize, int_attr, node, scale_tensor, zero_point_tensor,
+};
 use super::{Rewriter, TensorParams};
 use crate::model::proto::TensorProto;
 use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
+use crate::quant::int4::WeightTransform;
+use crate::quant::int4::blocks::{BlockSpec, block_params, param_at};
+use crate::quant::int4::nbits::{Packed, pack};
 use crate::quant::params::{WeightQuant, weight_quant};
 use crate::quant::plan::TensorRole;
 use crate::quant::scale::{
@@ -19,16 +24,18 @@ use crate::recipe::QuantType;
 /// A weight's quantized values (already the `{name}_quantized` initializer, so only the
 /// packed bytes stay in memory) and parameters.
 pub(super) struct QuantizedWeight {
-    values: TensorProto,
-    shape: Vec<usize>,
-    params: Vec<ScaleZp>,
-    scale_type: DataType,
-    axis: Option<usize>,
-    block_size: Option<usize>,
+    pub(super) values: TensorProto,
+    pub(super) shape: Vec<usize>,
+    pub(super) params: Vec<ScaleZp>,
+    pub(super) scale_type: DataType,
+    pub(super) axis: Option<usize>,
+    pub(super) block_size: Option<usize>,
+    /// The MatMulNBits form, when the recipe asks for it.
+    packed: Option<Packed>,
 }
 
 /// An error naming `name` when `values` holds NaN or Inf.
-pub(super) fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), QuantError> {
+pub fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), QuantError> {
     let bad = match values.as_slice_memory_order() {
         Some(flat) => flat.par_iter().filter(|v| !v.is_finite()).count(),
         None => values.iter().filter(|v| !v.is_finite()).count(),
@@ -177,55 +184,80 @@ fn quantize_weight(
         scale_type,
         axis: how.axis,
         block_size: None,
+        packed: None,
     })
 }
 
+/// `values` (`[k, n]`) with an int4 search's row scales and column divisors applied.
+fn transformed<'v>(
+    values: &'v ArrayD<f32>,
+    transform: Option<&WeightTransform>,
+) -> CowArray<'v, f32, IxDyn> {
+    let Some(t) = transform else {
+        return values.as_standard_layout();
+    };
+    let mut out = values.as_standard_layout().into_owned();
+    let n = out.shape().get(1).copied().unwrap_or(1).max(1);
+    let Some(flat) = out.as_slice_mut() else {
+        return out.into();
+    };
+    for (i, row) in flat.chunks_mut(n).enumerate() {
+        let f = t.row_scale.as_ref().map_or(1.0, |s| s[i]);
+        for (j, v) in row.iter_mut().enumerate() {
+            let d = t.column_divisor.as_ref().map_or(1.0, |c| c[j]);
+            *v = *v * f / d;
+        }
+    }
+    out.into()
+}
+
 /// Block-wise quantization along axis 0 of a rank-2 weight (int4 weight-only), scales
-/// stored in `scale_type`: each block of rows gets one parameter per column. Blocks are
-/// independent, so both the parameters and the values are computed in parallel, reading the
-/// rows in order.
+/// stored in `scale_type`: each block of rows gets one parameter per column ([`blocks`]),
+/// after the int4 search's transform. With `nbits`, the values are packed for
+/// MatMulNBits instead of stored as an int4 tensor.
 fn quantize_blockwise(
     name: &str,
     values: &ArrayD<f32>,
     how: &WeightQuant,
-    block: usize,
+    transform: Option<&WeightTransform>,
     scale_type: DataType,
+    nbits: bool,
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
+    let block = how.block_size.unwrap_or(1);
+    let values = transformed(values, transform);
     let (k, n) = (values.shape()[0], values.shape()[1]);
-    let standard = values.as_standard_layout();
-    let flat = standard.as_slice().unwrap_or(&[]);
-    let mut params: Vec<ScaleZp> = flat
-        .par_chunks(block * n.max(1))
-        .flat_map_iter(|rows| {
-            let (mut lo, mut hi) = (vec![0f32; n], vec![0f32; n]);
-            for row in rows.chunks(n.max(1)) {
-                for (col, &v) in row.iter().enumerate() {
-                    lo[col] = lo[col].min(v);
-                    hi[col] = hi[col].max(v);
-                }
-            }
-            lo.into_iter()
-                .zip(hi)
-                .map(|(lo, hi)| scale_zp_for(lo, hi, how.qtype, how.symmetric, false))
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let flat = values.as_slice().unwrap_or(&[]);
+    let spec = BlockSpec {
+        block,
+        qtype: how.qtype,
+        symmetric: how.symmetric,
+    };
+    let mut params = block_params(flat, k, n, spec, transform.and_then(|t| t.clip.as_deref()));
     store_scales(&mut params, scale_type, false);
-    let quantized = collect_quantized(how.qtype, &[k, n], n, |row, col| {
+    let quantize = |row: usize, col: usize| {
         quantize_value(
             flat[row * n + col],
-            params[(row / block) * n + col],
+            param_at(&params, spec, n, row, col),
             how.qtype,
         )
-    });
+    };
+    let (stored, packed) = if nbits {
+        let codes: Vec<i64> = (0..k * n).map(|i| quantize(i / n, i % n)).collect();
+        let packed = pack(&codes, k, n, block, &params, how.qtype);
+        (TensorProto::default(), Some(packed))
+    } else {
+        let quantized = collect_quantized(how.qtype, &[k, n], n, quantize);
+        (quantized.to_proto(&format!("{name}_quantized")), None)
+    };
     Ok(QuantizedWeight {
-        values: quantized.to_proto(&format!("{name}_quantized")),
+        values: stored,
         shape: vec![k, n],
         params,
         scale_type,
         axis: Some(0),
         block_size: Some(block),
+        packed,
     })
 }
 
@@ -267,7 +299,14 @@ impl Rewriter<'_> {
         };
         let scale_type = self.float_type(name);
         let q = match (how.block_size, role) {
-            (Some(block), _) => quantize_blockwise(name, &values, &how, block, scale_type)?,
+            (Some(_), _) => quantize_blockwise(
+                name,
+                &values,
+                &how,
+                self.int4.transforms.get(name),
+                scale_type,
+                self.nbits_readers(name).is_some(),
+            )?,
             (None, TensorRole::Weight { .. }) => {
                 quantize_weight(name, &values, &how, self.bias_adjust(name), scale_type)?
             }
@@ -300,7 +339,13 @@ impl Rewriter<'_> {
 
     /// Writes one quantized weight: its initializers and DequantizeLinear, and its consumers
     /// rewired to the DequantizeLinear's output.
-    fn emit_weight(&mut self, name: &str, q: QuantizedWeight) {
+    fn emit_weight(&mut self, name: &str, mut q: QuantizedWeight) {
+        if let Some(packed) = q.packed.take() {
+            self.emit_nbits(name, q, packed);
+            return;
+        }
+        // ModelOpt's `rtn`: the float weight stays, behind a QuantizeLinear.
+        let fake = q.block_size.is_some() && self.keeps_float_weights();
         let shape = q.shape.as_slice();
         let qtype = match &self.plan.roles[name] {
             TensorRole::ConstantActivation => {
@@ -312,7 +357,9 @@ impl Rewriter<'_> {
         let per_axis = q.axis.is_some() && q.params.len() > 1 || q.block_size.is_some();
         let edits = &mut self.edits;
         edits.out.per_axis |= per_axis;
-        edits.new_initializers.push(q.values);
+        if !fake {
+            edits.new_initializers.push(q.values);
+        }
         edits.new_initializers.push(scale_tensor(
             &format!("{name}_scale"),
             &q.params,
@@ -333,6 +380,19 @@ impl Rewriter<'_> {
             attributes.push(int_attr("block_size", block as i64));
         }
         let dq_output = format!("{name}_DequantizeLinear_Output");
+        if fake {
+            edits.weight_dq.push(node(
+                "QuantizeLinear",
+                &format!("{name}_QuantizeLinear"),
+                vec![
+                    name.to_owned(),
+                    format!("{name}_scale"),
+                    format!("{name}_zero_point"),
+                ],
+                vec![format!("{name}_quantized")],
+                attributes.clone(),
+            ));
+        }
         edits.weight_dq.push(dequantize(
             &format!("{name}_DequantizeLinear"),
             [
@@ -344,7 +404,9 @@ impl Rewriter<'_> {
             attributes,
         ));
         edits.replaced_inputs.insert(name.to_owned(), dq_output);
-        edits.drop_initializers.insert(name.to_owned());
+        if !fake {
+            edits.drop_initializers.insert(name.to_owned());
+        }
         edits.out.params.insert(
             name.to_owned(),
             TensorParams {

@@ -1,0 +1,324 @@
+//! Int4 weight-only methods beyond round-to-nearest: activation-aware scaling (AWQ-lite) and
+//! clipping (AWQ-clip), searched per layer on the calibration activations gathered by
+//! [`crate::calib::channels`], and ONNX Runtime's `MatMulNBits` output form ([`nbits`]).
+//!
+//! The searches decide, before the rewrite, a [`WeightTransform`] per weight (row scales,
+//! column scales, clipping ratios) and an [`ActivationScale`] per scaled activation (where
+//! its division goes); the rewrite applies them while it quantizes, so the float model is
+//! never copied.
+
+pub mod blocks;
+pub mod fold;
+pub mod nbits;
+pub mod search;
+
+use std::collections::{BTreeMap, HashMap};
+
+use ndarray::{Array2, ArrayView2, Ix2};
+
+use super::QuantError;
+use super::plan::{Plan, TensorRole};
+use super::prepare::Prepared;
+use crate::calib::channels::ChannelStats;
+use crate::calib::stats::CalibrationStats;
+use crate::model::{Graph, NodeId};
+use crate::recipe::{Int4Method, QuantMode, Recipe};
+use blocks::BlockSpec;
+pub use fold::ScaleSite;
+
+/// What the rewrite does to one weight's float values before quantizing them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WeightTransform {
+    /// Multiply row `i` (input channel) by this (AWQ-lite's `s`).
+    pub row_scale: Option<Vec<f32>>,
+    /// Divide column `j` by this (a following layer's `s` folded into this weight).
+    pub column_divisor: Option<Vec<f32>>,
+    /// Clipping ratio per block and column (AWQ-clip), `block * n + column`.
+    pub clip: Option<Vec<f32>>,
+}
+
+/// One activation divided by AWQ-lite's scales, and where the division goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationScale {
+    /// The activation (input 0 of the MatMuls).
+    pub activation: String,
+    /// The MatMul/Gemm nodes whose weights were scaled.
+    pub readers: Vec<NodeId>,
+    /// The scales, one per channel.
+    pub scales: Vec<f32>,
+    /// The exponent the search chose.
+    pub alpha: f32,
+    /// Where the division goes.
+    pub site: ScaleSite,
+}
+
+/// What the int4 searches decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Int4Choices {
+    /// Weight name → its transform.
+    pub transforms: HashMap<String, WeightTransform>,
+    /// Activations divided by AWQ-lite's scales.
+    pub scales: Vec<ActivationScale>,
+    /// What was searched, for the faces.
+    pub report: Int4Report,
+}
+
+/// A summary of the searches.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Int4Report {
+    /// The method.
+    pub method: Option<Int4Method>,
+    /// Weights searched.
+    pub searched: usize,
+    /// Weights rounded plainly (shared, transposed or not a MatMul's right-hand side).
+    pub plain: usize,
+    /// Activations scaled, per site description.
+    pub sites: BTreeMap<String, usize>,
+    /// Activation groups where plain rounding was best (left unscaled).
+    pub unscaled: usize,
+    /// Rows of calibration activations each search used (the smallest).
+    pub sample_rows: usize,
+}
+
+impl Int4Report {
+    /// One line for the faces, `None` when no search ran.
+    pub fn summary(&self) -> Option<String> {
+        let method = self.method?;
+        let mut line = format!(
+            "{}: {} weight(s) searched on {} calibration row(s)",
+            method.name(),
+            self.searched,
+            self.sample_rows
+        );
+        if method == Int4Method::AwqLite {
+            let sites: Vec<String> = self
+                .sites
+                .iter()
+                .map(|(site, n)| format!("{n} {site}"))
+                .collect();
+            line.push_str(&format!(
+                "; activation scales: {}; {} group(s) left unscaled (plain rounding was best)",
+                if sites.is_empty() {
+                    "none".to_owned()
+                } else {
+                    sites.join(", ")
+                },
+                self.unscaled
+            ));
+        }
+        if self.plain > 0 {
+            line.push_str(&format!(
+                "; {} weight(s) rounded plainly (shared or transposed)",
+                self.plain
+            ));
+        }
+        Some(line)
+    }
+}
+
+/// Weights that read one activation, searched together.
+struct Group {
+    activation: String,
+    weights: Vec<String>,
+    readers: Vec<NodeId>,
+}
+
+/// The activation a weight-only MatMul/Gemm multiplies `weight` by, when the search can
+/// handle it: the weight is the right-hand side `[k, n]` of one node (MatMul, or Gemm
+/// without transposes).
+fn searchable(graph: &Graph, weight: &str) -> Option<(String, NodeId)> {
+    let t = graph.tensor(weight)?;
+    let [reader] = t.consumers.as_slice() else {
+        return None;
+    };
+    let node = graph.node(*reader);
+    let plain_gemm = node.op_type == "Gemm"
+        && node.int_attribute("transA").unwrap_or(0) == 0
+        && node.int_attribute("transB").unwrap_or(0) == 0;
+    let rhs = node.inputs.get(1).is_some_and(|w| w == weight);
+    (node.domain.is_empty() && (node.op_type == "MatMul" || plain_gemm) && rhs)
+        .then(|| (node.inputs[0].clone(), *reader))
+}
+
+/// The plan's int4 weights grouped by the activation they multiply; the second value counts
+/// the weights no search can take.
+fn groups(graph: &Graph, plan: &Plan) -> (Vec<Group>, usize) {
+    let mut by_activation: BTreeMap<String, Group> = BTreeMap::new();
+    let mut plain = 0;
+    let mut weights: Vec<&String> = plan
+        .roles
+        .iter()
+        .filter(|(_, r)| matches!(r, TensorRole::Weight { .. }))
+        .map(|(n, _)| n)
+        .collect();
+    weights.sort();
+    for w in weights {
+        match searchable(graph, w) {
+            Some((activation, reader)) => {
+                let group = by_activation
+                    .entry(activation.clone())
+                    .or_insert_with(|| Group {
+                        activation,
+                        weights: Vec::new(),
+                        readers: Vec::new(),
+                    });
+                group.weights.push(w.clone());
+                group.readers.push(reader);
+            }
+            None => plain += 1,
+        }
+    }
+    (by_activation.into_values().collect(), plain)
+}
+
+/// The activations whose per-channel statistics the recipe's int4 method needs (empty when
+/// it needs none): calibration gathers them.
+pub fn activations_to_sample(prepared: &Prepared, recipe: &Recipe) -> Vec<String> {
+    if recipe.mode != QuantMode::Int4 || !recipe.int4_method.needs_activations() {
+        return Vec::new();
+    }
+    let plan = prepared.plan(recipe, None);
+    groups(&prepared.graph, &plan)
+        .0
+        .into_iter()
+        .map(|g| g.activation)
+        .collect()
+}
+
+/// The error for a group whose statistics are missing.
+fn missing(activation: &str, method: Int4Method) -> QuantError {
+    QuantError::MissingStats {
+        tensor: activation.to_owned(),
+        reason: format!(
+            "{} needs its per-channel calibration activations; calibrate with this recipe (the statistics given hold none for it)",
+            method.name()
+        ),
+    }
+}
+
+/// Runs the recipe's int4 search (nothing for other modes and methods).
+pub fn choose(
+    prepared: &Prepared,
+    plan: &Plan,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> Result<Int4Choices, QuantError> {
+    let method = recipe.int4_method;
+    let mut choices = Int4Choices::default();
+    if recipe.mode != QuantMode::Int4 || !method.needs_activations() {
+        return Ok(choices);
+    }
+    let spec = BlockSpec {
+        block: recipe.block_size,
+        qtype: recipe.weight_type,
+        symmetric: recipe.symmetric_weights,
+    };
+    let (groups, plain) = groups(&prepared.graph, plan);
+    choices.report = Int4Report {
+        method: Some(method),
+        plain,
+        sample_rows: usize::MAX,
+        ..Int4Report::default()
+    };
+    for group in groups {
+        let channel = stats
+            .and_then(|s| s.channels.get(&group.activation))
+            .ok_or_else(|| missing(&group.activation, method))?;
+        search_group(prepared, &group, channel, spec, method, &mut choices)?;
+    }
+    if choices.report.sample_rows == usize::MAX {
+        choices.report.sample_rows = 0;
+    }
+    Ok(choices)
+}
+
+/// A weight's values as a `[k, n]` matrix.
+fn matrix(prepared: &Prepared, name: &str) -> Result<Array2<f32>, QuantError> {
+    let values = prepared
+        .model
+        .weight(name)?
+        .ok_or_else(|| QuantError::MissingStats {
+            tensor: name.to_owned(),
+            reason: "expected an initializer".to_owned(),
+        })?
+        .into_f32();
+    super::rewrite::check_finite(name, &values)?;
+    values
+        .into_dimensionality::<Ix2>()
+        .map_err(|e| QuantError::MissingStats {
+            tensor: name.to_owned(),
+            reason: format!("expected a rank-2 weight: {e}"),
+        })
+}
+
+/// Searches one group and records its transforms (and its activation scale).
+fn search_group(
+    prepared: &Prepared,
+    group: &Group,
+    channel: &ChannelStats,
+    spec: BlockSpec,
+    method: Int4Method,
+    choices: &mut Int4Choices,
+) -> Result<(), QuantError> {
+    let k = channel.channels;
+    let weights: Vec<Array2<f32>> = group
+        .weights
+        .iter()
+        .map(|w| matrix(prepared, w))
+        .collect::<Result<_, _>>()?;
+    if channel.sample_rows == 0 || weights.iter().any(|w| w.nrows() != k) {
+        choices.report.plain += weights.len();
+        return Ok(());
+    }
+    let x = ArrayView2::from_shape((channel.sample_rows, k), &channel.sample)
+        .map_err(|e| missing(&format!("{} ({e})", group.activation), method))?;
+    choices.report.sample_rows = choices.report.sample_rows.min(channel.sample_rows);
+    choices.report.searched += weights.len();
+    let views: Vec<ArrayView2<'_, f32>> = weights.iter().map(|w| w.view()).collect();
+    match method {
+        Int4Method::AwqLite => {
+            let choice = search::search_scales(x, &channel.mean_abs(), &views, spec);
+            let (Some(alpha), Some(scales)) = (choice.alpha, choice.scales) else {
+                choices.report.unscaled += 1;
+                return Ok(());
+            };
+            for w in &group.weights {
+                choices.transforms.entry(w.clone()).or_default().row_scale = Some(scales.clone());
+            }
+            let site = fold::site(&prepared.graph, &group.activation, k, &group.readers);
+            *choices
+                .report
+                .sites
+                .entry(site.describe().to_owned())
+                .or_insert(0) += 1;
+            choices.scales.push(ActivationScale {
+                activation: group.activation.clone(),
+                readers: group.readers.clone(),
+                scales,
+                alpha,
+                site,
+            });
+        }
+        Int4Method::AwqClip => {
+            for (name, w) in group.weights.iter().zip(&views) {
+                let clip = search::search_clip(x, *w, spec);
+                choices.transforms.entry(name.clone()).or_default().clip = Some(clip);
+            }
+        }
+        Int4Method::Rtn | Int4Method::RtnDq => {}
+    }
+    Ok(())
+}
+
+impl Int4Choices {
+    /// Column divisors for the producer weights AWQ-lite folds into: called once the
+    /// scales are known, so a weight both scaled and folded into gets both.
+    pub fn fold_into_producers(&mut self) {
+        for scale in &self.scales {
+            if let ScaleSite::ProducerWeight(w) = &scale.site {
+                self.transforms.entry(w.clone()).or_default().column_divisor =
+                    Some(scale.scales.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! Int4 weight-only methods on an LLM-shaped decoder built with the project's model builder:
+//! token embedding, two pre-norm layers (RMSNorm written out in standard ops, single-head
+//! attention, a SwiGLU MLP), a final norm and an LM head, with Gaussian weights. Three
+//! channels of every norm's γ are 25× the rest, and the value and up projections have three
+//! output channels 10× the rest, so every MatMul input carries the few large activation
+//! channels AWQ exists for.
+//! Everything runs through the CLI and real ONNX Runtime sessions.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use ndarray::{ArrayD, IxDyn};
+use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
+use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions};
+use serde_json::Value;
+
+use common::{cli, run_ok, run_text, write_npz};
+
+const HIDDEN: usize = 256;
+const FFN: usize = 512;
+const VOCAB: usize = 1000;
+const SEQUENCE: usize = 32;
+const LAYERS: usize = 2;
+/// Channels whose norm weight is large (the outliers).
+const OUTLIERS: [usize; 3] = [7, 100, 201];
+
+/// A deterministic value in [-0.5, 0.5) from a seed and an index.
+fn noise(seed: u64, i: usize) -> f32 {
+    let mut k =
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    k ^= k >> 31;
+    k = k.wrapping_mul(0x94D0_49BB_1331_11EB);
+    k ^= k >> 29;
+    (k >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+}
+
+/// A standard normal value (Box-Muller): trained weights are bell-shaped, so most of a
+/// block lies well inside its largest value.
+fn gaussian(seed: u64, i: usize) -> f32 {
+    let u1 = noise(seed, 2 * i) + 0.5 + 1e-7;
+    let u2 = noise(seed, 2 * i + 1) + 0.5;
+    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+}
+
+fn weight(seed: u64, shape: &[usize], scale: f32) -> TensorArray {
+    let len: usize = shape.iter().product();
+    let values: Vec<f32> = (0..len).map(|i| gaussian(seed, i) * scale).collect();
+    TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values).unwrap())
+}
+
+fn scalar(value: f32) -> TensorArray {
+    TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), value))
+}
+
+/// γ of a norm: about 1, 25 on the outlier channels.
+fn gamma(seed: u64) -> TensorArray {
+    let values: Vec<f32> = (0..HIDDEN)
+        .map(|c| {
+            if OUTLIERS.contains(&c) {
+                25.0
+            } else {
+                1.0 + noise(seed, c) * 0.2
+            }
+        })
+        .collect();
+    TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&[HIDDEN]), values).unwrap())
+}
+
+/// RMSNorm of `x` in standard ops, named `{p}`, writing `{p}_out`.
+fn rms_norm(b: &mut ModelBuilder, p: &str, x: &str, seed: u64) -> String {
+    let g = format!("{p}_gamma");
+    b.initializer(&g, gamma(seed));
+    let t = |s: &str| format!("{p}_{s}");
+    b.node("Mul", &[x, x], &[&t("sq")]).name(&t("sq"));
+    b.node("ReduceMean", &[&t("sq")], &[&t("mean")])
+        .name(&t("mean"))
+        .attr_ints("axes", &[-1])
+        .attr_int("keepdims", 1);
+    b.node("Add", &[&t("mean"), "eps"], &[&t("var")])
+        .name(&t("var"));
+    b.node("Sqrt", &[&t("var")], &[&t("rms")]).name(&t("rms"));
+    b.node("Div", &[x, &t("rms")], &[&t("normed")])
+        .name(&t("normed"));
+    b.node("Mul", &[&t("normed"), &g], &[&t("out")])
+        .name(&t("gamma_mul"));
+    t("out")
+}
+
+/// A MatMul by a new weight `{name}_w` of N(0, gain²/k).
+fn linear(
+    b: &mut ModelBuilder,
+    name: &str,
+    x: &str,
+    (k, n): (usize, usize),
+    (gain, outlier_columns): (f32, bool),
+    seed: u64,
+) -> String {
+    let w = format!("{name}_w");
+    let mut values = weight(seed, &[k, n], gain / (k as f32).sqrt());
+    if outlier_columns {
+        // A few output channels much larger than the rest: the next MatMul's input gets
+        // outlier channels, as LLMs' attention outputs and MLP products have.
+        if let TensorArray::Float32(a) = &mut values {
+            for mut row in a.rows_mut() {
+                for &c in &OUTLIERS {
+                    row[c] *= 10.0;
+                }
+            }
+        }
+    }
+    b.initializer(&w, values);
+    let out = format!("{name}_out");
+    b.node("MatMul", &[x, &w], &[&out]).name(name);
+    out
+}
+
+/// One pre-norm decoder layer over the residual stream `x`; returns the new stream.
+fn layer(b: &mut ModelBuilder, l: usize, x: &str) -> String {
+    let seed = 100 * l as u64;
+    let p = |s: &str| format!("l{l}_{s}");
+    let h = rms_norm(b, &p("attn_norm"), x, seed + 1);
+    // Small query/key gains keep the attention soft, as in trained models.
+    let q = linear(
+        b,
+        &p("q_proj"),
+        &h,
+        (HIDDEN, HIDDEN),
+        (0.2, false),
+        seed + 2,
+    );
+    let k = linear(
+        b,
+        &p("k_proj"),
+        &h,
+        (HIDDEN, HIDDEN),
+        (0.2, false),
+        seed + 3,
+    );
+    let v = linear(b, &p("v_proj"), &h, (HIDDEN, HIDDEN), (1.0, true), seed + 4);
+    b.node("Transpose", &[&k], &[&p("kt")])
+        .name(&p("kt"))
+        .attr_ints("perm", &[0, 2, 1]);
+    b.node("MatMul", &[&q, &p("kt")], &[&p("scores")])
+        .name(&p("scores"));
+    b.node("Mul", &[&p("scores"), "attn_scale"], &[&p("scaled")])
+        .name(&p("scaled"));
+    b.node("Softmax", &[&p("scaled")], &[&p("probs")])
+        .name(&p("probs"))
+        .attr_int("axis", -1);
+    b.node("MatMul", &[&p("probs"), &v], &[&p("ctx")])
+        .name(&p("ctx"));
+    let o = linear(
+        b,
+        &p("o_proj"),
+        &p("ctx"),
+        (HIDDEN, HIDDEN),
+        (1.0, false),
+        seed + 5,
+    );
+    b.node("Add", &[x, &o], &[&p("res1")]).name(&p("res1"));
+    let h2 = rms_norm(b, &p("mlp_norm"), &p("res1"), seed + 6);
+    let gate = linear(
+        b,
+        &p("gate_proj"),
+        &h2,
+        (HIDDEN, FFN),
+        (1.0, false),
+        seed + 7,
+    );
+    let up = linear(b, &p("up_proj"), &h2, (HIDDEN, FFN), (1.0, true), seed + 8);
+    b.node("Sigmoid", &[&gate], &[&p("sig")]).name(&p("sig"));
+    b.node("Mul", &[&gate, &p("sig")], &[&p("silu")])
+        .name(&p("silu"));
+    b.node("Mul", &[&p("silu"), &up], &[&p("swiglu")])
+        .name(&p("swiglu"));
+    let down = linear(
+        b,
+        &p("down_proj"),
+        &p("swiglu"),
+        (FFN, HIDDEN),
+        (1.0, false),
+        seed + 9,
+    );
+    b.node("Add", &[&p("res1"), &down], &[&p("res2")])
+        .name(&p("res2"));
+    p("res2")
+}
+
+/// The decoder: `input_ids` [batch, 32] → `logits` [batch, 32, 1000].
+fn decoder() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("input_ids", DataType::Int64, &[-1, SEQUENCE as i64]);
+    b.initializer("embed", weight(7, &[VOCAB, HIDDEN], 1.0));
+    b.initializer("eps", scalar(1e-5));
+    b.initializer("attn_scale", scalar(1.0 / (HIDDEN as f32).sqrt()));
+    b.node("Gather", &["embed", "input_ids"], &["x0"])
+        .name("embed");
+    let mut x = "x0".to_owned();
+    for l in 0..LAYERS {
+        x = layer(&mut b, l, &x);
+    }
+    let h = rms_norm(&mut b, "final_norm", &x, 999);
+    let logits = linear(&mut b, "lm_head", &h, (HIDDEN, VOCAB), (1.0, false), 1000);
+    b.node("Identity", &[&logits], &["logits"]).name("logits");
+    b.output(
+        "logits",
+        DataType::Float32,
+        &[-1, SEQUENCE as i64, VOCAB as i64],
+    );
+    b.build()
+}
+
+/// `count` rows of token ids from a seed.
+fn tokens(path: &Path, count: usize, seed: u64) {
+    let ids: Vec<i64> = (0..count * SEQUENCE)
+        .map(|i| ((noise(seed, i) + 0.5) * VOCAB as f32) as i64 % VOCAB as i64)
+        .collect();
+    let ids = ArrayD::from_shape_vec(IxDyn(&[count, SEQUENCE]), ids).unwrap();
+    write_npz(path, &[("input_ids", TensorArray::Int64(ids))]);
+}
+
+/// The decoder and its calibration and evaluation data in `dir`.
+fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let model = dir.join("decoder.onnx");
+    decoder().save(&model, &Default::default()).unwrap();
+    let (calib, eval) = (dir.join("calib.npz"), dir.join("eval.npz"));
+    tokens(&calib, 16, 1);
+    tokens(&eval, 8, 2);
+    (model, calib, eval)
+}
+
+/// Quantizes to int4 with `args`; returns `quantize`'s output.
+fn quantize(model: &Path, calib: &Path, out: &Path, args: &[&str]) -> String {
+    run_ok(
+        cli()
+            .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
+            .arg(model)
+            .arg("--calibration_data_path")
+            .arg(calib)
+            .args(args)
+            .arg("-o")
+            .arg(out),
+    )
+}
+
+/// The `logits` comparison of `quant` against `float` on `eval`: (SQNR dB, cosine).
+fn logits_error(float: &Path, quant: &Path, eval: &Path) -> (f64, f64) {
+    let json = run_ok(
+        cli()
+            .args(["compare", "--float"])
+            .arg(float)
+            .arg("--quant")
+            .arg(quant)
+            .arg("--data")
+            .arg(eval)
+            .args(["--latency_runs", "1", "--json"]),
+    );
+    let report: Value = serde_json::from_str(&json).unwrap();
+    let logits = report["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "logits")
+        .expect("logits compared")
+        .clone();
+    (
+        logits["sqnr_db"].as_f64().unwrap(),
+        logits["cosine"].as_f64().unwrap(),
+    )
+}
+
+/// The decoder's logits on four fixed token rows, run with `optimization`.
+fn logits_of(model: &Path, optimization: Optimization) -> Vec<f32> {
+    let ids =
+        ndarray::Array2::from_shape_fn((4, SEQUENCE), |(r, c)| ((r * 131 + c * 17) % VOCAB) as i64);
+    let model = Model::load(model).unwrap();
+    let options = SessionOptions {
+        optimization,
+        ..SessionOptions::default()
+    };
+    let mut session = common::runtime()
+        .session_from_bytes(&model.to_bytes().unwrap(), &[EpSpec::Cpu], options)
+        .unwrap();
+    let outputs = session
+        .run(ort::inputs!["input_ids" => ort::value::Tensor::from_array(ids).unwrap()])
+        .unwrap();
+    outputs[0]
+        .try_extract_array::<f32>()
+        .unwrap()
+        .iter()
+        .copied()
+        .collect()
+}
+
+/// SQNR of `b` against `a`, in dB.
+fn sqnr(a: &[f32], b: &[f32]) -> f64 {
+    let signal: f64 = a.iter().map(|v| f64::from(*v).powi(2)).sum();
+    let noise: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    10.0 * (signal / noise.max(1e-30)).log10()
+}
+
+#[test]
+fn awq_lite_beats_round_to_nearest_by_3_db_on_an_outlier_decoder() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, eval) = setup(dir.path());
+    let rtn = dir.path().join("rtn.onnx");
+    quantize(&model, &calib, &rtn, &["--calibration_method", "rtn_dq"]);
+    let awq = dir.path().join("awq.onnx");
+    let said = quantize(&model, &calib, &awq, &[]);
+    assert!(said.contains("awq_lite: 15 weight(s) searched"), "{said}");
+    assert!(
+        said.contains("folded into the producer's constants"),
+        "{said}"
+    );
+    let clip = dir.path().join("clip.onnx");
+    let said = quantize(&model, &calib, &clip, &["--calibration_method", "awq_clip"]);
+    assert!(said.contains("awq_clip: 15 weight(s) searched"), "{said}");
+
+    let (rtn_db, _) = logits_error(&model, &rtn, &eval);
+    let (awq_db, _) = logits_error(&model, &awq, &eval);
+    let (clip_db, _) = logits_error(&model, &clip, &eval);
+    eprintln!("logits SQNR: rtn {rtn_db:.2} dB, awq_lite {awq_db:.2} dB, awq_clip {clip_db:.2} dB");
+    assert!(
+        awq_db >= rtn_db + 3.0,
+        "awq_lite {awq_db:.2} dB vs rtn {rtn_db:.2} dB"
+    );
+    assert!(
+        clip_db >= rtn_db,
+        "awq_clip {clip_db:.2} dB vs rtn {rtn_db:.2} dB"
+    );
+}
+
+#[test]
+fn matmulnbits_runs_in_onnx_runtime_and_matches_the_dq_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, eval) = setup(dir.path());
+    let dq = dir.path().join("dq.onnx");
+    quantize(&model, &calib, &dq, &["--calibration_method", "awq_lite"]);
+    let nbits = dir.path().join("nbits.onnx");
+    quantize(&model, &calib, &nbits, &["--int4_output", "matmulnbits"]);
+    let saved = Model::load(&nbits).unwrap();
+    let ops: Vec<&str> = saved.graph().node.iter().map(|n| n.op_type()).collect();
+    assert_eq!(
+        ops.iter().filter(|&&o| o == "MatMulNBits").count(),
+        15,
+        "{ops:?}"
+    );
+    assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
+    // ONNX Runtime's own optimizer fuses the DequantizeLinear form into MatMulNBits with
+    // int8 activations (accuracy level 4); unfused, the DQ form is the exact reference.
+    let exact = logits_of(&dq, Optimization::Disable);
+    let fast = logits_of(&nbits, Optimization::All);
+    let db = sqnr(&exact, &fast);
+    assert!(db > 80.0, "MatMulNBits vs the unfused DQ form: {db:.1} dB");
+    let (to_float_dq, _) = logits_error(&model, &dq, &eval);
+    let (to_float_nbits, _) = logits_error(&model, &nbits, &eval);
+    assert!(
+        to_float_nbits >= to_float_dq - 0.5,
+        "against float: MatMulNBits {to_float_nbits:.2} dB, DQ {to_float_dq:.2} dB"
+    );
+
+    // rtn keeps float weights behind Q/DQ: the same values as rtn_dq.
+    let rtn = dir.path().join("rtn.onnx");
+    quantize(&model, &calib, &rtn, &["--calibration_method", "rtn"]);
+    let rtn_dq = dir.path().join("rtn_dq.onnx");
+    quantize(&model, &calib, &rtn_dq, &["--calibration_method", "rtn_dq"]);
+    let q_count = Model::load(&rtn)
+        .unwrap()
+        .graph()
+        .node
+        .iter()
+        .filter(|n| n.op_type() == "QuantizeLinear")
+        .count();
+    assert_eq!(q_count, 15);
+    let (db, _) = logits_error(&rtn_dq, &rtn, &eval);
+    assert!(db > 50.0, "rtn vs rtn_dq: {db:.1} dB");
+}
+
+#[test]
+fn int4_settings_that_cannot_work_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, _) = setup(dir.path());
+    let out = dir.path().join("x.onnx");
+    let refused = |args: &[&str]| {
+        let (ok, text) = run_text(
+            cli()
+                .args(["quantize", "--onnx_path"])
+                .arg(&model)
+                .arg("--calibration_data_path")
+                .arg(&calib)
+                .args(args)
+                .arg("-o")
+                .arg(&out),
+        );
+        assert!(!ok, "{args:?} was accepted: {text}");
+        assert!(!out.exists());
+        text
+    };
+    let text = refused(&["--quantize_mode", "int4", "--calibration_method", "gptq"]);
+    assert!(
+        text.contains("'gptq' is not an int4 method (awq_lite"),
+        "{text}"
+    );
+    let text = refused(&["--quantize_mode", "int4", "--block_size", "100"]);
+    assert!(text.contains("block_size must be a power of two"), "{text}");
+    let text = refused(&["--calibration_method", "awq_lite"]);
+    assert!(text.contains("add --quantize_mode int4"), "{text}");
+    let text = refused(&["--quantize_mode", "int4", "--int4_output", "nbits"]);
+    assert!(text.contains("unknown form 'nbits'"), "{text}");
+
+    // A model without a MatMul/Gemm weight.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4]);
+    b.node("Relu", &["x"], &["y"]).name("relu");
+    b.output("y", DataType::Float32, &[1, 4]);
+    let plain = dir.path().join("relu.onnx");
+    b.build().save(&plain, &Default::default()).unwrap();
+    let (ok, text) = run_text(
+        cli()
+            .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
+            .arg(&plain)
+            .arg("-o")
+            .arg(&out),
+    );
+    assert!(!ok && text.contains("nothing to quantize"), "{text}");
+    assert_eq!(
+        text.trim()
+            .lines()
+            .filter(|l| l.starts_with("error"))
+            .count(),
+        1,
+        "{text}"
+    );
+}
