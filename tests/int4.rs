@@ -13,9 +13,8 @@ use std::path::{Path, PathBuf};
 use ndarray::{ArrayD, IxDyn};
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
 use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions};
-use serde_json::Value;
 
-use common::{cli, run_ok, run_text, write_npz};
+use common::{cli, compared_output, run_ok, run_text, write_npz};
 
 const HIDDEN: usize = 256;
 const FFN: usize = 512;
@@ -246,24 +245,7 @@ fn quantize(model: &Path, calib: &Path, out: &Path, args: &[&str]) -> String {
 
 /// The `logits` comparison of `quant` against `float` on `eval`: (SQNR dB, cosine).
 fn logits_error(float: &Path, quant: &Path, eval: &Path) -> (f64, f64) {
-    let json = run_ok(
-        cli()
-            .args(["compare", "--float"])
-            .arg(float)
-            .arg("--quant")
-            .arg(quant)
-            .arg("--data")
-            .arg(eval)
-            .args(["--latency_runs", "1", "--json"]),
-    );
-    let report: Value = serde_json::from_str(&json).unwrap();
-    let logits = report["outputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["name"] == "logits")
-        .expect("logits compared")
-        .clone();
+    let logits = compared_output(float, quant, eval, "logits");
     (
         logits["sqnr_db"].as_f64().unwrap(),
         logits["cosine"].as_f64().unwrap(),

@@ -9,9 +9,8 @@ use std::path::Path;
 
 use ndarray::{ArrayD, IxDyn};
 use qdq_studio::model::TensorArray;
-use serde_json::Value;
 
-use common::{cli, minilm, run_ok, write_npz};
+use common::{cli, compared_output, minilm, run_ok, write_npz};
 
 /// Tokens per sentence (padded).
 const SEQUENCE: usize = 32;
@@ -73,23 +72,8 @@ fn quantize_and_compare(dir: &Path, name: &str, args: &[&str]) -> (String, f64) 
             .arg("-o")
             .arg(&out),
     );
-    let json = run_ok(
-        cli()
-            .args(["compare", "--float"])
-            .arg(&model)
-            .arg("--quant")
-            .arg(&out)
-            .arg("--data")
-            .arg(&eval)
-            .args(["--latency_runs", "1", "--json"]),
-    );
-    let report: Value = serde_json::from_str(&json).unwrap();
-    let cosine = report["outputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["name"] == "461")
-        .and_then(|o| o["cosine"].as_f64())
+    let cosine = compared_output(&model, &out, &eval, "461")["cosine"]
+        .as_f64()
         .expect("the sentence embedding is compared");
     (said, cosine)
 }

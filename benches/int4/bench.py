@@ -13,7 +13,6 @@ weights + 1 GiB.
 
 Run on demand: bash benches/int4/run.sh [--layers N].
 """
-import argparse
 import importlib.util
 import pathlib
 import sys
@@ -62,14 +61,7 @@ def latency(model, ids, runs=5):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", default=str(ROOT / "target/release/qdq-studio"))
-    parser.add_argument("--layers", type=int, default=22)
-    args = parser.parse_args()
-    folder = ROOT / "target" / "bench-data" / f"llama-{args.layers}l"
-    model = large.build(folder, args.layers)
-    weight_bytes = (folder / "model.onnx_data").stat().st_size
-    large.WARM.append(folder / "model.onnx_data")
+    args, folder, model, weight_bytes = large.setup()
     rng = np.random.default_rng(4)
     calib, held_out = folder / "int4_calib.npz", folder / "int4_eval.npz"
     np.savez(calib, input_ids=rng.integers(0, large.VOCAB, (CALIB, SEQ), dtype=np.int64))

@@ -184,7 +184,9 @@ def python(code):
     return [sys.executable, "-c", textwrap.dedent(code)]
 
 
-def main():
+def setup():
+    """Parses --binary and --layers, builds (or reuses) the model and marks its weights to
+    keep warm: (args, folder, model path, weight bytes)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", default=str(ROOT / "target/release/qdq-studio"))
     parser.add_argument("--layers", type=int, default=22)
@@ -193,6 +195,11 @@ def main():
     model = build(folder, args.layers)
     weight_bytes = (folder / "model.onnx_data").stat().st_size
     WARM.append(folder / "model.onnx_data")
+    return args, folder, model, weight_bytes
+
+
+def main():
+    args, folder, model, weight_bytes = setup()
     params = weight_bytes // 4
     data = folder / "calib.npz"
     rng = np.random.default_rng(1)

@@ -202,3 +202,26 @@ pub fn npz(entries: &[(&str, Vec<u8>)], deflate: bool) -> Vec<u8> {
     }
     zip.finish().unwrap().into_inner()
 }
+
+/// The metrics `compare --json` reports for output `output` of `quant` against `float` on
+/// `data` (one latency run).
+pub fn compared_output(float: &Path, quant: &Path, data: &Path, output: &str) -> serde_json::Value {
+    let json = run_ok(
+        cli()
+            .args(["compare", "--float"])
+            .arg(float)
+            .arg("--quant")
+            .arg(quant)
+            .arg("--data")
+            .arg(data)
+            .args(["--latency_runs", "1", "--json"]),
+    );
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    report["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == output)
+        .unwrap_or_else(|| panic!("output {output} is not in the comparison: {json}"))
+        .clone()
+}

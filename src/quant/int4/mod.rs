@@ -217,7 +217,6 @@ pub fn choose(
     choices.report = Int4Report {
         method: Some(method),
         plain,
-        sample_rows: usize::MAX,
         ..Int4Report::default()
     };
     for group in groups {
@@ -225,9 +224,6 @@ pub fn choose(
             .and_then(|s| s.channels.get(&group.activation))
             .ok_or_else(|| missing(&group.activation, method))?;
         search_group(prepared, &group, channel, spec, method, &mut choices)?;
-    }
-    if choices.report.sample_rows == usize::MAX {
-        choices.report.sample_rows = 0;
     }
     Ok(choices)
 }
@@ -272,8 +268,12 @@ fn search_group(
     }
     let x = ArrayView2::from_shape((channel.sample_rows, k), &channel.sample)
         .map_err(|e| missing(&format!("{} ({e})", group.activation), method))?;
-    choices.report.sample_rows = choices.report.sample_rows.min(channel.sample_rows);
-    choices.report.searched += weights.len();
+    let report = &mut choices.report;
+    report.sample_rows = match report.searched {
+        0 => channel.sample_rows,
+        _ => report.sample_rows.min(channel.sample_rows),
+    };
+    report.searched += weights.len();
     let views: Vec<ArrayView2<'_, f32>> = weights.iter().map(|w| w.view()).collect();
     match method {
         Int4Method::AwqLite => {

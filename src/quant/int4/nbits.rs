@@ -25,14 +25,15 @@ pub struct Packed {
 
 /// The unsigned 4-bit code of a stored value.
 fn code(q: i64, qtype: QuantType) -> u8 {
+    // Stored values and zero points of 4-bit types lie in [-8, 15].
     let unsigned = if qtype == QuantType::Int4 { q + 8 } else { q };
     unsigned.clamp(0, 15) as u8
 }
 
-/// Packs `values` (`k × n` quantized values, row-major) whose block parameters are indexed
-/// `block * n + column`.
+/// Packs `values` (`k × n` quantized 4-bit values, row-major, one byte each) whose block
+/// parameters are indexed `block * n + column`.
 pub fn pack(
-    values: &[i64],
+    values: &[i8],
     k: usize,
     n: usize,
     block: usize,
@@ -49,7 +50,7 @@ pub fn pack(
             for (i, byte) in out.iter_mut().enumerate() {
                 let at = |row: usize| {
                     if row < k {
-                        code(values[row * n + col], qtype)
+                        code(i64::from(values[row * n + col]), qtype)
                     } else {
                         zero_code(b, col)
                     }

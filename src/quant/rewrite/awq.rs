@@ -140,14 +140,7 @@ impl Rewriter<'_> {
     /// Replaces initializer `name` by its values divided per channel (last axis), in its
     /// own float type.
     fn replace_divided(&mut self, name: &str, divisor: &[f32]) -> Result<(), QuantError> {
-        let tensor = self
-            .initializers
-            .get(name)
-            .ok_or_else(|| QuantError::MissingStats {
-                tensor: name.to_owned(),
-                reason: "expected an initializer".to_owned(),
-            })?;
-        let original = self.model.tensor_array(tensor)?;
+        let original = self.initializer_array(name)?;
         let dtype = original.dtype();
         let divided = divided_by_channel(&original.into_f32(), divisor);
         let proto = TensorArray::Float32(divided)

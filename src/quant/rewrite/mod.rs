@@ -24,7 +24,7 @@ use super::scale::ScaleZp;
 use crate::calib::stats::CalibrationStats;
 use crate::model::infer::elem_types;
 use crate::model::proto::{NodeProto, TensorProto};
-use crate::model::{DataType, Graph, Model};
+use crate::model::{DataType, Graph, Model, TensorArray};
 use crate::recipe::{QuantType, Recipe};
 
 pub use super::params::qtype_range_target;
@@ -157,8 +157,8 @@ impl<'a> Rewriter<'a> {
         }
     }
 
-    /// The values of initializer `name` as f32.
-    fn float_value(&self, name: &str) -> Result<ArrayD<f32>, QuantError> {
+    /// The values of initializer `name`, in their own type.
+    fn initializer_array(&self, name: &str) -> Result<TensorArray, QuantError> {
         let tensor = self
             .initializers
             .get(name)
@@ -166,7 +166,12 @@ impl<'a> Rewriter<'a> {
                 tensor: name.to_owned(),
                 reason: "expected an initializer".to_owned(),
             })?;
-        Ok(self.model.tensor_array(tensor)?.into_f32())
+        Ok(self.model.tensor_array(tensor)?)
+    }
+
+    /// The values of initializer `name` as f32.
+    fn float_value(&self, name: &str) -> Result<ArrayD<f32>, QuantError> {
+        Ok(self.initializer_array(name)?.into_f32())
     }
 }
 

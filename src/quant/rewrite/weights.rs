@@ -243,7 +243,8 @@ fn quantize_blockwise(
         )
     };
     let (stored, packed) = if nbits {
-        let codes: Vec<i64> = (0..k * n).map(|i| quantize(i / n, i % n)).collect();
+        // One byte per value (4-bit values lie in [-8, 15]) until they are packed.
+        let codes: Vec<i8> = (0..k * n).map(|i| quantize(i / n, i % n) as i8).collect();
         let packed = pack(&codes, k, n, block, &params, how.qtype);
         (TensorProto::default(), Some(packed))
     } else {
