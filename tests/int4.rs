@@ -415,3 +415,124 @@ fn int4_settings_that_cannot_work_are_refused_in_one_line() {
         "{text}"
     );
 }
+
+/// A one-layer decoder with a KV cache, shaped as ONNX Runtime GenAI exports it: `input_ids`
+/// and `position_ids` [batch, sequence] index tables of 50 and 40 rows, `attention_mask`
+/// [batch, past + sequence] multiplies the present keys (its length must match them), and
+/// `past_key_values.0.key` [batch, 2, past, 16] is concatenated before the new keys.
+fn kv_cache_decoder() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("input_ids", DataType::Int64, &[-1, -1]);
+    b.input("attention_mask", DataType::Int64, &[-1, -1]);
+    b.input("position_ids", DataType::Int64, &[-1, -1]);
+    b.input("past_key_values.0.key", DataType::Float32, &[-1, 2, -1, 16]);
+    b.initializer("embed", weight(3, &[50, 32], 1.0));
+    b.initializer("positions", weight(4, &[40, 32], 1.0));
+    b.initializer("wk", weight(5, &[32, 32], 0.3));
+    b.initializer("head", weight(6, &[32, 50], 0.3));
+    let ints = |v: &[i64]| {
+        TensorArray::Int64(ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).unwrap())
+    };
+    b.initializer("heads", ints(&[0, 0, 2, 16]));
+    b.initializer("mask_axes", ints(&[1, 3]));
+    b.node("Gather", &["embed", "input_ids"], &["tok"]);
+    b.node("Gather", &["positions", "position_ids"], &["pos"]);
+    b.node("Add", &["tok", "pos"], &["x"]);
+    b.node("MatMul", &["x", "wk"], &["k"]);
+    b.node("Reshape", &["k", "heads"], &["k4"]);
+    b.node("Transpose", &["k4"], &["kt"])
+        .attr_ints("perm", &[0, 2, 1, 3]);
+    b.node("Concat", &["past_key_values.0.key", "kt"], &["all_keys"])
+        .attr_int("axis", 2);
+    b.node("Cast", &["attention_mask"], &["mask_f"])
+        .attr_int("to", 1);
+    b.node("Unsqueeze", &["mask_f", "mask_axes"], &["mask4"]);
+    b.node("Mul", &["all_keys", "mask4"], &["present.0.key"]);
+    b.node("MatMul", &["x", "head"], &["logits"]);
+    b.output("logits", DataType::Float32, &[-1, -1, 50]);
+    b.output("present.0.key", DataType::Float32, &[-1, 2, -1, 16]);
+    b.build()
+}
+
+/// With no data, a token model calibrates on data it accepts (ids inside both tables, a mask
+/// as long as past + sequence, an empty cache): the old uniform integers in [0, 100) and a
+/// past of 32 made ONNX Runtime fail on the Gathers and on the mask's broadcast.
+#[test]
+fn random_data_for_a_kv_cache_decoder_is_valid_token_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("kv.onnx");
+    kv_cache_decoder()
+        .save(&model, &Default::default())
+        .unwrap();
+    let int8 = dir.path().join("int8.onnx");
+    let said = run_ok(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(&model)
+            .arg("-o")
+            .arg(&int8),
+    );
+    assert!(
+        said.contains("input_ids [n, 40]: token ids below 50"),
+        "{said}"
+    );
+    assert!(
+        said.contains("position_ids [n, 40]: position ids"),
+        "{said}"
+    );
+    assert!(
+        said.contains("past_key_values.0.key [n, 2, 0, 16]: empty past"),
+        "{said}"
+    );
+    assert!(
+        said.contains("kept in float: 1 tensor(s), tensors calibration saw only empty"),
+        "{said}"
+    );
+    assert!(int8.exists());
+    let int4 = dir.path().join("int4.onnx");
+    let (ok, said) = run_text(
+        cli()
+            .args(["quantize", "--quantize_mode", "int4", "--block_size", "16"])
+            .args(["--calibration_method", "awq_lite", "--onnx_path"])
+            .arg(&model)
+            .arg("-o")
+            .arg(&int4),
+    );
+    assert!(ok, "{said}");
+    assert!(said.contains("awq_lite: "), "{said}");
+}
+
+/// Without data, int4 on a token model keeps AWQ-lite on random token ids (as
+/// ModelOpt-Windows does): valid ids reach the embedding rows and so the real outlier
+/// channels, and the search still gains over rounding (measured +3.9 dB).
+#[test]
+fn int4_without_data_runs_awq_on_random_tokens_and_beats_rounding() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _, eval) = setup(dir.path());
+    let without_data = |name: &str, args: &[&str]| {
+        let out = dir.path().join(name);
+        let said = run_ok(
+            cli()
+                .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
+                .arg(&model)
+                .args(args)
+                .arg("-o")
+                .arg(&out),
+        );
+        (said, logits_error(&model, &out, &eval).0)
+    };
+    let (said, awq) = without_data("awq.onnx", &[]);
+    assert!(
+        said.contains("int4 without calibration data: awq_lite on random token data"),
+        "{said}"
+    );
+    assert!(
+        said.contains("input_ids [n, 32]: token ids below 1000"),
+        "{said}"
+    );
+    let (_, rtn) = without_data("rtn.onnx", &["--calibration_method", "rtn_dq"]);
+    assert!(
+        awq >= rtn + 3.0,
+        "awq_lite on random tokens {awq:.2} dB, rtn {rtn:.2} dB"
+    );
+}

@@ -4,7 +4,8 @@ weights, float32, external data), qdq-studio and onnxruntime 1.31.1 side by side
 Steps, each a separate process under /usr/bin/time (wall time, peak RSS):
 - ours: `quantize --quantize_mode int4` with awq_lite (calibrating on 16 x 128 tokens),
   awq_clip, and rtn_dq; awq_lite again with `--int4_output matmulnbits`;
-- onnxruntime: MatMulNBitsQuantizer (block 128, symmetric) with its default RTN and HQQ.
+- onnxruntime: MatMulNBitsQuantizer (block 128, symmetric) with its default RTN, and HQQ
+  where PyTorch is installed (onnxruntime's HQQ imports it).
 Then every output's logits SQNR against the float model on 4 held-out sequences of 128
 tokens, and the CPU latency of the float model and of our MatMulNBits form (one sequence).
 
@@ -84,8 +85,12 @@ def main():
         runs[f"ours {name}"] = (target, large.measure(f"ours {name}", [args.binary, "quantize", "--onnx_path", str(model),
                                                                        "--quantize_mode", "int4", *flags,
                                                                        "--use_external_data_format", "-o", str(target)]))
-    for name, config in (("RTN", "None"),
-                         ("HQQ", "HQQWeightOnlyQuantConfig(block_size=128, bits=4)")):
+    algorithms = [("RTN", "None")]
+    if importlib.util.find_spec("torch"):
+        algorithms.append(("HQQ", "HQQWeightOnlyQuantConfig(block_size=128, bits=4)"))
+    else:
+        print("  ort HQQ: skipped (onnxruntime's HQQ needs PyTorch, which the bench venv does not install)")
+    for name, config in algorithms:
         target = out / f"ort_{name.lower()}" / "model.onnx"
         target.parent.mkdir(parents=True, exist_ok=True)
         for f in target.parent.iterdir():

@@ -95,9 +95,10 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
     let spec = super::common::data_spec(
         args.calibration_data_path.as_deref(),
-        args.images.preprocess(&calibrate::inputs(&model))?,
+        &args.images,
         args.calibration_shapes.as_deref(),
         args.random_samples,
+        &model,
     )?;
     RunFiles::new()
         .model("the input model", &model)

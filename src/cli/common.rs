@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
 use qdq_studio::jobs::{CancelToken, JobContext};
+use qdq_studio::model::Model;
 use qdq_studio::runtime::EpSpec;
 use qdq_studio::workflow::calibrate;
 
@@ -39,17 +40,24 @@ pub fn parse_eps(values: &[String]) -> anyhow::Result<Vec<EpSpec>> {
         .collect::<Result<_, _>>()?)
 }
 
-/// The data source: the given path (npz/npy, image folder or ONNX Runtime test data), or
-/// random data from the input specs with a warning.
+/// The data source for `model`: the given path (npz/npy, image folder or ONNX
+/// Runtime test data), or random data from the input specs with a warning (and, for a token
+/// model, a line on what each input gets).
 pub fn data_spec(
     path: Option<&Path>,
-    preprocess: Preprocess,
+    images: &ImageArgs,
     shapes: Option<&str>,
     random_samples: usize,
+    model: &Model,
 ) -> anyhow::Result<DataSpec> {
+    let inputs = calibrate::inputs(model);
+    let preprocess = images.preprocess(&inputs)?;
     let (spec, random) = calibrate::data_or_random(path, preprocess, shapes, random_samples)?;
     if random {
         eprintln!("{}", calibrate::RANDOM_DATA_WARNING);
+        if let Some(line) = calibrate::random_token_line(&inputs, &spec) {
+            eprintln!("{line}");
+        }
     }
     Ok(spec)
 }

@@ -9,7 +9,7 @@ use qdq_studio::model::Model;
 use qdq_studio::report::{CompareReport, Format, latency_line};
 use qdq_studio::workflow::compare::{CompareFiles, LatencyRuns, compare_files};
 use qdq_studio::workflow::outputs::RunFiles;
-use qdq_studio::workflow::{calibrate, runtime};
+use qdq_studio::workflow::runtime;
 
 /// Arguments of `compare`.
 #[derive(Debug, clap::Args)]
@@ -70,12 +70,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             args.float.display().to_string(),
             args.quant.display().to_string(),
         ),
-        data: super::common::data_spec(
-            Some(&args.data),
-            args.images.preprocess(&calibrate::inputs(&float))?,
-            None,
-            0,
-        )?,
+        data: super::common::data_spec(Some(&args.data), &args.images, None, 0, &float)?,
         eps: super::common::parse_eps(&args.eps)?,
         batch_size: args.batch_size,
         per_tensor: args.per_tensor || args.report.is_some(),

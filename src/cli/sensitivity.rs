@@ -13,7 +13,7 @@ use qdq_studio::recipe::Recipe;
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::reference::EvalSetup;
 use qdq_studio::workflow::sensitivity::{auto_exclude_setup, scan_setup};
-use qdq_studio::workflow::{calibrate, runtime, statistics};
+use qdq_studio::workflow::{runtime, statistics};
 
 /// Arguments of `sensitivity`.
 #[derive(Debug, clap::Args)]
@@ -112,12 +112,7 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         Some(path) => Recipe::load(path)?,
         None => Recipe::default(),
     };
-    let data = super::common::data_spec(
-        Some(&args.data),
-        args.images.preprocess(&calibrate::inputs(&model))?,
-        None,
-        0,
-    )?;
+    let data = super::common::data_spec(Some(&args.data), &args.images, None, 0, &model)?;
     RunFiles::new()
         .model("the input model", &model)
         .input("the statistics", &args.calibration_cache_path)

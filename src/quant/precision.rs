@@ -32,6 +32,9 @@ pub enum KeptReason {
     Mask,
     /// It feeds a normalization (the residual stream and what is added into it).
     NormalizedStream,
+    /// Calibration saw it only empty (past keys/values at the first step of generation), so
+    /// there is no range to quantize it with.
+    Empty,
 }
 
 impl KeptReason {
@@ -46,6 +49,10 @@ impl KeptReason {
                 "streams feeding a LayerNorm/RMSNorm: the residual stream's outlier channels \
                  make one 8-bit scale crush the other channels"
             }
+            KeptReason::Empty => {
+                "tensors calibration saw only empty (past keys/values at the first step): no \
+                 values, so no range to quantize them with"
+            }
         }
     }
 
@@ -54,6 +61,7 @@ impl KeptReason {
         match self {
             KeptReason::Mask => "mask",
             KeptReason::NormalizedStream => "normalized stream",
+            KeptReason::Empty => "empty",
         }
     }
 }
@@ -80,6 +88,9 @@ pub fn kept_in_float(
     }
     for name in masks(prepared, stats) {
         kept.insert(name, KeptReason::Mask);
+    }
+    for name in stats.map(always_empty).unwrap_or_default() {
+        kept.insert(name, KeptReason::Empty);
     }
     kept.retain(|name, _| !recipe.tensor_overrides.contains_key(name));
     kept
@@ -216,6 +227,17 @@ fn is_decomposed_norm_input(graph: &Graph, name: &str) -> bool {
             });
         centred || (squares && node.outputs.first().is_some_and(|o| feeds_mean(o)))
     })
+}
+
+/// Tensors whose every observed shape had no elements (and so no value at all).
+fn always_empty(stats: &CalibrationStats) -> Vec<String> {
+    stats
+        .tensors
+        .iter()
+        .filter(|(_, s)| s.count + s.nan + s.inf == 0 && !s.shapes.is_empty())
+        .filter(|(_, s)| s.shapes.iter().all(|shape| shape.contains(&0)))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// Constants with more elements than this are weights, checked for NaN/Inf by the quantizer;

@@ -44,6 +44,33 @@ pub fn data_or_random(
     })
 }
 
+/// One line saying what random `data` gives a token model's inputs (ids inside the vocabulary,
+/// masks of ones, an empty cache, see [`crate::calib::data::roles`]), each with its shape
+/// after the batch axis; `None` for other data or models.
+pub fn random_token_line(inputs: &[InputSpec], data: &DataSpec) -> Option<String> {
+    let DataSpec::Random { shapes, .. } = data else {
+        return None;
+    };
+    if !inputs.iter().any(|i| i.role.is_token()) {
+        return None;
+    }
+    let defaults = crate::calib::data::random::default_shapes(inputs);
+    let parts: Vec<String> = inputs
+        .iter()
+        .map(|input| {
+            let shape = shapes
+                .get(&input.name)
+                .or_else(|| defaults.get(&input.name));
+            let sizes = shape.map_or_else(String::new, |dims| {
+                let rest: Vec<String> = dims.iter().skip(1).map(usize::to_string).collect();
+                format!(" [n, {}]", rest.join(", "))
+            });
+            format!("{}{sizes}: {}", input.name, input.role.describe())
+        })
+        .collect();
+    Some(format!("random token data: {}", parts.join("; ")))
+}
+
 /// The inputs calibration feeds (the same before and after pre-processing).
 pub fn inputs(model: &Model) -> Vec<InputSpec> {
     model_inputs(&crate::model::Graph::build(model))

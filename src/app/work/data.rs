@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::calib::data::images::Preprocess;
+use crate::calib::data::random::suggested_shapes;
 use crate::calib::data::{DataSpec, InputSpec, parse_shapes};
 use crate::jobs::Job;
 use crate::model::Dim;
@@ -69,27 +70,24 @@ impl DataChoice {
         }
     }
 
-    /// Random data for `inputs`, with every symbolic dimension given a value so that it runs
-    /// as it stands: 1 on the batch axis, 224 on the spatial axes of a rank-4 input (the
-    /// common NCHW image), 32 elsewhere. The shapes field shows these for the user to edit.
+    /// Random data for `inputs`, with every symbolic dimension given the engine's suggestion
+    /// (see [`suggested_shapes`]) so that it runs as it stands; the shapes field shows these
+    /// for the user to edit.
     pub fn random_for(inputs: &[InputSpec]) -> Self {
+        let suggested = suggested_shapes(inputs);
         let shapes: Vec<String> = inputs
             .iter()
+            .filter(|input| {
+                input
+                    .shape
+                    .as_ref()
+                    .is_some_and(|dims| !dims.iter().all(|d| matches!(d, Dim::Fixed(v) if *v > 0)))
+            })
             .filter_map(|input| {
-                let dims = input.shape.as_ref()?;
-                if dims.iter().all(|d| matches!(d, Dim::Fixed(v) if *v > 0)) {
-                    return None;
-                }
-                let rank = dims.len();
-                let sizes: Vec<String> = dims
+                let sizes: Vec<String> = suggested
+                    .get(&input.name)?
                     .iter()
-                    .enumerate()
-                    .map(|(axis, d)| match d {
-                        Dim::Fixed(v) if *v > 0 => v.to_string(),
-                        _ if axis == 0 => "1".to_owned(),
-                        _ if rank == 4 && axis >= 2 => "224".to_owned(),
-                        _ => "32".to_owned(),
-                    })
+                    .map(usize::to_string)
                     .collect();
                 Some(format!("{}:{}", input.name, sizes.join("x")))
             })
@@ -297,6 +295,7 @@ mod tests {
                     })
                     .collect(),
             ),
+            role: Default::default(),
         }
     }
 

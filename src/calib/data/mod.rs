@@ -11,6 +11,7 @@ pub mod npy;
 pub mod npz;
 pub mod pb_folder;
 pub mod random;
+pub mod roles;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -236,6 +237,8 @@ pub struct InputSpec {
     pub dtype: Option<DataType>,
     /// Declared shape, when declared.
     pub shape: Option<Vec<Dim>>,
+    /// What the input carries (token ids, a mask, ...), for random data it accepts.
+    pub role: roles::InputRole,
 }
 
 /// The user-fed inputs of a graph.
@@ -245,12 +248,14 @@ pub fn model_inputs(graph: &Graph) -> Vec<InputSpec> {
         .iter()
         .map(|name| {
             let info = graph.tensor(name);
+            let dtype = info
+                .and_then(|t| t.elem_type)
+                .and_then(|c| DataType::from_onnx(c).ok());
             InputSpec {
                 name: name.clone(),
-                dtype: info
-                    .and_then(|t| t.elem_type)
-                    .and_then(|c| DataType::from_onnx(c).ok()),
+                dtype,
                 shape: info.and_then(|t| t.shape.clone()),
+                role: roles::role_of(graph, name, dtype),
             }
         })
         .collect()
@@ -539,6 +544,7 @@ mod tests {
             name: name.into(),
             dtype: Some(dtype),
             shape: Some(dims),
+            role: Default::default(),
         }
     }
 

@@ -4,17 +4,20 @@
 use std::collections::BTreeMap;
 
 use half::f16;
-use ndarray::{ArrayD, IxDyn};
+use ndarray::{ArrayD, Dimension, IxDyn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::roles::{self, InputRole};
 use super::{ArraySpec, Batch, BatchCursor, BatchSource, DataError, InputSpec};
 use crate::model::{DataType, Dim, TensorArray};
 
-/// Generates batches of uniform values: floats in [0, 1), integers in [0, 100), random bools.
+/// Generates batches: uniform values for plain inputs (floats in [0, 1), integers in
+/// [0, 100), random bools) and, for a token model, data its inputs accept (see [`roles`]).
 #[derive(Debug)]
 pub struct RandomSource {
     arrays: Vec<ArraySpec>,
+    roles: Vec<InputRole>,
     samples: usize,
     seed: u64,
     rng: SmallRng,
@@ -23,44 +26,36 @@ pub struct RandomSource {
 
 impl RandomSource {
     /// Random data for `inputs`; symbolic dims must be given in `shapes` (batch included; the
-    /// batch dimension is then replaced by the sample count).
+    /// batch dimension is then replaced by the sample count), except in a token model, whose
+    /// sequence axes get [`roles::sequence_length`] and whose past keys/values are empty.
     pub fn new(
         inputs: &[InputSpec],
         shapes: &BTreeMap<String, Vec<usize>>,
         samples: usize,
         seed: u64,
     ) -> Result<Self, DataError> {
+        let defaults = default_shapes(inputs);
         let mut problems = Vec::new();
         let mut arrays = Vec::new();
+        let mut roles = Vec::new();
         for input in inputs {
-            let dtype = input.dtype.unwrap_or(DataType::Float32);
-            let shape: Option<Vec<usize>> = match (shapes.get(&input.name), &input.shape) {
-                (Some(given), _) => Some(given.clone()),
-                (None, Some(dims)) => dims
-                    .iter()
-                    .enumerate()
-                    .map(|(axis, d)| match d {
-                        Dim::Fixed(v) if *v >= 0 => Some(*v as usize),
-                        _ if axis == 0 => Some(1),
-                        _ => None,
-                    })
-                    .collect(),
-                (None, None) => None,
-            };
+            let shape = shapes
+                .get(&input.name)
+                .or_else(|| defaults.get(&input.name))
+                .cloned();
             match shape {
-                Some(mut shape) if !shape.is_empty() => {
-                    shape[0] = samples;
+                Some(mut shape) => {
+                    match shape.first_mut() {
+                        Some(batch) => *batch = samples,
+                        None => shape = vec![samples],
+                    }
                     arrays.push(ArraySpec {
                         name: input.name.clone(),
-                        dtype,
+                        dtype: input.dtype.unwrap_or(DataType::Float32),
                         shape,
                     });
+                    roles.push(input.role);
                 }
-                Some(_) => arrays.push(ArraySpec {
-                    name: input.name.clone(),
-                    dtype,
-                    shape: vec![samples],
-                }),
                 None => problems.push(format!(
                     "input '{}' has symbolic dimensions; give its shape with --calibration_shapes {}:AxBx...",
                     input.name, input.name
@@ -72,12 +67,73 @@ impl RandomSource {
         }
         Ok(RandomSource {
             arrays,
+            roles,
             samples,
             seed,
             rng: SmallRng::seed_from_u64(seed),
             cursor: BatchCursor::default(),
         })
     }
+}
+
+/// The shape random data gives each input that needs no user-given shape: fixed dims kept and
+/// a symbolic batch axis 1; in a token model every other symbolic axis too (see
+/// [`roles::token_shape`]). Inputs missing here need a shape from the user.
+pub fn default_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
+    let token_model = inputs.iter().any(|i| i.role.is_token());
+    let sequence = roles::sequence_length(
+        &inputs
+            .iter()
+            .map(|i| (i.role, i.shape.as_deref()))
+            .collect::<Vec<_>>(),
+    );
+    let mut shapes = BTreeMap::new();
+    for input in inputs {
+        let Some(dims) = &input.shape else {
+            continue;
+        };
+        let shape = if token_model {
+            Some(roles::token_shape(input.role, dims, sequence))
+        } else {
+            dims.iter()
+                .enumerate()
+                .map(|(axis, d)| match d {
+                    Dim::Fixed(v) if *v >= 0 => Some(*v as usize),
+                    _ if axis == 0 => Some(1),
+                    _ => None,
+                })
+                .collect()
+        };
+        if let Some(shape) = shape {
+            shapes.insert(input.name.clone(), shape);
+        }
+    }
+    shapes
+}
+
+/// A shape for every input with a declared shape, for a face to offer the user to edit:
+/// [`default_shapes`] where it has one, else 224 on the spatial axes of a rank-4 input (the
+/// common NCHW image) and 32 on other symbolic axes.
+pub fn suggested_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
+    let mut shapes = default_shapes(inputs);
+    for input in inputs {
+        let Some(dims) = &input.shape else {
+            continue;
+        };
+        shapes.entry(input.name.clone()).or_insert_with(|| {
+            let rank = dims.len();
+            dims.iter()
+                .enumerate()
+                .map(|(axis, d)| match d {
+                    Dim::Fixed(v) if *v >= 0 => *v as usize,
+                    _ if axis == 0 => 1,
+                    _ if rank == 4 && axis >= 2 => 224,
+                    _ => 32,
+                })
+                .collect()
+        });
+    }
+    shapes
 }
 
 impl BatchSource for RandomSource {
@@ -108,37 +164,11 @@ impl BatchSource for RandomSource {
         let inputs = self
             .arrays
             .iter()
-            .map(|spec| {
+            .zip(&self.roles)
+            .map(|(spec, role)| {
                 let mut shape = spec.shape.clone();
                 shape[0] = count;
-                let n: usize = shape.iter().product();
-                let shape = IxDyn(&shape);
-                let array = match spec.dtype {
-                    DataType::Float16 => {
-                        TensorArray::Float16(ArrayD::from_shape_simple_fn(shape, || {
-                            f16::from_f32(rng.random())
-                        }))
-                    }
-                    DataType::Float64 => {
-                        TensorArray::Float64(ArrayD::from_shape_simple_fn(shape, || rng.random()))
-                    }
-                    DataType::Int64 => {
-                        TensorArray::Int64(ArrayD::from_shape_simple_fn(shape, || {
-                            rng.random_range(0..100)
-                        }))
-                    }
-                    DataType::Int32 => {
-                        TensorArray::Int32(ArrayD::from_shape_simple_fn(shape, || {
-                            rng.random_range(0..100)
-                        }))
-                    }
-                    DataType::Bool => {
-                        TensorArray::Bool(ArrayD::from_shape_simple_fn(shape, || rng.random()))
-                    }
-                    _ => TensorArray::Float32(ArrayD::from_shape_simple_fn(shape, || rng.random())),
-                };
-                debug_assert_eq!(array.len(), n);
-                (spec.name.clone(), array)
+                (spec.name.clone(), generate(spec.dtype, &shape, *role, rng))
             })
             .collect();
         let batch = Batch {
@@ -148,5 +178,60 @@ impl BatchSource for RandomSource {
             inputs,
         };
         Ok(Some(batch))
+    }
+}
+
+/// One array of `shape` for an input of `role`.
+fn generate(dtype: DataType, shape: &[usize], role: InputRole, rng: &mut SmallRng) -> TensorArray {
+    let shape = IxDyn(shape);
+    match role {
+        InputRole::Values => uniform(dtype, shape, rng),
+        InputRole::TokenIds { vocab } => {
+            let vocab = vocab.unwrap_or(roles::UNKNOWN_VOCAB) as i64;
+            counted(dtype, shape, |_| rng.random_range(0..vocab))
+        }
+        InputRole::AttentionMask => counted(dtype, shape, |_| 1),
+        InputRole::PositionIds { .. } => {
+            counted(dtype, shape, |index| index.last().map_or(0, |&i| i as i64))
+        }
+        InputRole::TokenTypes | InputRole::Past => counted(dtype, shape, |_| 0),
+    }
+}
+
+/// An array of `dtype` whose element at each index is `value(index)`.
+fn counted(dtype: DataType, shape: IxDyn, mut value: impl FnMut(&[usize]) -> i64) -> TensorArray {
+    let mut at = |index: IxDyn| value(index.slice());
+    match dtype {
+        DataType::Int64 => TensorArray::Int64(ArrayD::from_shape_fn(shape, at)),
+        DataType::Int32 => TensorArray::Int32(ArrayD::from_shape_fn(shape, |i| at(i) as i32)),
+        DataType::Bool => TensorArray::Bool(ArrayD::from_shape_fn(shape, |i| at(i) != 0)),
+        DataType::Float16 => {
+            TensorArray::Float16(ArrayD::from_shape_fn(
+                shape,
+                |i| f16::from_f32(at(i) as f32),
+            ))
+        }
+        DataType::Float64 => TensorArray::Float64(ArrayD::from_shape_fn(shape, |i| at(i) as f64)),
+        _ => TensorArray::Float32(ArrayD::from_shape_fn(shape, |i| at(i) as f32)),
+    }
+}
+
+/// Uniform values: floats in [0, 1), integers in [0, 100), random bools.
+fn uniform(dtype: DataType, shape: IxDyn, rng: &mut SmallRng) -> TensorArray {
+    match dtype {
+        DataType::Float16 => TensorArray::Float16(ArrayD::from_shape_simple_fn(shape, || {
+            f16::from_f32(rng.random())
+        })),
+        DataType::Float64 => {
+            TensorArray::Float64(ArrayD::from_shape_simple_fn(shape, || rng.random()))
+        }
+        DataType::Int64 => TensorArray::Int64(ArrayD::from_shape_simple_fn(shape, || {
+            rng.random_range(0..100)
+        })),
+        DataType::Int32 => TensorArray::Int32(ArrayD::from_shape_simple_fn(shape, || {
+            rng.random_range(0..100)
+        })),
+        DataType::Bool => TensorArray::Bool(ArrayD::from_shape_simple_fn(shape, || rng.random())),
+        _ => TensorArray::Float32(ArrayD::from_shape_simple_fn(shape, || rng.random())),
     }
 }
