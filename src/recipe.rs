@@ -101,6 +101,10 @@ pub enum Int4Output {
     Matmulnbits,
 }
 
+/// MatMulNBits' accuracy level by default: int8 activations, the level ONNX Runtime's own CPU
+/// optimizer gives the DQ form when it fuses it, and ONNX Runtime GenAI's for CPU.
+pub const DEFAULT_ACCURACY_LEVEL: u8 = 4;
+
 impl Int4Output {
     /// Parses a name.
     pub fn parse(name: &str) -> Option<Int4Output> {
@@ -274,6 +278,11 @@ pub struct Recipe {
     /// The form int4 weights take in the output.
     #[serde(default)]
     pub int4_output: Int4Output,
+    /// MatMulNBits' `accuracy_level`: the least precision its CPU kernels may compute in
+    /// (0 unset, 1 fp32, 2 fp16, 3 bf16, 4 int8 activations, the fast one; CUDA and DirectML
+    /// ignore it). Recipes written before this setting: 0.
+    #[serde(default)]
+    pub int4_accuracy_level: u8,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -317,6 +326,7 @@ impl Default for Recipe {
             block_size: default_block_size(),
             int4_method: Int4Method::AwqLite,
             int4_output: Int4Output::Dq,
+            int4_accuracy_level: DEFAULT_ACCURACY_LEVEL,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             tensor_overrides: BTreeMap::new(),
@@ -518,6 +528,15 @@ impl Recipe {
                         format!(
                             "block_size must be a power of two ≥ 16 (16, 32, 64, 128, 256 …), got {}",
                             self.block_size
+                        ),
+                    ));
+                }
+                if self.int4_accuracy_level > 4 {
+                    problems.push((
+                        "int4_accuracy_level",
+                        format!(
+                            "int4_accuracy_level must be 0 (unset), 1 (fp32), 2 (fp16), 3 (bf16) or 4 (int8), got {}",
+                            self.int4_accuracy_level
                         ),
                     ));
                 }

@@ -322,19 +322,42 @@ fn matmulnbits_runs_in_onnx_runtime_and_matches_the_dq_form() {
     let nbits = dir.path().join("nbits.onnx");
     quantize(&model, &calib, &nbits, &["--int4_output", "matmulnbits"]);
     let saved = Model::load(&nbits).unwrap();
-    let ops: Vec<&str> = saved.graph().node.iter().map(|n| n.op_type()).collect();
-    assert_eq!(
-        ops.iter().filter(|&&o| o == "MatMulNBits").count(),
-        15,
-        "{ops:?}"
+    let nodes: Vec<_> = saved.graph().node.iter().collect();
+    let fused: Vec<_> = nodes
+        .iter()
+        .copied()
+        .filter(|n| n.op_type() == "MatMulNBits")
+        .collect();
+    assert_eq!(fused.len(), 15, "{nodes:?}");
+    assert!(nodes.iter().all(|n| n.op_type() != "DequantizeLinear"));
+    let level = |n: &qdq_studio::model::proto::NodeProto| {
+        n.attribute
+            .iter()
+            .find(|a| a.name() == "accuracy_level")
+            .map(|a| a.i())
+    };
+    assert!(
+        fused.iter().all(|n| level(n) == Some(4)),
+        "int8 activations by default"
     );
-    assert!(!ops.contains(&"DequantizeLinear"), "{ops:?}");
-    // ONNX Runtime's own optimizer fuses the DequantizeLinear form into MatMulNBits with
-    // int8 activations (accuracy level 4); unfused, the DQ form is the exact reference.
+    // Unfused, the DQ form is the exact reference; MatMulNBits at accuracy level 0 computes
+    // in float and matches it, level 4 quantizes activations to 8 bits per block (what
+    // ONNX Runtime's own optimizer does to the DQ form when it fuses it).
     let exact = logits_of(&dq, Optimization::Disable);
-    let fast = logits_of(&nbits, Optimization::All);
-    let db = sqnr(&exact, &fast);
-    assert!(db > 80.0, "MatMulNBits vs the unfused DQ form: {db:.1} dB");
+    let nbits_exact = dir.path().join("nbits_exact.onnx");
+    let args = ["--int4_output", "matmulnbits", "--accuracy_level", "0"];
+    quantize(&model, &calib, &nbits_exact, &args);
+    let db = sqnr(&exact, &logits_of(&nbits_exact, Optimization::All));
+    assert!(
+        db > 80.0,
+        "MatMulNBits (level 0) vs the unfused DQ form: {db:.1} dB"
+    );
+    // About 30 dB measured: the outlier channels widen each block's 8-bit activation scale.
+    let db = sqnr(&exact, &logits_of(&nbits, Optimization::All));
+    assert!(
+        db > 25.0,
+        "MatMulNBits (level 4) vs the unfused DQ form: {db:.1} dB"
+    );
     let (to_float_dq, _) = logits_error(&model, &dq, &eval);
     let (to_float_nbits, _) = logits_error(&model, &nbits, &eval);
     assert!(

@@ -63,6 +63,10 @@ pub struct QuantizeArgs {
     /// Runtime's MatMulNBits kernels on CPU, CUDA and DirectML).
     #[arg(long = "int4_output", visible_alias = "int4-output")]
     pub int4_output: Option<String>,
+    /// MatMulNBits' accuracy level: 0 (unset), 1 fp32, 2 fp16, 3 bf16, 4 int8 activations (the
+    /// default: ONNX Runtime's fast CPU kernels).
+    #[arg(long = "accuracy_level", visible_alias = "accuracy-level")]
+    pub accuracy_level: Option<u8>,
     /// Execution providers for calibration, in priority order.
     #[arg(long = "calibration_eps", visible_alias = "calibration-eps", num_args = 1.., default_value = "cpu")]
     pub calibration_eps: Vec<String>,
@@ -192,6 +196,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if let Some(block) = args.block_size {
         recipe.block_size = block;
+    }
+    if let Some(level) = args.accuracy_level {
+        recipe.int4_accuracy_level = level;
     }
     if let Some(form) = &args.int4_output {
         recipe.int4_output = Int4Output::parse(form)

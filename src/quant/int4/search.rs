@@ -22,11 +22,14 @@ const CHUNK: usize = 64;
 /// The exponents AWQ-lite tries (ModelOpt's grid: 0, 0.1, …, 1).
 const ALPHAS: usize = 11;
 
-/// The clipping ratios AWQ-clip tries (ModelOpt's: 0.5 to 0.95 by 0.05, and 1).
+/// The clipping ratios AWQ-clip tries (ModelOpt's: 0.5 to 0.95 by 0.05, and 1; and two more).
 fn clip_ratios() -> Vec<f32> {
     (0..10)
         .map(|i| 0.5 + 0.05 * i as f32)
-        .chain([1.0])
+        // Beyond ModelOpt's grid: a symmetric range over 8 steps (a negative extreme lands on
+        // −8 exactly, what MatMulNBits' symmetric round-to-nearest reaches with a negative
+        // scale, which some runtimes refuse) and over 7 (nothing clips).
+        .chain([7.5 / 8.0, 1.0, 7.5 / 7.0])
         .collect()
 }
 

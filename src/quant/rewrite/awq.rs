@@ -82,12 +82,16 @@ impl Rewriter<'_> {
                 .push(TensorArray::Uint8(array(vec![len], zp)).to_proto(&zp_name));
             inputs.push(zp_name);
         }
-        let attributes: Vec<AttributeProto> = vec![
+        let mut attributes: Vec<AttributeProto> = vec![
             int_attr("K", k as i64),
             int_attr("N", n as i64),
             int_attr("bits", 4),
             int_attr("block_size", block as i64),
         ];
+        if self.recipe.int4_accuracy_level > 0 {
+            let level = i64::from(self.recipe.int4_accuracy_level);
+            attributes.push(int_attr("accuracy_level", level));
+        }
         for id in self.nbits_readers(name).unwrap_or_default() {
             let old = &self.model.graph().node[id.0];
             let mut node_inputs = vec![old.input[0].clone()];
