@@ -283,6 +283,13 @@ pub struct Recipe {
     /// ignore it). Recipes written before this setting: 0.
     #[serde(default)]
     pub int4_accuracy_level: u8,
+    /// SmoothQuant for int8 MatMuls: activation outlier channels moved into the weights where
+    /// the division folds exactly into the producer (see the quantizer's `smooth` module).
+    #[serde(default)]
+    pub smoothquant: bool,
+    /// SmoothQuant's migration strength α in [0, 1]; none: searched per activation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smoothquant_alpha: Option<f32>,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -327,6 +334,8 @@ impl Default for Recipe {
             int4_method: Int4Method::AwqLite,
             int4_output: Int4Output::Dq,
             int4_accuracy_level: DEFAULT_ACCURACY_LEVEL,
+            smoothquant: false,
+            smoothquant_alpha: None,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             tensor_overrides: BTreeMap::new(),
@@ -497,6 +506,20 @@ impl Recipe {
     fn check_settings(&self) -> Result<(), Vec<(&'static str, String)>> {
         let mut problems = Vec::new();
         let fp8 = QuantType::Float8e4m3fn;
+        if self.smoothquant && self.mode != QuantMode::Int8 {
+            problems.push((
+                "smoothquant",
+                "smoothquant applies to int8 activations and weights (mode = \"int8\")".to_owned(),
+            ));
+        }
+        if let Some(alpha) = self.smoothquant_alpha
+            && !(0.0..=1.0).contains(&alpha)
+        {
+            problems.push((
+                "smoothquant_alpha",
+                format!("smoothquant_alpha must lie in [0, 1], got {alpha}"),
+            ));
+        }
         match self.mode {
             QuantMode::Fp8 => {
                 if self.activation_type != fp8 {

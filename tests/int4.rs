@@ -559,3 +559,54 @@ fn int4_without_data_runs_awq_on_random_tokens_and_beats_rounding() {
         "awq_lite on random tokens {awq:.2} dB, rtn {rtn:.2} dB"
     );
 }
+
+/// SmoothQuant moves the outlier channels of the norm outputs into the q/k/v and gate/up
+/// weights (folded into the RMSNorm's γ): int8 logits get closer to float than with plain
+/// per-tensor activation ranges (measured 11.3 → 13.1 dB); int4 refuses it in one line.
+#[test]
+fn smoothquant_folds_into_the_norms_and_beats_plain_int8() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, eval) = setup(dir.path());
+    let int8 = |name: &str, args: &[&str]| {
+        let out = dir.path().join(name);
+        let said = run_ok(
+            cli()
+                .args(["quantize", "--onnx_path"])
+                .arg(&model)
+                .arg("--calibration_data_path")
+                .arg(&calib)
+                .args(args)
+                .arg("-o")
+                .arg(&out),
+        );
+        (said, logits_error(&model, &out, &eval).0)
+    };
+    let (_, plain) = int8("plain.onnx", &[]);
+    let (said, smooth) = int8("smooth.onnx", &["--smoothquant"]);
+    assert!(said.contains("smoothquant: "), "{said}");
+    assert!(
+        said.contains("folded into the producer's constants"),
+        "{said}"
+    );
+    assert!(
+        smooth >= plain + 1.0,
+        "smoothquant {smooth:.2} dB, plain {plain:.2} dB"
+    );
+    let (ok, said) = run_text(
+        cli()
+            .args([
+                "quantize",
+                "--quantize_mode",
+                "int4",
+                "--smoothquant",
+                "--onnx_path",
+            ])
+            .arg(&model)
+            .arg("-o")
+            .arg(dir.path().join("bad.onnx")),
+    );
+    assert!(
+        !ok && said.contains("smoothquant applies to int8"),
+        "{said}"
+    );
+}

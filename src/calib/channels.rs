@@ -32,6 +32,12 @@ pub struct ChannelStats {
     pub rows: u64,
     /// Σ|x| per channel over every finite value.
     pub abs_sum: Vec<f64>,
+    /// Smallest finite value per channel (0 before any; SmoothQuant's ranges).
+    #[serde(default)]
+    pub min: Vec<f32>,
+    /// Largest finite value per channel (0 before any).
+    #[serde(default)]
+    pub max: Vec<f32>,
     /// Sampled rows, `sample_rows × channels`, row-major.
     pub sample: Vec<f32>,
     /// How many rows `sample` holds.
@@ -53,6 +59,8 @@ impl ChannelStats {
             channels,
             rows: 0,
             abs_sum: vec![0.0; channels],
+            min: vec![0.0; channels],
+            max: vec![0.0; channels],
             sample: Vec::with_capacity(capacity.min(1 << 16) * channels),
             sample_rows: 0,
             capacity,
@@ -67,9 +75,11 @@ impl ChannelStats {
             return;
         }
         for row in values.chunks_exact(self.channels) {
-            for (sum, &v) in self.abs_sum.iter_mut().zip(row) {
+            for (j, &v) in row.iter().enumerate() {
                 if v.is_finite() {
-                    *sum += f64::from(v.abs());
+                    self.abs_sum[j] += f64::from(v.abs());
+                    self.min[j] = self.min[j].min(v);
+                    self.max[j] = self.max[j].max(v);
                 }
             }
             self.keep(row);
@@ -124,6 +134,10 @@ mod tests {
         let mean = s.mean_abs();
         assert!((mean[0] - 2.25).abs() < 1e-6, "{mean:?}");
         assert!((mean[1] - 1.5).abs() < 1e-6, "{mean:?}");
+        assert_eq!(
+            (s.min.clone(), s.max.clone()),
+            (vec![0.0, -1.0], vec![9.0, 2.0])
+        );
         assert_eq!((s.sample_rows, s.sample.len()), (3, 6));
         assert!(s.sample.iter().all(|v| v.is_finite()));
         s.add(&[1.0, 2.0, 3.0], 3);

@@ -2,7 +2,7 @@
 //! data through ONNX Runtime batch by batch on the chosen execution providers, and fold each
 //! batch into per-tensor statistics in parallel.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use ndarray::ArrayViewD;
@@ -275,6 +275,7 @@ pub fn calibrate(
     Ok(CalibrationStats {
         info,
         channels,
+        smoothing: BTreeMap::new(),
         tensors: tensors
             .into_iter()
             .zip(stats)

@@ -249,6 +249,10 @@ pub struct CalibrationStats {
     /// Tensor name → per-channel statistics (gathered for activation-aware int4 weights).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub channels: BTreeMap<String, super::channels::ChannelStats>,
+    /// Activation name → the SmoothQuant scales it was calibrated with (its statistics above
+    /// are of the smoothed values).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub smoothing: BTreeMap<String, crate::quant::smooth::Smoothing>,
 }
 
 #[cfg(test)]

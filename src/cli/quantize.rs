@@ -135,6 +135,13 @@ pub struct QuantizeArgs {
     /// onnxruntime's placement); by default they stay in float.
     #[arg(long = "no_auto_precision", visible_alias = "no-auto-precision")]
     pub no_auto_precision: bool,
+    /// SmoothQuant (int8): move activation outlier channels into the MatMul weights where the
+    /// division folds into the producer; α searched per activation.
+    #[arg(long)]
+    pub smoothquant: bool,
+    /// SmoothQuant's α in [0, 1] instead of the per-activation search (implies --smoothquant).
+    #[arg(long = "smoothquant_alpha", visible_alias = "smoothquant-alpha")]
+    pub smoothquant_alpha: Option<f32>,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -231,6 +238,10 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if args.no_auto_precision {
         recipe.auto_precision = false;
+    }
+    if args.smoothquant || args.smoothquant_alpha.is_some() {
+        recipe.smoothquant = true;
+        recipe.smoothquant_alpha = args.smoothquant_alpha;
     }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;
@@ -382,6 +393,9 @@ fn print_saved(saved: &Saved) {
             println!("{line}");
         }
         if let Some(line) = built.int4.summary() {
+            println!("{line}");
+        }
+        if let Some(line) = &built.smoothing {
             println!("{line}");
         }
         if built.folded > 0 {

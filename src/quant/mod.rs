@@ -13,6 +13,7 @@ pub mod prepare;
 pub mod preprocess;
 pub mod rewrite;
 pub mod scale;
+pub mod smooth;
 
 use std::collections::BTreeMap;
 
@@ -37,6 +38,9 @@ pub enum QuantError {
     /// The recipe is invalid for this model.
     #[error(transparent)]
     Recipe(#[from] RecipeError),
+    /// The statistics do not fit the recipe.
+    #[error("{0}")]
+    StatsMismatch(String),
     /// A tensor to quantize has no usable range.
     #[error("tensor '{tensor}' has no range: {reason}")]
     MissingStats {
@@ -112,6 +116,8 @@ pub struct Quantized {
     pub kept_float: BTreeMap<String, precision::KeptReason>,
     /// What the int4 search did (empty for other modes and methods).
     pub int4: int4::Int4Report,
+    /// One line on what SmoothQuant smoothed, when it did.
+    pub smoothing: Option<String>,
 }
 
 impl Quantized {
@@ -189,15 +195,22 @@ pub fn quantize(
         memory::estimate(&prepared.model, &plan, recipe),
         crate::util::available_memory(),
     )?;
-    let mut int4 = int4::choose(&prepared, &plan, recipe, stats)?;
-    int4.fold_into_producers();
+    // Weight transforms and activation scales: the int4 searches' or SmoothQuant's (the
+    // recipe allows one or the other).
+    let mut scaling = int4::choose(&prepared, &plan, recipe, stats)?;
+    scaling.fold_into_producers();
+    let smoothed = smooth::choices(&prepared, &plan, recipe, stats)?;
+    let smoothing = smooth::summary(&smoothed, recipe);
+    if !smoothed.scales.is_empty() {
+        scaling = smoothed;
+    }
     let Prepared {
         model: mut work,
         graph,
         report: preprocess,
         ..
     } = prepared;
-    let rewritten = rewrite::rewrite(&mut work, &graph, &plan, recipe, stats, &int4)?;
+    let rewritten = rewrite::rewrite(&mut work, &graph, &plan, recipe, stats, &scaling)?;
     let observed_rank = |tensor: &str| -> Option<usize> {
         stats?.tensors.get(tensor)?.shapes.first().map(Vec::len)
     };
@@ -225,7 +238,8 @@ pub fn quantize(
         params: rewritten.params,
         opset_raised,
         kept_float,
-        int4: int4.report,
+        int4: scaling.report,
+        smoothing,
     })
 }
 

@@ -98,26 +98,25 @@ pub fn config_for_recipe(
     recipe: &Recipe,
 ) -> CalibrationConfig {
     let mut config = config.clone();
-    let sampled = crate::quant::int4::activations_to_sample(prepared, recipe);
+    let mut sampled = crate::quant::int4::activations_to_sample(prepared, recipe);
+    sampled.extend(crate::quant::smooth::activations_to_smooth(
+        prepared, recipe,
+    ));
     if sampled.is_empty() {
         return config;
     }
-    config.tensors = Some(match config.tensors.take() {
-        Some(mut list) if recipe.mode != QuantMode::Int4 => {
-            list.extend(
-                sampled
-                    .iter()
-                    .filter(|t| !list.contains(t))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
-            list
-        }
-        _ => sampled.clone(),
-    });
     if recipe.mode == QuantMode::Int4 {
+        // Nothing else is quantized, so nothing else needs a range.
+        config.tensors = Some(sampled.clone());
         config.histogram_bins = 0;
         config.ort_parity = None;
+    } else if let Some(list) = config.tensors.as_mut() {
+        let missing: Vec<String> = sampled
+            .iter()
+            .filter(|t| !list.contains(t))
+            .cloned()
+            .collect();
+        list.extend(missing);
     }
     config.channels = Some(ChannelSampling {
         tensors: sampled,
@@ -136,8 +135,36 @@ pub fn calibrate_for_recipe(
     ctx: &JobContext,
 ) -> Result<CalibrationStats, WorkflowError> {
     let prepared = Prepared::new(model, &recipe.preprocessing)?;
-    let config = config_for_recipe(config, &prepared, recipe);
-    calibrate_prepared(&prepared, data, &config, runtime, ctx)
+    let first = config_for_recipe(config, &prepared, recipe);
+    let mut stats = calibrate_prepared(&prepared, data, &first, runtime, ctx)?;
+    let smoothing = crate::quant::smooth::search(&prepared, recipe, &stats)?;
+    if !smoothing.is_empty() {
+        // The smoothed activations have new values: a second pass observes them.
+        let float_type = |name: &str| {
+            stats
+                .tensors
+                .get(name)
+                .and_then(|t| t.dtype)
+                .unwrap_or(crate::model::DataType::Float32)
+        };
+        let observing =
+            crate::quant::smooth::observing_model(&prepared.model, &smoothing, float_type);
+        let second = CalibrationConfig {
+            tensors: Some(
+                smoothing
+                    .keys()
+                    .map(|a| crate::quant::smooth::observed_name(a))
+                    .collect(),
+            ),
+            channels: None,
+            batch_size: config.batch_size.max(1),
+            ..config.clone()
+        };
+        let mut source = data.open(&model_inputs(&prepared.graph))?;
+        let observed = crate::calib::calibrate(&observing, source.as_mut(), runtime, &second, ctx)?;
+        crate::quant::smooth::merge(&mut stats, observed, smoothing);
+    }
+    Ok(stats)
 }
 
 /// Calibrates a model already prepared.

@@ -91,6 +91,8 @@ pub struct Built {
     pub kept_float: BTreeMap<String, crate::quant::precision::KeptReason>,
     /// What the int4 search did.
     pub int4: crate::quant::int4::Int4Report,
+    /// What SmoothQuant smoothed, when it did.
+    pub smoothing: Option<String>,
 }
 
 /// Milliseconds each stage took.
@@ -154,6 +156,7 @@ pub fn quantize_and_save(
                 opset_raised: q.opset_raised,
                 kept_float: q.kept_float.clone(),
                 int4: q.int4.clone(),
+                smoothing: q.smoothing.clone(),
             };
             timings.quantize_ms = ms(started);
             (Arc::new(q.model), Some(built))

@@ -716,6 +716,7 @@ mod tests {
             info: CalibrationInfo::default(),
             tensors: Default::default(),
             channels: Default::default(),
+            smoothing: Default::default(),
         };
         for (name, lo, hi) in [
             ("x", -1.0, 1.0),

@@ -117,10 +117,13 @@ impl Int4Report {
 }
 
 /// Weights that read one activation, searched together.
-struct Group {
-    activation: String,
-    weights: Vec<String>,
-    readers: Vec<NodeId>,
+pub(crate) struct Group {
+    /// The activation (input 0 of the readers).
+    pub activation: String,
+    /// The weights, one per reader.
+    pub weights: Vec<String>,
+    /// The MatMul/Gemm nodes.
+    pub readers: Vec<NodeId>,
 }
 
 /// The activation a weight-only MatMul/Gemm multiplies `weight` by, when the search can
@@ -140,9 +143,10 @@ fn searchable(graph: &Graph, weight: &str) -> Option<(String, NodeId)> {
         .then(|| (node.inputs[0].clone(), *reader))
 }
 
-/// The plan's int4 weights grouped by the activation they multiply; the second value counts
-/// the weights no search can take.
-fn groups(graph: &Graph, plan: &Plan) -> (Vec<Group>, usize) {
+/// The plan's weights that are a MatMul's (or plain Gemm's) `[k, n]` right-hand side, grouped
+/// by the activation they multiply (the int4 searches' and SmoothQuant's groups); the second
+/// value counts the weights no search can take.
+pub(crate) fn groups(graph: &Graph, plan: &Plan) -> (Vec<Group>, usize) {
     let mut by_activation: BTreeMap<String, Group> = BTreeMap::new();
     let mut plain = 0;
     let mut weights: Vec<&String> = plan
@@ -229,7 +233,7 @@ pub fn choose(
 }
 
 /// A weight's values as a `[k, n]` matrix.
-fn matrix(prepared: &Prepared, name: &str) -> Result<Array2<f32>, QuantError> {
+pub(crate) fn weight_matrix(prepared: &Prepared, name: &str) -> Result<Array2<f32>, QuantError> {
     let values = prepared
         .model
         .weight(name)?
@@ -260,7 +264,7 @@ fn search_group(
     let weights: Vec<Array2<f32>> = group
         .weights
         .iter()
-        .map(|w| matrix(prepared, w))
+        .map(|w| weight_matrix(prepared, w))
         .collect::<Result<_, _>>()?;
     if channel.sample_rows == 0 || weights.iter().any(|w| w.nrows() != k) {
         choices.report.plain += weights.len();
@@ -313,10 +317,17 @@ fn search_group(
 impl Int4Choices {
     /// Column divisors for the producer weights AWQ-lite folds into: called once the
     /// scales are known, so a weight both scaled and folded into gets both.
+    /// Constants folded into get them too, used when the plan quantizes them (SmoothQuant:
+    /// a norm's γ read by a quantized Mul).
     pub fn fold_into_producers(&mut self) {
         for scale in &self.scales {
-            if let ScaleSite::ProducerWeight(w) = &scale.site {
-                self.transforms.entry(w.clone()).or_default().column_divisor =
+            let targets = match &scale.site {
+                ScaleSite::ProducerWeight(w) => vec![w.clone()],
+                ScaleSite::Constants(names) => names.clone(),
+                ScaleSite::Mul => Vec::new(),
+            };
+            for target in targets {
+                self.transforms.entry(target).or_default().column_divisor =
                     Some(scale.scales.clone());
             }
         }

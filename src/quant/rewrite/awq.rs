@@ -125,7 +125,8 @@ impl Rewriter<'_> {
         for scale in &self.int4.scales {
             match &scale.site {
                 ScaleSite::Constants(names) => {
-                    for name in names {
+                    // A quantized constant got the divisor as its transform already.
+                    for name in names.iter().filter(|n| !self.plan.roles.contains_key(*n)) {
                         self.replace_divided(name, &scale.scales)?;
                     }
                 }

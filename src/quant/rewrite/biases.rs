@@ -28,6 +28,8 @@ impl Rewriter<'_> {
             return Ok(());
         };
         let values = self.float_value(bias)?;
+        let values =
+            super::weights::transformed(&values, self.int4.transforms.get(bias)).into_owned();
         check_finite(bias, &values)?;
         let input_scale = input_params.params[0].scale;
         let channels = values.len();

@@ -188,8 +188,9 @@ fn quantize_weight(
     })
 }
 
-/// `values` (`[k, n]`) with an int4 search's row scales and column divisors applied.
-fn transformed<'v>(
+/// `values` (`[k, n]`, or any rank for column divisors alone, which divide the last axis)
+/// with the row scales and column divisors of an int4 search or SmoothQuant applied.
+pub(super) fn transformed<'v>(
     values: &'v ArrayD<f32>,
     transform: Option<&WeightTransform>,
 ) -> CowArray<'v, f32, IxDyn> {
@@ -197,7 +198,7 @@ fn transformed<'v>(
         return values.as_standard_layout();
     };
     let mut out = values.as_standard_layout().into_owned();
-    let n = out.shape().get(1).copied().unwrap_or(1).max(1);
+    let n = out.shape().last().copied().unwrap_or(1).max(1);
     let Some(flat) = out.as_slice_mut() else {
         return out.into();
     };
@@ -299,19 +300,26 @@ impl Rewriter<'_> {
             return Ok(None);
         };
         let scale_type = self.float_type(name);
+        let transform = self.int4.transforms.get(name);
         let q = match (how.block_size, role) {
             (Some(_), _) => quantize_blockwise(
                 name,
                 &values,
                 &how,
-                self.int4.transforms.get(name),
+                transform,
                 scale_type,
                 self.nbits_readers(name).is_some(),
             )?,
+            // SmoothQuant's row scales, and the divisions folded into constants and
+            // producing weights (see `awq_scales`).
             (None, TensorRole::Weight { .. }) => {
+                let values = transformed(&values, transform).into_owned();
                 quantize_weight(name, &values, &how, self.bias_adjust(name), scale_type)?
             }
-            (None, _) => quantize_weight(name, &values, &how, None, scale_type)?,
+            (None, _) => {
+                let values = transformed(&values, transform).into_owned();
+                quantize_weight(name, &values, &how, None, scale_type)?
+            }
         };
         // The float weight has been read for good: its mapped pages need not stay resident.
         if let Some(tensor) = self.initializers.get(name) {
