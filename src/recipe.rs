@@ -708,6 +708,9 @@ impl Recipe {
         if mode != QuantMode::Int4 {
             self.int4_output = Int4Output::Dq;
         }
+        if mode != QuantMode::Int8 {
+            self.smoothquant = false;
+        }
         self.mode = mode;
     }
 

@@ -51,6 +51,8 @@ pub enum Command {
     SetInt4Method(crate::recipe::Int4Method),
     /// Choose the int4 output form (DequantizeLinear or MatMulNBits).
     SetInt4Output(crate::recipe::Int4Output),
+    /// Turn SmoothQuant (int8) on or off.
+    SetSmoothQuant(bool),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

@@ -444,6 +444,20 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                     }
                 });
             ui.end_row();
+            if recipe.mode == QuantMode::Int8 {
+                ui.label("SmoothQuant");
+                let mut on = recipe.smoothquant;
+                if ui
+                    .checkbox(&mut on, "move activation outliers into the weights")
+                    .on_hover_text(
+                        "Divides each MatMul input's large channels by s and multiplies the weight rows by s, folded into the norm or op that made the input; needs a new calibration",
+                    )
+                    .changed()
+                {
+                    commands.push(Command::SetSmoothQuant(on));
+                }
+                ui.end_row();
+            }
             if recipe.mode != QuantMode::Int4 {
                 return;
             }

@@ -304,6 +304,13 @@ impl Studio {
                 });
                 self.window.status = format!("Int4 method: {}", method.name());
             }
+            Command::SetSmoothQuant(on) => {
+                doc.editor.change(|r| r.smoothquant = on);
+                self.window.status = format!(
+                    "SmoothQuant {}: calibrate again for its ranges",
+                    if on { "on" } else { "off" }
+                );
+            }
             Command::SetInt4Output(form) => {
                 doc.editor.change(|r| r.int4_output = form);
                 self.window.status =

@@ -533,7 +533,7 @@ impl Studio {
         let status = match output {
             TaskOutput::Calibrated(stats) => {
                 let status = calibrated_status(&stats);
-                doc.work.results.statistics_replaced(stats, false);
+                doc.work.results.statistics_replaced(*stats, false);
                 doc.refresh();
                 if doc.panel.histogram_tensor.is_none() {
                     doc.panel.histogram_tensor = first_tensor(doc);

@@ -332,6 +332,16 @@ pub fn choices(
     let recorded = stats.map(|s| &s.smoothing).filter(|s| !s.is_empty());
     let wanted = recipe.smoothquant && recipe.mode == QuantMode::Int8;
     let Some(recorded) = recorded else {
+        // Statistics from a run without SmoothQuant have no per-channel extremes for the
+        // activations it would smooth (a run with it that found nothing has them).
+        let uncalibrated = candidates(prepared, plan)
+            .iter()
+            .any(|c| stats.is_some_and(|s| !s.channels.contains_key(&c.activation)));
+        if wanted && uncalibrated {
+            return Err(QuantError::StatsMismatch(
+                "smoothquant needs statistics calibrated with it on (the smoothed activations' ranges): calibrate again with this recipe".to_owned(),
+            ));
+        }
         return Ok(choices);
     };
     if !wanted {

@@ -50,7 +50,7 @@ impl TaskKind {
 /// What a finished task hands back.
 pub enum TaskOutput {
     /// Calibration statistics.
-    Calibrated(CalibrationStats),
+    Calibrated(Box<CalibrationStats>),
     /// A comparison.
     Compared(Box<Comparison>),
     /// A sample's outputs.

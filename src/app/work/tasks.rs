@@ -23,7 +23,7 @@ pub fn calibrate(prepared: Prepared, data: DataSpec, config: CalibrationConfig) 
     Box::new(move |ctx| {
         let runtime = runtime_for_job(&ctx)?;
         calibration::calibrate_prepared(&prepared, &data, &config, &runtime, &ctx)
-            .map(TaskOutput::Calibrated)
+            .map(|stats| TaskOutput::Calibrated(Box::new(stats)))
     })
 }
 

@@ -120,10 +120,10 @@ pub fn sequence_length(roles: &[(InputRole, Option<&[Dim]>)]) -> usize {
         if let InputRole::PositionIds { table: Some(rows) } = role {
             sequence = sequence.min(*rows);
         }
-        if let (InputRole::TokenIds { .. }, Some([_, Dim::Fixed(v), ..])) = (role, dims) {
-            if *v > 0 {
-                sequence = *v as usize;
-            }
+        if let (InputRole::TokenIds { .. }, Some([_, Dim::Fixed(v), ..])) = (role, dims)
+            && *v > 0
+        {
+            sequence = *v as usize;
         }
     }
     sequence.max(1)
