@@ -252,7 +252,16 @@ pub struct CalibrationStats {
     /// Activation name → the SmoothQuant scales it was calibrated with (its statistics above
     /// are of the smoothed values).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub smoothing: BTreeMap<String, crate::quant::smooth::Smoothing>,
+    pub smoothing: BTreeMap<String, Smoothing>,
+}
+
+/// One activation's SmoothQuant smoothing (see the quantizer's `smooth` module): the scales it is divided by and the α that made them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Smoothing {
+    /// `s` per channel.
+    pub scales: Vec<f32>,
+    /// The exponent chosen.
+    pub alpha: f32,
 }
 
 #[cfg(test)]

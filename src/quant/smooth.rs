@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 
 use ndarray::{Array2, ArrayView2, Axis};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::QuantError;
 use super::int4::fold::{self, ScaleSite};
@@ -29,18 +28,10 @@ use super::prepare::Prepared;
 use super::scale::{ScaleZp, dequantize, quantize_value, scale_zp_for};
 use crate::calib::channels::ChannelStats;
 use crate::calib::stats::CalibrationStats;
+pub use crate::calib::stats::Smoothing;
 use crate::model::proto::{NodeProto, ValueInfoProto};
 use crate::model::{DataType, Dim, Model, TensorArray};
 use crate::recipe::{QuantMode, Recipe};
-
-/// One activation's smoothing: the scales it is divided by and the α that made them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Smoothing {
-    /// `s` per channel.
-    pub scales: Vec<f32>,
-    /// The exponent chosen.
-    pub alpha: f32,
-}
 
 /// The exponents searched per activation.
 const ALPHAS: usize = 11;

@@ -278,7 +278,7 @@ mod tests {
         let (x, w) = outlier_layer();
         let ratios = search_clip(x.view(), w.view(), SPEC);
         assert_eq!(ratios.len(), 2 * 24);
-        assert!(ratios.iter().all(|r| (0.5..=1.0).contains(r)));
+        assert!(ratios.iter().all(|r| (0.5..=7.5 / 7.0).contains(r)));
         let error = |clip: Option<&[f32]>| {
             let flat = w.as_slice().unwrap();
             let params = block_params(flat, 32, 24, SPEC, clip);
