@@ -14,7 +14,7 @@ use ndarray::{ArrayD, IxDyn};
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
 use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions};
 
-use common::{cli, compared_output, run_ok, run_text, write_npz};
+use common::{cli, compared_output, quantize_calibrated, run_ok, run_text, write_npz};
 
 const HIDDEN: usize = 256;
 const FFN: usize = 512;
@@ -231,16 +231,8 @@ fn setup(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 
 /// Quantizes to int4 with `args`; returns `quantize`'s output.
 fn quantize(model: &Path, calib: &Path, out: &Path, args: &[&str]) -> String {
-    run_ok(
-        cli()
-            .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
-            .arg(model)
-            .arg("--calibration_data_path")
-            .arg(calib)
-            .args(args)
-            .arg("-o")
-            .arg(out),
-    )
+    let int4 = [&["--quantize_mode", "int4"], args].concat();
+    quantize_calibrated(model, calib, &int4, out)
 }
 
 /// The `logits` comparison of `quant` against `float` on `eval`: (SQNR dB, cosine).
@@ -569,16 +561,7 @@ fn smoothquant_folds_into_the_norms_and_beats_plain_int8() {
     let (model, calib, eval) = setup(dir.path());
     let int8 = |name: &str, args: &[&str]| {
         let out = dir.path().join(name);
-        let said = run_ok(
-            cli()
-                .args(["quantize", "--onnx_path"])
-                .arg(&model)
-                .arg("--calibration_data_path")
-                .arg(&calib)
-                .args(args)
-                .arg("-o")
-                .arg(&out),
-        );
+        let said = quantize_calibrated(&model, &calib, args, &out);
         (said, logits_error(&model, &out, &eval).0)
     };
     let (_, plain) = int8("plain.onnx", &[]);

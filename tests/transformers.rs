@@ -10,7 +10,7 @@ use std::path::Path;
 use ndarray::{ArrayD, IxDyn};
 use qdq_studio::model::TensorArray;
 
-use common::{cli, compared_output, minilm, run_ok, write_npz};
+use common::{compared_output, minilm, quantize_calibrated, write_npz};
 
 /// Tokens per sentence (padded).
 const SEQUENCE: usize = 32;
@@ -62,16 +62,7 @@ fn quantize_and_compare(dir: &Path, name: &str, args: &[&str]) -> (String, f64) 
         sentences(&eval, 16, 2);
     }
     let out = dir.join(format!("{name}.onnx"));
-    let said = run_ok(
-        cli()
-            .args(["quantize", "--onnx_path"])
-            .arg(&model)
-            .arg("--calibration_data_path")
-            .arg(&calib)
-            .args(args)
-            .arg("-o")
-            .arg(&out),
-    );
+    let said = quantize_calibrated(&model, &calib, args, &out);
     let cosine = compared_output(&model, &out, &eval, "461")["cosine"]
         .as_f64()
         .expect("the sentence embedding is compared");

@@ -267,28 +267,15 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     Ok(recipe)
 }
 
-/// int4 with neither data nor a chosen method. A token model keeps AWQ-lite, on random token
-/// data as ModelOpt-Windows does (valid ids reach the real activation outliers: +3.9 dB over
-/// rounding on the outlier decoder of tests/int4.rs). Any other model rounds to nearest:
-/// random floats are not representative, and AWQ fitted to them can do worse than plain
-/// rounding; `--calibration_method awq_lite` still runs it on them.
+/// int4 with neither data nor a chosen method: the engine's choice for random data (see
+/// [`calibrate::int4_method_without_data`]).
 fn int4_without_data(args: &QuantizeArgs, recipe: &mut Recipe, model: &Model) -> Option<String> {
     let chosen = args.calibration_method.is_some() || args.recipe.is_some();
     let data = args.calibration_data_path.is_some() || args.calibration_cache_path.is_some();
-    if recipe.mode != QuantMode::Int4 || chosen || data || !recipe.int4_method.needs_activations() {
+    if chosen || data {
         return None;
     }
-    let inputs = calibrate::inputs(model);
-    if inputs.iter().any(|input| input.role.is_token()) {
-        return Some(format!(
-            "int4 without calibration data: {} on random token data; give --calibration_data_path for representative scales",
-            recipe.int4_method.name()
-        ));
-    }
-    recipe.int4_method = Int4Method::RtnDq;
-    Some(
-        "int4 without calibration data: rounding to nearest (rtn_dq); give --calibration_data_path for awq_lite, or ask for it with --calibration_method awq_lite (on random data)".to_owned(),
-    )
+    calibrate::int4_method_without_data(recipe, &calibrate::inputs(model))
 }
 
 /// The statistics `quantize` uses: none for weight-only modes, the given cache file, or a

@@ -29,8 +29,8 @@ use super::scale::{ScaleZp, dequantize, quantize_value, scale_zp_for};
 use crate::calib::channels::ChannelStats;
 use crate::calib::stats::CalibrationStats;
 pub use crate::calib::stats::Smoothing;
-use crate::model::proto::{NodeProto, ValueInfoProto};
-use crate::model::{DataType, Dim, Model, TensorArray};
+use crate::model::proto::ValueInfoProto;
+use crate::model::{DataType, Dim, Model};
 use crate::recipe::{QuantMode, Recipe};
 
 /// The exponents searched per activation.
@@ -137,7 +137,7 @@ fn search_one(
         .map(|j| {
             weights
                 .iter()
-                .flat_map(|w| w.row(j).to_vec())
+                .flat_map(|w| w.row(j).into_iter())
                 .fold(0f32, |m, v| m.max(v.abs()))
         })
         .collect();
@@ -270,24 +270,16 @@ pub fn observing_model(
         return side;
     };
     for (activation, s) in smoothing {
-        let inverse: Vec<f32> = s.scales.iter().map(|v| 1.0 / v).collect();
-        let factor = format!("{activation}_smoothquant_inverse");
-        let len = inverse.len();
-        let dtype = float_type(activation);
-        let values = ndarray::ArrayD::from_shape_vec(vec![len], inverse)
-            .map(TensorArray::Float32)
-            .unwrap_or_else(|_| TensorArray::Float32(ndarray::ArrayD::zeros(vec![0])));
-        graph
-            .initializer
-            .push(values.cast_float(dtype).to_proto(&factor));
         let observed = observed_name(activation);
-        graph.node.push(NodeProto {
-            op_type: Some("Mul".to_owned()),
-            name: Some(format!("{activation}_smoothquant_Mul")),
-            input: vec![activation.clone(), factor],
-            output: vec![observed.clone()],
-            ..NodeProto::default()
-        });
+        let (factor, mul) = fold::division_by_scales(
+            activation,
+            &s.scales,
+            float_type(activation),
+            "smoothquant",
+            &observed,
+        );
+        graph.initializer.push(factor);
+        graph.node.push(mul);
         graph.output.push(ValueInfoProto {
             name: Some(observed),
             ..ValueInfoProto::default()
@@ -325,10 +317,12 @@ pub fn choices(
     let Some(recorded) = recorded else {
         // Statistics from a run without SmoothQuant have no per-channel extremes for the
         // activations it would smooth (a run with it that found nothing has them).
-        let uncalibrated = candidates(prepared, plan)
-            .iter()
-            .any(|c| stats.is_some_and(|s| !s.channels.contains_key(&c.activation)));
-        if wanted && uncalibrated {
+        let uncalibrated = || {
+            candidates(prepared, plan)
+                .iter()
+                .any(|c| stats.is_some_and(|s| !s.channels.contains_key(&c.activation)))
+        };
+        if wanted && uncalibrated() {
             return Err(QuantError::StatsMismatch(
                 "smoothquant needs statistics calibrated with it on (the smoothed activations' ranges): calibrate again with this recipe".to_owned(),
             ));

@@ -225,3 +225,18 @@ pub fn compared_output(float: &Path, quant: &Path, data: &Path, output: &str) ->
         .unwrap_or_else(|| panic!("output {output} is not in the comparison: {json}"))
         .clone()
 }
+
+/// Runs `quantize` on `model` calibrated on `calib`, with `args`, writing `out`; returns what
+/// it printed.
+pub fn quantize_calibrated(model: &Path, calib: &Path, args: &[&str], out: &Path) -> String {
+    run_ok(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(model)
+            .arg("--calibration_data_path")
+            .arg(calib)
+            .args(args)
+            .arg("-o")
+            .arg(out),
+    )
+}

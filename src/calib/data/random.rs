@@ -80,7 +80,7 @@ impl RandomSource {
 /// a symbolic batch axis 1; in a token model every other symbolic axis too (see
 /// [`roles::token_shape`]). Inputs missing here need a shape from the user.
 pub fn default_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
-    let token_model = inputs.iter().any(|i| i.role.is_token());
+    let token_model = roles::is_token_model(inputs);
     let sequence = roles::sequence_length(
         &inputs
             .iter()
@@ -95,14 +95,7 @@ pub fn default_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
         let shape = if token_model {
             Some(roles::token_shape(input.role, dims, sequence))
         } else {
-            dims.iter()
-                .enumerate()
-                .map(|(axis, d)| match d {
-                    Dim::Fixed(v) if *v >= 0 => Some(*v as usize),
-                    _ if axis == 0 => Some(1),
-                    _ => None,
-                })
-                .collect()
+            filled(dims, |_| None)
         };
         if let Some(shape) = shape {
             shapes.insert(input.name.clone(), shape);
@@ -120,20 +113,26 @@ pub fn suggested_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
         let Some(dims) = &input.shape else {
             continue;
         };
-        shapes.entry(input.name.clone()).or_insert_with(|| {
-            let rank = dims.len();
-            dims.iter()
-                .enumerate()
-                .map(|(axis, d)| match d {
-                    Dim::Fixed(v) if *v >= 0 => *v as usize,
-                    _ if axis == 0 => 1,
-                    _ if rank == 4 && axis >= 2 => 224,
-                    _ => 32,
-                })
-                .collect()
-        });
+        let spatial = |axis: usize| dims.len() == 4 && axis >= 2;
+        let guess = filled(dims, |axis| Some(if spatial(axis) { 224 } else { 32 }));
+        if let (false, Some(guess)) = (shapes.contains_key(&input.name), guess) {
+            shapes.insert(input.name.clone(), guess);
+        }
     }
     shapes
+}
+
+/// `dims` made concrete: fixed dims kept, a symbolic batch axis 1, any other symbolic axis
+/// what `symbolic(axis)` gives (`None` when it gives none).
+fn filled(dims: &[Dim], symbolic: impl Fn(usize) -> Option<usize>) -> Option<Vec<usize>> {
+    dims.iter()
+        .enumerate()
+        .map(|(axis, d)| match d {
+            Dim::Fixed(v) if *v >= 0 => Some(*v as usize),
+            _ if axis == 0 => Some(1),
+            _ => symbolic(axis),
+        })
+        .collect()
 }
 
 impl BatchSource for RandomSource {

@@ -59,6 +59,11 @@ impl InputRole {
     }
 }
 
+/// True when any of `inputs` has a token role: the model takes tokens (transformers, LLMs).
+pub fn is_token_model(inputs: &[super::InputSpec]) -> bool {
+    inputs.iter().any(|input| input.role.is_token())
+}
+
 /// The id bound used when the embedding table cannot be found (the first hundred ids exist in
 /// every vocabulary worth quantizing).
 pub const UNKNOWN_VOCAB: usize = 100;

@@ -11,7 +11,9 @@
 
 use std::collections::BTreeSet;
 
-use crate::model::{Dim, Graph, Node, NodeId, TensorKind};
+use crate::model::proto::{NodeProto, TensorProto};
+use crate::model::tensor::array;
+use crate::model::{DataType, Dim, Graph, Node, NodeId, TensorArray, TensorKind};
 
 /// Where one activation's division by `s` goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,4 +122,29 @@ fn weight_with_columns(graph: &Graph, node: &Node, name: &str, channels: usize) 
                 d.len() == 2 && matches!(d[1], Dim::Fixed(c) if c == channels as i64)
             })
     })
+}
+
+/// `output = Mul(x, 1/s)`: the initializer `{x}_{tag}_inverse_scale` holding `1/s` in
+/// `float_type` and the node `{x}_{tag}_Mul` (AWQ's explicit division, and SmoothQuant's
+/// observation of the smoothed activation).
+pub fn division_by_scales(
+    x: &str,
+    scales: &[f32],
+    float_type: DataType,
+    tag: &str,
+    output: &str,
+) -> (TensorProto, NodeProto) {
+    let inverse: Vec<f32> = scales.iter().map(|s| 1.0 / s).collect();
+    let factor = format!("{x}_{tag}_inverse_scale");
+    let initializer = TensorArray::Float32(array(vec![inverse.len()], inverse))
+        .cast_float(float_type)
+        .to_proto(&factor);
+    let mul = NodeProto {
+        op_type: Some("Mul".to_owned()),
+        name: Some(format!("{x}_{tag}_Mul")),
+        input: vec![x.to_owned(), factor],
+        output: vec![output.to_owned()],
+        ..NodeProto::default()
+    };
+    (initializer, mul)
 }

@@ -10,10 +10,11 @@ use super::weights::QuantizedWeight;
 use super::{Rewriter, TensorParams};
 use crate::model::NodeId;
 use crate::model::TensorArray;
-use crate::model::proto::{AttributeProto, NodeProto};
+use crate::model::proto::AttributeProto;
 use crate::model::tensor::array;
 use crate::quant::QuantError;
 use crate::quant::int4::ScaleSite;
+use crate::quant::int4::fold::division_by_scales;
 use crate::quant::int4::nbits::Packed;
 use crate::quant::plan::TensorRole;
 use crate::recipe::{Int4Method, Int4Output, QuantMode};
@@ -159,23 +160,9 @@ impl Rewriter<'_> {
 
     /// `Mul(x, 1/s)` after `x`'s producer, read by `readers` instead of `x`.
     fn insert_mul(&mut self, x: &str, readers: &[NodeId], scales: &[f32]) {
-        let float_type = self.float_type(x);
-        let inverse: Vec<f32> = scales.iter().map(|s| 1.0 / s).collect();
-        let factor = format!("{x}_awq_inverse_scale");
         let scaled = format!("{x}_awq_scaled");
-        let len = inverse.len();
-        self.edits.new_initializers.push(
-            TensorArray::Float32(array(vec![len], inverse))
-                .cast_float(float_type)
-                .to_proto(&factor),
-        );
-        let mul: NodeProto = node(
-            "Mul",
-            &format!("{x}_awq_Mul"),
-            vec![x.to_owned(), factor],
-            vec![scaled.clone()],
-            Vec::new(),
-        );
+        let (factor, mul) = division_by_scales(x, scales, self.float_type(x), "awq", &scaled);
+        self.edits.new_initializers.push(factor);
         self.edits
             .qdq_after
             .entry(x.to_owned())

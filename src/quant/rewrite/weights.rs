@@ -214,19 +214,20 @@ pub(super) fn transformed<'v>(
 
 /// Block-wise quantization along axis 0 of a rank-2 weight (int4 weight-only), scales
 /// stored in `scale_type`: each block of rows gets one parameter per column ([`blocks`]),
-/// after the int4 search's transform. With `nbits`, the values are packed for
-/// MatMulNBits instead of stored as an int4 tensor.
+/// shrunk by AWQ-clip's ratios in `clip`; `values` come with the searches' transform
+/// applied. With `nbits`, the values are packed for MatMulNBits instead of stored as an
+/// int4 tensor.
 fn quantize_blockwise(
     name: &str,
     values: &ArrayD<f32>,
     how: &WeightQuant,
-    transform: Option<&WeightTransform>,
+    clip: Option<&[f32]>,
     scale_type: DataType,
     nbits: bool,
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
     let block = how.block_size.unwrap_or(1);
-    let values = transformed(values, transform);
+    let values = values.as_standard_layout();
     let (k, n) = (values.shape()[0], values.shape()[1]);
     let flat = values.as_slice().unwrap_or(&[]);
     let spec = BlockSpec {
@@ -234,7 +235,7 @@ fn quantize_blockwise(
         qtype: how.qtype,
         symmetric: how.symmetric,
     };
-    let mut params = block_params(flat, k, n, spec, transform.and_then(|t| t.clip.as_deref()));
+    let mut params = block_params(flat, k, n, spec, clip);
     store_scales(&mut params, scale_type, false);
     let quantize = |row: usize, col: usize| {
         quantize_value(
@@ -300,26 +301,26 @@ impl Rewriter<'_> {
             return Ok(None);
         };
         let scale_type = self.float_type(name);
+        // The searches' row scales, and the divisions folded into constants and producing
+        // weights (see `awq_scales`), applied once for every form.
         let transform = self.int4.transforms.get(name);
+        let values = match transform {
+            Some(_) => transformed(&values, transform).into_owned(),
+            None => values,
+        };
         let q = match (how.block_size, role) {
             (Some(_), _) => quantize_blockwise(
                 name,
                 &values,
                 &how,
-                transform,
+                transform.and_then(|t| t.clip.as_deref()),
                 scale_type,
                 self.nbits_readers(name).is_some(),
             )?,
-            // SmoothQuant's row scales, and the divisions folded into constants and
-            // producing weights (see `awq_scales`).
             (None, TensorRole::Weight { .. }) => {
-                let values = transformed(&values, transform).into_owned();
                 quantize_weight(name, &values, &how, self.bias_adjust(name), scale_type)?
             }
-            (None, _) => {
-                let values = transformed(&values, transform).into_owned();
-                quantize_weight(name, &values, &how, None, scale_type)?
-            }
+            (None, _) => quantize_weight(name, &values, &how, None, scale_type)?,
         };
         // The float weight has been read for good: its mapped pages need not stay resident.
         if let Some(tensor) = self.initializers.get(name) {
