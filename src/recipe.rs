@@ -132,6 +132,9 @@ pub struct TensorOverride {
     /// Leave this tensor in float (no Q/DQ on it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_float: bool,
+    /// 7-bit values for this weight (onnxruntime's `reduce_range`, for one weight).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reduce_range: bool,
 }
 
 /// An integer (or fp8) quantized element type.
@@ -298,6 +301,12 @@ pub struct Recipe {
     /// onnxruntime's placement.
     #[serde(default = "yes")]
     pub auto_precision: bool,
+    /// With automatic precision, a transformer's int8 weights get 7 bits when the recipe
+    /// targets ONNX Runtime's u8×s8 kernels, which saturate on x86 CPUs without VNNI (see
+    /// the quantizer's `saturation` module). Recipes written before this setting: off, so
+    /// they reproduce the model they made.
+    #[serde(default)]
+    pub saturation_guard: bool,
     /// Per-tensor overrides, by tensor name.
     #[serde(default)]
     pub tensor_overrides: BTreeMap<String, TensorOverride>,
@@ -338,6 +347,7 @@ impl Default for Recipe {
             smoothquant_alpha: None,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
+            saturation_guard: true,
             tensor_overrides: BTreeMap::new(),
         }
     }

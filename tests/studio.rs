@@ -373,6 +373,12 @@ fn a_broken_graph_opens_with_its_problems_flagged() {
     assert_eq!(h.state().document().unwrap().selection, [add]);
 }
 
+/// The id of node `name` of the open document.
+fn doc_node(h: &Harness<'_, Studio>, name: &str) -> qdq_studio::model::NodeId {
+    let doc = h.state().document().unwrap();
+    doc.graph.node_by_name(name).unwrap().id
+}
+
 /// A post-norm residual block: LayerNormalization → MatMul → bias Add → residual Add →
 /// LayerNormalization → MatMul.
 fn residual_block(path: &Path) {
@@ -425,6 +431,27 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
             .count(),
         2
     );
+    // The MatMuls' shared weight gets 7 bits (the saturation guard), shown in the inspector
+    // and switched off as one undoable recipe change.
+    let dense = doc_node(&h, "dense");
+    h.state_mut().document_mut().unwrap().selection = vec![dense];
+    h.run_steps(2);
+    h.get_by_label_contains("int8 (7-bit) symmetric");
+    h.get_by_label_contains("7-bit transformer weights (1)")
+        .click();
+    h.run_steps(3);
+    assert!(!recipe(&h).saturation_guard);
+    assert!(
+        h.state()
+            .document()
+            .unwrap()
+            .plan
+            .seven_bit_weights
+            .is_empty()
+    );
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(3);
+    assert!(recipe(&h).saturation_guard);
     // The switch turns it off as one undoable recipe change.
     h.get_by_label_contains("Automatic precision (4 tensor(s) kept float)")
         .click();

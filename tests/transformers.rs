@@ -81,14 +81,13 @@ fn minilm_default_int8_keeps_its_mask_and_normalized_streams_in_float() {
         said.contains("tensor(s), streams feeding a LayerNorm/RMSNorm"),
         "{said}"
     );
-    // 0.71 with onnxruntime's placement; 0.97 here, where ONNX Runtime's u8×s8 kernels
-    // saturate (x86 without VNNI), 0.99 by the Q/DQ model's own arithmetic.
-    assert!(cosine >= 0.95, "default int8 cosine {cosine}");
-    let (_, reduced) = quantize_and_compare(dir.path(), "reduced", &["--reduce_range"]);
-    assert!(
-        reduced >= 0.98,
-        "default int8 with 7-bit weights: cosine {reduced}"
-    );
+    // Transformer weights get 7 bits: ONNX Runtime's u8×s8 kernels saturate on x86 CPUs
+    // without VNNI (0.966 there with 8 bits; 0.991 by the Q/DQ model's own arithmetic).
+    assert!(said.contains("7-bit weights: 18 weight(s)"), "{said}");
+    assert!(cosine >= 0.98, "default int8 cosine {cosine}");
+    let (said, eight) = quantize_and_compare(dir.path(), "eight", &["--no_saturation_guard"]);
+    assert!(!said.contains("7-bit weights"), "{said}");
+    assert!(eight >= 0.95, "8-bit weights: cosine {eight}");
     let (said, exact) = quantize_and_compare(dir.path(), "ort", &["--no_auto_precision"]);
     assert!(!said.contains("kept in float"), "{said}");
     assert!(

@@ -45,6 +45,8 @@ pub enum Command {
     },
     /// Turn the recipe's automatic precision on or off.
     SetAutoPrecision(bool),
+    /// Turn automatic precision's saturation guard (7-bit transformer weights) on or off.
+    SetSaturationGuard(bool),
     /// Switch the recipe's mode (int8, fp8, int4), with the types it needs.
     SetMode(crate::recipe::QuantMode),
     /// Choose the int4 method (AWQ-lite, AWQ-clip, RTN).

@@ -525,6 +525,33 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
     if ui.checkbox(&mut on, label).on_hover_text(hover).changed() {
         commands.push(Command::SetAutoPrecision(on));
     }
+    if on {
+        saturation_guard_row(ui, doc, commands);
+    }
+}
+
+/// The saturation guard's switch (part of automatic precision), with how many weights it
+/// gives 7 bits under the current plan.
+fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+    let mut guard = doc.recipe().saturation_guard;
+    let count = doc.plan.seven_bit_weights.len();
+    let label = if guard && count > 0 {
+        format!("7-bit transformer weights ({count})")
+    } else {
+        "7-bit transformer weights".to_owned()
+    };
+    let hover = "A transformer's int8 weights get 7 bits when the model targets ONNX Runtime's \
+                 u8×s8 kernels, which saturate on x86 CPUs without VNNI. Off: 8 bits, for VNNI \
+                 CPUs, GPUs and NPUs.";
+    ui.indent("saturation_guard", |ui| {
+        if ui
+            .checkbox(&mut guard, label)
+            .on_hover_text(hover)
+            .changed()
+        {
+            commands.push(Command::SetSaturationGuard(guard));
+        }
+    });
 }
 
 /// One op type: checked when the recipe selects it, greyed when the policy has no quantized

@@ -290,6 +290,13 @@ impl Studio {
                 self.window.status =
                     format!("Automatic precision {}", if on { "on" } else { "off" });
             }
+            Command::SetSaturationGuard(on) => {
+                doc.editor.change(|r| r.saturation_guard = on);
+                self.window.status = format!(
+                    "7-bit transformer weights {}",
+                    if on { "on" } else { "off" }
+                );
+            }
             Command::SetMode(mode) => {
                 doc.editor.change(|r| r.set_mode(mode));
                 self.window.status = format!("Mode: {}", crate::app::panels::mode_name(mode));

@@ -146,6 +146,7 @@ fn run_plan(args: &InspectArgs) -> anyhow::Result<()> {
             "nodes": plan.nodes,
             "tensors": tensors,
             "kept_float": plan.kept_float,
+            "seven_bit_weights": plan.seven_bit_weights,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -191,6 +192,9 @@ fn render_plan(plan: &Explanation, tensors: &BTreeMap<&str, String>) -> String {
     }
     out += &format!("{table}\n");
     for line in qdq_studio::quant::precision::summary(&plan.kept_float) {
+        out += &format!("{line}\n");
+    }
+    if let Some(line) = qdq_studio::quant::saturation::summary(plan.seven_bit_weights.len()) {
         out += &format!("{line}\n");
     }
     out

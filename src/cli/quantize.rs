@@ -135,6 +135,10 @@ pub struct QuantizeArgs {
     /// onnxruntime's placement); by default they stay in float.
     #[arg(long = "no_auto_precision", visible_alias = "no-auto-precision")]
     pub no_auto_precision: bool,
+    /// Keep a transformer's int8 weights at 8 bits (for VNNI CPUs, GPUs and NPUs); by default
+    /// they get 7 so that ONNX Runtime's u8×s8 kernels cannot saturate on older x86 CPUs.
+    #[arg(long = "no_saturation_guard", visible_alias = "no-saturation-guard")]
+    pub no_saturation_guard: bool,
     /// SmoothQuant (int8): move activation outlier channels into the MatMul weights where the
     /// division folds into the producer; α searched per activation.
     #[arg(long)]
@@ -238,6 +242,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if args.no_auto_precision {
         recipe.auto_precision = false;
+    }
+    if args.no_saturation_guard {
+        recipe.saturation_guard = false;
     }
     if args.smoothquant || args.smoothquant_alpha.is_some() {
         recipe.smoothquant = true;
@@ -377,6 +384,9 @@ fn print_saved(saved: &Saved) {
             by_type.join(", ")
         );
         for line in qdq_studio::quant::precision::summary(&built.kept_float) {
+            println!("{line}");
+        }
+        if let Some(line) = qdq_studio::quant::saturation::summary(built.seven_bit_weights) {
             println!("{line}");
         }
         if let Some(line) = built.int4.summary() {

@@ -116,8 +116,9 @@ impl PlannedTensor {
                     (None, _) => "per tensor".to_owned(),
                 };
                 format!(
-                    "{} {} {layout}{}",
+                    "{}{} {} {layout}{}",
                     quant.qtype.data_type().name(),
+                    if quant.reduce_range { " (7-bit)" } else { "" },
                     symmetry(quant.symmetric),
                     if *constant { ", from its values" } else { "" }
                 )
@@ -159,6 +160,8 @@ pub struct Explanation {
     pub from_statistics: bool,
     /// Tensors the recipe's lists select that automatic precision keeps in float, and why.
     pub kept_float: BTreeMap<String, KeptReason>,
+    /// Weights automatic precision gives 7 bits against kernel saturation.
+    pub seven_bit_weights: std::collections::BTreeSet<String>,
 }
 
 impl Explanation {
@@ -240,7 +243,11 @@ pub fn explain_prepared(
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
 ) -> Explanation {
-    let (effective, kept_float) = super::guarded(prepared, recipe, stats);
+    let super::Guarded {
+        recipe: effective,
+        kept_float,
+        seven_bit_weights,
+    } = super::guarded(prepared, recipe, stats);
     let recipe = &effective;
     let plan = prepared.plan(recipe, stats);
     let nodes = node_decisions(original, prepared, &plan);
@@ -250,6 +257,7 @@ pub fn explain_prepared(
         nodes,
         from_statistics: stats.is_some(),
         kept_float,
+        seven_bit_weights,
     }
 }
 

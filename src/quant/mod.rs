@@ -12,10 +12,11 @@ pub mod precision;
 pub mod prepare;
 pub mod preprocess;
 pub mod rewrite;
+pub mod saturation;
 pub mod scale;
 pub mod smooth;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::calib::stats::CalibrationStats;
 use crate::model::proto::StringStringEntryProto;
@@ -114,6 +115,8 @@ pub struct Quantized {
     pub opset_raised: Option<(i64, i64)>,
     /// Tensors the recipe would have quantized that automatic precision kept in float.
     pub kept_float: BTreeMap<String, precision::KeptReason>,
+    /// Weights automatic precision gave 7 bits against kernel saturation.
+    pub seven_bit_weights: BTreeSet<String>,
     /// What the int4 search did (empty for other modes and methods).
     pub int4: int4::Int4Report,
     /// One line on what SmoothQuant smoothed, when it did.
@@ -187,7 +190,11 @@ pub fn quantize(
         prepared.record_observed_shapes(stats);
     }
     prepared.graph.check()?;
-    let (effective, kept_float) = guarded(&prepared, recipe, stats);
+    let Guarded {
+        recipe: effective,
+        kept_float,
+        seven_bit_weights,
+    } = guarded(&prepared, recipe, stats);
     let user_recipe = recipe;
     let recipe = &effective;
     let plan = plan_for(&prepared, recipe, stats)?;
@@ -238,22 +245,27 @@ pub fn quantize(
         params: rewritten.params,
         opset_raised,
         kept_float,
+        seven_bit_weights,
         int4: scaling.report,
         smoothing,
     })
 }
 
-/// The recipe with automatic precision applied, and the tensors it keeps in float that the
-/// recipe alone would have quantized.
-pub fn guarded(
-    prepared: &Prepared,
-    recipe: &Recipe,
-    stats: Option<&CalibrationStats>,
-) -> (Recipe, BTreeMap<String, precision::KeptReason>) {
+/// What automatic precision does to a recipe for one model.
+#[derive(Debug, Clone)]
+pub struct Guarded {
+    /// The recipe with the kept tensors and 7-bit weights as overrides.
+    pub recipe: Recipe,
+    /// The tensors kept in float that the recipe alone would have quantized, and why.
+    pub kept_float: BTreeMap<String, precision::KeptReason>,
+    /// The weights given 7 bits against kernel saturation (see [`saturation`]).
+    pub seven_bit_weights: BTreeSet<String>,
+}
+
+/// The recipe with automatic precision applied: the tensors it keeps in float, then the
+/// saturation guard's 7-bit weights among what is still quantized.
+pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Guarded {
     let mut kept = precision::kept_in_float(prepared, recipe, stats);
-    if kept.is_empty() {
-        return (recipe.clone(), kept);
-    }
     let unguarded = prepared.plan(recipe, stats);
     // Only what would be quantized like an activation: a weight holding Inf stays an error.
     kept.retain(|name, _| {
@@ -262,7 +274,18 @@ pub fn guarded(
             Some(TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation)
         )
     });
-    (precision::with_kept(recipe, &kept), kept)
+    let kept_recipe = precision::with_kept(recipe, &kept);
+    let plan = if kept.is_empty() {
+        unguarded
+    } else {
+        prepared.plan(&kept_recipe, stats)
+    };
+    let seven_bit_weights = saturation::seven_bit_weights(prepared, &kept_recipe, &plan);
+    Guarded {
+        recipe: saturation::with_seven_bits(&kept_recipe, &seven_bit_weights),
+        kept_float: kept,
+        seven_bit_weights,
+    }
 }
 
 /// The plan for a prepared model; an error when it quantizes nothing.

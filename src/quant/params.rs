@@ -169,7 +169,11 @@ pub fn weight_quant(
             Some(WeightQuant {
                 qtype: recipe.weight_type,
                 symmetric: recipe.symmetric_weights || axis.is_some() || fp8,
-                reduce_range: recipe.reduce_range,
+                reduce_range: recipe.reduce_range
+                    || recipe
+                        .tensor_overrides
+                        .get(name)
+                        .is_some_and(|o| o.reduce_range),
                 axis,
                 block_size: None,
             })

@@ -110,6 +110,12 @@ pub fn with_kept(recipe: &Recipe, kept: &BTreeMap<String, KeptReason>) -> Recipe
     effective
 }
 
+/// Whether the graph normalizes anything (a LayerNorm/RMSNorm, as one op or in primitives):
+/// what tells a transformer from a convolutional network here.
+pub fn has_normalization(graph: &Graph) -> bool {
+    !norm_inputs(graph).is_empty()
+}
+
 /// Normalizations: their data input (and a Skip variant's skip input) is normalized.
 const NORM_OPS: &[(&str, &[usize])] = &[
     ("LayerNormalization", &[0]),
@@ -158,7 +164,8 @@ fn normalized_streams(graph: &Graph) -> HashSet<String> {
 /// Ops whose activation input is the reason to quantize at all.
 const COMPUTE_OPS: &[&str] = &["MatMul", "Gemm", "Conv", "ConvTranspose"];
 
-fn feeds_compute(graph: &Graph, name: &str) -> bool {
+/// Whether `name` is an input of a MatMul/Gemm/Conv/ConvTranspose.
+pub(super) fn feeds_compute(graph: &Graph, name: &str) -> bool {
     graph.tensor(name).is_some_and(|t| {
         t.consumers
             .iter()

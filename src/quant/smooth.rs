@@ -98,7 +98,9 @@ pub fn search(
     if !recipe.smoothquant || recipe.mode != QuantMode::Int8 {
         return Ok(found);
     }
-    let plan = prepared.plan(recipe, Some(stats));
+    // The plan quantize will follow: automatic precision's kept tensors and 7-bit weights.
+    let effective = super::guarded(prepared, recipe, Some(stats)).recipe;
+    let plan = prepared.plan(&effective, Some(stats));
     for candidate in candidates(prepared, &plan) {
         let Some(channel) = stats.channels.get(&candidate.activation) else {
             continue;
@@ -108,7 +110,17 @@ pub fn search(
             .iter()
             .map(|w| weight_matrix(prepared, w))
             .collect::<Result<_, _>>()?;
-        if let Some(smoothing) = search_one(channel, &weights, recipe) {
+        let seven_bit = candidate.weights.iter().any(|w| {
+            effective
+                .tensor_overrides
+                .get(w)
+                .is_some_and(|o| o.reduce_range)
+        });
+        let simulated = Recipe {
+            reduce_range: effective.reduce_range || seven_bit,
+            ..effective.clone()
+        };
+        if let Some(smoothing) = search_one(channel, &weights, &simulated) {
             found.insert(candidate.activation, smoothing);
         }
     }

@@ -89,6 +89,8 @@ pub struct Built {
     pub opset_raised: Option<(i64, i64)>,
     /// Tensors automatic precision kept in float, and why.
     pub kept_float: BTreeMap<String, crate::quant::precision::KeptReason>,
+    /// Weights automatic precision gave 7 bits against kernel saturation.
+    pub seven_bit_weights: usize,
     /// What the int4 search did.
     pub int4: crate::quant::int4::Int4Report,
     /// What SmoothQuant smoothed, when it did.
@@ -155,6 +157,7 @@ pub fn quantize_and_save(
                 folded: q.removed_nodes.len(),
                 opset_raised: q.opset_raised,
                 kept_float: q.kept_float.clone(),
+                seven_bit_weights: q.seven_bit_weights.len(),
                 int4: q.int4.clone(),
                 smoothing: q.smoothing.clone(),
             };
