@@ -593,3 +593,85 @@ fn smoothquant_folds_into_the_norms_and_beats_plain_int8() {
         "{said}"
     );
 }
+
+/// `compare --per_tensor` on an int4 model: the tensors of the comparison (JSON).
+fn per_tensor(float: &Path, quant: &Path, eval: &Path) -> serde_json::Value {
+    let json = run_ok(
+        cli()
+            .args([
+                "compare",
+                "--per_tensor",
+                "--latency_runs",
+                "1",
+                "--json",
+                "--float",
+            ])
+            .arg(float)
+            .arg("--quant")
+            .arg(quant)
+            .arg("--data")
+            .arg(eval),
+    );
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    report["tensors"].clone()
+}
+
+/// Per-layer int4 error: every weight-only MatMul's output against float and its weight,
+/// read from both output forms alike (the DQ blocks and MatMulNBits' packed nibbles), with
+/// AWQ's row scales fitted out of the weight's error.
+#[test]
+fn per_tensor_comparison_measures_each_int4_layer_and_weight() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, calib, eval) = setup(dir.path());
+    let dq = dir.path().join("dq.onnx");
+    let nbits = dir.path().join("nbits.onnx");
+    quantize(&model, &calib, &dq, &[]);
+    quantize(&model, &calib, &nbits, &["--int4_output", "matmulnbits"]);
+    let (dq, nbits) = (
+        per_tensor(&model, &dq, &eval),
+        per_tensor(&model, &nbits, &eval),
+    );
+    let weights = |t: &serde_json::Value| -> Vec<(String, f64, bool)> {
+        t["weights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| {
+                (
+                    w["weight"].as_str().unwrap().to_owned(),
+                    w["sqnr_db"].as_f64().unwrap(),
+                    w["rescaled"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect()
+    };
+    let (dq_weights, nbits_weights) = (weights(&dq), weights(&nbits));
+    assert!(dq_weights.len() >= 6, "{dq_weights:?}");
+    assert!(
+        dq_weights.iter().any(|w| w.2),
+        "AWQ scaled some rows: {dq_weights:?}"
+    );
+    for (name, db, _) in &dq_weights {
+        assert!((12.0..40.0).contains(db), "{name}: {db} dB");
+        let other = nbits_weights.iter().find(|w| &w.0 == name);
+        assert!(
+            other.is_some_and(|w| (w.1 - db).abs() < 0.01),
+            "{name}: {db} dB as DQ, {other:?} as MatMulNBits"
+        );
+    }
+    // Plain rounding scales nothing: no fit is taken out.
+    let rtn = dir.path().join("rtn.onnx");
+    quantize(&model, &calib, &rtn, &["--calibration_method", "rtn_dq"]);
+    let rtn_weights = weights(&per_tensor(&model, &rtn, &eval));
+    assert_eq!(rtn_weights.len(), dq_weights.len());
+    assert!(rtn_weights.iter().all(|w| !w.2), "{rtn_weights:?}");
+    for tensors in [&dq, &nbits] {
+        let layers = tensors["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), dq_weights.len(), "{layers:?}");
+        for layer in layers {
+            let db = layer["sqnr_db"].as_f64().unwrap();
+            assert!(db.is_finite() && db > 5.0, "{layer}");
+            assert!(layer["weight"].is_string(), "{layer}");
+        }
+    }
+}

@@ -198,6 +198,7 @@ fn node(
     }
     tensors(ui, doc, "Inputs", &node.inputs, commands);
     tensors(ui, doc, "Outputs", &node.outputs, commands);
+    measured_error(ui, doc, node);
     let weights: Vec<&String> = node
         .inputs
         .iter()
@@ -210,6 +211,64 @@ fn node(
     for name in weights {
         weight(ui, doc, name, cache);
     }
+}
+
+/// What the last comparison measured of this node: its outputs' error against the float
+/// model (a weight-only layer's output, or a quantized activation's), and its weights'.
+fn measured_error(ui: &mut Ui, doc: &Document, node: &crate::model::Node) {
+    let Some(comparison) = doc.work.results.comparison.as_ref() else {
+        return;
+    };
+    let errors = &comparison.tensors;
+    let mut rows: Vec<(String, String)> = Vec::new();
+    for output in &node.outputs {
+        if let Some(layer) = errors.layers.iter().find(|l| &l.tensor == output) {
+            rows.push((output.clone(), format!("output {:.2} dB", layer.sqnr_db)));
+        }
+        if let Some(a) = errors.activations.iter().find(|a| &a.tensor == output) {
+            rows.push((
+                output.clone(),
+                format!(
+                    "float vs QDQ {:.2} dB · own Q/DQ {:.2} dB",
+                    a.xmodel_sqnr_db, a.qdq_sqnr_db
+                ),
+            ));
+        }
+    }
+    for input in &node.inputs {
+        if let Some(w) = errors.weights.iter().find(|w| &w.weight == input) {
+            let note = if w.rescaled {
+                " (its scaling fitted out)"
+            } else {
+                ""
+            };
+            rows.push((input.clone(), format!("weight {:.2} dB{note}", w.sqnr_db)));
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let stale = &comparison.recipe != doc.recipe();
+    let title = if stale {
+        "Quantization error (before the last recipe change)"
+    } else {
+        "Quantization error (last comparison)"
+    };
+    egui::CollapsingHeader::new(title)
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::Grid::new("measured_error")
+                .num_columns(2)
+                .striped(true)
+                .show(ui, |ui| {
+                    for (tensor, text) in rows {
+                        ui.label(RichText::new(tensor).monospace());
+                        ui.label(text)
+                            .on_hover_text("SQNR against the float model, from the Results tab");
+                        ui.end_row();
+                    }
+                });
+        });
 }
 
 fn tensors(

@@ -540,7 +540,7 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
     } else {
         "7-bit transformer weights".to_owned()
     };
-    let hover = "A transformer's int8 weights get 7 bits when the model targets ONNX Runtime's \
+    let hover = "A transformer's int8 MatMul/Gemm weights get 7 bits when the model targets ONNX Runtime's \
                  u8×s8 kernels, which saturate on x86 CPUs without VNNI. Off: 8 bits, for VNNI \
                  CPUs, GPUs and NPUs.";
     ui.indent("saturation_guard", |ui| {

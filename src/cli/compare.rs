@@ -137,7 +137,12 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 format!("{:.2}", a.qdq_sqnr_db),
             ]);
         }
-        println!("{table}");
+        if !worst.is_empty() {
+            println!("{table}");
+        }
+        if let Some(table) = layer_table(tensors) {
+            println!("{table}");
+        }
         if !tensors.unmatched.is_empty() {
             println!(
                 "could not match {} Q/DQ pair(s) to float tensors: {}",
@@ -150,4 +155,27 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         println!("latency {}", latency_line(latency));
     }
     Ok(())
+}
+
+/// The weight-only quantized layers (int4), worst first, each with its weight's error; `None`
+/// when the model has none.
+fn layer_table(tensors: &qdq_studio::eval::tensors::TensorErrors) -> Option<Table> {
+    if tensors.layers.is_empty() {
+        return None;
+    }
+    let mut worst = tensors.layers.clone();
+    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "worst weight-only layers",
+        "output float vs quantized dB",
+        "weight dB",
+    ]);
+    for layer in worst.iter().take(10) {
+        let weight = tensors
+            .weight_of(&layer.node)
+            .map_or_else(String::new, |w| format!("{:.2}", w.sqnr_db));
+        table.add_row([layer.node.clone(), format!("{:.2}", layer.sqnr_db), weight]);
+    }
+    Some(table)
 }

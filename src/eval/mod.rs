@@ -5,6 +5,7 @@ pub mod alternatives;
 pub mod reference;
 pub mod sensitivity;
 pub mod tensors;
+pub mod weight_error;
 
 use std::time::Instant;
 

@@ -9,18 +9,19 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ndarray::{ArrayD, Axis};
+use ndarray::ArrayD;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
+pub use super::weight_error::WeightError;
+use super::weight_error::weight_errors;
 use crate::calib::data::BatchSource;
 use crate::calib::histogram::Histogram;
 use crate::calib::runner::augmented_model;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
-use crate::recipe::Preprocessing;
 use crate::runtime::value::{float_output, owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
 
@@ -49,15 +50,6 @@ pub struct ActivationError {
 /// Bins of the per-tensor value histograms (enough to see clipping, small in memory).
 pub const HISTOGRAM_BINS: usize = 256;
 
-/// Error of one weight.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WeightError {
-    /// The float weight's name.
-    pub weight: String,
-    /// SQNR (dB) of the float weight against its dequantized value.
-    pub sqnr_db: f64,
-}
-
 /// Everything the per-tensor comparison found.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TensorErrors {
@@ -67,6 +59,94 @@ pub struct TensorErrors {
     pub weights: Vec<WeightError>,
     /// Q/DQ pairs whose float tensor could not be found.
     pub unmatched: Vec<String>,
+    /// Layers whose weight alone is quantized (int4 weight-only: no Q/DQ on their
+    /// activations), in the float graph's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<LayerError>,
+}
+
+/// Error of a layer whose weight alone is quantized: its output in the QDQ model (everything
+/// upstream quantized too) against the float model's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayerError {
+    /// The node's name.
+    pub node: String,
+    /// Its output, named alike in both models.
+    pub tensor: String,
+    /// Its weight in the float model (the initializer the float node of the same name reads).
+    pub weight: Option<String>,
+    /// SQNR (dB) of the float model's output against the quantized model's.
+    pub sqnr_db: f64,
+}
+
+impl TensorErrors {
+    /// The cumulative float-vs-quantized SQNR of every measured tensor: quantized activations
+    /// and the outputs of weight-only quantized layers.
+    pub fn tensor_sqnr(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.activations
+            .iter()
+            .map(|a| (a.tensor.as_str(), a.xmodel_sqnr_db))
+            .chain(self.layers.iter().map(|l| (l.tensor.as_str(), l.sqnr_db)))
+    }
+
+    /// The error of the weight of the weight-only layer `node`, when both were measured.
+    pub fn weight_of(&self, node: &str) -> Option<&WeightError> {
+        let layer = self.layers.iter().find(|l| l.node == node)?;
+        let weight = layer.weight.as_deref()?;
+        self.weights.iter().find(|w| w.weight == weight)
+    }
+}
+
+/// The nodes of `quant` whose weight alone is dequantized (MatMulNBits, or a MatMul/Gemm/Conv
+/// reading a DequantizeLinear of a constant while its activation is not dequantized) and whose
+/// output the float graph has under the same name: (node, output, the float node's weight).
+fn weight_only_layers(
+    quant: &Graph,
+    float: &Graph,
+    covered: &HashSet<&str>,
+) -> Vec<(String, String, Option<String>)> {
+    let dequantized = |t: &str, constant: bool| {
+        quant
+            .tensor(t)
+            .and_then(|t| t.producer)
+            .map(|id| quant.node(id))
+            .filter(|n| n.op_type == "DequantizeLinear")
+            .is_some_and(|dq| {
+                let source = quant.tensor(&dq.inputs[0]);
+                let from_constant = source.is_some_and(|s| {
+                    s.producer
+                        .is_none_or(|p| quant.node(p).op_type == "QuantizeLinear")
+                        && !matches!(s.kind, crate::model::TensorKind::Input)
+                });
+                from_constant == constant
+            })
+    };
+    quant
+        .nodes()
+        .iter()
+        .filter(|n| {
+            n.op_type == "MatMulNBits"
+                || (matches!(n.op_type.as_str(), "MatMul" | "Gemm" | "Conv")
+                    && n.inputs.iter().skip(1).any(|t| dequantized(t, true))
+                    && !n.inputs.first().is_some_and(|t| dequantized(t, false)))
+        })
+        .filter_map(|n| {
+            let out = n.outputs.first()?;
+            let weight = float.node_by_name(&n.name).and_then(|f| {
+                f.inputs
+                    .iter()
+                    .skip(1)
+                    .find(|t| {
+                        float.tensor(t).is_some_and(|t| {
+                            t.producer.is_none() && t.kind != crate::model::TensorKind::Input
+                        })
+                    })
+                    .cloned()
+            });
+            (float.tensor(out).is_some() && !covered.contains(out.as_str()))
+                .then(|| (n.name.clone(), out.clone(), weight))
+        })
+        .collect()
 }
 
 /// A Q→DQ pair on an activation: the Q input, the DQ output and the float tensor it stands for.
@@ -162,152 +242,6 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
     (found, unmatched)
 }
 
-/// Applies `f(value, scale, zero_point)` to every element, per channel along `axis` when there
-/// is more than one scale.
-fn per_axis(
-    values: &ArrayD<f32>,
-    scales: &ArrayD<f32>,
-    zero_points: &ArrayD<f32>,
-    axis: usize,
-    f: impl Fn(f32, f32, f32) -> f32,
-) -> ArrayD<f32> {
-    let mut out = values.clone();
-    if scales.len() > 1 && axis < values.ndim() {
-        for (c, mut lane) in out.axis_iter_mut(Axis(axis)).enumerate() {
-            let (s, z) = (
-                scales.as_slice().map_or(1.0, |v| v[c]),
-                zero_points.as_slice().map_or(0.0, |v| v[c]),
-            );
-            lane.mapv_inplace(|v| f(v, s, z));
-        }
-    } else {
-        let (s, z) = (
-            scales.iter().next().copied().unwrap_or(1.0),
-            zero_points.iter().next().copied().unwrap_or(0.0),
-        );
-        out.mapv_inplace(|v| f(v, s, z));
-    }
-    out
-}
-
-/// The integer values a DequantizeLinear reads and the float weight they stand for: either an
-/// initializer of integers (onnxruntime and qdq-studio store weights quantized, named
-/// `<weight>_quantized`), or a QuantizeLinear applied to the float weight inside the graph
-/// (ModelOpt's and PyTorch exporters' form), which is evaluated here as ONNX defines it.
-fn weight_codes(
-    quant: &Model,
-    graph: &Graph,
-    dq: &crate::model::Node,
-    scales: &ArrayD<f32>,
-    zero_points: &ArrayD<f32>,
-    axis: usize,
-) -> Result<Option<(String, ArrayD<f32>)>, EvalError> {
-    let input = dq.inputs[0].as_str();
-    if let Some(codes) = quant.graph().initializer.iter().find(|t| t.name() == input) {
-        let base = input.trim_end_matches("_quantized").to_owned();
-        return Ok(Some((base, quant.tensor_array(codes)?.to_f32())));
-    }
-    let Some(q) = graph
-        .tensor(input)
-        .and_then(|t| t.producer)
-        .map(|id| graph.node(id))
-        .filter(|n| n.op_type == "QuantizeLinear")
-    else {
-        return Ok(None);
-    };
-    let Some(weight) = quant.weight(&q.inputs[0])? else {
-        return Ok(None);
-    };
-    let dtype = match q.inputs.get(2).filter(|z| !z.is_empty()) {
-        Some(z) => quant.weight(z)?.map(|z| z.dtype()),
-        None => Some(crate::model::DataType::Uint8),
-    };
-    let Some((qmin, qmax)) = dtype.and_then(|d| d.quantized_range()) else {
-        return Ok(None);
-    };
-    let codes = per_axis(&weight.to_f32(), scales, zero_points, axis, |v, s, z| {
-        let q = crate::quant::scale::round_half_even(f64::from(v / s)) as f32 + z;
-        q.clamp(qmin as f32, qmax as f32)
-    });
-    Ok(Some((q.inputs[0].clone(), codes)))
-}
-
-/// Dequantizes every DequantizeLinear on a weight and compares it to the float weight.
-fn weight_errors(
-    quant: &Model,
-    qg: &Graph,
-    float: &Model,
-    fg: &Graph,
-) -> Result<Vec<WeightError>, EvalError> {
-    // Quantizers fold BatchNormalization into the preceding Conv before quantizing (ours and
-    // onnxruntime's pre-processing both do): the weight they quantized is the folded one, so
-    // compare against the float model folded the same way, not against the raw weight.
-    let has_bn = |g: &Graph| g.nodes().iter().any(|n| n.op_type == "BatchNormalization");
-    let folded;
-    let float = if has_bn(fg) && !has_bn(qg) {
-        folded = crate::quant::preprocess::preprocess(float, &Preprocessing::default())?.0;
-        &folded
-    } else {
-        float
-    };
-    let mut out = Vec::new();
-    // In graph order, so charts of weight error read along the model.
-    for dq in qg
-        .topological_order()
-        .iter()
-        .map(|&id| qg.node(id))
-        .filter(|n| n.op_type == "DequantizeLinear")
-    {
-        let Some(scales) = dq
-            .inputs
-            .get(1)
-            .map(|s| quant.weight(s))
-            .transpose()?
-            .flatten()
-        else {
-            continue;
-        };
-        let scales = scales.to_f32();
-        let zero_points = match dq.inputs.get(2).filter(|z| !z.is_empty()) {
-            Some(z) => match quant.weight(z)? {
-                Some(z) => z.to_f32(),
-                None => continue,
-            },
-            None => ArrayD::zeros(scales.raw_dim()),
-        };
-        if dq.int_attribute("block_size").is_some() {
-            continue;
-        }
-        let axis = if scales.len() > 1 {
-            dq.int_attribute("axis").unwrap_or(1) as usize
-        } else {
-            0
-        };
-        let Some((base, values)) = weight_codes(quant, qg, dq, &scales, &zero_points, axis)? else {
-            continue;
-        };
-        let Some(reference) = float.weight(&base)? else {
-            continue;
-        };
-        let reference = reference.to_f32();
-        if values.shape() != reference.shape() {
-            continue;
-        }
-        let dequantized = per_axis(&values, &scales, &zero_points, axis, |v, s, z| (v - z) * s);
-        let (signal, noise) = reference
-            .iter()
-            .zip(dequantized.iter())
-            .fold((0.0, 0.0), |(s, n), (&a, &b)| {
-                (s + f64::from(a).powi(2), n + f64::from(a - b).powi(2))
-            });
-        out.push(WeightError {
-            weight: base,
-            sqnr_db: sqnr(signal, noise),
-        });
-    }
-    Ok(out)
-}
-
 /// Runs both models on `source` with every matched tensor exposed and accumulates the errors.
 pub fn tensor_errors(
     float: &Model,
@@ -321,15 +255,19 @@ pub fn tensor_errors(
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
     let (pairs, unmatched) = pairs(quant, &qg, &fg);
+    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
+    let layers = weight_only_layers(&qg, &fg, &covered);
     let float_names: Vec<String> = pairs
         .iter()
         .map(|p| p.float.clone())
+        .chain(layers.iter().map(|(_, t, _)| t.clone()))
         .collect::<HashSet<_>>()
         .into_iter()
         .collect();
     let quant_names: Vec<String> = pairs
         .iter()
         .flat_map(|p| [p.pre.clone(), p.post.clone()])
+        .chain(layers.iter().map(|(_, t, _)| t.clone()))
         .collect::<HashSet<_>>()
         .into_iter()
         .collect();
@@ -353,6 +291,8 @@ pub fn tensor_errors(
     // (qdq signal², qdq noise², xmodel signal², xmodel noise², values outside the range,
     // values seen) per pair.
     let mut sums = vec![[0f64; 6]; pairs.len()];
+    // (signal², noise²) per weight-only layer.
+    let mut layer_sums = vec![[0f64; 2]; layers.len()];
     let mut histograms = vec![Histogram::new(HISTOGRAM_BINS); pairs.len()];
     let meter = RateMeter::new("per-tensor error", source.samples() as u64);
     let mut done = 0;
@@ -419,6 +359,20 @@ pub fn tensor_errors(
                     }
                 }
             });
+        layer_sums
+            .par_iter_mut()
+            .zip(layers.par_iter())
+            .for_each(|(s, (_, tensor, _))| {
+                let (Some(reference), Some(test)) = (f.get(tensor), q.get(tensor)) else {
+                    return;
+                };
+                if reference.len() == test.len() {
+                    for (&a, &b) in reference.iter().zip(test.iter()) {
+                        s[0] += f64::from(a).powi(2);
+                        s[1] += f64::from(a - b).powi(2);
+                    }
+                }
+            });
         done += batch.samples;
         ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
     }
@@ -448,9 +402,22 @@ pub fn tensor_errors(
         )
     });
     activations.dedup_by(|a, b| a.tensor == b.tensor);
+    let mut layers: Vec<LayerError> = layers
+        .into_iter()
+        .zip(layer_sums)
+        .filter(|(_, s)| s[0] > 0.0 || s[1] > 0.0)
+        .map(|((node, tensor, weight), s)| LayerError {
+            node,
+            tensor,
+            weight,
+            sqnr_db: sqnr(s[0], s[1]),
+        })
+        .collect();
+    layers.sort_by_key(|l| order.get(l.tensor.as_str()).copied().unwrap_or(0));
     Ok(TensorErrors {
         activations,
         weights: weight_errors(quant, &qg, float, &fg)?,
         unmatched,
+        layers,
     })
 }

@@ -164,8 +164,7 @@ fn normalized_streams(graph: &Graph) -> HashSet<String> {
 /// Ops whose activation input is the reason to quantize at all.
 const COMPUTE_OPS: &[&str] = &["MatMul", "Gemm", "Conv", "ConvTranspose"];
 
-/// Whether `name` is an input of a MatMul/Gemm/Conv/ConvTranspose.
-pub(super) fn feeds_compute(graph: &Graph, name: &str) -> bool {
+fn feeds_compute(graph: &Graph, name: &str) -> bool {
     graph.tensor(name).is_some_and(|t| {
         t.consumers
             .iter()

@@ -3,9 +3,10 @@
 //!
 //! On x86 CPUs without VNNI (AVX2, AVX-512 before Cascade Lake), ONNX Runtime's u8×s8 GEMM
 //! multiplies with `vpmaddubsw`, which adds each pair of neighbouring u8×s8 products into a
-//! signed 16-bit lane and saturates: 2 × 255 × 127 does not fit in 32767. Transformer
-//! activations are signed, so their uint8 codes sit around a mid-range zero point and the
-//! pairs overflow often; on a trained sentence transformer this alone took the embedding's
+//! signed 16-bit lane and saturates: 2 × 255 × 127 does not fit in 32767. A pair overflows
+//! when two neighbouring codes near the top of the range meet two large weights of the same
+//! sign, which a transformer's long MatMul rows do often; on a trained sentence transformer
+//! this alone took the embedding's
 //! cosine to float from 0.991 (the Q/DQ model's own arithmetic) to 0.966. With 7-bit weights
 //! (onnxruntime's `reduce_range`) a pair stays within 2 × 255 × 64 = 32640, so no machine
 //! saturates, at the cost of one bit of weight precision (0.990 on the same model).
@@ -13,8 +14,9 @@
 //! The guard is part of automatic precision and applies where both conditions hold: the
 //! model is a transformer (it has a LayerNorm/RMSNorm, written as one op or in primitives),
 //! and the recipe targets ONNX Runtime's integer kernels with uint8 activations and int8
-//! weights (int8 mode, onnxruntime's placement). Convolutional networks keep onnxruntime's
-//! exact 8-bit weights. The output model does not depend on the machine that made it; the
+//! weights (int8 mode, onnxruntime's placement). Only MatMul/Gemm weights change:
+//! convolutional networks, and the convolutions of hybrid models, keep onnxruntime's exact
+//! 8-bit weights. The output model does not depend on the machine that made it; the
 //! recipe's `saturation_guard = false` keeps 8 bits for VNNI CPUs, GPUs and NPUs.
 
 use std::collections::BTreeSet;
@@ -24,8 +26,10 @@ use super::precision;
 use super::prepare::Prepared;
 use crate::recipe::{Placement, QuantMode, QuantType, Recipe};
 
-/// The weights of integer GEMMs (MatMul, Gemm, Conv) the guard quantizes with 7 bits under
-/// `plan`; empty when it does not apply. A norm's scale is left alone: its Q/DQ runs in float.
+/// The MatMul/Gemm weights the guard quantizes with 7 bits under `plan`; empty when it does
+/// not apply. A norm's scale is left alone (its Q/DQ runs in float), and so are convolutions
+/// (a hybrid model's CNN part keeps onnxruntime's weights; the saturation was measured on
+/// transformer layers).
 pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> BTreeSet<String> {
     if !applies(recipe) || !precision::has_normalization(&prepared.graph) {
         return BTreeSet::new();
@@ -34,7 +38,7 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
         .iter()
         .filter(|(name, role)| {
             matches!(role, TensorRole::Weight { .. })
-                && precision::feeds_compute(&prepared.graph, name)
+                && feeds_linear(&prepared.graph, name)
                 && !recipe
                     .tensor_overrides
                     .get(*name)
@@ -42,6 +46,15 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
         })
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Whether `name` is read by a MatMul or Gemm.
+fn feeds_linear(graph: &crate::model::Graph, name: &str) -> bool {
+    graph.tensor(name).is_some_and(|t| {
+        t.consumers
+            .iter()
+            .any(|&c| matches!(graph.node(c).op_type.as_str(), "MatMul" | "Gemm"))
+    })
 }
 
 /// Whether the recipe asks for ONNX Runtime's u8×s8 kernels with full 8-bit weights.

@@ -25,11 +25,7 @@ pub fn node_sqnr(
     errors: &TensorErrors,
     plan: &Explanation,
 ) -> Vec<Option<f64>> {
-    let by_tensor: HashMap<&str, f64> = errors
-        .activations
-        .iter()
-        .map(|a| (a.tensor.as_str(), a.xmodel_sqnr_db))
-        .collect();
+    let by_tensor: HashMap<&str, f64> = errors.tensor_sqnr().collect();
     graph
         .nodes()
         .iter()

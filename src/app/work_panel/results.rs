@@ -130,6 +130,10 @@ fn heat_controls(
         commands.push(Command::SelectNodes(below.clone()));
     }
     ui.add_space(4.0);
+    worst_layers(ui, &comparison.tensors, commands);
+    if comparison.tensors.activations.is_empty() {
+        return;
+    }
     ui.label(RichText::new("Worst tensors (float vs QDQ)").strong());
     let mut worst: Vec<_> = comparison.tensors.activations.iter().collect();
     worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
@@ -142,6 +146,33 @@ fn heat_controls(
             }
         });
     }
+}
+
+/// The weight-only quantized layers (int4) with the worst outputs, each with its weight's
+/// error; nothing for models whose activations are quantized.
+fn worst_layers(
+    ui: &mut Ui,
+    tensors: &crate::eval::tensors::TensorErrors,
+    commands: &mut Vec<Command>,
+) {
+    if tensors.layers.is_empty() {
+        return;
+    }
+    ui.label(RichText::new("Worst layers (output float vs quantized · weight)").strong());
+    let mut worst: Vec<_> = tensors.layers.iter().collect();
+    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+    for layer in worst.iter().take(6) {
+        ui.horizontal(|ui| {
+            ui.label(format!("{:6.2} dB", layer.sqnr_db));
+            if let Some(w) = tensors.weight_of(&layer.node) {
+                ui.label(RichText::new(format!("weight {:.2} dB", w.sqnr_db)).weak());
+            }
+            if ui.link(&layer.node).clicked() {
+                commands.push(Command::Search(layer.node.clone()));
+            }
+        });
+    }
+    ui.add_space(4.0);
 }
 
 fn side_by_side(

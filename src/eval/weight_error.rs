@@ -1,0 +1,479 @@
+//! Per-weight error: every quantized weight of a QDQ model dequantized as the runtime reads
+//! it (DequantizeLinear per tensor, per channel or block-wise, on stored integers or on a
+//! QuantizeLinear of the float weight; MatMulNBits' packed blocks), against the float weight.
+//!
+//! Quantizers may scale a weight's input rows (AWQ, SmoothQuant) or output columns (a
+//! following layer's SmoothQuant divisor) by factors that a neighbouring op undoes. Those
+//! factors change no output, so when a weight was evidently rescaled (fitting a factor per
+//! row and per column gains more than [`RESCALE_GAIN_DB`]), they are fitted out by least
+//! squares and the error is that of the weight the layer effectively computes with.
+
+use ndarray::ArrayD;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::EvalError;
+use crate::model::{DataType, Graph, Model, Node};
+use crate::recipe::Preprocessing;
+
+/// A fitted rescaling counts when it raises the SQNR by more than this (dB): quantization
+/// noise alone gains a small fraction of a dB from the fit.
+const RESCALE_GAIN_DB: f64 = 3.0;
+
+/// Error of one weight.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WeightError {
+    /// The float weight's name.
+    pub weight: String,
+    /// SQNR (dB) of the float weight against its dequantized value.
+    pub sqnr_db: f64,
+    /// The quantizer scaled the weight's rows or columns (AWQ, SmoothQuant): the SQNR is that
+    /// of the effective weight, those factors fitted out.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rescaled: bool,
+}
+
+/// Quantization parameters of one weight: one scale, one per channel along `axis`, or one
+/// per block of `block` elements along `axis` (scales shaped like the weight with that axis
+/// divided into blocks).
+struct Params {
+    scales: ArrayD<f32>,
+    zero_points: ArrayD<f32>,
+    axis: usize,
+    block: Option<usize>,
+}
+
+impl Params {
+    /// Applies `f(value, scale, zero_point)` to `values` (standard layout).
+    fn apply(&self, values: &ArrayD<f32>, f: impl Fn(f32, f32, f32) -> f32 + Sync) -> ArrayD<f32> {
+        let shape = values.shape().to_vec();
+        let axis = self.axis.min(shape.len().saturating_sub(1));
+        let dim = shape.get(axis).copied().unwrap_or(1).max(1);
+        let inner: usize = shape.iter().skip(axis + 1).product();
+        let scales = self.scales.as_standard_layout();
+        let zero_points = self.zero_points.as_standard_layout();
+        let (scales, zero_points) = (
+            scales.as_slice().unwrap_or(&[]),
+            zero_points.as_slice().unwrap_or(&[]),
+        );
+        let at = |offset: usize| -> usize {
+            if scales.len() <= 1 {
+                return 0;
+            }
+            let a = (offset / inner.max(1)) % dim;
+            match self.block {
+                Some(block) => {
+                    let blocks = dim.div_ceil(block.max(1));
+                    let outer = offset / (dim * inner.max(1));
+                    (outer * blocks + a / block.max(1)) * inner.max(1) + offset % inner.max(1)
+                }
+                None => a,
+            }
+        };
+        let standard = values.as_standard_layout();
+        let flat = standard.as_slice().unwrap_or(&[]);
+        let out: Vec<f32> = flat
+            .par_iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let p = at(i);
+                let s = scales.get(p).copied().unwrap_or(1.0);
+                let z = zero_points.get(p).copied().unwrap_or(0.0);
+                f(v, s, z)
+            })
+            .collect();
+        ArrayD::from_shape_vec(shape, out).unwrap_or_else(|_| values.clone())
+    }
+}
+
+/// Dequantizes every DequantizeLinear and MatMulNBits weight of `quant` and compares it to
+/// the float weight it stands for, in graph order.
+pub fn weight_errors(
+    quant: &Model,
+    qg: &Graph,
+    float: &Model,
+    fg: &Graph,
+) -> Result<Vec<WeightError>, EvalError> {
+    // Quantizers fold BatchNormalization into the preceding Conv before quantizing (ours and
+    // onnxruntime's pre-processing both do): the weight they quantized is the folded one, so
+    // compare against the float model folded the same way, not against the raw weight.
+    let has_bn = |g: &Graph| g.nodes().iter().any(|n| n.op_type == "BatchNormalization");
+    let folded;
+    let float = if has_bn(fg) && !has_bn(qg) {
+        folded = crate::quant::preprocess::preprocess(float, &Preprocessing::default())?.0;
+        &folded
+    } else {
+        float
+    };
+    let mut out = Vec::new();
+    for node in qg.topological_order().iter().map(|&id| qg.node(id)) {
+        let found = match node.op_type.as_str() {
+            "DequantizeLinear" => dequantized_weight(quant, qg, node)?,
+            "MatMulNBits" => nbits_weight(quant, node, fg)?,
+            _ => None,
+        };
+        let Some((base, dequantized)) = found else {
+            continue;
+        };
+        let Some(reference) = float.weight(&base)? else {
+            continue;
+        };
+        let reference = reference.to_f32();
+        if dequantized.shape() != reference.shape()
+            || out.iter().any(|w: &WeightError| w.weight == base)
+        {
+            continue;
+        }
+        let (sqnr_db, rescaled) = compare(&reference, &dequantized);
+        out.push(WeightError {
+            weight: base,
+            sqnr_db,
+            rescaled,
+        });
+    }
+    Ok(out)
+}
+
+/// The float weight a DequantizeLinear on a weight stands for and its dequantized value.
+fn dequantized_weight(
+    quant: &Model,
+    graph: &Graph,
+    dq: &Node,
+) -> Result<Option<(String, ArrayD<f32>)>, EvalError> {
+    let Some(scales) = dq
+        .inputs
+        .get(1)
+        .map(|s| quant.weight(s))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    let scales = scales.to_f32();
+    let zero_points = match dq.inputs.get(2).filter(|z| !z.is_empty()) {
+        Some(z) => match quant.weight(z)? {
+            Some(z) => z.to_f32(),
+            None => return Ok(None),
+        },
+        None => ArrayD::zeros(scales.raw_dim()),
+    };
+    let block = dq
+        .int_attribute("block_size")
+        .filter(|&b| b > 0)
+        .map(|b| b as usize);
+    let axis = dq.int_attribute("axis").unwrap_or(1);
+    let params = |rank: usize| Params {
+        axis: if axis < 0 {
+            (axis + rank as i64).max(0) as usize
+        } else {
+            axis as usize
+        },
+        scales: scales.clone(),
+        zero_points: zero_points.clone(),
+        block,
+    };
+    let Some((base, codes)) = weight_codes(quant, graph, dq, &params)? else {
+        return Ok(None);
+    };
+    let dequantized = params(codes.ndim()).apply(&codes, |v, s, z| (v - z) * s);
+    Ok(Some((base, dequantized)))
+}
+
+/// The integer values a DequantizeLinear reads and the float weight they stand for: either an
+/// initializer of integers (onnxruntime and qdq-studio store weights quantized, named
+/// `<weight>_quantized`), or a QuantizeLinear applied to the float weight inside the graph
+/// (ModelOpt's and PyTorch exporters' form), which is evaluated here as ONNX defines it.
+fn weight_codes(
+    quant: &Model,
+    graph: &Graph,
+    dq: &Node,
+    params: &dyn Fn(usize) -> Params,
+) -> Result<Option<(String, ArrayD<f32>)>, EvalError> {
+    let input = dq.inputs[0].as_str();
+    if let Some(codes) = quant.graph().initializer.iter().find(|t| t.name() == input) {
+        let base = input.trim_end_matches("_quantized").to_owned();
+        return Ok(Some((base, quant.tensor_array(codes)?.to_f32())));
+    }
+    let Some(q) = graph
+        .tensor(input)
+        .and_then(|t| t.producer)
+        .map(|id| graph.node(id))
+        .filter(|n| n.op_type == "QuantizeLinear")
+    else {
+        return Ok(None);
+    };
+    let Some(weight) = quant.weight(&q.inputs[0])? else {
+        return Ok(None);
+    };
+    let dtype = match q.inputs.get(2).filter(|z| !z.is_empty()) {
+        Some(z) => quant.weight(z)?.map(|z| z.dtype()),
+        None => Some(DataType::Uint8),
+    };
+    let Some((qmin, qmax)) = dtype.and_then(|d| d.quantized_range()) else {
+        return Ok(None);
+    };
+    let weight = weight.to_f32();
+    let codes = params(weight.ndim()).apply(&weight, |v, s, z| {
+        let q = crate::quant::scale::round_half_even(f64::from(v / s)) as f32 + z;
+        q.clamp(qmin as f32, qmax as f32)
+    });
+    Ok(Some((q.inputs[0].clone(), codes)))
+}
+
+/// The `[K, N]` float weight a MatMulNBits node (com.microsoft) computes with, unpacked from
+/// `B` (`uint8 [N, blocks, block·bits/8]`, low bits first), its scales (`[N · blocks]`) and
+/// zero points (packed the same way; 2^(bits−1) when absent), and the float weight it stands
+/// for: the input of the float node of the same name, else `B`'s name without the suffix
+/// qdq-studio or onnxruntime gives it.
+fn nbits_weight(
+    quant: &Model,
+    node: &Node,
+    fg: &Graph,
+) -> Result<Option<(String, ArrayD<f32>)>, EvalError> {
+    let attr = |name: &str| {
+        node.int_attribute(name)
+            .filter(|&v| v > 0)
+            .map(|v| v as usize)
+    };
+    let (Some(k), Some(n), Some(block)) = (attr("K"), attr("N"), attr("block_size")) else {
+        return Ok(None);
+    };
+    let bits = attr("bits").unwrap_or(4);
+    if !matches!(bits, 2 | 4 | 8) {
+        return Ok(None);
+    }
+    let read = |i: usize| -> Result<Option<ArrayD<f32>>, EvalError> {
+        match node.inputs.get(i).filter(|t| !t.is_empty()) {
+            Some(name) => Ok(quant.weight(name)?.map(|t| t.to_f32())),
+            None => Ok(None),
+        }
+    };
+    let (Some(b), Some(scales)) = (read(1)?, read(2)?) else {
+        return Ok(None);
+    };
+    let zero_points = read(3)?;
+    let blocks = k.div_ceil(block);
+    let per_byte = 8 / bits;
+    let blob = block / per_byte;
+    let mask = (1u32 << bits) - 1;
+    let default_zp = f32::from(1u16 << (bits - 1));
+    let (b, scales) = (
+        b.iter().copied().collect::<Vec<f32>>(),
+        scales.iter().copied().collect::<Vec<f32>>(),
+    );
+    if b.len() != n * blocks * blob || scales.len() != n * blocks {
+        return Ok(None);
+    }
+    // A zero point array of one float per block (the float-zero-point form), or packed codes.
+    let zp = zero_points.map(|z| z.iter().copied().collect::<Vec<f32>>());
+    let zero_point = |col: usize, blk: usize| -> f32 {
+        match &zp {
+            None => default_zp,
+            Some(z) if z.len() == n * blocks => z[col * blocks + blk],
+            Some(z) => {
+                let per_column = blocks.div_ceil(per_byte);
+                let byte = z
+                    .get(col * per_column + blk / per_byte)
+                    .copied()
+                    .unwrap_or(0.0) as u32;
+                ((byte >> ((blk % per_byte) * bits)) & mask) as f32
+            }
+        }
+    };
+    let mut w = vec![0f32; k * n];
+    for col in 0..n {
+        for blk in 0..blocks {
+            let scale = scales[col * blocks + blk];
+            let z = zero_point(col, blk);
+            for i in 0..blob {
+                let byte = b[(col * blocks + blk) * blob + i] as u32;
+                for j in 0..per_byte {
+                    let row = blk * block + i * per_byte + j;
+                    if row < k {
+                        let code = ((byte >> (j * bits)) & mask) as f32;
+                        w[row * n + col] = (code - z) * scale;
+                    }
+                }
+            }
+        }
+    }
+    let b_name = node.inputs[1].as_str();
+    let base = fg
+        .node_by_name(&node.name)
+        .filter(|f| matches!(f.op_type.as_str(), "MatMul" | "Gemm"))
+        .and_then(|f| f.inputs.get(1).cloned())
+        .unwrap_or_else(|| {
+            ["_MatMulNBits_B", "_Q4", "_Q8"]
+                .iter()
+                .find_map(|s| b_name.strip_suffix(s))
+                .unwrap_or(b_name)
+                .to_owned()
+        });
+    Ok(ArrayD::from_shape_vec(vec![k, n], w)
+        .ok()
+        .map(|w| (base, w)))
+}
+
+/// The SQNR of `dequantized` against `reference`, and whether a fitted rescaling was taken
+/// out (see the module docs).
+fn compare(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> (f64, bool) {
+    let signal: f64 = reference.iter().map(|&a| f64::from(a).powi(2)).sum();
+    let noise: f64 = reference
+        .iter()
+        .zip(dequantized.iter())
+        .map(|(&a, &b)| f64::from(a - b).powi(2))
+        .sum();
+    let plain = sqnr(signal, noise);
+    if reference.ndim() != 2 {
+        return (plain, false);
+    }
+    match rescaled_noise(reference, dequantized).map(|n| sqnr(signal, n)) {
+        Some(fitted) if fitted > plain + RESCALE_GAIN_DB => (fitted, true),
+        _ => (plain, false),
+    }
+}
+
+/// Alternating least-squares passes of the row and column factors (each pass lowers the
+/// noise; a few settle it).
+const FIT_PASSES: usize = 8;
+
+/// The noise of `dequantized` (`[rows, cols]`) against `reference` once a factor per row and
+/// one per column, `q ≈ r_i · w_ij · c_j`, are fitted by alternating least squares and divided
+/// out; `None` for an empty weight.
+fn rescaled_noise(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> Option<f64> {
+    let (rows, cols) = (reference.shape()[0], reference.shape()[1]);
+    let w = reference.as_standard_layout();
+    let q = dequantized.as_standard_layout();
+    let (w, q) = (w.as_slice()?, q.as_slice()?);
+    if rows == 0 || cols == 0 {
+        return None;
+    }
+    let at = |i: usize, j: usize| (f64::from(w[i * cols + j]), f64::from(q[i * cols + j]));
+    let fit = |num: f64, den: f64| {
+        if den > 0.0 && num != 0.0 {
+            num / den
+        } else {
+            1.0
+        }
+    };
+    let noise = |r: &[f64], c: &[f64]| -> f64 {
+        (0..rows)
+            .into_par_iter()
+            .map(|i| {
+                (0..cols)
+                    .map(|j| {
+                        let (a, b) = at(i, j);
+                        (b / (r[i] * c[j]) - a).powi(2)
+                    })
+                    .sum::<f64>()
+            })
+            .sum()
+    };
+    let (mut r, mut c) = (vec![1f64; rows], vec![1f64; cols]);
+    let mut best = noise(&r, &c);
+    for _ in 0..FIT_PASSES {
+        r = (0..rows)
+            .into_par_iter()
+            .map(|i| {
+                let (num, den) = (0..cols).fold((0f64, 0f64), |(n, d), j| {
+                    let (a, b) = at(i, j);
+                    let a = a * c[j];
+                    (n + a * b, d + a * a)
+                });
+                fit(num, den)
+            })
+            .collect();
+        c = (0..cols)
+            .into_par_iter()
+            .map(|j| {
+                let (num, den) = (0..rows).fold((0f64, 0f64), |(n, d), i| {
+                    let (a, b) = at(i, j);
+                    let a = a * r[i];
+                    (n + a * b, d + a * a)
+                });
+                fit(num, den)
+            })
+            .collect();
+        let now = noise(&r, &c);
+        let settled = now >= best * 0.999;
+        best = best.min(now);
+        if settled {
+            break;
+        }
+    }
+    Some(best)
+}
+
+fn sqnr(signal2: f64, noise2: f64) -> f64 {
+    let eps = f64::EPSILON;
+    20.0 * (signal2.sqrt().max(eps) / noise2.sqrt().max(eps)).log10()
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{Array2, IxDyn};
+
+    use super::*;
+
+    fn weight() -> ArrayD<f32> {
+        Array2::from_shape_fn((16, 8), |(i, j)| ((i * 8 + j) as f32 * 0.61).sin()).into_dyn()
+    }
+
+    /// `w` rounded to a grid of `step`.
+    fn rounded(w: &ArrayD<f32>, step: f32) -> ArrayD<f32> {
+        w.mapv(|v| (v / step).round() * step)
+    }
+
+    #[test]
+    fn block_params_index_blocks_along_the_axis() {
+        let w = weight();
+        // Blocks of 4 rows along axis 0: scales [4, 8]; each block's scale is its index + 1.
+        let params = Params {
+            scales: ArrayD::from_shape_fn(IxDyn(&[4, 8]), |ix| (ix[0] + 1) as f32),
+            zero_points: ArrayD::zeros(IxDyn(&[4, 8])),
+            axis: 0,
+            block: Some(4),
+        };
+        let scales = params.apply(&w, |_, s, _| s);
+        assert_eq!(scales[[0, 3]], 1.0);
+        assert_eq!(scales[[5, 7]], 2.0);
+        assert_eq!(scales[[15, 0]], 4.0);
+        // Per channel along axis 1.
+        let params = Params {
+            scales: ArrayD::from_shape_fn(IxDyn(&[8]), |ix| ix[0] as f32),
+            zero_points: ArrayD::zeros(IxDyn(&[8])),
+            axis: 1,
+            block: None,
+        };
+        assert_eq!(params.apply(&w, |_, s, _| s)[[9, 5]], 5.0);
+    }
+
+    #[test]
+    fn a_rescaled_weight_is_compared_as_the_layer_computes_with_it() {
+        let w = weight();
+        let (plain, rescaled) = compare(&w, &rounded(&w, 1.0 / 64.0));
+        assert!(!rescaled && plain > 30.0, "{plain}");
+        // Rows scaled by s_i (AWQ) and columns divided by d_j (a folded SmoothQuant divisor)
+        // before rounding: the error is that of the weight the layer computes with,
+        // rounded(s·w/d)·d/s, as if the factors were known.
+        let s = |i: usize| 0.5 + i as f32 * 0.25;
+        let d = |j: usize| 1.0 + j as f32 * 0.5;
+        let scaled = ArrayD::from_shape_fn(IxDyn(&[16, 8]), |ix| {
+            w[[ix[0], ix[1]]] * s(ix[0]) / d(ix[1])
+        });
+        let stored = rounded(&scaled, 1.0 / 64.0);
+        let effective = ArrayD::from_shape_fn(IxDyn(&[16, 8]), |ix| {
+            stored[[ix[0], ix[1]]] * d(ix[1]) / s(ix[0])
+        });
+        let (exact, _) = compare(&w, &effective);
+        let (fitted, rescaled) = compare(&w, &stored);
+        assert!(rescaled, "{fitted}");
+        assert!(
+            (fitted - exact).abs() < 1.0,
+            "fitted {fitted}, exact {exact}"
+        );
+        // A weight that is simply bad stays bad.
+        let (bad, _) = compare(&w, &rounded(&w, 0.5));
+        assert!(bad < 15.0, "{bad}");
+    }
+}
