@@ -795,3 +795,46 @@ fn the_explained_plan_is_the_plan_quantize_applies() {
         }
     }
 }
+
+/// Shape arithmetic (int64 Gather/Concat on a Shape) is selected by the policy's op types
+/// but has nothing float to quantize: it is "not quantized", not "kept in float" (which
+/// names tensors automatic precision or an override keeps).
+#[test]
+fn shape_arithmetic_is_not_called_kept_in_float() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[2, 8]);
+    b.initializer(
+        "w",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[8, 8]), 0.1)),
+    );
+    b.initializer("one", TensorArray::Int64(ArrayD::from_elem(IxDyn(&[]), 1)));
+    b.initializer(
+        "minus_one",
+        TensorArray::Int64(ArrayD::from_elem(IxDyn(&[1]), -1)),
+    );
+    b.initializer(
+        "axes",
+        TensorArray::Int64(ArrayD::from_elem(IxDyn(&[1]), 0)),
+    );
+    b.node("MatMul", &["x", "w"], &["h"]).name("dense");
+    b.node("Shape", &["h"], &["s"]).name("shape");
+    b.node("Gather", &["s", "one"], &["g"]).name("gather");
+    b.node("Unsqueeze", &["g", "axes"], &["u"])
+        .name("unsqueeze");
+    b.node("Concat", &["minus_one", "u"], &["target"])
+        .name("concat")
+        .attr_int("axis", 0);
+    b.node("Reshape", &["h", "target"], &["y"]).name("reshape");
+    b.output("y", DataType::Float32, &[2, 8]);
+    let plan = quant::explain(&b.build(), &Recipe::default(), None).unwrap();
+    for name in ["gather", "concat"] {
+        assert_eq!(
+            plan.node(name),
+            Some(&quant::NodeDecision::Excluded(
+                quant::Exclusion::OpTypeNotQuantized
+            )),
+            "{name}"
+        );
+    }
+    assert_eq!(plan.node("dense"), Some(&quant::NodeDecision::Quantized));
+}

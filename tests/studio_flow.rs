@@ -600,3 +600,104 @@ fn the_studio_loads_onnxruntime_and_tensorrt_calibration_caches() {
         h.state().status()
     );
 }
+
+/// x → LayerNorm → MatMul(w1) → Relu → MatMul(w2) → y with 128 channels (one int4 block), and
+/// 16 samples of input data.
+fn int4_block(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use ndarray::{ArrayD, Dimension, IxDyn};
+    use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
+    let wave = |shape: &[usize], f: f32| {
+        TensorArray::Float32(ArrayD::from_shape_fn(IxDyn(shape), |ix| {
+            let i = ix.as_array_view().iter().fold(0usize, |a, &v| a * 131 + v);
+            (i as f32 * f).sin() * 0.1
+        }))
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 8, 128]);
+    b.initializer("gamma", TensorArray::Float32(ArrayD::ones(IxDyn(&[128]))));
+    b.initializer("w1", wave(&[128, 128], 0.37));
+    b.initializer("w2", wave(&[128, 128], 0.71));
+    b.node("LayerNormalization", &["x", "gamma"], &["n"])
+        .name("ln");
+    b.node("MatMul", &["n", "w1"], &["h"]).name("up");
+    b.node("Relu", &["h"], &["r"]).name("relu");
+    b.node("MatMul", &["r", "w2"], &["y"]).name("down");
+    b.output("y", DataType::Float32, &[1, 8, 128]);
+    let model = dir.join("block.onnx");
+    std::fs::write(&model, b.build().to_bytes().unwrap()).unwrap();
+    let data = dir.join("data.npz");
+    common::write_npz(&data, &[("x", wave(&[16, 8, 128], 1.3))]);
+    (model, data)
+}
+
+#[test]
+fn int4_layers_show_their_error_in_the_results_heat_map_and_inspector() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = int4_block(dir.path());
+    let mut h = harness();
+    h.state_mut().open(Source::File(model));
+    settle(&mut h, "opening");
+    h.get_by_value("INT8 (activations and weights)").click();
+    h.run_steps(2);
+    h.get_by_label("INT4 weight-only").click();
+    h.run_steps(3);
+    // The data kind starts as random for a model without data beside it: pick a file.
+    h.get_all_by_value("Random").next().unwrap().click();
+    h.run_steps(2);
+    h.get_by_label(".npz / .npy file").click();
+    h.run_steps(2);
+    replace_text(&mut h, "Data path", &data.display().to_string());
+    settle(&mut h, "checking");
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(2);
+    settle(&mut h, "calibration");
+    no_notices(&h);
+    h.key_press(Key::F5);
+    h.run_steps(1);
+    settle(&mut h, "quantize & compare");
+    no_notices(&h);
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
+    let layers = &comparison.tensors.layers;
+    assert_eq!(layers.len(), 2, "{layers:?}");
+    // Both MatMuls are coloured on the heat map, by their output's error.
+    let heat = doc.heat.as_ref().expect("per-node SQNR");
+    for name in ["up", "down"] {
+        let id = doc.graph.node_by_name(name).unwrap().id;
+        let layer = layers.iter().find(|l| l.node == name).unwrap();
+        assert_eq!(heat[id.0], Some(layer.sqnr_db), "{name}");
+    }
+    let down = doc.graph.node_by_name("down").unwrap().id;
+    assert!(
+        h.query_by_label_contains("Worst layers").is_some(),
+        "the Results tab lists the layers"
+    );
+    // The inspector shows the selected layer's output and weight error.
+    h.state_mut().document_mut().unwrap().selection = vec![down];
+    h.run_steps(3);
+    assert!(
+        h.query_by_label("Quantization error (last comparison)")
+            .is_some()
+    );
+    let weight = comparison_weight(&h, "w2");
+    // Once in the Results tab's worst layers, once in the inspector.
+    assert_eq!(
+        h.query_all_by_label_contains(&format!("weight {weight:.2} dB"))
+            .count(),
+        2,
+        "the inspector shows w2's error"
+    );
+}
+
+/// The measured error of weight `name` in the open document's last comparison.
+fn comparison_weight(h: &Harness<'_, Studio>, name: &str) -> f64 {
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().unwrap();
+    comparison
+        .tensors
+        .weights
+        .iter()
+        .find(|w| w.weight == name)
+        .map(|w| w.sqnr_db)
+        .expect("the weight was measured")
+}

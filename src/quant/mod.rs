@@ -19,6 +19,7 @@ pub mod smooth;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::calib::stats::CalibrationStats;
+use crate::jobs::JobContext;
 use crate::model::proto::StringStringEntryProto;
 use crate::model::{Graph, Model, ModelError};
 use crate::recipe::{QuantMode, QuantType, Recipe, RecipeError};
@@ -50,6 +51,9 @@ pub enum QuantError {
         /// Why.
         reason: String,
     },
+    /// The user cancelled (during a search).
+    #[error("cancelled")]
+    Cancelled,
     /// The plan quantizes nothing.
     #[error("nothing to quantize: {why}")]
     NothingToQuantize {
@@ -180,6 +184,17 @@ pub fn quantize(
     stats: Option<&CalibrationStats>,
     recipe: &Recipe,
 ) -> Result<Quantized, QuantError> {
+    quantize_with(model, stats, recipe, &JobContext::silent())
+}
+
+/// [`quantize`], reporting the int4 search's progress to `ctx` and stopping with
+/// [`QuantError::Cancelled`] when it is cancelled.
+pub fn quantize_with(
+    model: &Model,
+    stats: Option<&CalibrationStats>,
+    recipe: &Recipe,
+    ctx: &JobContext,
+) -> Result<Quantized, QuantError> {
     let original = Graph::build(model);
     original.check()?;
     recipe.check_against(&original)?;
@@ -204,7 +219,7 @@ pub fn quantize(
     )?;
     // Weight transforms and activation scales: the int4 searches' or SmoothQuant's (the
     // recipe allows one or the other).
-    let mut scaling = int4::choose(&prepared, &plan, recipe, stats)?;
+    let mut scaling = int4::choose(&prepared, &plan, recipe, stats, ctx)?;
     scaling.fold_into_producers();
     let smoothed = smooth::choices(&prepared, &plan, recipe, stats)?;
     let smoothing = smooth::summary(&smoothed, recipe);

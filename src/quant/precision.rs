@@ -264,6 +264,7 @@ fn masks(prepared: &Prepared, stats: Option<&CalibrationStats>) -> Vec<String> {
             }
         }
     }
+    found.extend(sentinel_paths(prepared));
     for tensor in &prepared.model.graph().initializer {
         let count: i64 = tensor.dims.iter().product();
         if usize::try_from(count).map_or(true, |c| c > SMALL_CONSTANT) {
@@ -276,6 +277,75 @@ fn masks(prepared: &Prepared, stats: Option<&CalibrationStats>) -> Vec<String> {
         let sentinel = |v: &f32| v.is_infinite() || v.abs() >= limit;
         if value.dtype().is_plain_float() && value.to_f32().iter().any(sentinel) {
             found.push(tensor.name().to_owned());
+        }
+    }
+    found
+}
+
+/// Constants at least this large in magnitude that reach a Softmax are mask sentinels (BERT's
+/// −10000, −1e9, float16's −65504), however far they are from the type's limit.
+const SENTINEL_MAGNITUDE: f32 = 1e4;
+
+/// Ops a mask passes through on its way to the scores: elementwise arithmetic and layout.
+const MASK_PATH_OPS: &[&str] = &[
+    "Mul",
+    "Add",
+    "Sub",
+    "Neg",
+    "Where",
+    "Min",
+    "Max",
+    "Cast",
+    "Expand",
+    "Unsqueeze",
+    "Squeeze",
+    "Reshape",
+    "Concat",
+    "Slice",
+    "Tile",
+];
+
+/// The tensors carrying a sentinel constant to a Softmax: from each small float constant
+/// holding a value of at least [`SENTINEL_MAGNITUDE`], forward through [`MASK_PATH_OPS`];
+/// kept only when the path reaches a Softmax (a large constant used otherwise is data).
+fn sentinel_paths(prepared: &Prepared) -> Vec<String> {
+    let graph = &prepared.graph;
+    let mut found = Vec::new();
+    for tensor in &prepared.model.graph().initializer {
+        let count: i64 = tensor.dims.iter().product();
+        if usize::try_from(count).map_or(true, |c| c > SMALL_CONSTANT) {
+            continue;
+        }
+        let Ok(Some(value)) = prepared.model.weight(tensor.name()) else {
+            continue;
+        };
+        let sentinel = |v: &f32| v.is_finite() && v.abs() >= SENTINEL_MAGNITUDE;
+        if !value.dtype().is_plain_float() || !value.to_f32().iter().any(sentinel) {
+            continue;
+        }
+        let mut path = vec![tensor.name().to_owned()];
+        let mut reaches_softmax = false;
+        let mut at = 0;
+        while at < path.len() {
+            let Some(info) = graph.tensor(&path[at]) else {
+                at += 1;
+                continue;
+            };
+            for &c in &info.consumers {
+                let node = graph.node(c);
+                reaches_softmax |= node.op_type == "Softmax";
+                if MASK_PATH_OPS.contains(&node.op_type.as_str()) {
+                    for out in &node.outputs {
+                        if !path.contains(out) {
+                            path.push(out.clone());
+                        }
+                    }
+                }
+            }
+            at += 1;
+        }
+        if reaches_softmax {
+            found.extend(path);
         }
     }
     found
@@ -417,6 +487,39 @@ mod tests {
             .insert("residual".into(), Default::default());
         let kept = kept_in_float(&prepared, &overridden, None);
         assert!(!kept.contains_key("residual") && kept.contains_key("biased"));
+    }
+
+    /// Scores plus BERT's additive mask `(1 − m) × −10000` into a Softmax, and a large
+    /// constant that only scales data.
+    fn finite_mask() -> Prepared {
+        let mut b = ModelBuilder::new(17);
+        b.input("scores", DataType::Float32, &[1, 4, 8]);
+        b.input("m", DataType::Float32, &[1, 1, 8]);
+        b.initializer("one", floats(&[], 1.0));
+        b.initializer("big", floats(&[], -10000.0));
+        b.initializer("gain", floats(&[], 20000.0));
+        b.node("Sub", &["one", "m"], &["inverted"]).name("invert");
+        b.node("Mul", &["inverted", "big"], &["additive"])
+            .name("scale_mask");
+        b.node("Add", &["scores", "additive"], &["masked"])
+            .name("mask_add");
+        b.node("Softmax", &["masked"], &["probs"]).name("softmax");
+        b.node("Mul", &["probs", "gain"], &["y"]).name("gain_mul");
+        b.output("y", DataType::Float32, &[1, 4, 8]);
+        Prepared::new(&b.build(), &Recipe::default().preprocessing).unwrap()
+    }
+
+    #[test]
+    fn finite_mask_sentinels_are_found_from_the_graph() {
+        let kept = kept_in_float(&finite_mask(), &Recipe::default(), None);
+        let masks: Vec<&str> = kept
+            .iter()
+            .filter(|(_, r)| **r == KeptReason::Mask)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        // The sentinel, the additive mask and the masked scores; not the mask input, the
+        // probabilities, or a large constant that never reaches a Softmax.
+        assert_eq!(masks, ["additive", "big", "masked"]);
     }
 
     #[test]

@@ -93,6 +93,7 @@ pub fn search(
     prepared: &Prepared,
     recipe: &Recipe,
     stats: &CalibrationStats,
+    ctx: &crate::jobs::JobContext,
 ) -> Result<BTreeMap<String, Smoothing>, QuantError> {
     let mut found = BTreeMap::new();
     if !recipe.smoothquant || recipe.mode != QuantMode::Int8 {
@@ -101,7 +102,11 @@ pub fn search(
     // The plan quantize will follow: automatic precision's kept tensors and 7-bit weights.
     let effective = super::guarded(prepared, recipe, Some(stats)).recipe;
     let plan = prepared.plan(&effective, Some(stats));
-    for candidate in candidates(prepared, &plan) {
+    let candidates = candidates(prepared, &plan);
+    let meter = crate::jobs::RateMeter::new("SmoothQuant search", candidates.len() as u64);
+    for (done, candidate) in candidates.into_iter().enumerate() {
+        ctx.checkpoint().map_err(|_| QuantError::Cancelled)?;
+        ctx.report(meter.progress(done as u64, candidate.activation.clone()));
         let Some(channel) = stats.channels.get(&candidate.activation) else {
             continue;
         };

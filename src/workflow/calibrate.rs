@@ -159,7 +159,7 @@ pub fn calibrate_for_recipe(
     let prepared = Prepared::new(model, &recipe.preprocessing)?;
     let first = config_for_recipe(config, &prepared, recipe);
     let mut stats = calibrate_prepared(&prepared, data, &first, runtime, ctx)?;
-    let smoothing = crate::quant::smooth::search(&prepared, recipe, &stats)?;
+    let smoothing = crate::quant::smooth::search(&prepared, recipe, &stats, ctx)?;
     if !smoothing.is_empty() {
         // The smoothed activations have new values: a second pass observes them.
         let float_type = |name: &str| {

@@ -252,7 +252,7 @@ pub fn quantize_and_compare(
     let mut timings = CompareTimings::default();
     let steps = if latency.is_some() { 5 } else { 4 };
     stage(ctx, "Quantizing", 0, steps);
-    let quantized = quant::quantize(&setup.model, Some(&setup.stats), &setup.recipe)?;
+    let quantized = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
     timings.quantize_ms = elapsed_ms(started);
     ctx.checkpoint()?;
     stage(ctx, "Running the float model", 1, steps);

@@ -38,7 +38,7 @@ pub enum WorkflowError {
     Calibration(CalibError),
     /// Quantization failed.
     #[error(transparent)]
-    Quantization(#[from] QuantError),
+    Quantization(QuantError),
     /// Evaluation failed.
     #[error(transparent)]
     Evaluation(EvalError),
@@ -94,6 +94,15 @@ impl From<CalibError> for WorkflowError {
         match e {
             CalibError::Cancelled => WorkflowError::Cancelled,
             e => WorkflowError::Calibration(e),
+        }
+    }
+}
+
+impl From<QuantError> for WorkflowError {
+    fn from(e: QuantError) -> Self {
+        match e {
+            QuantError::Cancelled => WorkflowError::Cancelled,
+            e => WorkflowError::Quantization(e),
         }
     }
 }

@@ -149,7 +149,12 @@ pub fn quantize_and_save(
     let (quantized, built) = match request.quantized {
         Some(model) => (model, None),
         None => {
-            let q = quant::quantize(&request.model, request.stats.as_deref(), &request.recipe)?;
+            let q = quant::quantize_with(
+                &request.model,
+                request.stats.as_deref(),
+                &request.recipe,
+                ctx,
+            )?;
             let built = Built {
                 preprocess: q.preprocess.clone(),
                 by_op_type: q.quantized_by_op_type(&Graph::build(&request.model)),

@@ -21,6 +21,7 @@ use super::plan::{Plan, TensorRole};
 use super::prepare::Prepared;
 use crate::calib::channels::ChannelStats;
 use crate::calib::stats::CalibrationStats;
+use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, NodeId};
 use crate::recipe::{Int4Method, QuantMode, Recipe};
 use blocks::BlockSpec;
@@ -206,6 +207,7 @@ pub fn choose(
     plan: &Plan,
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
+    ctx: &JobContext,
 ) -> Result<Int4Choices, QuantError> {
     let method = recipe.int4_method;
     let mut choices = Int4Choices::default();
@@ -223,7 +225,10 @@ pub fn choose(
         plain,
         ..Int4Report::default()
     };
-    for group in groups {
+    let meter = RateMeter::new(format!("{} search", method.name()), groups.len() as u64);
+    for (done, group) in groups.into_iter().enumerate() {
+        ctx.checkpoint().map_err(|_| QuantError::Cancelled)?;
+        ctx.report(meter.progress(done as u64, group.activation.clone()));
         let channel = stats
             .and_then(|s| s.channels.get(&group.activation))
             .ok_or_else(|| missing(&group.activation, method))?;

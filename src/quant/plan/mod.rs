@@ -59,9 +59,10 @@ pub enum Exclusion {
     OutsideSubgraph,
     /// Not in the default ONNX domain.
     CustomDomain,
-    /// Selected, but none of its tensors is quantized: they stay in float (automatic
-    /// precision, the recipe's `keep_float` overrides) or are not float at all (shape
-    /// arithmetic on int64).
+    /// Selected, but none of its tensors is quantized because they are kept in float
+    /// (automatic precision, the recipe's `keep_float` overrides). A selected node whose
+    /// tensors are not float at all (shape arithmetic on int64) is
+    /// [`Exclusion::OpTypeNotQuantized`]: the policy has nothing to quantize on it.
     TensorsKeptFloat,
 }
 
@@ -165,7 +166,11 @@ impl<'a> Planner<'a> {
                     self.plan.roles.remove(t);
                 }
             }
-            Err(Exclusion::TensorsKeptFloat)
+            if tensors().any(|t| self.keep_float.contains(t.as_str())) {
+                Err(Exclusion::TensorsKeptFloat)
+            } else {
+                Err(Exclusion::OpTypeNotQuantized)
+            }
         });
         match decided {
             Ok(()) => self.plan.quantized.push(node.id),
