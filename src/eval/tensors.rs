@@ -137,9 +137,10 @@ fn weight_only_layers(
                     .iter()
                     .skip(1)
                     .find(|t| {
-                        float.tensor(t).is_some_and(|t| {
-                            t.producer.is_none() && t.kind != crate::model::TensorKind::Input
-                        })
+                        use crate::model::TensorKind::{Constant, Initializer};
+                        float
+                            .tensor(t)
+                            .is_some_and(|t| matches!(t.kind, Initializer | Constant))
                     })
                     .cloned()
             });
@@ -187,7 +188,8 @@ fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f3
     Some(((qmin as f32 - zp) * s, (qmax as f32 - zp) * s, qmax - qmin))
 }
 
-fn sqnr(signal2: f64, noise2: f64) -> f64 {
+/// SQNR in dB from the summed squares of signal and noise.
+pub(super) fn sqnr(signal2: f64, noise2: f64) -> f64 {
     let eps = f64::EPSILON;
     20.0 * (signal2.sqrt().max(eps) / noise2.sqrt().max(eps)).log10()
 }

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
+use super::tensors::sqnr;
 use crate::model::{DataType, Graph, Model, Node};
 use crate::recipe::Preprocessing;
 
@@ -358,13 +359,6 @@ fn rescaled_noise(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> Option<
         return None;
     }
     let at = |i: usize, j: usize| (f64::from(w[i * cols + j]), f64::from(q[i * cols + j]));
-    let fit = |num: f64, den: f64| {
-        if den > 0.0 && num != 0.0 {
-            num / den
-        } else {
-            1.0
-        }
-    };
     let noise = |r: &[f64], c: &[f64]| -> f64 {
         (0..rows)
             .into_par_iter()
@@ -381,28 +375,8 @@ fn rescaled_noise(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> Option<
     let (mut r, mut c) = (vec![1f64; rows], vec![1f64; cols]);
     let mut best = noise(&r, &c);
     for _ in 0..FIT_PASSES {
-        r = (0..rows)
-            .into_par_iter()
-            .map(|i| {
-                let (num, den) = (0..cols).fold((0f64, 0f64), |(n, d), j| {
-                    let (a, b) = at(i, j);
-                    let a = a * c[j];
-                    (n + a * b, d + a * a)
-                });
-                fit(num, den)
-            })
-            .collect();
-        c = (0..cols)
-            .into_par_iter()
-            .map(|j| {
-                let (num, den) = (0..rows).fold((0f64, 0f64), |(n, d), i| {
-                    let (a, b) = at(i, j);
-                    let a = a * r[i];
-                    (n + a * b, d + a * a)
-                });
-                fit(num, den)
-            })
-            .collect();
+        r = line_factors(rows, cols, &c, &|i, j| at(i, j));
+        c = line_factors(cols, rows, &r, &|j, i| at(i, j));
         let now = noise(&r, &c);
         let settled = now >= best * 0.999;
         best = best.min(now);
@@ -413,9 +387,30 @@ fn rescaled_noise(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> Option<
     Some(best)
 }
 
-fn sqnr(signal2: f64, noise2: f64) -> f64 {
-    let eps = f64::EPSILON;
-    20.0 * (signal2.sqrt().max(eps) / noise2.sqrt().max(eps)).log10()
+/// One least-squares factor per line (a row, or a column) given the other side's factors:
+/// for line `l`, `Σ_k (w·o_k)·q / Σ_k (w·o_k)²` over its `len` entries, `entry(l, k)` giving
+/// `(w, q)`; 1 where the line is empty or the fit is zero.
+fn line_factors(
+    lines: usize,
+    len: usize,
+    other: &[f64],
+    entry: &(dyn Fn(usize, usize) -> (f64, f64) + Sync),
+) -> Vec<f64> {
+    (0..lines)
+        .into_par_iter()
+        .map(|l| {
+            let (num, den) = (0..len).fold((0f64, 0f64), |(n, d), k| {
+                let (a, b) = entry(l, k);
+                let a = a * other[k];
+                (n + a * b, d + a * a)
+            });
+            if den > 0.0 && num != 0.0 {
+                num / den
+            } else {
+                1.0
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -245,11 +245,11 @@ pub fn explain_prepared(
 ) -> Explanation {
     let super::Guarded {
         recipe: effective,
+        plan,
         kept_float,
         seven_bit_weights,
     } = super::guarded(prepared, recipe, stats);
     let recipe = &effective;
-    let plan = prepared.plan(recipe, stats);
     let nodes = node_decisions(original, prepared, &plan);
     Explanation {
         op_types: op_types(original, recipe, &nodes),

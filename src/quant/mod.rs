@@ -207,12 +207,13 @@ pub fn quantize_with(
     prepared.graph.check()?;
     let Guarded {
         recipe: effective,
+        plan,
         kept_float,
         seven_bit_weights,
     } = guarded(&prepared, recipe, stats);
     let user_recipe = recipe;
     let recipe = &effective;
-    let plan = plan_for(&prepared, recipe, stats)?;
+    let plan = check_plan(&prepared, recipe, plan, stats)?;
     memory::check(
         memory::estimate(&prepared.model, &plan, recipe),
         crate::util::available_memory(),
@@ -271,6 +272,8 @@ pub fn quantize_with(
 pub struct Guarded {
     /// The recipe with the kept tensors and 7-bit weights as overrides.
     pub recipe: Recipe,
+    /// The plan under that recipe (the 7-bit overrides change no role, only the bits).
+    pub plan: Plan,
     /// The tensors kept in float that the recipe alone would have quantized, and why.
     pub kept_float: BTreeMap<String, precision::KeptReason>,
     /// The weights given 7 bits against kernel saturation (see [`saturation`]).
@@ -298,18 +301,19 @@ pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationS
     let seven_bit_weights = saturation::seven_bit_weights(prepared, &kept_recipe, &plan);
     Guarded {
         recipe: saturation::with_seven_bits(&kept_recipe, &seven_bit_weights),
+        plan,
         kept_float: kept,
         seven_bit_weights,
     }
 }
 
-/// The plan for a prepared model; an error when it quantizes nothing.
-fn plan_for(
+/// `plan`, or an error when it quantizes nothing.
+fn check_plan(
     prepared: &Prepared,
     recipe: &Recipe,
+    plan: Plan,
     stats: Option<&CalibrationStats>,
 ) -> Result<Plan, QuantError> {
-    let plan = prepared.plan(recipe, stats);
     if plan.quantized.is_empty() || plan.roles.is_empty() {
         let is_float = |t: &str| prepared.is_float(t, stats);
         return Err(QuantError::NothingToQuantize {

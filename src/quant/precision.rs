@@ -251,7 +251,8 @@ fn always_empty(stats: &CalibrationStats) -> Vec<String> {
 const SMALL_CONSTANT: usize = 4096;
 
 /// Tensors holding mask values: activations whose statistics saw ±Inf or values at the float
-/// limit, and small constants holding such values.
+/// limit, small constants holding such values, and the paths of finite sentinels to a
+/// Softmax.
 fn masks(prepared: &Prepared, stats: Option<&CalibrationStats>) -> Vec<String> {
     let mut found = Vec::new();
     if let Some(stats) = stats {
@@ -264,22 +265,37 @@ fn masks(prepared: &Prepared, stats: Option<&CalibrationStats>) -> Vec<String> {
             }
         }
     }
-    found.extend(sentinel_paths(prepared));
-    for tensor in &prepared.model.graph().initializer {
-        let count: i64 = tensor.dims.iter().product();
-        if usize::try_from(count).map_or(true, |c| c > SMALL_CONSTANT) {
-            continue;
-        }
-        let Ok(Some(value)) = prepared.model.weight(tensor.name()) else {
-            continue;
-        };
-        let limit = mask_limit(Some(value.dtype()));
-        let sentinel = |v: &f32| v.is_infinite() || v.abs() >= limit;
-        if value.dtype().is_plain_float() && value.to_f32().iter().any(sentinel) {
-            found.push(tensor.name().to_owned());
+    let constants = small_float_constants(prepared);
+    found.extend(sentinel_paths(&prepared.graph, &constants));
+    for (name, dtype, values) in &constants {
+        let limit = mask_limit(Some(*dtype));
+        if values.iter().any(|v| v.is_infinite() || v.abs() >= limit) {
+            found.push(name.clone());
         }
     }
     found
+}
+
+/// The model's float initializers of at most [`SMALL_CONSTANT`] values, read once: where
+/// mask constants are looked for.
+fn small_float_constants(prepared: &Prepared) -> Vec<(String, DataType, ndarray::ArrayD<f32>)> {
+    prepared
+        .model
+        .graph()
+        .initializer
+        .iter()
+        .filter(|t| {
+            let count: i64 = t.dims.iter().product();
+            usize::try_from(count).is_ok_and(|c| c <= SMALL_CONSTANT)
+        })
+        .filter_map(|t| {
+            let value = prepared.model.weight(t.name()).ok()??;
+            let dtype = value.dtype();
+            dtype
+                .is_plain_float()
+                .then(|| (t.name().to_owned(), dtype, value.to_f32()))
+        })
+        .collect()
 }
 
 /// Constants at least this large in magnitude that reach a Softmax are mask sentinels (BERT's
@@ -308,22 +324,17 @@ const MASK_PATH_OPS: &[&str] = &[
 /// The tensors carrying a sentinel constant to a Softmax: from each small float constant
 /// holding a value of at least [`SENTINEL_MAGNITUDE`], forward through [`MASK_PATH_OPS`];
 /// kept only when the path reaches a Softmax (a large constant used otherwise is data).
-fn sentinel_paths(prepared: &Prepared) -> Vec<String> {
-    let graph = &prepared.graph;
+fn sentinel_paths(
+    graph: &Graph,
+    constants: &[(String, DataType, ndarray::ArrayD<f32>)],
+) -> Vec<String> {
     let mut found = Vec::new();
-    for tensor in &prepared.model.graph().initializer {
-        let count: i64 = tensor.dims.iter().product();
-        if usize::try_from(count).map_or(true, |c| c > SMALL_CONSTANT) {
-            continue;
-        }
-        let Ok(Some(value)) = prepared.model.weight(tensor.name()) else {
-            continue;
-        };
+    for (name, _, values) in constants {
         let sentinel = |v: &f32| v.is_finite() && v.abs() >= SENTINEL_MAGNITUDE;
-        if !value.dtype().is_plain_float() || !value.to_f32().iter().any(sentinel) {
+        if !values.iter().any(sentinel) {
             continue;
         }
-        let mut path = vec![tensor.name().to_owned()];
+        let mut path = vec![name.clone()];
         let mut reaches_softmax = false;
         let mut at = 0;
         while at < path.len() {

@@ -100,8 +100,11 @@ pub fn search(
         return Ok(found);
     }
     // The plan quantize will follow: automatic precision's kept tensors and 7-bit weights.
-    let effective = super::guarded(prepared, recipe, Some(stats)).recipe;
-    let plan = prepared.plan(&effective, Some(stats));
+    let super::Guarded {
+        recipe: effective,
+        plan,
+        ..
+    } = super::guarded(prepared, recipe, Some(stats));
     let candidates = candidates(prepared, &plan);
     let meter = crate::jobs::RateMeter::new("SmoothQuant search", candidates.len() as u64);
     for (done, candidate) in candidates.into_iter().enumerate() {
