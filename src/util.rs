@@ -23,6 +23,21 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// Hands memory the process has freed back to the system.
+///
+/// ONNX Runtime's sessions allocate through the C allocator; glibc keeps much of what a
+/// closed session freed (below its mmap threshold) in the heap, so after a 1.1B model's
+/// session closed the process still held 0.8 GB more than it used (measured). Called after
+/// each large session closes, so that the next step starts from what is really in use.
+/// Other platforms' allocators return memory themselves: there it does nothing.
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists; it takes no pointer.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Bytes of memory this process can still take: the system's available memory, or the
 /// cgroup's free memory when lower, or `QDQ_STUDIO_MEMORY_LIMIT` (bytes, or with a `K`, `M`
 /// or `G` suffix, powers of 1024) when lower still, for users sharing a machine. `None` when

@@ -596,3 +596,120 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     .unwrap();
     assert!(fixed.reached && fixed.score == 1.0, "{fixed:?}");
 }
+
+/// An MLP whose weights (2 × 256 × 1024 float32, 2 MB) outweigh its activations many times
+/// over, as an LLM's do: the per-tensor comparison captures the float activations first and
+/// closes the float session. The errors must be those of running both models side by side.
+#[test]
+fn per_tensor_errors_from_captured_float_activations_equal_those_run_side_by_side() {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::eval::tensors::{
+        Float, FloatPass, FloatRun, FloatTensors, tensor_errors_against,
+    };
+    use qdq_studio::model::TensorArray;
+    let weight = |rows: usize, cols: usize, seed: usize| {
+        TensorArray::Float32(ArrayD::from_shape_fn(IxDyn(&[rows, cols]), |ix| {
+            (((ix[0] * 31 + ix[1] * 17 + seed) % 101) as f32 - 50.0) / 500.0
+        }))
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 256]);
+    b.initializer("w1", weight(256, 1024, 1));
+    b.initializer("w2", weight(1024, 256, 2));
+    b.node("MatMul", &["x", "w1"], &["h"]).name("up");
+    b.node("Relu", &["h"], &["r"]).name("relu");
+    b.node("MatMul", &["r", "w2"], &["y"]).name("down");
+    b.output("y", DataType::Float32, &[-1, 256]);
+    let float = b.build();
+    let data = DataSpec::Random {
+        samples: 8,
+        shapes: Default::default(),
+        seed: 3,
+    };
+    let runtime = runtime();
+    let ctx = JobContext::silent();
+    let inputs = model_inputs(&Graph::build(&float));
+    let stats = qdq_studio::workflow::calibrate::calibrate(
+        &float,
+        &Default::default(),
+        &data,
+        &Default::default(),
+        &runtime,
+        &ctx,
+    )
+    .unwrap();
+    let recipe = qdq_studio::recipe::Recipe::default();
+    let quant = qdq_studio::quant::quantize(&float, Some(&stats), &recipe)
+        .unwrap()
+        .model;
+    let errors = |run: FloatRun<'_>| {
+        let mut source = data.open(&inputs).unwrap();
+        let float = Float { model: &float, run };
+        tensor_errors_against(
+            float,
+            &quant,
+            source.as_mut(),
+            &runtime,
+            &[EpSpec::Cpu],
+            2,
+            &ctx,
+        )
+        .unwrap()
+    };
+    let mut source = data.open(&inputs).unwrap();
+    let FloatPass::Captured(captured) =
+        FloatTensors::capture(&float, source.as_mut(), &runtime, &[EpSpec::Cpu], 2, &ctx).unwrap()
+    else {
+        panic!(
+            "activations of 8 × (256 + 1024 + 1024 + 256) floats are not kept beside 2 MB of weights"
+        )
+    };
+    assert!(captured.bytes() > 0);
+    let side_by_side = errors(FloatRun::Open);
+    let from_captured = errors(FloatRun::Captured(&captured));
+    assert_eq!(side_by_side.activations.len(), 3, "{side_by_side:?}");
+    assert!(
+        side_by_side
+            .activations
+            .iter()
+            .all(|a| a.xmodel_sqnr_db.is_finite())
+    );
+    assert_eq!(side_by_side, from_captured);
+    // The convenience entry point takes the captured path here, with the same result.
+    let mut source = data.open(&inputs).unwrap();
+    let direct = qdq_studio::eval::tensors::tensor_errors(
+        &float,
+        &quant,
+        source.as_mut(),
+        &runtime,
+        &[EpSpec::Cpu],
+        2,
+        &ctx,
+    )
+    .unwrap();
+    assert_eq!(direct, side_by_side);
+}
+
+/// A CNN-like model whose activations outweigh its weights: the float activations are not
+/// kept, and the session that ran is handed back to run beside the quantized one.
+#[test]
+fn float_activations_larger_than_the_weights_are_not_kept() {
+    use qdq_studio::eval::tensors::{FloatPass, FloatTensors};
+    let model = common::wide_model();
+    let data = DataSpec::Random {
+        samples: 4,
+        shapes: [("x".to_owned(), vec![1, 256, 256])].into_iter().collect(),
+        seed: 1,
+    };
+    let mut source = data.open(&model_inputs(&Graph::build(&model))).unwrap();
+    let pass = FloatTensors::capture(
+        &model,
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        1,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(matches!(pass, FloatPass::Declined(_)));
+}

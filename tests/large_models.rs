@@ -12,6 +12,7 @@ use qdq_studio::model::proto::StringStringEntryProto;
 use qdq_studio::model::proto::TensorProto;
 use qdq_studio::model::proto::tensor_proto::{DataLocation, DataType as ProtoType};
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
+use qdq_studio::runtime::{EpSpec, SessionOptions};
 
 use common::{cli, digest, run_ok, run_text, write_npz};
 
@@ -149,6 +150,63 @@ fn a_model_past_2_gb_calibrates_quantizes_and_compares() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(beside.len(), 2, "written beside the input: {beside:?}");
+}
+
+/// A model whose tensors made in memory pass 2 GB together (as the quantized weights of a
+/// model of more than 8 GB do) still opens in ONNX Runtime: the tensors go to a memory file
+/// instead of the protobuf, the check before saving accepts it, and the session computes
+/// `x · w1 + x · w2`. (ONNX Runtime takes no single in-memory tensor over 2 GiB.)
+#[test]
+fn tensors_made_in_memory_past_2_gb_reach_onnx_runtime() {
+    const HALF: usize = COLUMNS / 2;
+    let value = |i: usize| ((i % 97) as f32 - 48.0) / 48.0;
+    let weight = |name: &str, shift: usize| {
+        let mut raw = vec![0u8; ROWS * HALF * 4];
+        for (i, chunk) in raw[..16 * HALF].chunks_exact_mut(4).enumerate() {
+            chunk.copy_from_slice(&value(i + shift).to_le_bytes());
+        }
+        TensorProto {
+            name: Some(name.into()),
+            dims: vec![ROWS as i64, HALF as i64],
+            data_type: Some(ProtoType::Float as i32),
+            raw_data: Some(raw.into()),
+            ..Default::default()
+        }
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, ROWS as i64]);
+    b.node("MatMul", &["x", "w1"], &["y1"]).name("mm1");
+    b.node("MatMul", &["x", "w2"], &["y2"]).name("mm2");
+    b.node("Add", &["y1", "y2"], &["y"]).name("add");
+    b.output("y", DataType::Float32, &[1, HALF as i64]);
+    let mut model = b.build();
+    let graph = model.proto_mut().graph.as_mut().unwrap();
+    graph.initializer.push(weight("w1", 0));
+    graph.initializer.push(weight("w2", 5));
+    let runtime = common::runtime();
+    qdq_studio::quant::verify_loads(&model, &runtime).expect("the check before saving");
+
+    let encoded = model.to_session_model().unwrap();
+    assert!(encoded.memory_file.is_some());
+    let mut session = runtime
+        .session_from_model(&encoded, &[EpSpec::Cpu], SessionOptions::default())
+        .unwrap();
+    let mut x = ndarray::Array2::<f32>::zeros((1, ROWS));
+    x.slice_mut(ndarray::s![0, ..4]).fill(1.0);
+    let outputs = session
+        .run(ort::inputs!["x" => ort::value::Tensor::from_array(x).unwrap()])
+        .unwrap();
+    let y = outputs[0].try_extract_array::<f32>().unwrap();
+    for c in [0, 1, 777, HALF - 1] {
+        let expected: f32 = (0..4)
+            .map(|r| value(r * HALF + c) + value(r * HALF + c + 5))
+            .sum();
+        assert!(
+            (y[[0, c]] - expected).abs() < 1e-4,
+            "column {c}: {}",
+            y[[0, c]]
+        );
+    }
 }
 
 /// A quantization whose quantized weights (and ONNX Runtime's copy for the load check) cannot

@@ -9,6 +9,11 @@
 //!
 //! Run on demand: `cargo bench --bench studio` (release build). The PP-OCR det model is taken
 //! from the test cache (`cargo test` fetches it); without it that line is skipped.
+//!
+//! `cargo bench --bench studio -- --large FOLDER` instead takes the studio through a large
+//! model (`FOLDER/model.onnx` with its external data, calibration data `FOLDER/calib.npz`):
+//! open, calibrate, quantize & compare, printing each step's time and peak RSS against the
+//! bound the CLI meets (1.2 × weight bytes + 1 GiB). `benches/large_model` runs it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -126,8 +131,33 @@ fn run_task(h: &mut Harness<'_, Studio>, command: Command) -> (Stats, Duration) 
     h.state_mut().push(command);
     frame(h);
     let mut times = Vec::new();
+    let mut last_stage = String::new();
+    let trace = std::env::var_os("QDQ_STUDIO_BENCH_TRACE").is_some();
     while h.state().document().is_some_and(|d| d.work.busy()) {
         times.push(frame(h));
+        if trace {
+            let stage = h
+                .state()
+                .document()
+                .and_then(|d| {
+                    d.work
+                        .task
+                        .running()?
+                        .progress
+                        .as_ref()
+                        .map(|p| p.stage.clone())
+                })
+                .unwrap_or_default();
+            if stage != last_stage {
+                println!(
+                    "  {:7.1} s  {stage}  (RSS now {:.2} GiB, peak {:.2} GiB)",
+                    started.elapsed().as_secs_f64(),
+                    rss_now() as f64 / f64::from(1u32 << 30),
+                    peak_rss() as f64 / f64::from(1u32 << 30)
+                );
+                last_stage = stage;
+            }
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     let took = started.elapsed();
@@ -213,7 +243,108 @@ fn recipe_changes(h: &mut Harness<'_, Studio>, frames: usize) -> Stats {
     stats(times)
 }
 
+/// A `/proc/self/status` line's value in bytes (`VmHWM`, `VmRSS`).
+fn status_bytes(key: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// This process's peak resident memory so far, in bytes.
+fn peak_rss() -> u64 {
+    status_bytes("VmHWM")
+}
+
+/// This process's resident memory now, in bytes.
+fn rss_now() -> u64 {
+    status_bytes("VmRSS")
+}
+
+/// Starts a new peak-RSS measurement (Linux: writing 5 to `clear_refs` resets `VmHWM`).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Opens, calibrates and quantizes & compares the large model in `folder`, printing each
+/// step's time and peak RSS; exits non-zero when a step passes the memory bound.
+fn large_model(folder: &std::path::Path) {
+    let model = folder.join("model.onnx");
+    let weights: u64 = std::fs::read_dir(folder)
+        .expect("the model's folder")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("model.onnx_data")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    let limit = 1.2 * weights as f64 + f64::from(1u32 << 30);
+    let gib = |b: f64| b / f64::from(1u32 << 30);
+    let mut h = harness();
+    let mut missed = 0;
+    let mut step = |name: &str, took: Duration| {
+        let peak = peak_rss() as f64;
+        let met = peak <= limit;
+        missed += usize::from(!met);
+        println!(
+            "studio {name}: {:.1} s, peak RSS {:.2} GiB (target <= {:.2} GiB: {})",
+            took.as_secs_f64(),
+            gib(peak),
+            gib(limit),
+            if met { "met" } else { "MISSED" }
+        );
+        reset_peak_rss();
+    };
+    reset_peak_rss();
+    let started = Instant::now();
+    open(&mut h, Source::File(model));
+    step("open", started.elapsed());
+    if let Some(doc) = h.state_mut().document_mut() {
+        doc.work.settings.calibration =
+            qdq_studio::app::work::data::DataChoice::file(folder.join("calib.npz"));
+        doc.work.settings.batch_size = 1;
+    }
+    let (_, took) = run_task(&mut h, Command::Calibrate);
+    step("calibrate", took);
+    let (_, took) = run_task(&mut h, Command::QuantizeCompare);
+    step("quantize & compare", took);
+    let timings = h
+        .state()
+        .document()
+        .and_then(|d| d.work.results.comparison.as_ref().map(|c| c.timings))
+        .unwrap_or_default();
+    println!(
+        "studio quantize & compare stages: quantize {:.1} s, float reference {:.1} s, outputs {:.1} s, tensors {:.1} s",
+        timings.quantize_ms / 1e3,
+        timings.reference_ms / 1e3,
+        timings.outputs_ms / 1e3,
+        timings.tensors_ms / 1e3
+    );
+    // Another recipe: the float reference, activations and latency are reused.
+    h.state_mut().push(Command::SetOpType {
+        op_type: "Add".to_owned(),
+        quantize: false,
+    });
+    frame(&mut h);
+    let (_, took) = run_task(&mut h, Command::QuantizeCompare);
+    step("quantize & compare again, Add excluded", took);
+    if missed > 0 {
+        std::process::exit(1);
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--large") {
+        let folder = args.get(i + 1).expect("--large FOLDER");
+        large_model(std::path::Path::new(folder));
+        return;
+    }
     let dir = tempfile::tempdir().expect("a temporary folder");
     {
         let mut h = harness();

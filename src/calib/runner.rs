@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use ndarray::ArrayViewD;
-use prost::Message;
 use rayon::prelude::*;
 
 use super::channels::ChannelStats;
@@ -58,13 +57,9 @@ pub fn augmented_model(
     graph: &Graph,
     tensors: &[String],
 ) -> Result<SessionModel, CalibError> {
-    let (mut proto, external_folder) = model.to_session_proto()?;
-    let encoded = |proto: &crate::model::proto::ModelProto| SessionModel {
-        bytes: proto.encode_to_vec(),
-        external_folder: external_folder.clone(),
-    };
+    let (mut proto, external_folder) = model.to_session_proto();
     let Some(g) = proto.graph.as_mut() else {
-        return Ok(encoded(&proto));
+        return Ok(SessionModel::encode(proto, external_folder)?);
     };
     let existing: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
     for name in tensors.iter().filter(|n| !existing.contains(*n)) {
@@ -92,7 +87,7 @@ pub fn augmented_model(
         };
         g.output.push(output);
     }
-    Ok(encoded(&proto))
+    Ok(SessionModel::encode(proto, external_folder)?)
 }
 
 /// What one pass collects.
@@ -247,6 +242,8 @@ pub fn calibrate(
             ));
         }
     }
+    drop(session);
+    crate::util::return_freed_memory();
     let info = CalibrationInfo {
         model: model.graph().name().to_owned(),
         model_nodes: graph.nodes().len(),

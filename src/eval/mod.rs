@@ -4,6 +4,7 @@
 pub mod alternatives;
 pub mod reference;
 pub mod sensitivity;
+mod tensor_pass;
 pub mod tensors;
 pub mod weight_error;
 

@@ -26,6 +26,13 @@ struct ReferenceBatch {
     outputs: Vec<Option<ArrayD<f32>>>,
 }
 
+impl ReferenceBatch {
+    /// True when `sample` is one of this batch's.
+    fn holds(&self, sample: usize) -> bool {
+        (self.first_sample..self.first_sample + self.samples).contains(&sample)
+    }
+}
+
 /// A session for a QDQ model with its CPU options and at most `intra_threads` threads per
 /// operator (0: ONNX Runtime's default).
 fn quantized_session(
@@ -125,20 +132,56 @@ impl Reference {
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let mut session = quantized_session(quant, runtime, eps, intra_threads)?;
+        Ok(self.run_all(&mut session, None)?.0)
+    }
+
+    /// [`Reference::compare`] that also returns `sample`'s outputs, float beside quantized,
+    /// from the same run (one session instead of two).
+    pub fn compare_with_sample(
+        &self,
+        float: &Model,
+        quant: &Model,
+        runtime: &Runtime,
+        eps: &[EpSpec],
+        sample: usize,
+    ) -> Result<(Vec<OutputMetrics>, Vec<OutputPair>), EvalError> {
+        check_comparable(float, quant, "the quantized model")?;
+        self.batch_of(sample)?;
+        let mut session = quantized_session(quant, runtime, eps, 0)?;
+        let (metrics, pairs) = self.run_all(&mut session, Some(sample))?;
+        Ok((metrics, pairs.unwrap_or_default()))
+    }
+
+    /// Runs every held batch through `session`, accumulating the output metrics, and keeps
+    /// `sample`'s outputs when asked.
+    fn run_all(
+        &self,
+        session: &mut ort::session::Session,
+        sample: Option<usize>,
+    ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
         let mut accumulators = vec![Accumulator::default(); self.outputs.len()];
         let mut classes = vec![0usize; self.outputs.len()];
+        let mut pairs = None;
         for batch in &self.batches {
             let owned = owned_inputs(batch.inputs.clone())?;
-            let results = run_outputs(
-                &mut session,
-                &owned,
-                &self.outputs,
-                batch.index,
-                "quantized",
-            )?;
+            let results = run_outputs(session, &owned, &self.outputs, batch.index, "quantized")?;
             super::accumulate(&mut accumulators, &mut classes, &batch.outputs, &results);
+            if let Some(sample) = sample.filter(|s| batch.holds(*s)) {
+                pairs = Some(self.pairs(batch, &results, sample));
+            }
         }
-        Ok(super::finish(&self.outputs, &accumulators, &classes))
+        Ok((super::finish(&self.outputs, &accumulators, &classes), pairs))
+    }
+
+    /// The batch holding `sample`.
+    fn batch_of(&self, sample: usize) -> Result<&ReferenceBatch, EvalError> {
+        self.batches
+            .iter()
+            .find(|b| b.holds(sample))
+            .ok_or(EvalError::NoSample {
+                sample,
+                samples: self.samples,
+            })
     }
 
     /// Runs `quant` on the batch holding `sample` and returns that sample's outputs, float
@@ -152,14 +195,7 @@ impl Reference {
         sample: usize,
     ) -> Result<Vec<OutputPair>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
-        let batch = self
-            .batches
-            .iter()
-            .find(|b| (b.first_sample..b.first_sample + b.samples).contains(&sample))
-            .ok_or(EvalError::NoSample {
-                sample,
-                samples: self.samples,
-            })?;
+        let batch = self.batch_of(sample)?;
         let mut session = quantized_session(quant, runtime, eps, 0)?;
         let owned = owned_inputs(batch.inputs.clone())?;
         let results = run_outputs(
@@ -169,15 +205,24 @@ impl Reference {
             batch.index,
             "quantized",
         )?;
+        Ok(self.pairs(batch, &results, sample))
+    }
+
+    /// `sample`'s outputs in `batch`, float beside the quantized `results`.
+    fn pairs(
+        &self,
+        batch: &ReferenceBatch,
+        results: &[Option<ArrayD<f32>>],
+        sample: usize,
+    ) -> Vec<OutputPair> {
         let at = sample - batch.first_sample;
         let slice = |a: &ArrayD<f32>| -> Option<ArrayD<f32>> {
             (a.ndim() > 0 && a.shape()[0] == batch.samples && at < a.shape()[0])
                 .then(|| a.slice_axis(Axis(0), (at..at + 1).into()).to_owned())
         };
-        Ok(self
-            .outputs
+        self.outputs
             .iter()
-            .zip(batch.outputs.iter().zip(&results))
+            .zip(batch.outputs.iter().zip(results))
             .filter_map(|(name, (f, q))| {
                 let (f, q) = (f.as_ref()?, q.as_ref()?);
                 let (float, quantized) = match (slice(f), slice(q)) {
@@ -191,6 +236,6 @@ impl Reference {
                     quantized,
                 })
             })
-            .collect())
+            .collect()
     }
 }

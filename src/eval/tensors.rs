@@ -9,21 +9,20 @@
 
 use std::collections::{HashMap, HashSet};
 
-use ndarray::ArrayD;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
+pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
+use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
 pub use super::weight_error::WeightError;
 use super::weight_error::weight_errors;
 use crate::calib::data::BatchSource;
 use crate::calib::histogram::Histogram;
-use crate::calib::runner::augmented_model;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
-use crate::quant::cpu_session_options;
-use crate::runtime::value::{float_output, owned_inputs, session_inputs};
-use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
+use crate::runtime::value::owned_inputs;
+use crate::runtime::{EpSpec, Runtime};
 
 /// Errors of one activation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -244,126 +243,43 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
     (found, unmatched)
 }
 
-/// Runs both models on `source` with every matched tensor exposed and accumulates the errors.
-pub fn tensor_errors(
-    float: &Model,
-    quant: &Model,
-    source: &mut dyn BatchSource,
-    runtime: &Runtime,
-    eps: &[EpSpec],
-    batch_size: usize,
-    ctx: &JobContext,
-) -> Result<TensorErrors, EvalError> {
-    super::check_comparable(float, quant, "the quantized model")?;
-    let (fg, qg) = (Graph::build(float), Graph::build(quant));
-    let (pairs, unmatched) = pairs(quant, &qg, &fg);
-    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
-    let layers = weight_only_layers(&qg, &fg, &covered);
-    let float_names: Vec<String> = pairs
-        .iter()
-        .map(|p| p.float.clone())
-        .chain(layers.iter().map(|(_, t, _)| t.clone()))
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
-    let quant_names: Vec<String> = pairs
-        .iter()
-        .flat_map(|p| [p.pre.clone(), p.post.clone()])
-        .chain(layers.iter().map(|(_, t, _)| t.clone()))
-        .collect::<HashSet<_>>()
-        .into_iter()
-        .collect();
-    let float_bytes = augmented_model(float, &fg, &float_names).map_err(|e| EvalError::Run {
-        batch: 0,
-        model: "float",
-        reason: e.to_string(),
-    })?;
-    let quant_bytes = augmented_model(quant, &qg, &quant_names).map_err(|e| EvalError::Run {
-        batch: 0,
-        model: "quantized",
-        reason: e.to_string(),
-    })?;
-    // As qdq_loss_debug: no graph optimizations, so every tensor stays observable.
-    let plain = SessionOptions {
-        optimization: Optimization::Disable,
-        ..cpu_session_options(quant)
-    };
-    let mut float_session = runtime.session_from_model(&float_bytes, eps, plain)?;
-    let mut quant_session = runtime.session_from_model(&quant_bytes, eps, plain)?;
-    // (qdq signal², qdq noise², xmodel signal², xmodel noise², values outside the range,
-    // values seen) per pair.
-    let mut sums = vec![[0f64; 6]; pairs.len()];
-    // (signal², noise²) per weight-only layer.
-    let mut layer_sums = vec![[0f64; 2]; layers.len()];
-    let mut histograms = vec![Histogram::new(HISTOGRAM_BINS); pairs.len()];
-    let meter = RateMeter::new("per-tensor error", source.samples() as u64);
-    let mut done = 0;
-    source.rewind()?;
-    while let Some(batch) = source.next_batch(batch_size.max(1))? {
-        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let index = batch.index;
-        let owned = owned_inputs(batch.inputs)?;
-        let collect = |session: &mut ort::session::Session,
-                       names: &[String],
-                       label: &'static str|
-         -> Result<HashMap<String, ArrayD<f32>>, EvalError> {
-            let values = session_inputs(&owned);
-            let out = session.run(values).map_err(|e| EvalError::Run {
-                batch: index,
-                model: label,
-                reason: e.to_string(),
-            })?;
-            Ok(names
-                .iter()
-                .filter_map(|n| {
-                    out.get(n.as_str())
-                        .and_then(float_output)
-                        .map(|(_, a)| (n.clone(), a))
-                })
-                .collect())
-        };
-        let f = collect(&mut float_session, &float_names, "float")?;
-        let q = collect(&mut quant_session, &quant_names, "quantized")?;
-        sums.par_iter_mut()
-            .zip(histograms.par_iter_mut())
-            .zip(pairs.par_iter())
-            .for_each(|((s, h), p)| {
-                let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
-                    return;
-                };
-                for (&a, &b) in pre.iter().zip(post.iter()) {
-                    s[0] += f64::from(a).powi(2);
-                    s[1] += f64::from(a - b).powi(2);
-                }
-                if let Some(reference) = f.get(&p.float).filter(|r| r.len() == post.len()) {
-                    if let Some(values) = reference.as_slice() {
-                        let abs_max = values
-                            .iter()
-                            .filter(|v| v.is_finite())
-                            .fold(0f32, |m, v| m.max(v.abs()));
-                        h.add(values, abs_max);
-                    }
-                    if let Some((lo, hi, half_step)) = p
-                        .range
-                        .map(|(lo, hi)| (lo, hi, (hi - lo) / (2.0 * p.levels.max(1) as f32)))
-                    {
-                        // Within half a step of an end a value rounds to the end as any
-                        // other value rounds: only beyond it is it clipped.
-                        s[4] += reference
-                            .iter()
-                            .filter(|&&v| v < lo - half_step || v > hi + half_step)
-                            .count() as f64;
-                        s[5] += reference.len() as f64;
-                    }
-                    for (&a, &b) in reference.iter().zip(post.iter()) {
-                        s[2] += f64::from(a).powi(2);
-                        s[3] += f64::from(a - b).powi(2);
-                    }
-                }
-            });
-        layer_sums
+/// The distinct names of `names`.
+fn unique(names: impl Iterator<Item = String>) -> Vec<String> {
+    names.collect::<HashSet<_>>().into_iter().collect()
+}
+
+/// Running sums over the batches seen: per Q/DQ pair (qdq signal², qdq noise², xmodel
+/// signal², xmodel noise², values outside the range, values seen) with the float values'
+/// histogram, and per weight-only layer (signal², noise²).
+struct Sums<'a> {
+    pairs: &'a [Pair],
+    layers: &'a [(String, String, Option<String>)],
+    pair_sums: Vec<[f64; 6]>,
+    layer_sums: Vec<[f64; 2]>,
+    histograms: Vec<Histogram>,
+}
+
+impl<'a> Sums<'a> {
+    fn new(pairs: &'a [Pair], layers: &'a [(String, String, Option<String>)]) -> Self {
+        Sums {
+            pairs,
+            layers,
+            pair_sums: vec![[0f64; 6]; pairs.len()],
+            layer_sums: vec![[0f64; 2]; layers.len()],
+            histograms: vec![Histogram::new(HISTOGRAM_BINS); pairs.len()],
+        }
+    }
+
+    /// Adds one batch: the float model's tensors `f` and the quantized model's `q`.
+    fn add(&mut self, f: &Outputs, q: &Outputs) {
+        self.pair_sums
             .par_iter_mut()
-            .zip(layers.par_iter())
+            .zip(self.histograms.par_iter_mut())
+            .zip(self.pairs.par_iter())
+            .for_each(|((s, h), p)| add_pair(s, h, p, f, q));
+        self.layer_sums
+            .par_iter_mut()
+            .zip(self.layers.par_iter())
             .for_each(|(s, (_, tensor, _))| {
                 let (Some(reference), Some(test)) = (f.get(tensor), q.get(tensor)) else {
                     return;
@@ -375,9 +291,144 @@ pub fn tensor_errors(
                     }
                 }
             });
+    }
+}
+
+/// Adds one batch of one Q/DQ pair to its sums and histogram (see [`Sums`]).
+fn add_pair(s: &mut [f64; 6], h: &mut Histogram, p: &Pair, f: &Outputs, q: &Outputs) {
+    let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
+        return;
+    };
+    for (&a, &b) in pre.iter().zip(post.iter()) {
+        s[0] += f64::from(a).powi(2);
+        s[1] += f64::from(a - b).powi(2);
+    }
+    let Some(reference) = f.get(&p.float).filter(|r| r.len() == post.len()) else {
+        return;
+    };
+    if let Some(values) = reference.as_slice() {
+        let abs_max = values
+            .iter()
+            .filter(|v| v.is_finite())
+            .fold(0f32, |m, v| m.max(v.abs()));
+        h.add(values, abs_max);
+    }
+    if let Some((lo, hi, half_step)) = p
+        .range
+        .map(|(lo, hi)| (lo, hi, (hi - lo) / (2.0 * p.levels.max(1) as f32)))
+    {
+        // Within half a step of an end a value rounds to the end as any other value rounds:
+        // only beyond it is it clipped.
+        s[4] += reference
+            .iter()
+            .filter(|&&v| v < lo - half_step || v > hi + half_step)
+            .count() as f64;
+        s[5] += reference.len() as f64;
+    }
+    for (&a, &b) in reference.iter().zip(post.iter()) {
+        s[2] += f64::from(a).powi(2);
+        s[3] += f64::from(a - b).powi(2);
+    }
+}
+
+/// Runs both models on `source` with every matched tensor exposed and accumulates the errors.
+/// The float model's activations are captured first when that costs less memory than its
+/// session beside the quantized one (see [`super::tensor_pass`]).
+pub fn tensor_errors(
+    float: &Model,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    ctx: &JobContext,
+) -> Result<TensorErrors, EvalError> {
+    super::check_comparable(float, quant, "the quantized model")?;
+    let (tensors, session) =
+        match FloatTensors::capture(float, source, runtime, eps, batch_size, ctx)? {
+            FloatPass::Captured(tensors) => (Some(tensors), None),
+            FloatPass::Declined(session) => (None, Some(session)),
+        };
+    let run = match (&tensors, session) {
+        (Some(tensors), _) => FloatRun::Captured(tensors),
+        (None, Some(session)) => FloatRun::Session(session),
+        (None, None) => FloatRun::Open,
+    };
+    let float = Float { model: float, run };
+    tensor_errors_against(float, quant, source, runtime, eps, batch_size, ctx)
+}
+
+/// The float model of a per-tensor comparison, and how its activations are had.
+pub struct Float<'a> {
+    /// The float model.
+    pub model: &'a Model,
+    /// Its activations, captured before or to be run.
+    pub run: FloatRun<'a>,
+}
+
+/// [`tensor_errors`] against float activations captured before (the float model then does
+/// not run at all), or running the float model beside the quantized one.
+pub fn tensor_errors_against(
+    float: Float<'_>,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    ctx: &JobContext,
+) -> Result<TensorErrors, EvalError> {
+    let Float { model: float, run } = float;
+    super::check_comparable(float, quant, "the quantized model")?;
+    let (fg, qg) = (Graph::build(float), Graph::build(quant));
+    let (pairs, unmatched) = pairs(quant, &qg, &fg);
+    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
+    let layers = weight_only_layers(&qg, &fg, &covered);
+    let float_names = unique(
+        pairs
+            .iter()
+            .map(|p| p.float.clone())
+            .chain(layers.iter().map(|(_, t, _)| t.clone())),
+    );
+    let quant_names = unique(
+        pairs
+            .iter()
+            .flat_map(|p| [p.pre.clone(), p.post.clone()])
+            .chain(layers.iter().map(|(_, t, _)| t.clone())),
+    );
+    let batch_size = batch_size.max(1);
+    let mut float_side = match run {
+        FloatRun::Captured(tensors) if tensors.fits(batch_size) => FloatSide::Captured(tensors, 0),
+        FloatRun::Session(session) => FloatSide::Live(session),
+        _ => FloatSide::Live(observing_session(
+            float,
+            &float_names,
+            runtime,
+            eps,
+            "float",
+        )?),
+    };
+    let mut quant_session = observing_session(quant, &quant_names, runtime, eps, "quantized")?;
+    let mut sums = Sums::new(&pairs, &layers);
+    let meter = RateMeter::new("per-tensor error", source.samples() as u64);
+    let mut done = 0;
+    source.rewind()?;
+    while let Some(batch) = source.next_batch(batch_size)? {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let index = batch.index;
+        let owned = owned_inputs(batch.inputs)?;
+        let f = float_side.next(&owned, &float_names, index)?;
+        let q = collect(&mut quant_session, &owned, &quant_names, index, "quantized")?;
+        sums.add(&f, &q);
         done += batch.samples;
         ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
     }
+    drop((quant_session, float_side));
+    let Sums {
+        pair_sums: sums,
+        layer_sums,
+        histograms,
+        ..
+    } = sums;
     let order: HashMap<&str, usize> = fg
         .topological_order()
         .iter()

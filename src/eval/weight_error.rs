@@ -125,6 +125,9 @@ pub fn weight_errors(
             continue;
         };
         let reference = reference.to_f32();
+        // Read once: the mapped pages go back to the system (a large model's weights would
+        // otherwise all stay resident by the end).
+        float.release_weight(&base);
         if dequantized.shape() != reference.shape()
             || out.iter().any(|w: &WeightError| w.weight == base)
         {

@@ -13,6 +13,7 @@ pub mod legacy;
 mod onnx_model;
 pub mod proto;
 pub mod save;
+mod session_model;
 pub mod tensor;
 pub mod visit;
 
@@ -20,6 +21,7 @@ pub use builder::ModelBuilder;
 pub use dtype::DataType;
 pub use error::ModelError;
 pub use graph::{Dim, Graph, GraphProblem, Node, NodeId, TensorInfo, TensorKind, format_shape};
-pub use onnx_model::{Model, SessionModel};
+pub use onnx_model::Model;
 pub use save::{SaveOptions, SaveReport};
+pub use session_model::{MEMORY_FILE, SessionModel};
 pub use tensor::TensorArray;

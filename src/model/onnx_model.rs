@@ -19,6 +19,7 @@ use super::external::{
     ExternalRef, check_tensor, is_mapped, map_file, release_pages, resolve_location,
 };
 use super::proto::{GraphProto, ModelProto, TensorProto};
+use super::session_model::SessionModel;
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
 
@@ -239,6 +240,13 @@ impl Model {
         }
     }
 
+    /// [`Model::release_pages`] for the initializer `name`, once a reader is done with it.
+    pub fn release_weight(&self, name: &str) {
+        if let Some(tensor) = self.graph().initializer.iter().find(|t| t.name() == name) {
+            self.release_pages(tensor);
+        }
+    }
+
     /// A copy of the protobuf with every external tensor brought inline, for handing the model
     /// to ONNX Runtime from memory. Fails over the 2 GB protobuf limit.
     pub fn to_inline_proto(&self) -> Result<ModelProto, ModelError> {
@@ -265,6 +273,16 @@ impl Model {
         Ok(self.to_inline_proto()?.encode_to_vec())
     }
 
+    /// Bytes the main graph's initializers hold, as their shapes and types say (what a
+    /// session over the model keeps of its weights, at least).
+    pub fn initializer_bytes(&self) -> u64 {
+        self.graph()
+            .initializer
+            .iter()
+            .filter_map(|t| super::external::expected_bytes(t).ok().flatten())
+            .sum()
+    }
+
     /// True when some tensor's data lives in an external file.
     pub fn has_external_data(&self) -> bool {
         !self.external.is_empty()
@@ -279,36 +297,17 @@ impl Model {
     /// each once and cannot pass 2 GB; `AddExternalInitializers` needs a value per tensor
     /// kept alive beside the session; writing the graph next to the weights would write beside
     /// the input). Tensors made in memory (quantized weights, folded BatchNormalizations)
-    /// travel inline. A model without external data is brought inline as before.
-    pub fn to_session_proto(&self) -> Result<(ModelProto, Option<PathBuf>), ModelError> {
-        if !self.has_external_data() {
-            return Ok((self.to_inline_proto()?, None));
-        }
-        let bytes = self.proto.encoded_len() as u64;
-        if bytes > super::save::PROTOBUF_LIMIT {
-            return Err(ModelError::TooLargeInline { bytes });
-        }
-        Ok((self.proto.clone(), Some(self.folder.clone())))
+    /// travel inline, or in a memory file past 2 GB ([`SessionModel::encode`]).
+    pub fn to_session_proto(&self) -> (ModelProto, Option<PathBuf>) {
+        let folder = self.has_external_data().then(|| self.folder.clone());
+        (self.proto.clone(), folder)
     }
 
     /// [`Model::to_session_proto`], encoded.
     pub fn to_session_model(&self) -> Result<SessionModel, ModelError> {
-        let (proto, external_folder) = self.to_session_proto()?;
-        Ok(SessionModel {
-            bytes: proto.encode_to_vec(),
-            external_folder,
-        })
+        let (proto, external_folder) = self.to_session_proto();
+        SessionModel::encode(proto, external_folder)
     }
-}
-
-/// A model encoded for an ONNX Runtime session: the protobuf, and the folder ONNX Runtime
-/// reads its external data from (`None` when everything is inline).
-#[derive(Debug, Clone)]
-pub struct SessionModel {
-    /// The encoded `ModelProto`.
-    pub bytes: Vec<u8>,
-    /// Where the external data files named by the model lie.
-    pub external_folder: Option<PathBuf>,
 }
 
 /// Makes `tensor` hold `data` in `raw_data` instead of referencing an external file.

@@ -424,8 +424,10 @@ pub fn verify_loads(model: &Model, runtime: &Runtime) -> Result<(), QuantError> 
         prepacking: false,
         ..cpu_session_options(model)
     };
-    runtime
+    let opened = runtime
         .session_from_model(&encoded, &[EpSpec::Cpu], options)
-        .map(|_| ())
-        .map_err(|e| QuantError::Invalid(e.to_string()))
+        .map(drop);
+    drop(encoded);
+    crate::util::return_freed_memory();
+    opened.map_err(|e| QuantError::Invalid(e.to_string()))
 }

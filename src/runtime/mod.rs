@@ -17,7 +17,7 @@ pub mod wheel;
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use ort::ep::ExecutionProvider;
 use ort::session::Session;
@@ -406,6 +406,14 @@ impl Runtime {
                 .with_config_entry(
                     "session.model_external_initializers_file_folder_path",
                     folder.to_string_lossy(),
+                )
+                .map_err(ort::Error::from)?;
+        }
+        if let Some(buffer) = &model.memory_file {
+            builder = builder
+                .with_external_initializer_file_in_memory(
+                    crate::model::MEMORY_FILE,
+                    Arc::clone(buffer),
                 )
                 .map_err(ort::Error::from)?;
         }

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::WorkflowError;
-use super::reference::{CapturedReference, EvalSetup};
+use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
 use crate::calib::data::{BatchSource, DataSpec, model_inputs};
 use crate::eval::reference::OutputPair;
-use crate::eval::tensors::{TensorErrors, tensor_errors};
+use crate::eval::tensors::{
+    Float, FloatPass, FloatRun, FloatTensors, TensorErrors, tensor_errors, tensor_errors_against,
+};
 use crate::eval::{OutputMetrics, check_comparable, compare_outputs, measure_latency};
 use crate::jobs::{JobContext, Progress};
 use crate::model::{Graph, Model};
@@ -238,6 +240,11 @@ fn stage(ctx: &JobContext, name: &str, done: u64, total: u64) {
 /// Quantizes from the cached statistics (no calibration) and compares against the float
 /// model on the evaluation data: outputs, every quantized tensor, optionally latency, and the
 /// chosen sample side by side.
+///
+/// Everything the float model gives (its outputs, its activations on the per-tensor samples
+/// when small enough, its latency) is had before quantizing and kept with the reference: a
+/// large model's float weights and its quantized ones are never held together, and the next
+/// run of another recipe does not run the float model again.
 pub fn quantize_and_compare(
     request: CompareRequest,
     runtime: &Runtime,
@@ -251,69 +258,118 @@ pub fn quantize_and_compare(
     let started = Instant::now();
     let mut timings = CompareTimings::default();
     let steps = if latency.is_some() { 5 } else { 4 };
-    stage(ctx, "Quantizing", 0, steps);
-    let quantized = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
-    timings.quantize_ms = elapsed_ms(started);
-    ctx.checkpoint()?;
-    stage(ctx, "Running the float model", 1, steps);
+    stage(ctx, "Running the float model", 0, steps);
     let t = Instant::now();
-    let (reference, captured) = setup.reference(runtime, ctx)?;
-    if captured {
+    let (mut reference, captured) = setup.reference(runtime, ctx)?;
+    let inputs = model_inputs(&Graph::build(&setup.model));
+    let first = || -> Result<FirstSamples, WorkflowError> {
+        Ok(FirstSamples::new(
+            setup.data.open(&inputs)?,
+            TENSOR_SAMPLES.max(setup.batch_size),
+        ))
+    };
+    // Before quantizing: the float weights and the quantized ones are then never held
+    // together (see FloatActivations).
+    let float_ran = captured
+        || matches!(reference.tensors, FloatActivations::Pending)
+        || latency.is_some() && reference.float_latency.is_none();
+    if matches!(reference.tensors, FloatActivations::Pending) {
+        let pass = FloatTensors::capture(
+            &setup.model,
+            &mut first()?,
+            runtime,
+            &setup.eps,
+            setup.batch_size,
+            &ctx.quiet(),
+        )?;
+        reference.tensors = match pass {
+            FloatPass::Captured(tensors) => FloatActivations::Kept(Arc::new(tensors)),
+            FloatPass::Declined(_) => FloatActivations::TooLarge,
+        };
+    }
+    if let Some(runs) = latency
+        && reference
+            .float_latency
+            .as_ref()
+            .is_none_or(|(timed, _)| *timed != runs)
+    {
+        let mut source = setup.data.open(&inputs)?;
+        let timed = measure_latency(
+            &setup.model,
+            source.as_mut(),
+            runtime,
+            &setup.eps,
+            setup.batch_size,
+            runs.warmup,
+            runs.runs,
+        )?;
+        reference.float_latency = Some((runs, timed));
+    }
+    crate::util::return_freed_memory();
+    if float_ran {
         timings.reference_ms = elapsed_ms(t);
     }
+    ctx.checkpoint()?;
+    stage(ctx, "Quantizing", 1, steps);
+    let t = Instant::now();
+    let quantized = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
+    timings.quantize_ms = elapsed_ms(t);
+    ctx.checkpoint()?;
     stage(ctx, "Comparing outputs", 2, steps);
     let t = Instant::now();
-    let outputs =
-        reference
-            .reference
-            .compare(&setup.model, &quantized.model, runtime, &setup.eps, 0)?;
-    timings.outputs_ms = elapsed_ms(t);
-    ctx.checkpoint()?;
-    stage(ctx, "Measuring every tensor", 3, steps);
-    let t = Instant::now();
-    let inputs = model_inputs(&Graph::build(&setup.model));
-    let mut first = FirstSamples::new(
-        setup.data.open(&inputs)?,
-        TENSOR_SAMPLES.max(setup.batch_size),
-    );
-    let tensors = tensor_errors(
-        &setup.model,
-        &quantized.model,
-        &mut first,
-        runtime,
-        &setup.eps,
-        setup.batch_size,
-        &ctx.quiet(),
-    )?;
-    timings.tensors_ms = elapsed_ms(t);
-    let latency = match latency {
-        Some(runs) => {
-            ctx.checkpoint()?;
-            stage(ctx, "Timing float and quantized", 4, steps);
-            let t = Instant::now();
-            let mut source = setup.data.open(&inputs)?;
-            let pair = latency_pair(
-                &setup.model,
-                &quantized.model,
-                source.as_mut(),
-                runtime,
-                &setup.eps,
-                setup.batch_size,
-                runs,
-            )?;
-            timings.latency_ms = elapsed_ms(t);
-            Some(pair)
-        }
-        None => None,
-    };
     let sample = sample.min(reference.reference.samples().saturating_sub(1));
-    let pairs = reference.reference.sample_outputs(
+    let (outputs, pairs) = reference.reference.compare_with_sample(
         &setup.model,
         &quantized.model,
         runtime,
         &setup.eps,
         sample,
     )?;
+    crate::util::return_freed_memory();
+    timings.outputs_ms = elapsed_ms(t);
+    ctx.checkpoint()?;
+    stage(ctx, "Measuring every tensor", 3, steps);
+    let t = Instant::now();
+    let run = match &reference.tensors {
+        FloatActivations::Kept(tensors) => FloatRun::Captured(tensors),
+        _ => FloatRun::Open,
+    };
+    let float = Float {
+        model: &setup.model,
+        run,
+    };
+    let tensors = tensor_errors_against(
+        float,
+        &quantized.model,
+        &mut first()?,
+        runtime,
+        &setup.eps,
+        setup.batch_size,
+        &ctx.quiet(),
+    )?;
+    crate::util::return_freed_memory();
+    timings.tensors_ms = elapsed_ms(t);
+    let latency = match (latency, reference.float_latency.clone()) {
+        (Some(runs), Some((_, float))) => {
+            ctx.checkpoint()?;
+            stage(ctx, "Timing the quantized model", 4, steps);
+            let t = Instant::now();
+            let mut source = setup.data.open(&inputs)?;
+            let quantized = measure_latency(
+                &quantized.model,
+                source.as_mut(),
+                runtime,
+                &setup.eps,
+                setup.batch_size,
+                runs.warmup,
+                runs.runs,
+            )?;
+            crate::util::return_freed_memory();
+            timings.latency_ms = elapsed_ms(t);
+            Some(LatencyPair { float, quantized })
+        }
+        _ => None,
+    };
     timings.total_ms = elapsed_ms(started);
     Ok(Comparison {
         recipe: setup.recipe,

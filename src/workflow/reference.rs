@@ -5,10 +5,13 @@
 use std::sync::Arc;
 
 use super::WorkflowError;
+use super::compare::LatencyRuns;
 use crate::calib::CalibrationStats;
 use crate::calib::data::{DataSpec, model_inputs};
+use crate::eval::Latency;
 use crate::eval::reference::Reference;
 use crate::eval::sensitivity::Evaluator;
+use crate::eval::tensors::FloatTensors;
 use crate::jobs::JobContext;
 use crate::model::{Graph, Model};
 use crate::recipe::Recipe;
@@ -26,6 +29,25 @@ pub struct CapturedReference {
     pub batch_size: usize,
     /// The data and the float outputs.
     pub reference: Arc<Reference>,
+    /// The float model's activations on the per-tensor samples, once captured.
+    pub tensors: FloatActivations,
+    /// The float model's latency, once timed, and the runs that timed it.
+    pub float_latency: Option<(LatencyRuns, Latency)>,
+}
+
+/// The float model's activations on the first samples of the evaluation data, for the
+/// per-tensor errors: kept with the reference when they cost at most a quarter of the
+/// model's weights (an LLM's, not a CNN's), so that quantize & compare neither holds the
+/// float weights beside the quantized model nor runs the float model again on the next run.
+#[derive(Debug, Clone, Default)]
+pub enum FloatActivations {
+    /// Not captured yet.
+    #[default]
+    Pending,
+    /// Too large to keep: the float model runs beside the quantized one.
+    TooLarge,
+    /// Captured.
+    Kept(Arc<FloatTensors>),
 }
 
 impl CapturedReference {
@@ -84,6 +106,8 @@ impl EvalSetup {
             eps: self.eps.clone(),
             batch_size: self.batch_size,
             reference: Arc::new(reference),
+            tensors: FloatActivations::Pending,
+            float_latency: None,
         };
         Ok((captured, true))
     }
