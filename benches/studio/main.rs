@@ -325,6 +325,21 @@ fn large_model(folder: &std::path::Path) {
         timings.outputs_ms / 1e3,
         timings.tensors_ms / 1e3
     );
+    let out = tempfile::tempdir().expect("a temporary folder");
+    let saved = out.path().join("model.int8.onnx");
+    h.state_mut().push(Command::SaveQuantizedDialog);
+    frame(&mut h);
+    if let Some(dialog) = h
+        .state_mut()
+        .document_mut()
+        .and_then(|d| d.panel.save_dialog.as_mut())
+    {
+        dialog.path = saved.display().to_string();
+        dialog.external_data = true;
+    }
+    let (_, took) = run_task(&mut h, Command::SaveQuantized);
+    assert!(saved.exists(), "the studio saved nothing");
+    step("save", took);
     // Another recipe: the float reference, activations and latency are reused.
     h.state_mut().push(Command::SetOpType {
         op_type: "Add".to_owned(),

@@ -217,15 +217,26 @@ impl Evaluator<'_> {
         Target::SqnrDb(0.0).score(&self.metrics(recipe, 0)?)
     }
 
-    /// How many variants to run at once: every core on the CPU EP (each session on one
-    /// thread), one at a time on accelerators (they run one model at a time anyway, and GPU
+    /// How many variants of `recipe` to run at once: every core on the CPU EP (each session
+    /// on one thread) as far as the memory available holds that many quantized models and
+    /// sessions, one at a time on accelerators (they run one model at a time anyway, and GPU
     /// memory is the limit).
-    pub fn workers(&self) -> usize {
-        if self.eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
-            rayon::current_num_threads().clamp(1, 8)
-        } else {
-            1
+    pub fn workers(&self, recipe: &Recipe) -> usize {
+        if !self.eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
+            return 1;
         }
+        let cores = rayon::current_num_threads().clamp(1, 8);
+        let need = quant::memory_needed(self.float, Some(self.stats), recipe).unwrap_or(0);
+        workers_within(cores, need, crate::util::available_memory())
+    }
+}
+
+/// Up to `cores` workers, as many as `available` bytes hold at `need` each (at least one:
+/// a single variant that cannot fit is refused by the quantizer with the numbers).
+fn workers_within(cores: usize, need: u64, available: Option<u64>) -> usize {
+    match available {
+        Some(available) if need > 0 => cores.min((available / need) as usize).max(1),
+        _ => cores,
     }
 }
 
@@ -283,7 +294,7 @@ pub fn scan_units(
     ctx: &JobContext,
 ) -> Result<Sensitivity, EvalError> {
     let baseline_db = eval.sqnr(recipe)?;
-    let workers = eval.workers();
+    let workers = eval.workers(recipe);
     let threads = if workers > 1 { 1 } else { 0 };
     let meter = RateMeter::new("sensitivity scan", units.len() as u64);
     let done = AtomicU64::new(0);
@@ -467,6 +478,15 @@ pub fn auto_exclude(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_variants_are_bounded_by_the_memory_available() {
+        // A 1.1B decoder's int8 variant needs about 2.6 GB: 8 GB holds three at once.
+        assert_eq!(workers_within(8, 2_600_000_000, Some(8_000_000_000)), 3);
+        assert_eq!(workers_within(8, 2_600_000_000, Some(1_000_000_000)), 1);
+        assert_eq!(workers_within(4, 1_000, Some(1 << 40)), 4);
+        assert_eq!(workers_within(4, 1_000, None), 4);
+    }
 
     fn metrics(sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
         OutputMetrics {

@@ -187,6 +187,23 @@ pub fn quantize(
     quantize_with(model, stats, recipe, &JobContext::silent())
 }
 
+/// Bytes quantizing `model` with `recipe` needs at least, and a session over the result
+/// with it (see [`memory::estimate`]): what one more quantization running at once costs.
+pub fn memory_needed(
+    model: &Model,
+    stats: Option<&CalibrationStats>,
+    recipe: &Recipe,
+) -> Result<u64, QuantError> {
+    let prepared = Prepared::new(model, &recipe.preprocessing)?;
+    let Guarded {
+        recipe: effective,
+        plan,
+        ..
+    } = guarded(&prepared, recipe, stats);
+    let plan = check_plan(&prepared, &effective, plan, stats)?;
+    Ok(memory::estimate(&prepared.model, &plan, &effective))
+}
+
 /// [`quantize`], reporting the int4 search's progress to `ctx` and stopping with
 /// [`QuantError::Cancelled`] when it is cancelled.
 pub fn quantize_with(
