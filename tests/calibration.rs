@@ -249,10 +249,6 @@ fn npz_files_that_do_not_fit_the_model_are_explained() {
             "input 'x' has no array",
         ),
         (
-            vec![("x", floats(&[2, 3, 48, 192])), ("extra", floats(&[2]))],
-            "array 'extra' is not a model input",
-        ),
-        (
             vec![(
                 "x",
                 TensorArray::Int64(ArrayD::zeros(IxDyn(&[2, 3, 48, 192]))),
@@ -621,5 +617,51 @@ fn a_batch_too_big_for_memory_is_lowered_with_a_note_and_one_sample_too_big_is_r
     assert!(
         err.contains("one calibration sample needs about 786.4 KB") && err.contains("524.3 KB"),
         "{err}"
+    );
+}
+
+/// Labels and texts kept beside the inputs (the usual layout of an evaluation set) are left
+/// aside with one note, unread: a unicode array no longer refuses the whole file.
+#[test]
+fn arrays_that_are_not_inputs_are_left_aside_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = sample_model();
+    let x: Vec<u8> = (0..2 * 3 * 48 * 192)
+        .flat_map(|i| ((i % 7) as f32 / 7.0).to_le_bytes())
+        .collect();
+    // Two 4-character unicode strings, numpy's '<U4' (UTF-32 little-endian).
+    let texts: Vec<u8> = "ab  cdef"
+        .chars()
+        .flat_map(|c| (c as u32).to_le_bytes())
+        .collect();
+    let labels: Vec<u8> = [3i64, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let path = dir.path().join("eval.npz");
+    std::fs::write(
+        &path,
+        common::npz(
+            &[
+                ("x", common::npy("<f4", false, &[2, 3, 48, 192], &x)),
+                ("labels", common::npy("<i8", false, &[2], &labels)),
+                ("texts", common::npy("<U4", false, &[2], &texts)),
+            ],
+            false,
+        ),
+    )
+    .unwrap();
+    let stats = run(
+        &model,
+        &DataSpec::Npz { path },
+        &CalibrationConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(stats.info.samples, 2);
+    assert!(
+        stats
+            .info
+            .notes
+            .iter()
+            .any(|n| n == "'labels', 'texts' are not model inputs: left aside"),
+        "{:?}",
+        stats.info.notes
     );
 }

@@ -39,7 +39,7 @@ fn npz_crashes_and_seeds_never_panic() {
         if let Ok(header) = read_header(&mut reader, "fuzz") {
             let _ = read_samples(&mut reader, &header, 2, "fuzz");
         }
-        if let Ok(mut source) = NpzSource::open(&file, "x") {
+        if let Ok(mut source) = NpzSource::open(&file, "x", &["x"]) {
             while let Ok(Some(_)) = source.next_batch(3) {}
         }
     }

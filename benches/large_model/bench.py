@@ -237,7 +237,10 @@ def main():
         quantize_static({str(model)!r}, {str(out / "ort_int8" / "model.onnx")!r}, Reader(), quant_format=QuantFormat.QDQ,
                         per_channel=True, use_external_data_format=True)
     """))
+    # Round to nearest, block 128, symmetric: MatMulNBitsQuantizer's algorithm (the default AWQ
+    # search is timed in benches/int4).
     ours["int4 quantize"] = measure("quantize int4", [bin_, "quantize", "--onnx_path", str(model), "--quantize_mode", "int4",
+                                                       "--calibration_method", "rtn_dq",
                                                        "--use_external_data_format", "-o", str(out / "ours_int4" / "model.onnx")])
     theirs["int4 quantize"] = measure("MatMulNBitsQuantizer", python(f"""
         import onnx

@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     if file.write_all(data).and_then(|()| file.flush()).is_err() {
         return;
     }
-    let Ok(mut source) = NpzSource::open(file.path(), "x") else {
+    let Ok(mut source) = NpzSource::open(file.path(), "x", &["x"]) else {
         return;
     };
     let _ = source.arrays();

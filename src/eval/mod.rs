@@ -2,6 +2,7 @@
 //! bounded by one batch) and latency of both models on the chosen execution providers.
 
 pub mod alternatives;
+pub mod output_kind;
 pub mod reference;
 pub mod sensitivity;
 mod tensor_pass;
@@ -19,6 +20,7 @@ use crate::model::{Graph, Model, ModelError};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::{float_output, owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Runtime, RuntimeError, SessionOptions};
+pub use output_kind::OutputKind;
 
 /// Errors of a comparison.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +82,8 @@ pub enum EvalError {
 pub struct OutputMetrics {
     /// Output name.
     pub name: String,
+    /// What the output carries (decides which of the task metrics below are given).
+    pub kind: OutputKind,
     /// Signal-to-quantization-noise ratio in dB (onnxruntime's `qdq_loss_debug` formula).
     pub sqnr_db: f64,
     /// Cosine similarity of the flattened outputs.
@@ -97,12 +101,19 @@ pub struct OutputMetrics {
     /// ([`ctc_greedy`]) is the same. Per-position agreement counts every flip at a character
     /// boundary; this counts what an OCR or speech model's user reads off.
     pub sequence_agreement: Option<f64>,
+    /// For embeddings: share of samples whose nearest other sample (by cosine) is the same
+    /// for the quantized model as for the float one (at least 3 samples).
+    pub neighbour_agreement: Option<f64>,
     /// Elements compared.
     pub elements: u64,
 }
 
-#[derive(Debug, Default, Clone)]
+/// Embedding rows kept for the nearest-neighbour agreement, at most (the check is quadratic).
+const MAX_NEIGHBOUR_ROWS: usize = 2048;
+
+#[derive(Debug, Clone)]
 struct Accumulator {
+    kind: OutputKind,
     reference2: f64,
     test2: f64,
     dot: f64,
@@ -115,6 +126,8 @@ struct Accumulator {
     classifier: bool,
     sequences: u64,
     sequences_equal: u64,
+    /// Embedding rows, float and quantized, for the nearest-neighbour agreement.
+    rows_kept: (Vec<Vec<f32>>, Vec<Vec<f32>>),
 }
 
 /// Greedy CTC decoding of a best-class path: repeats merged, then the blank (class 0, as in
@@ -131,6 +144,39 @@ pub fn ctc_greedy(path: &[usize]) -> Vec<usize> {
     read
 }
 
+/// Share of rows whose nearest other row by cosine is the same among `quantized` as among
+/// `float` (`None` under 3 rows, where every row's nearest is forced).
+fn neighbour_agreement(float: &[Vec<f32>], quantized: &[Vec<f32>]) -> Option<f64> {
+    if float.len() < 3 {
+        return None;
+    }
+    let unit = |rows: &[Vec<f32>]| -> Vec<Vec<f32>> {
+        rows.iter()
+            .map(|r| {
+                let norm = r
+                    .iter()
+                    .map(|v| v * v)
+                    .sum::<f32>()
+                    .sqrt()
+                    .max(f32::EPSILON);
+                r.iter().map(|v| v / norm).collect()
+            })
+            .collect()
+    };
+    let nearest = |rows: &[Vec<f32>], i: usize| -> usize {
+        let dot = |j: usize| -> f32 { rows[i].iter().zip(&rows[j]).map(|(a, b)| a * b).sum() };
+        (0..rows.len())
+            .filter(|&j| j != i)
+            .max_by(|&a, &b| dot(a).total_cmp(&dot(b)))
+            .unwrap_or(i)
+    };
+    let (f, q) = (unit(float), unit(quantized));
+    let same = (0..f.len())
+        .filter(|&i| nearest(&f, i) == nearest(&q, i))
+        .count();
+    Some(same as f64 / f.len() as f64)
+}
+
 fn argsort_desc(row: &[f32]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..row.len()).collect();
     idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
@@ -138,6 +184,25 @@ fn argsort_desc(row: &[f32]) -> Vec<usize> {
 }
 
 impl Accumulator {
+    fn new(kind: OutputKind) -> Self {
+        Accumulator {
+            kind,
+            reference2: 0.0,
+            test2: 0.0,
+            dot: 0.0,
+            noise2: 0.0,
+            max_abs: 0.0,
+            elements: 0,
+            rows: 0,
+            top1: 0,
+            top5: 0,
+            classifier: false,
+            sequences: 0,
+            sequences_equal: 0,
+            rows_kept: (Vec::new(), Vec::new()),
+        }
+    }
+
     fn add(&mut self, reference: &ArrayD<f32>, test: &ArrayD<f32>) {
         for (&a, &b) in reference.iter().zip(test.iter()) {
             let (a, b) = (f64::from(a), f64::from(b));
@@ -148,14 +213,25 @@ impl Accumulator {
             self.max_abs = self.max_abs.max((a - b).abs());
         }
         self.elements += reference.len() as u64;
+        if self.kind == OutputKind::Embedding && reference.ndim() == 2 {
+            let (float, quantized) = &mut self.rows_kept;
+            for (r, t) in reference.outer_iter().zip(test.outer_iter()) {
+                if float.len() < MAX_NEIGHBOUR_ROWS {
+                    float.push(r.iter().copied().collect());
+                    quantized.push(t.iter().copied().collect());
+                }
+            }
+        }
         // `[N, classes]` (a classifier) or `[N, T, classes]` (a sequence model: OCR, speech,
         // token logits), where greedy decoding reads the argmax at each position.
-        self.classifier =
-            matches!(reference.ndim(), 2 | 3) && reference.shape().last().is_some_and(|&c| c >= 2);
+        self.classifier = self.kind.has_classes()
+            && matches!(reference.ndim(), 2 | 3)
+            && reference.shape().last().is_some_and(|&c| c >= 2);
         if self.classifier {
             let last = Axis(reference.ndim() - 1);
-            // Lanes come sample by sample: a `[N, T, classes]` sample is `T` of them.
-            let positions = if reference.ndim() == 3 {
+            // Lanes come sample by sample: a `[N, T, classes]` sample is `T` of them; only a
+            // CTC output is read as a whole sequence.
+            let positions = if reference.ndim() == 3 && self.kind == OutputKind::CtcSequence {
                 reference.shape()[1]
             } else {
                 0
@@ -190,6 +266,7 @@ impl Accumulator {
         let cosine = self.dot / (self.reference2.sqrt() * self.test2.sqrt()).max(eps);
         OutputMetrics {
             name: name.to_owned(),
+            kind: self.kind,
             sqnr_db: sqnr,
             cosine,
             mse: self.noise2 / self.elements.max(1) as f64,
@@ -200,6 +277,7 @@ impl Accumulator {
                 .then(|| self.top5 as f64 / self.rows as f64),
             sequence_agreement: (self.sequences > 0)
                 .then(|| self.sequences_equal as f64 / self.sequences as f64),
+            neighbour_agreement: neighbour_agreement(&self.rows_kept.0, &self.rows_kept.1),
             elements: self.elements,
         }
     }
@@ -247,8 +325,9 @@ pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Resu
 }
 
 /// The columns of an outputs table, as the CLI and the studio print them.
-pub const OUTPUT_TABLE_HEADER: [&str; 8] = [
+pub const OUTPUT_TABLE_HEADER: [&str; 10] = [
     "output",
+    "kind",
     "SQNR dB",
     "cosine",
     "MSE",
@@ -256,16 +335,18 @@ pub const OUTPUT_TABLE_HEADER: [&str; 8] = [
     "top-1",
     "top-5",
     "sequences",
+    "neighbours",
 ];
 
 impl OutputMetrics {
     /// This output's row under [`OUTPUT_TABLE_HEADER`] (agreements as percentages, `-` for an
     /// output that is not classifier-like).
-    pub fn table_row(&self) -> [String; 8] {
+    pub fn table_row(&self) -> [String; 10] {
         let percent =
             |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
         [
             self.name.clone(),
+            self.kind.label().to_owned(),
             format!("{:.2}", self.sqnr_db),
             format!("{:.5}", self.cosine),
             format!("{:.3e}", self.mse),
@@ -273,6 +354,7 @@ impl OutputMetrics {
             percent(self.top1_agreement),
             percent(self.top5_agreement),
             percent(self.sequence_agreement),
+            percent(self.neighbour_agreement),
         ]
     }
 }
@@ -298,7 +380,7 @@ pub fn compare_outputs(
     let mut quant_session =
         runtime.session_from_model(&quant.to_session_model()?, eps, cpu_session_options(quant))?;
     let outputs: Vec<String> = graph.outputs().to_vec();
-    let mut accumulators = vec![Accumulator::default(); outputs.len()];
+    let mut accumulators = accumulators(&graph, &outputs);
     let mut classes = vec![0usize; outputs.len()];
     let meter = RateMeter::new("comparing", samples as u64);
     let mut done = 0;
@@ -353,6 +435,14 @@ fn accumulate(
             accumulators[i].add(reference, test);
         }
     }
+}
+
+/// One accumulator per output of `graph`, each for the output's kind.
+fn accumulators(graph: &Graph, outputs: &[String]) -> Vec<Accumulator> {
+    outputs
+        .iter()
+        .map(|o| Accumulator::new(output_kind::detect(graph, o, None)))
+        .collect()
 }
 
 /// The metrics of every output that received data.
@@ -443,6 +533,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_embedding_gets_neighbour_agreement_and_no_class_metrics() {
+        // Three embeddings: 0 and 1 are close in float; quantized, 0's nearest becomes 2.
+        let float =
+            ArrayD::from_shape_vec(vec![3, 2], vec![1.0f32, 0.0, 0.9, 0.1, 0.0, 1.0]).unwrap();
+        let quant =
+            ArrayD::from_shape_vec(vec![3, 2], vec![0.5f32, 0.5, 0.9, 0.1, 0.4, 0.6]).unwrap();
+        let mut acc = Accumulator::new(OutputKind::Embedding);
+        acc.add(&float, &quant);
+        let m = acc.finish("e", 2);
+        assert_eq!(m.kind, OutputKind::Embedding);
+        assert_eq!(m.top1_agreement, None);
+        assert_eq!(m.top5_agreement, None);
+        // Row 0: nearest 1 in float, 2 quantized; rows 1 and 2 keep theirs (0 and 1... ).
+        let expected = neighbour_agreement(
+            &[vec![1.0, 0.0], vec![0.9, 0.1], vec![0.0, 1.0]],
+            &[vec![0.5, 0.5], vec![0.9, 0.1], vec![0.4, 0.6]],
+        );
+        assert_eq!(m.neighbour_agreement, expected);
+        assert!(m.neighbour_agreement.is_some_and(|a| a < 1.0));
+        // Hidden states get fidelity metrics only.
+        let mut acc = Accumulator::new(OutputKind::HiddenStates);
+        let h =
+            ArrayD::from_shape_vec(vec![1, 2, 3], vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0]).unwrap();
+        acc.add(&h, &h);
+        let m = acc.finish("h", 3);
+        assert_eq!((m.top1_agreement, m.neighbour_agreement), (None, None));
+    }
+
+    #[test]
     fn ctc_greedy_merges_repeats_then_drops_blanks() {
         assert_eq!(ctc_greedy(&[0, 5, 5, 0, 5, 7, 7, 0]), [5, 5, 7]);
         assert_eq!(ctc_greedy(&[0, 0]), Vec::<usize>::new());
@@ -465,13 +584,13 @@ mod tests {
         // reads "1 2" in float and "1" quantized.
         let float = one_hot(&[[0, 1, 1, 2], [1, 0, 2, 2]]);
         let quant = one_hot(&[[1, 1, 0, 2], [1, 1, 1, 1]]);
-        let mut acc = Accumulator::default();
+        let mut acc = Accumulator::new(OutputKind::CtcSequence);
         acc.add(&float, &quant);
         let m = acc.finish("y", 3);
         assert_eq!(m.sequence_agreement, Some(0.5));
         assert_eq!(m.top1_agreement, Some(3.0 / 8.0));
         // A classifier's output has no sequence.
-        let mut acc = Accumulator::default();
+        let mut acc = Accumulator::new(OutputKind::CtcSequence);
         let two_d =
             ArrayD::from_shape_vec(vec![2, 3], vec![1.0f32, 0.0, 0.0, 0.0, 1.0, 0.0]).unwrap();
         acc.add(&two_d, &two_d);

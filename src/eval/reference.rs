@@ -64,6 +64,8 @@ pub struct OutputPair {
 #[derive(Debug, Clone)]
 pub struct Reference {
     outputs: Vec<String>,
+    /// One empty accumulator per output, for the output's kind.
+    accumulators: Vec<Accumulator>,
     batches: Vec<ReferenceBatch>,
     samples: usize,
 }
@@ -108,6 +110,7 @@ impl Reference {
             ctx.report(meter.progress(done as u64, format!("batch {}", batch.index + 1)));
         }
         Ok(Reference {
+            accumulators: super::accumulators(&graph, &outputs),
             outputs,
             batches,
             samples: done,
@@ -159,7 +162,7 @@ impl Reference {
         session: &mut ort::session::Session,
         sample: Option<usize>,
     ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
-        let mut accumulators = vec![Accumulator::default(); self.outputs.len()];
+        let mut accumulators = self.accumulators.clone();
         let mut classes = vec![0usize; self.outputs.len()];
         let mut pairs = None;
         for batch in &self.batches {

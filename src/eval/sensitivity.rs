@@ -491,6 +491,7 @@ mod tests {
     fn metrics(sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
         OutputMetrics {
             name: "y".into(),
+            kind: crate::eval::OutputKind::Classifier,
             sqnr_db,
             cosine: 1.0,
             mse: 0.0,
@@ -498,6 +499,7 @@ mod tests {
             top1_agreement: top1,
             top5_agreement: None,
             sequence_agreement: None,
+            neighbour_agreement: None,
             elements: 1,
         }
     }

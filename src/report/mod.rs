@@ -232,6 +232,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
     TextTable {
         header: vec![
             "output",
+            "kind",
             "SQNR dB",
             "cosine",
             "MSE",
@@ -239,6 +240,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
             "top-1 agreement",
             "top-5 agreement",
             "sequence agreement",
+            "neighbour agreement",
         ],
         rows: report
             .outputs
@@ -246,6 +248,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
             .map(|m| {
                 vec![
                     m.name.clone(),
+                    m.kind.label().to_owned(),
                     db(m.sqnr_db),
                     format!("{:.5}", m.cosine),
                     format!("{:.3e}", m.mse),
@@ -253,6 +256,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
                     percent(m.top1_agreement),
                     percent(m.top5_agreement),
                     percent(m.sequence_agreement),
+                    percent(m.neighbour_agreement),
                 ]
             })
             .collect(),

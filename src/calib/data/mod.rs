@@ -494,7 +494,10 @@ impl DataSpec {
     pub fn open(&self, inputs: &[InputSpec]) -> Result<Box<dyn BatchSource>, DataError> {
         let single = inputs.first().map(|i| i.name.clone()).unwrap_or_default();
         let source: Box<dyn BatchSource> = match self {
-            DataSpec::Npz { path } => Box::new(npz::NpzSource::open(path, &single)?),
+            DataSpec::Npz { path } => {
+                let names: Vec<&str> = inputs.iter().map(|i| i.name.as_str()).collect();
+                Box::new(npz::NpzSource::open(path, &single, &names)?)
+            }
             DataSpec::Images { path, preprocess } => Box::new(images::ImageFolderSource::open(
                 path,
                 &single,

@@ -33,6 +33,8 @@ struct Entry {
 pub struct NpzSource {
     path: PathBuf,
     entries: Vec<Entry>,
+    /// Arrays that are not model inputs, left aside.
+    aside: Vec<String>,
     streams: Vec<Stream>,
     cursor: BatchCursor,
     samples: usize,
@@ -82,9 +84,24 @@ fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
     })
 }
 
+/// Splits `entries` into those named after one of `inputs` and the names of the others;
+/// nothing is set aside when no entry names an input.
+fn set_aside(entries: Vec<Entry>, inputs: &[&str]) -> (Vec<Entry>, Vec<String>) {
+    if !entries.iter().any(|e| inputs.contains(&e.name.as_str())) {
+        return (entries, Vec::new());
+    }
+    let (used, aside): (Vec<Entry>, Vec<Entry>) = entries
+        .into_iter()
+        .partition(|e| inputs.contains(&e.name.as_str()));
+    (used, aside.into_iter().map(|e| e.name).collect())
+}
+
 impl NpzSource {
     /// Opens an `.npz` archive, or a bare `.npy` file whose array is named `npy_name`.
-    pub fn open(path: &Path, npy_name: &str) -> Result<Self, DataError> {
+    /// Arrays not named after one of `inputs` (labels, texts, ids kept beside the inputs, as
+    /// datasets usually are) are left aside, unread, and listed once in the notes, as long
+    /// as some array does name an input (else the names tell of a mismatch, reported whole).
+    pub fn open(path: &Path, npy_name: &str, inputs: &[&str]) -> Result<Self, DataError> {
         let file = crate::util::open_regular(path).map_err(open_err(path))?;
         let mut magic = [0u8; 6];
         (&file)
@@ -111,9 +128,11 @@ impl NpzSource {
                 reason: "the archive holds no arrays".to_owned(),
             });
         }
+        let (entries, aside) = set_aside(entries, inputs);
         let mut source = NpzSource {
             path: path.to_path_buf(),
             entries,
+            aside,
             streams: Vec::new(),
             cursor: BatchCursor::default(),
             samples: 0,
@@ -176,6 +195,19 @@ impl BatchSource for NpzSource {
 
     fn samples(&self) -> usize {
         self.samples
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if self.aside.is_empty() {
+            return Vec::new();
+        }
+        let names: Vec<String> = self.aside.iter().map(|n| format!("'{n}'")).collect();
+        let verb = if names.len() == 1 {
+            "is not a model input"
+        } else {
+            "are not model inputs"
+        };
+        vec![format!("{} {verb}: left aside", names.join(", "))]
     }
 
     fn rewind(&mut self) -> Result<(), DataError> {
