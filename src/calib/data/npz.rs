@@ -34,7 +34,7 @@ pub struct NpzSource {
     path: PathBuf,
     entries: Vec<Entry>,
     /// Arrays that are not model inputs, left aside.
-    aside: Vec<String>,
+    aside: Vec<Entry>,
     streams: Vec<Stream>,
     cursor: BatchCursor,
     samples: usize,
@@ -86,14 +86,14 @@ fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
 
 /// Splits `entries` into those named after one of `inputs` and the names of the others;
 /// nothing is set aside when no entry names an input.
-fn set_aside(entries: Vec<Entry>, inputs: &[&str]) -> (Vec<Entry>, Vec<String>) {
+fn set_aside(entries: Vec<Entry>, inputs: &[&str]) -> (Vec<Entry>, Vec<Entry>) {
     if !entries.iter().any(|e| inputs.contains(&e.name.as_str())) {
         return (entries, Vec::new());
     }
     let (used, aside): (Vec<Entry>, Vec<Entry>) = entries
         .into_iter()
         .partition(|e| inputs.contains(&e.name.as_str()));
-    (used, aside.into_iter().map(|e| e.name).collect())
+    (used, aside)
 }
 
 impl NpzSource {
@@ -201,7 +201,7 @@ impl BatchSource for NpzSource {
         if self.aside.is_empty() {
             return Vec::new();
         }
-        let names: Vec<String> = self.aside.iter().map(|n| format!("'{n}'")).collect();
+        let names: Vec<String> = self.aside.iter().map(|e| format!("'{}'", e.name)).collect();
         let verb = if names.len() == 1 {
             "is not a model input"
         } else {
@@ -216,11 +216,18 @@ impl BatchSource for NpzSource {
             .iter()
             .map(|e| open_stream(&self.path, e))
             .collect::<Result<_, _>>()?;
-        let counts: Vec<(String, usize)> = self
+        let mut counts: Vec<(String, usize)> = self
             .streams
             .iter()
             .map(|s| (s.name.clone(), s.header.samples()))
             .collect();
+        // Arrays left aside still describe the same samples (labels, texts): a count that
+        // differs tells of a broken file. Those whose header cannot be read are not checked.
+        counts.extend(self.aside.iter().filter_map(|e| {
+            open_stream(&self.path, e)
+                .ok()
+                .map(|s| (s.name, s.header.samples()))
+        }));
         self.samples = counts.first().map_or(0, |c| c.1);
         if counts.iter().any(|c| c.1 != self.samples) {
             return Err(DataError::SampleCounts {
