@@ -173,6 +173,14 @@ fn run_task(h: &mut Harness<'_, Studio>, command: Command) -> (Stats, Duration) 
     (stats(times), took)
 }
 
+/// The stage timings of the last quantize & compare.
+fn compare_timings(h: &Harness<'_, Studio>) -> qdq_studio::workflow::compare::CompareTimings {
+    h.state()
+        .document()
+        .and_then(|d| d.work.results.comparison.as_ref().map(|c| c.timings))
+        .unwrap_or_default()
+}
+
 /// Calibrates the open model on the CPU, then quantizes and compares, reporting frame times
 /// during calibration and the time to the updated heat map.
 fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
@@ -193,11 +201,7 @@ fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
     let (_, took) = run_task(h, Command::QuantizeCompare);
     frame(h);
     let heat = h.state().metrics().compare_to_heat_map.unwrap_or_default();
-    let timings = h
-        .state()
-        .document()
-        .and_then(|d| d.work.results.comparison.as_ref().map(|c| c.timings))
-        .unwrap_or_default();
+    let timings = compare_timings(h);
     println!(
         "{label}: quantize & compare to updated heat map {:.0} ms (task {:.0} ms: quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
         heat.as_secs_f64() * 1e3,
@@ -313,11 +317,7 @@ fn large_model(folder: &std::path::Path) {
     step("calibrate", took);
     let (_, took) = run_task(&mut h, Command::QuantizeCompare);
     step("quantize & compare", took);
-    let timings = h
-        .state()
-        .document()
-        .and_then(|d| d.work.results.comparison.as_ref().map(|c| c.timings))
-        .unwrap_or_default();
+    let timings = compare_timings(&h);
     println!(
         "studio quantize & compare stages: quantize {:.1} s, float reference {:.1} s, outputs {:.1} s, tensors {:.1} s",
         timings.quantize_ms / 1e3,

@@ -380,7 +380,7 @@ pub fn compare_outputs(
     let mut quant_session =
         runtime.session_from_model(&quant.to_session_model()?, eps, cpu_session_options(quant))?;
     let outputs: Vec<String> = graph.outputs().to_vec();
-    let mut accumulators = accumulators(&graph, &outputs);
+    let mut accumulators = accumulators(&kinds(&graph, &outputs));
     let mut classes = vec![0usize; outputs.len()];
     let meter = RateMeter::new("comparing", samples as u64);
     let mut done = 0;
@@ -437,12 +437,17 @@ fn accumulate(
     }
 }
 
-/// One accumulator per output of `graph`, each for the output's kind.
-fn accumulators(graph: &Graph, outputs: &[String]) -> Vec<Accumulator> {
+/// The kind of each of `outputs` of `graph`.
+fn kinds(graph: &Graph, outputs: &[String]) -> Vec<OutputKind> {
     outputs
         .iter()
-        .map(|o| Accumulator::new(output_kind::detect(graph, o, None)))
+        .map(|o| output_kind::detect(graph, o, None))
         .collect()
+}
+
+/// One empty accumulator per kind.
+fn accumulators(kinds: &[OutputKind]) -> Vec<Accumulator> {
+    kinds.iter().map(|&k| Accumulator::new(k)).collect()
 }
 
 /// The metrics of every output that received data.

@@ -162,24 +162,6 @@ fn is_pooling(op: &str) -> bool {
     )
 }
 
-/// The kinds of every graph output of `graph`, in order, with `overrides` (output name →
-/// kind) taking precedence.
-pub fn output_kinds(
-    graph: &Graph,
-    overrides: &std::collections::BTreeMap<String, OutputKind>,
-) -> Vec<OutputKind> {
-    graph
-        .outputs()
-        .iter()
-        .map(|o| {
-            overrides
-                .get(o)
-                .copied()
-                .unwrap_or_else(|| detect(graph, o, None))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 
 use ndarray::{ArrayD, Axis};
 
-use super::{Accumulator, EvalError, OutputMetrics, check_comparable, run_outputs};
+use super::{EvalError, OutputMetrics, check_comparable, run_outputs};
 use crate::calib::data::{BatchSource, choose_batch, model_inputs, validate_source};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, TensorArray};
@@ -64,8 +64,8 @@ pub struct OutputPair {
 #[derive(Debug, Clone)]
 pub struct Reference {
     outputs: Vec<String>,
-    /// One empty accumulator per output, for the output's kind.
-    accumulators: Vec<Accumulator>,
+    /// Each output's kind.
+    kinds: Vec<super::OutputKind>,
     batches: Vec<ReferenceBatch>,
     samples: usize,
 }
@@ -110,7 +110,7 @@ impl Reference {
             ctx.report(meter.progress(done as u64, format!("batch {}", batch.index + 1)));
         }
         Ok(Reference {
-            accumulators: super::accumulators(&graph, &outputs),
+            kinds: super::kinds(&graph, &outputs),
             outputs,
             batches,
             samples: done,
@@ -162,7 +162,7 @@ impl Reference {
         session: &mut ort::session::Session,
         sample: Option<usize>,
     ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
-        let mut accumulators = self.accumulators.clone();
+        let mut accumulators = super::accumulators(&self.kinds);
         let mut classes = vec![0usize; self.outputs.len()];
         let mut pairs = None;
         for batch in &self.batches {

@@ -22,13 +22,13 @@ use crate::calib::runner::{augmented_model, calibration_tensors};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
-use crate::runtime::value::{float_output, owned_inputs, session_inputs};
+use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
 
 /// One model's exposed float tensors for one batch, by name.
 pub type Outputs = HashMap<String, ArrayD<f32>>;
 
-/// Runs `session` on `inputs` and keeps the float tensors named in `names`.
+/// Runs `session` on `inputs` and keeps the float tensors named in `names`, by name.
 pub fn collect(
     session: &mut Session,
     inputs: &[(String, ort::value::DynValue)],
@@ -36,20 +36,11 @@ pub fn collect(
     batch: usize,
     model: &'static str,
 ) -> Result<Outputs, EvalError> {
-    let out = session
-        .run(session_inputs(inputs))
-        .map_err(|e| EvalError::Run {
-            batch,
-            model,
-            reason: e.to_string(),
-        })?;
+    let values = super::run_outputs(session, inputs, names, batch, model)?;
     Ok(names
         .iter()
-        .filter_map(|n| {
-            out.get(n.as_str())
-                .and_then(float_output)
-                .map(|(_, a)| (n.clone(), a))
-        })
+        .zip(values)
+        .filter_map(|(name, value)| Some((name.clone(), value?)))
         .collect())
 }
 

@@ -344,18 +344,14 @@ pub fn tensor_errors(
     ctx: &JobContext,
 ) -> Result<TensorErrors, EvalError> {
     super::check_comparable(float, quant, "the quantized model")?;
-    let (tensors, session) =
-        match FloatTensors::capture(float, source, runtime, eps, batch_size, ctx)? {
-            FloatPass::Captured(tensors) => (Some(tensors), None),
-            FloatPass::Declined(session) => (None, Some(session)),
-        };
-    let run = match (&tensors, session) {
-        (Some(tensors), _) => FloatRun::Captured(tensors),
-        (None, Some(session)) => FloatRun::Session(session),
-        (None, None) => FloatRun::Open,
+    let run = |run: FloatRun<'_>, source: &mut dyn BatchSource| {
+        let float = Float { model: float, run };
+        tensor_errors_against(float, quant, source, runtime, eps, batch_size, ctx)
     };
-    let float = Float { model: float, run };
-    tensor_errors_against(float, quant, source, runtime, eps, batch_size, ctx)
+    match FloatTensors::capture(float, source, runtime, eps, batch_size, ctx)? {
+        FloatPass::Captured(tensors) => run(FloatRun::Captured(&tensors), source),
+        FloatPass::Declined(session) => run(FloatRun::Session(session), source),
+    }
 }
 
 /// The float model of a per-tensor comparison, and how its activations are had.

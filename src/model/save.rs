@@ -221,7 +221,8 @@ fn commit(file: AtomicFile) -> Result<u64, ModelError> {
         .map_err(|source| ModelError::Write { path, source })
 }
 
-fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u64) {
+/// Makes `tensor` reference `length` bytes at `offset` of the external file `location`.
+pub(super) fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u64) {
     let entry = |key: &str, value: String| StringStringEntryProto {
         key: Some(key.to_owned()),
         value: Some(value),

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use prost::Message;
 
 use super::error::ModelError;
-use super::proto::{ModelProto, StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
-use super::save::PROTOBUF_LIMIT;
+use super::proto::{ModelProto, TensorProto};
+use super::save::{PROTOBUF_LIMIT, set_external};
 
 /// The file name under which the in-memory buffer is handed to ONNX Runtime. No model file
 /// names it: the name is reserved for this purpose and never touches the disk.
@@ -100,7 +100,7 @@ fn move_to_memory_file(proto: &mut ModelProto) -> Option<Arc<[u8]>> {
         if let Some(raw) = tensor.raw_data.take() {
             target[offset..offset + len].copy_from_slice(&raw);
         }
-        reference_memory_file(tensor, offset, len);
+        set_external(tensor, MEMORY_FILE, offset as u64, len as u64);
     }
     Some(buffer)
 }
@@ -113,22 +113,10 @@ fn zeroed(len: usize) -> Arc<[u8]> {
     unsafe { buffer.assume_init() }
 }
 
-fn reference_memory_file(tensor: &mut TensorProto, offset: usize, len: usize) {
-    let entry = |key: &str, value: String| StringStringEntryProto {
-        key: Some(key.to_owned()),
-        value: Some(value),
-    };
-    tensor.data_location = Some(DataLocation::External as i32);
-    tensor.external_data = vec![
-        entry("location", MEMORY_FILE.to_owned()),
-        entry("offset", offset.to_string()),
-        entry("length", len.to_string()),
-    ];
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::proto::tensor_proto::DataLocation;
     use crate::model::{DataType, ModelBuilder, TensorArray};
     use ndarray::{ArrayD, IxDyn};
 

@@ -9,12 +9,14 @@ use std::time::Instant;
 use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
-use crate::calib::data::{BatchSource, DataSpec, model_inputs};
+use crate::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
 use crate::eval::reference::OutputPair;
 use crate::eval::tensors::{
     Float, FloatPass, FloatRun, FloatTensors, TensorErrors, tensor_errors, tensor_errors_against,
 };
-use crate::eval::{OutputMetrics, check_comparable, compare_outputs, measure_latency};
+use crate::eval::{
+    EvalError, Latency, OutputMetrics, check_comparable, compare_outputs, measure_latency,
+};
 use crate::jobs::{JobContext, Progress};
 use crate::model::{Graph, Model};
 use crate::quant;
@@ -43,6 +45,26 @@ pub const STUDIO_LATENCY: LatencyRuns = LatencyRuns {
 /// few samples. The output metrics still use every sample.
 pub const TENSOR_SAMPLES: usize = 4;
 
+/// `model`'s latency on the first batch of `source`, timed as `runs` says.
+fn time_model(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    runs: LatencyRuns,
+) -> Result<Latency, EvalError> {
+    measure_latency(
+        model,
+        source,
+        runtime,
+        eps,
+        batch_size,
+        runs.warmup,
+        runs.runs,
+    )
+}
+
 /// Float and quantized latency on the first batch of `source`.
 fn latency_pair(
     float: &Model,
@@ -53,20 +75,9 @@ fn latency_pair(
     batch_size: usize,
     runs: LatencyRuns,
 ) -> Result<LatencyPair, WorkflowError> {
-    let mut time = |model: &Model| {
-        measure_latency(
-            model,
-            source,
-            runtime,
-            eps,
-            batch_size,
-            runs.warmup,
-            runs.runs,
-        )
-    };
     Ok(LatencyPair {
-        float: time(float)?,
-        quantized: time(quant)?,
+        float: time_model(float, source, runtime, eps, batch_size, runs)?,
+        quantized: time_model(quant, source, runtime, eps, batch_size, runs)?,
     })
 }
 
@@ -237,6 +248,64 @@ fn stage(ctx: &JobContext, name: &str, done: u64, total: u64) {
     });
 }
 
+/// The first samples of the evaluation data, on which the per-tensor errors are measured.
+fn first_samples(setup: &EvalSetup, inputs: &[InputSpec]) -> Result<FirstSamples, WorkflowError> {
+    Ok(FirstSamples::new(
+        setup.data.open(inputs)?,
+        TENSOR_SAMPLES.max(setup.batch_size),
+    ))
+}
+
+/// Has from the float model, before anything is quantized, what `reference` lacks of it: its
+/// activations on the per-tensor samples (kept when small enough, see [`FloatActivations`])
+/// and its latency when `latency` asks for it. The float weights and the quantized ones are
+/// then never held together. True when the float model ran.
+fn float_side(
+    setup: &EvalSetup,
+    inputs: &[InputSpec],
+    reference: &mut CapturedReference,
+    latency: Option<LatencyRuns>,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<bool, WorkflowError> {
+    let mut ran = false;
+    if matches!(reference.tensors, FloatActivations::Pending) {
+        let pass = FloatTensors::capture(
+            &setup.model,
+            &mut first_samples(setup, inputs)?,
+            runtime,
+            &setup.eps,
+            setup.batch_size,
+            &ctx.quiet(),
+        )?;
+        reference.tensors = match pass {
+            FloatPass::Captured(tensors) => FloatActivations::Kept(Arc::new(tensors)),
+            FloatPass::Declined(_) => FloatActivations::TooLarge,
+        };
+        ran = true;
+    }
+    if let Some(runs) = latency
+        && reference
+            .float_latency
+            .as_ref()
+            .is_none_or(|(timed, _)| *timed != runs)
+    {
+        let mut source = setup.data.open(inputs)?;
+        let timed = time_model(
+            &setup.model,
+            source.as_mut(),
+            runtime,
+            &setup.eps,
+            setup.batch_size,
+            runs,
+        )?;
+        reference.float_latency = Some((runs, timed));
+        ran = true;
+    }
+    crate::util::return_freed_memory();
+    Ok(ran)
+}
+
 /// Quantizes from the cached statistics (no calibration) and compares against the float
 /// model on the evaluation data: outputs, every quantized tensor, optionally latency, and the
 /// chosen sample side by side.
@@ -262,51 +331,8 @@ pub fn quantize_and_compare(
     let t = Instant::now();
     let (mut reference, captured) = setup.reference(runtime, ctx)?;
     let inputs = model_inputs(&Graph::build(&setup.model));
-    let first = || -> Result<FirstSamples, WorkflowError> {
-        Ok(FirstSamples::new(
-            setup.data.open(&inputs)?,
-            TENSOR_SAMPLES.max(setup.batch_size),
-        ))
-    };
-    // Before quantizing: the float weights and the quantized ones are then never held
-    // together (see FloatActivations).
-    let float_ran = captured
-        || matches!(reference.tensors, FloatActivations::Pending)
-        || latency.is_some() && reference.float_latency.is_none();
-    if matches!(reference.tensors, FloatActivations::Pending) {
-        let pass = FloatTensors::capture(
-            &setup.model,
-            &mut first()?,
-            runtime,
-            &setup.eps,
-            setup.batch_size,
-            &ctx.quiet(),
-        )?;
-        reference.tensors = match pass {
-            FloatPass::Captured(tensors) => FloatActivations::Kept(Arc::new(tensors)),
-            FloatPass::Declined(_) => FloatActivations::TooLarge,
-        };
-    }
-    if let Some(runs) = latency
-        && reference
-            .float_latency
-            .as_ref()
-            .is_none_or(|(timed, _)| *timed != runs)
-    {
-        let mut source = setup.data.open(&inputs)?;
-        let timed = measure_latency(
-            &setup.model,
-            source.as_mut(),
-            runtime,
-            &setup.eps,
-            setup.batch_size,
-            runs.warmup,
-            runs.runs,
-        )?;
-        reference.float_latency = Some((runs, timed));
-    }
-    crate::util::return_freed_memory();
-    if float_ran {
+    let ran = float_side(&setup, &inputs, &mut reference, latency, runtime, ctx)?;
+    if captured || ran {
         timings.reference_ms = elapsed_ms(t);
     }
     ctx.checkpoint()?;
@@ -341,7 +367,7 @@ pub fn quantize_and_compare(
     let tensors = tensor_errors_against(
         float,
         &quantized.model,
-        &mut first()?,
+        &mut first_samples(&setup, &inputs)?,
         runtime,
         &setup.eps,
         setup.batch_size,
@@ -355,14 +381,13 @@ pub fn quantize_and_compare(
             stage(ctx, "Timing the quantized model", 4, steps);
             let t = Instant::now();
             let mut source = setup.data.open(&inputs)?;
-            let quantized = measure_latency(
+            let quantized = time_model(
                 &quantized.model,
                 source.as_mut(),
                 runtime,
                 &setup.eps,
                 setup.batch_size,
-                runs.warmup,
-                runs.runs,
+                runs,
             )?;
             crate::util::return_freed_memory();
             timings.latency_ms = elapsed_ms(t);
