@@ -53,6 +53,7 @@ fn metrics_on_cpu(
         &runtime,
         &[EpSpec::Cpu],
         4,
+        &Default::default(),
         &JobContext::silent(),
     )
     .unwrap()
@@ -512,6 +513,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &rt,
         &[EpSpec::Cpu],
         8,
+        &Default::default(),
         &JobContext::silent(),
     )
     .unwrap();
@@ -712,4 +714,165 @@ fn float_activations_larger_than_the_weights_are_not_kept() {
     )
     .unwrap();
     assert!(matches!(pass, FloatPass::Declined(_)));
+}
+
+/// The best class of each sample of `x` by `model` (the first of equal scores, as numpy's
+/// argmax), run as the comparison runs it.
+fn best_classes(model: &Model, x: &qdq_studio::model::TensorArray) -> Vec<usize> {
+    use qdq_studio::quant::cpu_session_options;
+    use qdq_studio::runtime::value::{float_output, owned_inputs, session_inputs};
+    let quantized = Graph::build(model)
+        .nodes()
+        .iter()
+        .any(|n| n.op_type == "DequantizeLinear");
+    let options = if quantized {
+        cpu_session_options(model)
+    } else {
+        Default::default()
+    };
+    let mut session = runtime()
+        .session_from_bytes(&model.to_bytes().unwrap(), &[EpSpec::Cpu], options)
+        .unwrap();
+    let owned = owned_inputs(vec![("x".to_owned(), x.clone())]).unwrap();
+    let out = session.run(session_inputs(&owned)).unwrap();
+    let (_, scores) = float_output(&out[0]).unwrap();
+    scores
+        .outer_iter()
+        .map(|row| {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            row.iter().position(|&v| v == max).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn labels_beside_the_inputs_give_the_accuracy_of_both_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let quant_path = quantized_sample(dir.path());
+    let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let quant = Model::load(&quant_path).unwrap();
+    let x = eval_source(&float).next_batch(64).unwrap().unwrap().inputs[0]
+        .1
+        .clone();
+    // Labels: the float model's classes with sample 0's flipped (two classes).
+    let float_best = best_classes(&float, &x);
+    let mut labels: Vec<i64> = float_best.iter().map(|&c| c as i64).collect();
+    labels[0] = 1 - labels[0];
+    let quant_best = best_classes(&quant, &x);
+    let right = |best: &[usize]| {
+        best.iter()
+            .zip(&labels)
+            .filter(|(b, l)| **b as i64 == **l)
+            .count() as f64
+            / labels.len() as f64
+    };
+    let data = dir.path().join("labelled.npz");
+    let n = labels.len();
+    common::write_npz(
+        &data,
+        &[
+            ("x", x),
+            (
+                "labels",
+                qdq_studio::model::TensorArray::Int64(
+                    ndarray::ArrayD::from_shape_vec(vec![n], labels.clone()).unwrap(),
+                ),
+            ),
+        ],
+    );
+    let json =
+        common::run_ok(compare_cmd(&quant_path, &data).args(["--latency_runs", "0", "--json"]));
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let output = &report["outputs"][0];
+    assert_eq!(output["kind"], "classifier");
+    let task = output["task"].as_array().unwrap();
+    assert_eq!(task.len(), 1, "two classes: top-1 only: {task:?}");
+    assert_eq!(task[0]["metric"], "top1_accuracy");
+    assert_eq!(task[0]["float"].as_f64(), Some((n - 1) as f64 / n as f64));
+    assert_eq!(task[0]["quantized"].as_f64(), Some(right(&quant_best)));
+    // The table shows them, and a key named on the command line that is not there is one
+    // clear line.
+    let text = common::run_ok(compare_cmd(&quant_path, &data).args(["--latency_runs", "0"]));
+    assert!(
+        text.contains("top-1 accuracy") && text.contains("class scores"),
+        "{text}"
+    );
+    let (ok, text) = common::run_text(compare_cmd(&quant_path, &data).args(["--labels", "y"]));
+    assert!(!ok);
+    assert!(
+        text.contains(
+            "no array 'y' to read ground truth from (beside the inputs it holds 'labels')"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_output_kind_chosen_on_the_command_line_decides_the_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let quant = quantized_sample(dir.path());
+    let output = "save_infer_model/scale_0.tmp_1";
+    let json = common::run_ok(compare_cmd(&quant, &asset("eval.npz")).args([
+        "--latency_runs",
+        "0",
+        "--json",
+        "--output_kind",
+        &format!("{output}=values"),
+    ]));
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let metrics = &report["outputs"][0];
+    assert_eq!(metrics["kind"], "values");
+    assert!(metrics["top1_agreement"].is_null(), "{metrics}");
+    assert!(metrics["sqnr_db"].as_f64().unwrap() > 30.0, "{metrics}");
+    let (ok, text) = common::run_text(
+        compare_cmd(&quant, &asset("eval.npz")).args(["--output_kind", "logits=classifier"]),
+    );
+    assert!(!ok);
+    assert!(
+        text.contains("the model has no output 'logits' to set the kind of"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_dense_map_gets_the_iou_of_its_masks_and_no_class_columns() {
+    use ndarray::ArrayD;
+    use qdq_studio::model::TensorArray;
+    let dir = tempfile::tempdir().unwrap();
+    // A probability map: Sigmoid(Conv(x)), [N, 1, 16, 16].
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 3, 16, 16]);
+    let w: Vec<f32> = (0..27).map(|i| ((i * 7 % 11) as f32 - 5.0) / 5.0).collect();
+    b.initializer(
+        "w",
+        TensorArray::Float32(ArrayD::from_shape_vec(vec![1, 3, 3, 3], w).unwrap()),
+    );
+    b.node("Conv", &["x", "w"], &["c"])
+        .name("conv")
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.node("Sigmoid", &["c"], &["maps"]).name("sigmoid");
+    b.output("maps", DataType::Float32, &[-1, 1, 16, 16]);
+    let model = dir.path().join("maps.onnx");
+    b.build()
+        .save(&model, &qdq_studio::model::SaveOptions::default())
+        .unwrap();
+    let samples = |seed: u32| {
+        let values: Vec<f32> = (0..8 * 3 * 16 * 16)
+            .map(|i: u32| (((i.wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 500.0) - 1.0)
+            .collect();
+        TensorArray::Float32(ArrayD::from_shape_vec(vec![8, 3, 16, 16], values).unwrap())
+    };
+    let (calib, eval) = (dir.path().join("c.npz"), dir.path().join("e.npz"));
+    common::write_npz(&calib, &[("x", samples(1))]);
+    common::write_npz(&eval, &[("x", samples(2))]);
+    let quant = dir.path().join("q.onnx");
+    common::quantize_calibrated(&model, &calib, &[], &quant);
+    let metrics = common::compared_output(&model, &quant, &eval, "maps");
+    assert_eq!(metrics["kind"], "dense_map");
+    let iou = metrics["mask_iou"]
+        .as_f64()
+        .expect("a dense map has a mask IoU");
+    assert!(iou > 0.8 && iou <= 1.0, "{metrics}");
+    assert!(metrics["top1_agreement"].is_null(), "{metrics}");
+    assert!(metrics["task"].as_array().unwrap().is_empty(), "{metrics}");
 }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
 use qdq_studio::calib::data::model_inputs;
 use qdq_studio::calib::{CalibrationConfig, DataSpec, calibrate};
+use qdq_studio::eval::TaskMetric;
 use qdq_studio::eval::reference::Reference;
 use qdq_studio::eval::sensitivity::{Evaluator, Granularity, Target, auto_exclude, scan_units};
 use qdq_studio::eval::tensors::tensor_errors;
@@ -94,6 +95,47 @@ fn ctc_decode(probs: ndarray::ArrayViewD<'_, f32>, alphabet: &[String]) -> Strin
         previous = best;
     }
     text
+}
+
+/// A folder holding `eval.npz`: the eval lines preprocessed as input `input`, and `texts`
+/// (numpy's `<U`) beside them.
+fn lines_with_texts(input: &str, texts: &[String]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs = model_inputs(&Graph::build(&Model::load(&ppocr(PPOCR_REC)).unwrap()));
+    let mut source = images("eval").open(&inputs).unwrap();
+    let batch = source.next_batch(texts.len()).unwrap().unwrap();
+    let width = texts.iter().map(|t| t.chars().count()).max().unwrap_or(1);
+    let utf32: Vec<u8> = texts
+        .iter()
+        .flat_map(|t| {
+            let mut chars: Vec<u32> = t.chars().map(u32::from).collect();
+            chars.resize(width, 0);
+            chars
+        })
+        .flat_map(u32::to_le_bytes)
+        .collect();
+    let x = match &batch.inputs[0].1 {
+        qdq_studio::model::TensorArray::Float32(a) => a.iter().flat_map(|v| v.to_le_bytes()),
+        _ => unreachable!("the recogniser takes float32"),
+    };
+    let shape: Vec<u64> = batch.inputs[0]
+        .1
+        .shape()
+        .iter()
+        .map(|&d| d as u64)
+        .collect();
+    let entries = [
+        (
+            input,
+            common::npy("<f4", false, &shape, &x.collect::<Vec<u8>>()),
+        ),
+        (
+            "texts",
+            common::npy(&format!("<U{width}"), false, &[texts.len() as u64], &utf32),
+        ),
+    ];
+    std::fs::write(dir.path().join("eval.npz"), common::npz(&entries, false)).unwrap();
+    dir
 }
 
 /// Reads every eval line with `model`, exactly as decoded (spaces at the ends included: the
@@ -205,15 +247,25 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
         assert!(w.sqnr_db > 25.0, "{w:?}");
     }
 
+    // The same lines as a `.npz` with their texts beside them: every comparison then reads
+    // exact match and character error rate against the texts.
+    let with_texts = lines_with_texts(&inputs[0].name, &labels);
+    let mut eval = DataSpec::Npz {
+        path: with_texts.path().join("eval.npz"),
+    }
+    .open(&inputs)
+    .unwrap();
     let reference = Reference::capture(
         &float,
         eval.as_mut(),
         &rt,
         &[EpSpec::Cpu],
         16,
+        &Default::default(),
         &JobContext::silent(),
     )
     .unwrap();
+    assert_eq!(reference.truth_key(), Some("texts"));
     let evaluator = Evaluator {
         float: &float,
         stats: &stats,
@@ -307,8 +359,17 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
             "plain int8 accuracy not bounded here: this CPU has no VNNI, so ONNX Runtime's u8×s8 kernels saturate"
         );
     }
-    // The metric counts what the test's own decoder reads.
+    // The metrics count what the test's own decoder reads, against float and the texts.
     assert_eq!(plain_metrics[0].sequence_agreement, Some(plain_acc.0));
+    let exact = &plain_metrics[0].task[0];
+    assert_eq!(exact.metric, TaskMetric::ExactMatch);
+    assert_eq!((exact.float, exact.quantized), (float_acc.1, plain_acc.1));
+    let cer = &plain_metrics[0].task[1];
+    assert_eq!((cer.metric, cer.float), (TaskMetric::CharErrorRate, 0.0));
+    assert!(
+        (cer.quantized > 0.0) == (plain_acc.1 < 1.0),
+        "{cer:?} {plain_acc:?}"
+    );
     assert!(
         (fixed.score - fixed_acc.0).abs() < 1e-9,
         "{fixed:?} vs {fixed_acc:?}"

@@ -63,7 +63,13 @@ fn quantize_and_compare(dir: &Path, name: &str, args: &[&str]) -> (String, f64) 
     }
     let out = dir.join(format!("{name}.onnx"));
     let said = quantize_calibrated(&model, &calib, args, &out);
-    let cosine = compared_output(&model, &out, &eval, "461")["cosine"]
+    let embedding = compared_output(&model, &out, &eval, "461");
+    // A sentence embedding: nearest-neighbour agreement over the 16 sentences, no class
+    // columns.
+    assert_eq!(embedding["kind"], "embedding");
+    assert!(embedding["top1_agreement"].is_null(), "{embedding}");
+    assert!(embedding["neighbour_agreement"].is_f64(), "{embedding}");
+    let cosine = embedding["cosine"]
         .as_f64()
         .expect("the sentence embedding is compared");
     (said, cosine)

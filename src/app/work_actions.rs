@@ -287,6 +287,7 @@ impl Studio {
             data,
             eps: vec![work.settings.ep.clone()],
             batch_size: work.settings.batch_size,
+            task: work.settings.task.clone(),
             reference: work.results.reference(),
         })
     }

@@ -7,6 +7,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
+use qdq_studio::eval::OutputKind;
+use qdq_studio::eval::task::TaskOptions;
 use qdq_studio::jobs::{CancelToken, JobContext};
 use qdq_studio::model::Model;
 use qdq_studio::runtime::EpSpec;
@@ -185,5 +187,60 @@ pub fn at_least_one(text: &str) -> Result<usize, String> {
         Ok(0) => Err("must be at least 1".to_owned()),
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What the task metrics need: output kinds chosen over the detected ones, and where ground
+/// truth is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TaskArgs {
+    /// The evaluation data's array holding ground truth: class labels (integers, one per
+    /// sample) or texts (strings). Default: `labels` or `texts` when the data has one.
+    #[arg(long = "labels", value_name = "KEY")]
+    pub labels: Option<String>,
+    /// A CTC model's characters, one per line (default: the model's `character` metadata,
+    /// which PaddleOCR's recognizers carry).
+    #[arg(long = "charset", value_name = "FILE")]
+    pub charset: Option<std::path::PathBuf>,
+    /// An output's kind, over the detected one (repeatable). Kinds: classifier,
+    /// ctc_sequence, token_scores, embedding, hidden_states, dense_map, values.
+    #[arg(
+        long = "output_kind",
+        visible_alias = "output-kind",
+        value_name = "NAME=KIND"
+    )]
+    pub output_kind: Vec<String>,
+    /// Dense maps: values at or above this are foreground for the mask IoU.
+    #[arg(
+        long = "iou_threshold",
+        visible_alias = "iou-threshold",
+        default_value_t = 0.5
+    )]
+    pub iou_threshold: f32,
+}
+
+impl TaskArgs {
+    /// The task options the flags ask for.
+    pub fn options(&self) -> anyhow::Result<TaskOptions> {
+        let mut kinds = std::collections::BTreeMap::new();
+        for spec in &self.output_kind {
+            let parsed = spec
+                .rsplit_once('=')
+                .and_then(|(name, kind)| Some((name, OutputKind::parse(kind)?)));
+            let Some((name, kind)) = parsed else {
+                let names: Vec<&str> = OutputKind::ALL.iter().map(|k| k.name()).collect();
+                anyhow::bail!(
+                    "bad --output_kind '{spec}': expected NAME=KIND, KIND one of {}",
+                    names.join(", ")
+                );
+            };
+            kinds.insert(name.to_owned(), kind);
+        }
+        Ok(TaskOptions {
+            kinds,
+            truth_key: self.labels.clone(),
+            charset: self.charset.clone(),
+            iou_threshold: self.iou_threshold,
+        })
     }
 }

@@ -44,6 +44,9 @@ pub struct CompareArgs {
     /// Image-folder preprocessing.
     #[command(flatten)]
     pub images: super::common::ImageArgs,
+    /// Output kinds and ground truth.
+    #[command(flatten)]
+    pub task: super::common::TaskArgs,
     /// Also compute per-tensor errors (onnxruntime's qdq_loss_debug semantics) and list the
     /// worst tensors.
     #[arg(long = "per_tensor", visible_alias = "per-tensor")]
@@ -73,6 +76,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         data: super::common::data_spec(Some(&args.data), &args.images, None, 0, &float)?,
         eps: super::common::parse_eps(&args.eps)?,
         batch_size: args.batch_size,
+        task: args.task.options()?,
         per_tensor: args.per_tensor || args.report.is_some(),
         latency: (args.latency_runs > 0).then_some(LatencyRuns {
             warmup: 3,
@@ -83,6 +87,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         .model("the float model", &float)
         .model("the quantized model", &quant)
         .data("the evaluation data", &request.data)
+        .input_if("the character list", args.task.charset.as_deref())
         .output_if("the report", args.report.as_deref())
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
@@ -121,6 +126,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         table.add_row(m.table_row());
     }
     println!("{table}");
+    if let Some(table) = task_table(&metrics) {
+        println!("{table}");
+    }
     if let Some(tensors) = &tensors {
         let mut worst = tensors.activations.clone();
         worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
@@ -155,6 +163,22 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         println!("latency {}", latency_line(latency));
     }
     Ok(())
+}
+
+/// Scores against the data's ground truth, float beside quantized; `None` without any.
+fn task_table(metrics: &[qdq_studio::eval::OutputMetrics]) -> Option<Table> {
+    let rows: Vec<[String; 5]> = metrics.iter().flat_map(|m| m.task_rows()).collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(qdq_studio::eval::TASK_TABLE_HEADER);
+    for row in rows {
+        table.add_row(row);
+    }
+    Some(table)
 }
 
 /// The weight-only quantized layers (int4), worst first, each with its weight's error; `None`

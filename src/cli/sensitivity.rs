@@ -69,6 +69,14 @@ pub struct SensitivityArgs {
         conflicts_with_all = ["by_op_type", "target_sqnr"]
     )]
     pub target_sequence: Option<f64>,
+    /// Auto-exclude until the quantized model's accuracy against the data's ground truth
+    /// (top-1 accuracy on labels, exact match on texts) reaches this percentage.
+    #[arg(
+        long = "target_accuracy",
+        visible_alias = "target-accuracy",
+        conflicts_with_all = ["by_op_type", "target_sqnr", "target_top1", "target_sequence"]
+    )]
+    pub target_accuracy: Option<f64>,
     /// When keeping nodes in float does not reach the target, save the best measured
     /// recipe-wide change (range method, 16-bit activations) if it does better.
     #[arg(
@@ -92,16 +100,21 @@ pub struct SensitivityArgs {
     /// Image-folder preprocessing.
     #[command(flatten)]
     pub images: super::common::ImageArgs,
+    /// Output kinds and ground truth.
+    #[command(flatten)]
+    pub task: super::common::TaskArgs,
 }
 
 /// The auto-exclude target the flags ask for, if any.
 fn target(args: &SensitivityArgs) -> Option<Target> {
-    match (args.target_sqnr, args.target_top1, args.target_sequence) {
-        (Some(db), _, _) => Some(TargetKind::SqnrDb.target(db)),
-        (None, Some(pct), _) => Some(TargetKind::Top1.target(pct)),
-        (None, None, Some(pct)) => Some(TargetKind::Sequence.target(pct)),
-        (None, None, None) => None,
-    }
+    [
+        (args.target_sqnr, TargetKind::SqnrDb),
+        (args.target_top1, TargetKind::Top1),
+        (args.target_sequence, TargetKind::Sequence),
+        (args.target_accuracy, TargetKind::Accuracy),
+    ]
+    .into_iter()
+    .find_map(|(value, kind)| Some(kind.target(value?)))
 }
 
 /// Runs `sensitivity`.
@@ -118,6 +131,7 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         .input("the statistics", &args.calibration_cache_path)
         .data("the evaluation data", &data)
         .input_if("the recipe", args.recipe.as_deref())
+        .input_if("the character list", args.task.charset.as_deref())
         .output_if("the recipe written", args.save_recipe.as_deref())
         .output_if("the scan", args.json.as_deref())
         .check()?;
@@ -129,6 +143,7 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         data,
         eps: super::common::parse_eps(&args.eps)?,
         batch_size: args.batch_size,
+        task: args.task.options()?,
         reference: None,
     };
     let granularity = if args.by_op_type {

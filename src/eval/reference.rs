@@ -8,7 +8,8 @@
 
 use ndarray::{ArrayD, Axis};
 
-use super::{EvalError, OutputMetrics, check_comparable, run_outputs};
+use super::task::{Task, TaskOptions};
+use super::{EvalError, OutputKind, OutputMetrics, check_comparable, run_outputs};
 use crate::calib::data::{BatchSource, choose_batch, model_inputs, validate_source};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, TensorArray};
@@ -64,20 +65,23 @@ pub struct OutputPair {
 #[derive(Debug, Clone)]
 pub struct Reference {
     outputs: Vec<String>,
-    /// Each output's kind.
-    kinds: Vec<super::OutputKind>,
+    /// Each output's kind and ground truth.
+    task: Task,
     batches: Vec<ReferenceBatch>,
     samples: usize,
 }
 
 impl Reference {
-    /// Runs the float model once over `source` and keeps inputs and outputs.
+    /// Runs the float model once over `source` and keeps inputs and outputs, with the task
+    /// (output kinds, ground truth) resolved from `task`.
+    #[allow(clippy::too_many_arguments)] // the model, where and how it runs, the task
     pub fn capture(
         float: &Model,
         source: &mut dyn BatchSource,
         runtime: &Runtime,
         eps: &[EpSpec],
         batch_size: usize,
+        task: &TaskOptions,
         ctx: &JobContext,
     ) -> Result<Reference, EvalError> {
         let graph = Graph::build(float);
@@ -85,6 +89,7 @@ impl Reference {
         let samples = source.samples();
         let batch_size = choose_batch(&inputs, batch_size).size;
         validate_source(&inputs, source, samples, batch_size)?;
+        let task = Task::resolve(float, graph.outputs(), task, &*source)?;
         let mut session = runtime.session_from_model(
             &float.to_session_model()?,
             eps,
@@ -110,7 +115,7 @@ impl Reference {
             ctx.report(meter.progress(done as u64, format!("batch {}", batch.index + 1)));
         }
         Ok(Reference {
-            kinds: super::kinds(&graph, &outputs),
+            task,
             outputs,
             batches,
             samples: done,
@@ -120,6 +125,19 @@ impl Reference {
     /// Samples held.
     pub fn samples(&self) -> usize {
         self.samples
+    }
+
+    /// Each output's name and kind.
+    pub fn output_kinds(&self) -> impl Iterator<Item = (&str, OutputKind)> {
+        self.outputs
+            .iter()
+            .map(String::as_str)
+            .zip(self.task.kinds.iter().copied())
+    }
+
+    /// The array of the data the outputs are scored against, if any.
+    pub fn truth_key(&self) -> Option<&str> {
+        self.task.truth_key.as_deref()
     }
 
     /// Runs `quant` over the held data and measures each output against the float outputs.
@@ -162,18 +180,22 @@ impl Reference {
         session: &mut ort::session::Session,
         sample: Option<usize>,
     ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
-        let mut accumulators = super::accumulators(&self.kinds);
-        let mut classes = vec![0usize; self.outputs.len()];
+        let mut accumulators = super::accumulators(&self.outputs, &self.task);
         let mut pairs = None;
         for batch in &self.batches {
             let owned = owned_inputs(batch.inputs.clone())?;
             let results = run_outputs(session, &owned, &self.outputs, batch.index, "quantized")?;
-            super::accumulate(&mut accumulators, &mut classes, &batch.outputs, &results);
+            super::accumulate(
+                &mut accumulators,
+                &batch.outputs,
+                &results,
+                batch.first_sample,
+            )?;
             if let Some(sample) = sample.filter(|s| batch.holds(*s)) {
                 pairs = Some(self.pairs(batch, &results, sample));
             }
         }
-        Ok((super::finish(&self.outputs, &accumulators, &classes), pairs))
+        Ok((super::finish(&accumulators), pairs))
     }
 
     /// The batch holding `sample`.

@@ -39,6 +39,9 @@ pub enum Target {
     /// The worst sequence output's ([N, T, classes]) share of samples read the same
     /// (greedy CTC, see [`super::ctc_greedy`]) reaches this share (0..1).
     Sequence(f64),
+    /// The quantized model's accuracy against the data's ground truth (top-1 accuracy on
+    /// `labels`, exact match on `texts`; the worst output's) reaches this share (0..1).
+    Accuracy(f64),
 }
 
 /// The kinds of target, for faces where users pick one and type its value (dB, or a
@@ -51,11 +54,18 @@ pub enum TargetKind {
     Top1,
     /// Sequence agreement (greedy CTC reading) in percent.
     Sequence,
+    /// Accuracy against ground truth in percent.
+    Accuracy,
 }
 
 impl TargetKind {
     /// Every kind, in the order faces list them.
-    pub const ALL: [TargetKind; 3] = [TargetKind::SqnrDb, TargetKind::Top1, TargetKind::Sequence];
+    pub const ALL: [TargetKind; 4] = [
+        TargetKind::SqnrDb,
+        TargetKind::Top1,
+        TargetKind::Sequence,
+        TargetKind::Accuracy,
+    ];
 
     /// The words before the value ("worst output SQNR ≥").
     pub fn label(self) -> &'static str {
@@ -63,6 +73,7 @@ impl TargetKind {
             TargetKind::SqnrDb => "worst output SQNR ≥",
             TargetKind::Top1 => "top-1 agreement ≥",
             TargetKind::Sequence => "sequence agreement ≥",
+            TargetKind::Accuracy => "accuracy (ground truth) ≥",
         }
     }
 
@@ -70,7 +81,7 @@ impl TargetKind {
     pub fn unit(self) -> &'static str {
         match self {
             TargetKind::SqnrDb => " dB",
-            TargetKind::Top1 | TargetKind::Sequence => " %",
+            TargetKind::Top1 | TargetKind::Sequence | TargetKind::Accuracy => " %",
         }
     }
 
@@ -78,7 +89,7 @@ impl TargetKind {
     pub fn max_value(self) -> f64 {
         match self {
             TargetKind::SqnrDb => 120.0,
-            TargetKind::Top1 | TargetKind::Sequence => 100.0,
+            TargetKind::Top1 | TargetKind::Sequence | TargetKind::Accuracy => 100.0,
         }
     }
 
@@ -88,6 +99,7 @@ impl TargetKind {
             TargetKind::SqnrDb => Target::SqnrDb(value),
             TargetKind::Top1 => Target::Top1(value / 100.0),
             TargetKind::Sequence => Target::Sequence(value / 100.0),
+            TargetKind::Accuracy => Target::Accuracy(value / 100.0),
         }
     }
 }
@@ -110,13 +122,20 @@ impl Target {
                 .filter_map(|m| m.sequence_agreement)
                 .reduce(f64::min)
                 .ok_or(EvalError::NoSequenceOutput),
+            Target::Accuracy(_) => metrics
+                .iter()
+                .flat_map(|m| &m.task)
+                .filter(|s| s.metric.is_headline())
+                .map(|s| s.quantized)
+                .reduce(f64::min)
+                .ok_or(EvalError::NoTruth),
         }
     }
 
     /// The value to reach.
     pub fn goal(&self) -> f64 {
         match *self {
-            Target::SqnrDb(v) | Target::Top1(v) | Target::Sequence(v) => v,
+            Target::SqnrDb(v) | Target::Top1(v) | Target::Sequence(v) | Target::Accuracy(v) => v,
         }
     }
 
@@ -126,6 +145,7 @@ impl Target {
             Target::SqnrDb(db) => format!("output SQNR {db:.2} dB"),
             Target::Top1(share) => format!("top-1 agreement {:.1}%", share * 100.0),
             Target::Sequence(share) => format!("sequence agreement {:.1}%", share * 100.0),
+            Target::Accuracy(share) => format!("accuracy {:.1}%", share * 100.0),
         }
     }
 
@@ -133,7 +153,9 @@ impl Target {
     pub fn format_score(&self, score: f64) -> String {
         match self {
             Target::SqnrDb(_) => format!("{score:.2} dB"),
-            Target::Top1(_) | Target::Sequence(_) => format!("{:.1}%", score * 100.0),
+            Target::Top1(_) | Target::Sequence(_) | Target::Accuracy(_) => {
+                format!("{:.1}%", score * 100.0)
+            }
         }
     }
 }
@@ -488,6 +510,8 @@ mod tests {
         assert_eq!(workers_within(4, 1_000, None), 4);
     }
 
+    use crate::eval::TaskMetric;
+
     fn metrics(sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
         OutputMetrics {
             name: "y".into(),
@@ -500,6 +524,8 @@ mod tests {
             top5_agreement: None,
             sequence_agreement: None,
             neighbour_agreement: None,
+            mask_iou: None,
+            task: Vec::new(),
             elements: 1,
         }
     }
@@ -513,5 +539,29 @@ mod tests {
             .score(&[metrics(30.0, None)])
             .unwrap_err();
         assert!(matches!(err, EvalError::NoClassifierOutput), "{err}");
+    }
+
+    #[test]
+    fn an_accuracy_target_scores_the_quantized_headline_metric() {
+        let score = |metric, quantized| crate::eval::TaskScore {
+            metric,
+            float: 0.9,
+            quantized,
+        };
+        let mut a = metrics(30.0, None);
+        a.task = vec![
+            score(TaskMetric::Top1Accuracy, 0.8),
+            score(TaskMetric::Top5Accuracy, 0.95),
+        ];
+        let mut b = metrics(30.0, None);
+        b.task = vec![
+            score(TaskMetric::ExactMatch, 0.7),
+            score(TaskMetric::CharErrorRate, 0.01),
+        ];
+        assert_eq!(Target::Accuracy(0.5).score(&[a, b]).unwrap(), 0.7);
+        let err = Target::Accuracy(0.5)
+            .score(&[metrics(30.0, Some(1.0))])
+            .unwrap_err();
+        assert!(matches!(err, EvalError::NoTruth), "{err}");
     }
 }

@@ -11,6 +11,7 @@ use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
 use crate::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
 use crate::eval::reference::OutputPair;
+use crate::eval::task::TaskOptions;
 use crate::eval::tensors::{
     Float, FloatPass, FloatRun, FloatTensors, TensorErrors, tensor_errors, tensor_errors_against,
 };
@@ -114,6 +115,8 @@ pub struct CompareFiles {
     pub eps: Vec<EpSpec>,
     /// Samples per batch.
     pub batch_size: usize,
+    /// Output kinds and ground truth.
+    pub task: TaskOptions,
     /// Also every quantized tensor's error.
     pub per_tensor: bool,
     /// Also latency, with these runs.
@@ -132,7 +135,16 @@ pub fn compare_files(
     check_comparable(float, quant, &request.labels.1)?;
     let mut source = request.data.open(&model_inputs(&Graph::build(float)))?;
     let (eps, batch) = (&request.eps, request.batch_size);
-    let outputs = compare_outputs(float, quant, source.as_mut(), runtime, eps, batch, ctx)?;
+    let outputs = compare_outputs(
+        float,
+        quant,
+        source.as_mut(),
+        runtime,
+        eps,
+        batch,
+        &request.task,
+        ctx,
+    )?;
     let tensors = match request.per_tensor {
         true => Some(tensor_errors(
             float,

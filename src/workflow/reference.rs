@@ -11,6 +11,7 @@ use crate::calib::data::{DataSpec, model_inputs};
 use crate::eval::Latency;
 use crate::eval::reference::Reference;
 use crate::eval::sensitivity::Evaluator;
+use crate::eval::task::TaskOptions;
 use crate::eval::tensors::FloatTensors;
 use crate::jobs::JobContext;
 use crate::model::{Graph, Model};
@@ -27,6 +28,8 @@ pub struct CapturedReference {
     pub eps: Vec<EpSpec>,
     /// The batch size.
     pub batch_size: usize,
+    /// The output kinds and ground truth asked for.
+    pub task: TaskOptions,
     /// The data and the float outputs.
     pub reference: Arc<Reference>,
     /// The float model's activations on the per-tensor samples, once captured.
@@ -51,9 +54,12 @@ pub enum FloatActivations {
 }
 
 impl CapturedReference {
-    /// True when it was captured with these settings.
-    pub fn matches(&self, data: &DataSpec, eps: &[EpSpec], batch_size: usize) -> bool {
-        &self.data == data && self.eps == eps && self.batch_size == batch_size
+    /// True when it was captured with `setup`'s data, providers, batch size and task.
+    pub fn matches(&self, setup: &EvalSetup) -> bool {
+        self.data == setup.data
+            && self.eps == setup.eps
+            && self.batch_size == setup.batch_size
+            && self.task == setup.task
     }
 }
 
@@ -72,6 +78,8 @@ pub struct EvalSetup {
     pub eps: Vec<EpSpec>,
     /// Samples per batch.
     pub batch_size: usize,
+    /// Output kinds and ground truth.
+    pub task: TaskOptions,
     /// A reference captured before, reused when it matches.
     pub reference: Option<CapturedReference>,
 }
@@ -84,11 +92,7 @@ impl EvalSetup {
         runtime: &Runtime,
         ctx: &JobContext,
     ) -> Result<(CapturedReference, bool), WorkflowError> {
-        if let Some(cached) = self
-            .reference
-            .as_ref()
-            .filter(|c| c.matches(&self.data, &self.eps, self.batch_size))
-        {
+        if let Some(cached) = self.reference.as_ref().filter(|c| c.matches(self)) {
             return Ok((cached.clone(), false));
         }
         let inputs = model_inputs(&Graph::build(&self.model));
@@ -99,12 +103,14 @@ impl EvalSetup {
             runtime,
             &self.eps,
             self.batch_size,
+            &self.task,
             ctx,
         )?;
         let captured = CapturedReference {
             data: self.data.clone(),
             eps: self.eps.clone(),
             batch_size: self.batch_size,
+            task: self.task.clone(),
             reference: Arc::new(reference),
             tensors: FloatActivations::Pending,
             float_latency: None,

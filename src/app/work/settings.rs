@@ -4,6 +4,7 @@
 
 use crate::calib::data::InputSpec;
 use crate::eval::sensitivity::{Target, TargetKind};
+use crate::eval::task::TaskOptions;
 use crate::runtime::EpSpec;
 
 use super::data::DataChoice;
@@ -33,6 +34,8 @@ pub struct RunSettings {
     pub target_value: f64,
     /// Auto-exclude's limit.
     pub max_excluded: usize,
+    /// Output kinds chosen over the detected ones, and the ground truth to score against.
+    pub task: TaskOptions,
 }
 
 impl RunSettings {
@@ -62,6 +65,7 @@ impl RunSettings {
             target_kind: TargetKind::SqnrDb,
             target_value: 30.0,
             max_excluded: 10,
+            task: TaskOptions::default(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod npz;
 pub mod pb_folder;
 pub mod random;
 pub mod roles;
+pub mod truth;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -70,6 +71,14 @@ pub enum DataError {
     /// The source has no samples.
     #[error("the calibration data holds no samples")]
     Empty,
+    /// The ground-truth array asked for is not in the data.
+    #[error("the data has no array '{key}' to read ground truth from ({available})")]
+    NoTruth {
+        /// The array asked for.
+        key: String,
+        /// What the data does hold beside the inputs, in words.
+        available: String,
+    },
     /// A calibration shape spec could not be parsed.
     #[error("bad --calibration_shapes '{spec}': {reason}")]
     BadShapeSpec {
@@ -154,6 +163,18 @@ pub trait BatchSource: Send {
     /// What the source does to the data that the user should know (a conversion).
     fn notes(&self) -> Vec<String> {
         Vec::new()
+    }
+    /// The ground truth kept beside the inputs: the array named `key`, or when none is
+    /// named the first of [`truth::TRUTH_KEYS`] present (`None` when there is none). A named
+    /// array that is absent is an error. Only `.npz` files hold any.
+    fn ground_truth(&self, key: Option<&str>) -> Result<Option<truth::GroundTruth>, DataError> {
+        match key {
+            None => Ok(None),
+            Some(key) => Err(DataError::NoTruth {
+                key: key.to_owned(),
+                available: format!("{} holds model inputs only", self.describe()),
+            }),
+        }
     }
 }
 

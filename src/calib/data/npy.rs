@@ -107,8 +107,20 @@ fn dict_value<'a>(dict: &'a str, key: &str) -> Option<&'a str> {
     Some(rest[..end].trim())
 }
 
-/// Reads and parses the header from the start of `reader`. `name` labels errors.
-pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataError> {
+/// A `.npy` header as written, before its element type is interpreted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawHeader {
+    /// numpy's type description (`<f4`, `<U22`, `|S8`).
+    pub descr: String,
+    /// Shape; axis 0 counts samples.
+    pub shape: Vec<usize>,
+    /// Bytes of the header, magic included (where the data starts).
+    pub header_bytes: u64,
+}
+
+/// Reads the header dict from the start of `reader`: type description and shape, Fortran
+/// order refused. `name` labels errors.
+pub fn read_raw_header(reader: &mut dyn Read, name: &str) -> Result<RawHeader, DataError> {
     let bad = |reason: &str| DataError::Corrupt {
         name: name.to_owned(),
         reason: reason.to_owned(),
@@ -138,7 +150,6 @@ pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataE
     reader.read_exact(&mut text).map_err(io)?;
     let text = String::from_utf8_lossy(&text);
     let descr = dict_value(&text, "descr").ok_or_else(|| bad("header has no 'descr'"))?;
-    let dtype = descr_type(descr.trim_matches('\''), name)?;
     if dict_value(&text, "fortran_order") == Some("True") {
         return Err(DataError::UnsupportedNpy {
             name: name.to_owned(),
@@ -157,13 +168,26 @@ pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataE
                 .map_err(|_| bad("shape is not a tuple of sizes"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let header = NpyHeader {
-        dtype,
+    Ok(RawHeader {
+        descr: descr.trim_matches('\'').to_owned(),
         shape,
         header_bytes: (prefix + len) as u64,
+    })
+}
+
+/// Reads and parses the header from the start of `reader`. `name` labels errors.
+pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataError> {
+    let raw = read_raw_header(reader, name)?;
+    let header = NpyHeader {
+        dtype: descr_type(&raw.descr, name)?,
+        shape: raw.shape,
+        header_bytes: raw.header_bytes,
     };
     if header.data_bytes().is_none() {
-        return Err(bad("shape overflows"));
+        return Err(DataError::Corrupt {
+            name: name.to_owned(),
+            reason: "shape overflows".to_owned(),
+        });
     }
     Ok(header)
 }

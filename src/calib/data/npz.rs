@@ -10,6 +10,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::npy::{NpyHeader, read_header, read_samples};
+use super::truth::{GroundTruth, TRUTH_KEYS, read_truth};
 use super::{ArraySpec, Batch, BatchCursor, BatchSource, DataError};
 
 /// One array of the file and the stream positioned at its next sample.
@@ -56,16 +57,21 @@ fn open_err(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
     }
 }
 
-fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
+/// A reader of `entry`'s `.npy` bytes, inflated when the archive is compressed.
+fn open_reader(path: &Path, entry: &Entry) -> Result<Box<dyn Read + Send>, DataError> {
     let mut file = crate::util::open_regular(path).map_err(open_err(path))?;
     file.seek(SeekFrom::Start(entry.data_start))
         .map_err(open_err(path))?;
     let raw = BufReader::new(file).take(entry.compressed_size);
-    let mut reader: Box<dyn Read + Send> = if entry.deflated {
+    Ok(if entry.deflated {
         Box::new(flate2::read::DeflateDecoder::new(raw))
     } else {
         Box::new(raw)
-    };
+    })
+}
+
+fn open_stream(path: &Path, entry: &Entry) -> Result<Stream, DataError> {
+    let mut reader = open_reader(path, entry)?;
     let header = read_header(&mut reader, &entry.name)?;
     let expected = header.header_bytes + header.data_bytes().unwrap_or(u64::MAX);
     if entry.uncompressed_size != u64::MAX && expected != entry.uncompressed_size {
@@ -141,6 +147,15 @@ impl NpzSource {
         Ok(source)
     }
 
+    /// The arrays left aside, in words, for an error naming a missing one.
+    fn aside_in_words(&self) -> String {
+        if self.aside.is_empty() {
+            return "it holds model inputs only".to_owned();
+        }
+        let names: Vec<String> = self.aside.iter().map(|e| format!("'{}'", e.name)).collect();
+        format!("beside the inputs it holds {}", names.join(", "))
+    }
+
     fn zip_entries(path: &Path, file: File) -> Result<Vec<Entry>, DataError> {
         let corrupt = |reason: String| DataError::Corrupt {
             name: path.display().to_string(),
@@ -208,6 +223,29 @@ impl BatchSource for NpzSource {
             "are not model inputs"
         };
         vec![format!("{} {verb}: left aside", names.join(", "))]
+    }
+
+    fn ground_truth(&self, key: Option<&str>) -> Result<Option<GroundTruth>, DataError> {
+        let found = match key {
+            Some(key) => self.aside.iter().find(|e| e.name == key),
+            // `labels` before `texts`, whatever the order in the file.
+            None => TRUTH_KEYS
+                .iter()
+                .find_map(|k| self.aside.iter().find(|e| e.name == *k)),
+        };
+        let Some(entry) = found else {
+            return match key {
+                None => Ok(None),
+                Some(key) => Err(DataError::NoTruth {
+                    key: key.to_owned(),
+                    available: self.aside_in_words(),
+                }),
+            };
+        };
+        Ok(Some(read_truth(
+            &mut open_reader(&self.path, entry)?,
+            &entry.name,
+        )?))
     }
 
     fn rewind(&mut self) -> Result<(), DataError> {
