@@ -797,6 +797,17 @@ fn labels_beside_the_inputs_give_the_accuracy_of_both_models() {
         text.contains("top-1 accuracy") && text.contains("class scores"),
         "{text}"
     );
+    let report = dir.path().join("report.md");
+    common::run_ok(
+        compare_cmd(&quant_path, &data)
+            .args(["--latency_runs", "0", "--report"])
+            .arg(&report),
+    );
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        page.contains("## Against ground truth") && page.contains("top-1 accuracy"),
+        "{page}"
+    );
     let (ok, text) = common::run_text(compare_cmd(&quant_path, &data).args(["--labels", "y"]));
     assert!(!ok);
     assert!(
@@ -875,4 +886,74 @@ fn a_dense_map_gets_the_iou_of_its_masks_and_no_class_columns() {
     assert!(iou > 0.8 && iou <= 1.0, "{metrics}");
     assert!(metrics["top1_agreement"].is_null(), "{metrics}");
     assert!(metrics["task"].as_array().unwrap().is_empty(), "{metrics}");
+}
+
+/// x → Q/DQ → conv1 (int8 weights, uint8 activations) → Q/DQ → conv2 (int8 weights, uint16
+/// output) → Q/DQ → y: ONNX Runtime's CPU provider fuses conv1 into QLinearConv and has no
+/// integer kernel for conv2's 16-bit output.
+fn one_fusing_conv_and_one_not() -> Model {
+    use ndarray::ArrayD;
+    use qdq_studio::model::TensorArray;
+    let mut b = ModelBuilder::new(21);
+    b.input("x", DataType::Float32, &[1, 4, 8, 8]);
+    let scalar_f = |v: f32| TensorArray::Float32(ArrayD::from_elem(vec![], v));
+    b.initializer("s", scalar_f(0.02));
+    b.initializer("ws", scalar_f(0.01));
+    b.initializer("z8", TensorArray::Uint8(ArrayD::from_elem(vec![], 128)));
+    b.initializer("z16", TensorArray::Uint16(ArrayD::from_elem(vec![], 32768)));
+    for name in ["w1", "w2"] {
+        let w: Vec<i8> = (0..4 * 4 * 9).map(|i| (i % 13) as i8 - 6).collect();
+        b.initializer(
+            name,
+            TensorArray::Int8(ArrayD::from_shape_vec(vec![4, 4, 3, 3], w).unwrap()),
+        );
+        b.node("DequantizeLinear", &[name, "ws"], &[&format!("{name}_f")]);
+    }
+    let pads = [1i64, 1, 1, 1];
+    b.node("QuantizeLinear", &["x", "s", "z8"], &["xq"]);
+    b.node("DequantizeLinear", &["xq", "s", "z8"], &["xd"]);
+    b.node("Conv", &["xd", "w1_f"], &["c1"])
+        .name("conv1")
+        .attr_ints("pads", &pads);
+    b.node("QuantizeLinear", &["c1", "s", "z8"], &["c1q"]);
+    b.node("DequantizeLinear", &["c1q", "s", "z8"], &["c1d"]);
+    b.node("Conv", &["c1d", "w2_f"], &["c2"])
+        .name("conv2")
+        .attr_ints("pads", &pads);
+    b.node("QuantizeLinear", &["c2", "s", "z16"], &["c2q"]);
+    b.node("DequantizeLinear", &["c2q", "s", "z16"], &["y"]);
+    b.output("y", DataType::Float32, &[1, 4, 8, 8]);
+    b.build()
+}
+
+#[test]
+fn the_kernel_report_tells_a_fused_qdq_conv_from_one_run_in_float() {
+    let model = one_fusing_conv_and_one_not();
+    let mut source = DataSpec::Random {
+        samples: 1,
+        shapes: Default::default(),
+        seed: 3,
+    }
+    .open(&model_inputs(&Graph::build(&model)))
+    .unwrap();
+    let latency =
+        measure_latency(&model, source.as_mut(), &runtime(), &[EpSpec::Cpu], 1, 0, 1).unwrap();
+    let kernels = latency.kernels.expect("a QDQ model's kernels are profiled");
+    assert_eq!(kernels.quantized_compute, 2, "{kernels:?}");
+    assert_eq!(kernels.float_compute, ["conv2"], "{kernels:?}");
+    assert!(
+        kernels
+            .kernels
+            .iter()
+            .any(|k| k.op == "QLinearConv" && k.provider == "CPUExecutionProvider"),
+        "{kernels:?}"
+    );
+    assert!(kernels.integer_kernels >= 1, "{kernels:?}");
+    let hint = kernels.hint.as_deref().expect("a hint for the float conv");
+    assert!(hint.contains("1 of the 2 quantized"), "{hint}");
+    assert!(
+        kernels
+            .line()
+            .contains("1 of 2 quantized Conv/MatMul/Gemm in float")
+    );
 }

@@ -701,3 +701,93 @@ fn comparison_weight(h: &Harness<'_, Studio>, name: &str) -> f64 {
         .map(|w| w.sqnr_db)
         .expect("the weight was measured")
 }
+
+#[test]
+fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
+    use qdq_studio::app::command::Command;
+    use qdq_studio::calib::data::{DataSpec, model_inputs};
+    use qdq_studio::eval::OutputKind;
+    let dir = tempfile::tempdir().unwrap();
+    // The sample's evaluation images with labels beside them: class 0 for every sample.
+    let float = Model::load(&common::asset("ppocr_cls.onnx")).unwrap();
+    let mut source = DataSpec::Npz {
+        path: common::asset("eval.npz"),
+    }
+    .open(&model_inputs(&Graph::build(&float)))
+    .unwrap();
+    let x = source.next_batch(64).unwrap().unwrap().inputs.remove(0).1;
+    let n = x.shape()[0];
+    let labels = qdq_studio::model::TensorArray::Int64(ndarray::ArrayD::zeros(vec![n]));
+    let data = dir.path().join("labelled.npz");
+    common::write_npz(&data, &[("x", x), ("labels", labels)]);
+
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    h.state_mut().push(Command::SetDataPath {
+        evaluation: true,
+        path: data,
+    });
+    h.run_steps(2);
+    settle(&mut h, "checking");
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(2);
+    settle(&mut h, "calibration");
+    h.key_press(Key::F5);
+    h.run_steps(1);
+    settle(&mut h, "quantize & compare");
+    no_notices(&h);
+    let comparison = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .results
+        .comparison
+        .clone();
+    let metrics = &comparison.expect("a comparison").outputs[0];
+    assert_eq!(metrics.kind, OutputKind::Classifier);
+    let accuracy = &metrics.task[0];
+    assert!(
+        h.query_by_label("Against ground truth ('labels')")
+            .is_some(),
+        "the task table"
+    );
+    assert!(h.query_by_label("top-1 accuracy").is_some());
+    assert!(
+        h.query_all_by_label(&format!("{:.2}%", accuracy.quantized * 100.0))
+            .count()
+            >= 1,
+        "the quantized accuracy is shown"
+    );
+    assert!(h.query_by_label_contains("Kernels: ").is_some(), "kernels");
+
+    // Read the output as plain values: no class metrics, no accuracy.
+    let kind_menu = |value: &'static str| {
+        move |n: &egui_kittest::kittest::AccessKitNode<'_>| {
+            n.role() == egui::accesskit::Role::ComboBox && n.value().as_deref() == Some(value)
+        }
+    };
+    h.get_by(kind_menu("class scores")).click();
+    h.run_steps(2);
+    h.get_by_label("values").click();
+    h.run_steps(2);
+    let kinds = &h.state().document().unwrap().work.settings.task.kinds;
+    assert_eq!(kinds.values().collect::<Vec<_>>(), [&OutputKind::Values]);
+    assert!(
+        h.query_by_label_contains("measured with other output kinds")
+            .is_some()
+    );
+    h.key_press(Key::F5);
+    h.run_steps(1);
+    settle(&mut h, "quantize & compare again");
+    let doc = h.state().document().unwrap();
+    let metrics = &doc.work.results.comparison.as_ref().unwrap().outputs[0];
+    assert_eq!(metrics.kind, OutputKind::Values);
+    assert_eq!((metrics.top1_agreement, metrics.task.len()), (None, 0));
+    assert!(h.query_by(kind_menu("values (chosen)")).is_some());
+    assert!(
+        h.query_by_label("Against ground truth ('labels')")
+            .is_none()
+    );
+}

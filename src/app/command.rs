@@ -150,6 +150,14 @@ pub enum Command {
         /// The threshold in dB.
         threshold_db: f32,
     },
+    /// Choose an output's kind (which task metrics it gets), or go back to the detected one
+    /// (`None`).
+    SetOutputKind {
+        /// The output.
+        output: String,
+        /// The kind chosen.
+        kind: Option<crate::eval::OutputKind>,
+    },
     /// Fetch the ONNX Runtime build of this flavour.
     InstallRuntime(crate::runtime::Flavor),
     /// Set the recipe's calibration method.

@@ -45,6 +45,7 @@ pub fn is_work_command(command: &Command) -> bool {
             | Command::SaveQuantized
             | Command::CloseSaveWindow
             | Command::SetHeatMap { .. }
+            | Command::SetOutputKind { .. }
             | Command::InstallRuntime(_)
             | Command::SetMethod(_)
             | Command::SetTensorOverride(..)
@@ -182,6 +183,22 @@ impl Studio {
                 doc.panel.heat_map = shown;
                 doc.panel.heat_threshold_db = threshold_db;
                 None
+            }
+            Command::SetOutputKind { output, kind } => {
+                let kinds = &mut doc.work.settings.task.kinds;
+                let said = match kind {
+                    Some(kind) => {
+                        kinds.insert(output.clone(), kind);
+                        kind.label()
+                    }
+                    None => {
+                        kinds.remove(&output);
+                        "the detected kind"
+                    }
+                };
+                Some(format!(
+                    "Output {output} is read as {said}: Quantize & compare (F5) measures it so."
+                ))
             }
             Command::CloseSaveWindow => {
                 doc.panel.save_dialog = None;

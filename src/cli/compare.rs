@@ -161,6 +161,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     }
     if let Some(latency) = &latency {
         println!("latency {}", latency_line(latency));
+        if let Some(kernels) = &latency.quantized.kernels {
+            println!("kernels of the quantized model: {}", kernels.line());
+        }
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 mod accumulator;
 pub mod alternatives;
+pub mod kernels;
 pub mod output_kind;
 pub mod reference;
 pub mod sensitivity;
@@ -408,6 +409,9 @@ pub struct Latency {
     pub intra_op_threads: usize,
     /// Samples per timed run.
     pub batch_size: usize,
+    /// For a QDQ model: the kernels ONNX Runtime ran for it (from the per-node profile of
+    /// one untimed run), which tell why it is as fast as it is.
+    pub kernels: Option<kernels::KernelReport>,
 }
 
 /// Times `model` on one batch of `source`: `warmup` untimed runs, then `runs` timed ones.
@@ -426,16 +430,23 @@ pub fn measure_latency(
         .next_batch(choose_batch(&inputs, batch_size).size)?
         .ok_or(DataError::Empty)?;
     let owned = owned_inputs(batch.inputs)?;
-    let options = if Graph::build(model)
+    let graph = Graph::build(model);
+    let quantized = graph
         .nodes()
         .iter()
-        .any(|n| n.op_type == "DequantizeLinear")
-    {
+        .any(|n| matches!(n.op_type.as_str(), "DequantizeLinear" | "MatMulNBits"));
+    let options = if quantized {
         cpu_session_options(model)
     } else {
         SessionOptions::default()
     };
-    let mut session = runtime.session_from_model(&model.to_session_model()?, eps, options)?;
+    let session_model = model.to_session_model()?;
+    let (mut session, kernels) = if quantized {
+        profiled_session(&graph, &session_model, runtime, eps, options, &owned)?
+    } else {
+        let session = runtime.session_from_model(&session_model, eps, options)?;
+        (session, None)
+    };
     let mut times = Vec::with_capacity(runs);
     for i in 0..warmup + runs.max(1) {
         let values = session_inputs(&owned);
@@ -458,5 +469,37 @@ pub fn measure_latency(
         execution_providers: eps.iter().map(ToString::to_string).collect(),
         intra_op_threads: options.intra_threads,
         batch_size: batch.samples,
+        kernels,
     })
+}
+
+/// A session of the QDQ model `graph` after one profiled run, and the kernels that run
+/// used (`None` when the profile could not be had: the timing does not depend on it).
+fn profiled_session(
+    graph: &Graph,
+    model: &crate::model::SessionModel,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    options: SessionOptions,
+    owned: &[(String, ort::value::DynValue)],
+) -> Result<(ort::session::Session, Option<kernels::KernelReport>), EvalError> {
+    let folder = tempfile::tempdir().ok();
+    let Some(prefix) = folder.as_ref().map(|f| f.path().join("profile")) else {
+        return Ok((runtime.session_from_model(model, eps, options)?, None));
+    };
+    let mut session = runtime.profiled_session_from_model(model, eps, options, &prefix)?;
+    session
+        .run(session_inputs(owned))
+        .map_err(|e| EvalError::Run {
+            batch: 0,
+            model: "timed",
+            reason: e.to_string(),
+        })?;
+    let names: Vec<String> = eps.iter().map(ToString::to_string).collect();
+    let report = session
+        .end_profiling()
+        .ok()
+        .and_then(|file| std::fs::read_to_string(file).ok())
+        .and_then(|text| kernels::read_profile(&text, graph, &names).ok());
+    Ok((session, report))
 }

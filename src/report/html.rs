@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, output_table,
-    summary_items, weight_table,
+    summary_items, task_table, weight_table,
 };
 
 /// Escapes text for HTML element content and attribute values.
@@ -75,12 +75,23 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
     }
     out.push_str("</dl>\n<h2>Outputs</h2>\n");
     table(&mut out, &output_table(report));
+    if let Some(task) = task_table(report) {
+        out.push_str("<h2>Against ground truth</h2>\n");
+        table(&mut out, &task);
+    }
     if let Some(latency) = &report.latency {
         let _ = write!(
             out,
             "<h2>Latency</h2>\n<p>{}</p>\n",
             esc(&latency_line(latency))
         );
+        if let Some(kernels) = &latency.quantized.kernels {
+            let _ = writeln!(
+                out,
+                "<p>Kernels of the quantized model: {}</p>",
+                esc(&kernels.line())
+            );
+        }
     }
     let Some(tensors) = &report.tensors else {
         out.push_str("<p class=\"note\">Per-tensor errors were not computed.</p></body></html>\n");

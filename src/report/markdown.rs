@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, output_table,
-    summary_items, weight_table,
+    summary_items, task_table, weight_table,
 };
 
 /// Escapes a table cell (pipes would end the cell; backticks and stars would format).
@@ -53,8 +53,15 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> 
     }
     out.push_str("\n## Outputs\n\n");
     table(&mut out, &output_table(report));
+    if let Some(task) = task_table(report) {
+        out.push_str("## Against ground truth\n\n");
+        table(&mut out, &task);
+    }
     if let Some(latency) = &report.latency {
         let _ = writeln!(out, "## Latency\n\n{}\n", latency_line(latency));
+        if let Some(kernels) = &latency.quantized.kernels {
+            let _ = writeln!(out, "Kernels of the quantized model: {}\n", kernels.line());
+        }
     }
     let Some(tensors) = &report.tensors else {
         out.push_str("Per-tensor errors were not computed.\n");

@@ -241,6 +241,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
             "top-5 agreement",
             "sequence agreement",
             "neighbour agreement",
+            "mask IoU",
         ],
         rows: report
             .outputs
@@ -257,10 +258,25 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
                     percent(m.top5_agreement),
                     percent(m.sequence_agreement),
                     percent(m.neighbour_agreement),
+                    percent(m.mask_iou),
                 ]
             })
             .collect(),
     }
+}
+
+/// The scores against the data's ground truth, float beside quantized; `None` without any.
+pub(crate) fn task_table(report: &CompareReport) -> Option<TextTable> {
+    let rows: Vec<Vec<String>> = report
+        .outputs
+        .iter()
+        .flat_map(|m| m.task_rows())
+        .map(Vec::from)
+        .collect();
+    (!rows.is_empty()).then(|| TextTable {
+        header: crate::eval::TASK_TABLE_HEADER.to_vec(),
+        rows,
+    })
 }
 
 /// The table of the 15 worst activations.

@@ -400,7 +400,32 @@ impl Runtime {
         eps: &[EpSpec],
         options: SessionOptions,
     ) -> Result<Session, RuntimeError> {
-        let mut builder = self.builder(eps, options)?;
+        let builder = self.builder(eps, options)?;
+        Self::commit_model(builder, model, eps)
+    }
+
+    /// [`Runtime::session_from_model`] with ONNX Runtime's per-node profiling on, written to
+    /// a file named from `prefix` once [`Session::end_profiling`] is called.
+    pub fn profiled_session_from_model(
+        &self,
+        model: &crate::model::SessionModel,
+        eps: &[EpSpec],
+        options: SessionOptions,
+        prefix: &Path,
+    ) -> Result<Session, RuntimeError> {
+        let builder = self
+            .builder(eps, options)?
+            .with_profiling(prefix)
+            .map_err(ort::Error::from)?;
+        Self::commit_model(builder, model, eps)
+    }
+
+    /// Creates the session of `model` (external data resolved from its folder or memory).
+    fn commit_model(
+        mut builder: ort::session::builder::SessionBuilder,
+        model: &crate::model::SessionModel,
+        eps: &[EpSpec],
+    ) -> Result<Session, RuntimeError> {
         if let Some(folder) = &model.external_folder {
             builder = builder
                 .with_config_entry(

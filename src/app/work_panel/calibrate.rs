@@ -10,6 +10,7 @@ use crate::app::work::Work;
 use crate::app::work::data::{DataCheck, DataChoice, DataKind};
 use crate::calib::data::images::{ChannelOrder, Layout};
 use crate::calib::range::RangeMethod;
+use crate::eval::task::TaskOptions;
 use crate::runtime::{EpSpec, EpState, EpStatus, Flavor};
 
 /// The runtime build that carries `ep`, when there is one to fetch.
@@ -52,6 +53,7 @@ pub(super) fn show(
             &mut settings.measure_latency,
             "Measure float and quantized latency",
         );
+        ground_truth(ui, &mut settings.task);
 
         let ui = &mut columns[2];
         ui.heading("Execution provider");
@@ -60,6 +62,37 @@ pub(super) fn show(
         let ui = &mut columns[3];
         ui.heading("Run");
         run_column(ui, work, &method, commands);
+    });
+}
+
+/// Where the evaluation data's ground truth is: the array (empty: `labels` or `texts`) and,
+/// for a CTC model without `character` metadata, its characters file.
+fn ground_truth(ui: &mut Ui, task: &mut TaskOptions) {
+    let optional_text = |ui: &mut Ui, value: &mut Option<String>, hint: &str, tip: &str| {
+        let mut text = value.clone().unwrap_or_default();
+        ui.add(egui::TextEdit::singleline(&mut text).hint_text(hint))
+            .on_hover_text(tip);
+        *value = Some(text.trim().to_owned()).filter(|t| !t.is_empty());
+    };
+    egui::Grid::new("ground-truth").num_columns(2).show(ui, |ui| {
+        ui.label("Ground truth");
+        optional_text(
+            ui,
+            &mut task.truth_key,
+            "labels or texts",
+            "The .npz array holding class labels or texts, one per sample (empty: 'labels' or 'texts' when present)",
+        );
+        ui.end_row();
+        ui.label("Characters");
+        let mut charset = task.charset.as_ref().map(|p| p.display().to_string());
+        optional_text(
+            ui,
+            &mut charset,
+            "from the model",
+            "A CTC model's characters, one per line (empty: the model's 'character' metadata)",
+        );
+        task.charset = charset.map(std::path::PathBuf::from);
+        ui.end_row();
     });
 }
 

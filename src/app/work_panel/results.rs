@@ -9,7 +9,9 @@ use crate::app::command::Command;
 use crate::app::document::Document;
 use crate::app::panel_state::{OutputImages, PanelState};
 use crate::app::work::heat;
+use crate::eval::OutputKind;
 use crate::eval::reference::OutputPair;
+use crate::eval::task::TaskOptions;
 use crate::workflow::compare::{Comparison, TENSOR_SAMPLES};
 
 pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
@@ -29,6 +31,11 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
             ui.visuals().warn_fg_color,
             "These results are for an earlier recipe: press Quantize & compare (F5) to update them.",
         );
+    } else if comparison.reference.task != work.settings.task {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            "These results were measured with other output kinds or ground truth: press Quantize & compare (F5) to update them.",
+        );
     }
     let t = comparison.timings;
     ui.label(
@@ -43,7 +50,12 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         .weak(),
     );
     ui.horizontal_top(|ui| {
-        ui.vertical(|ui| outputs_table(ui, comparison));
+        ui.vertical(|ui| {
+            outputs_table(ui, comparison);
+            output_kinds(ui, comparison, &work.settings.task, commands);
+            task_table(ui, comparison);
+            latency(ui, comparison);
+        });
         ui.separator();
         ui.vertical(|ui| heat_controls(ui, comparison, heat.as_deref(), panel, commands));
         ui.separator();
@@ -71,25 +83,113 @@ fn outputs_table(ui: &mut Ui, comparison: &Comparison) {
                 ui.end_row();
             }
         });
-    if let Some(l) = &comparison.latency {
-        ui.add_space(4.0);
-        ui.label(RichText::new("Latency (median of 10 runs)").strong());
-        ui.label(format!(
-            "float {:.2} ms · quantized {:.2} ms · speed-up {:.2}×",
-            l.float.median_ms,
-            l.quantized.median_ms,
-            l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
-        ));
+}
+
+/// One menu per output: the kind it is read as (detected, or chosen).
+fn output_kinds(
+    ui: &mut Ui,
+    comparison: &Comparison,
+    task: &TaskOptions,
+    commands: &mut Vec<Command>,
+) {
+    ui.add_space(4.0);
+    ui.label(RichText::new("Output kinds").strong())
+        .on_hover_text("The kind decides the task metrics: top-1 for class scores, CTC readings for sequences, neighbours for embeddings, mask IoU for dense maps");
+    for m in &comparison.outputs {
+        ui.horizontal(|ui| {
+            let chosen = task.kinds.get(&m.name).copied();
+            let shown = chosen.unwrap_or(m.kind);
+            ui.label(RichText::new(&m.name).monospace());
+            egui::ComboBox::from_id_salt(("output-kind", &m.name))
+                .selected_text(format!(
+                    "{}{}",
+                    shown.label(),
+                    if chosen.is_some() { " (chosen)" } else { "" }
+                ))
+                .show_ui(ui, |ui| {
+                    if ui.selectable_label(chosen.is_none(), "Detected").clicked() {
+                        commands.push(Command::SetOutputKind {
+                            output: m.name.clone(),
+                            kind: None,
+                        });
+                    }
+                    for kind in OutputKind::ALL {
+                        if ui
+                            .selectable_label(chosen == Some(kind), kind.label())
+                            .clicked()
+                        {
+                            commands.push(Command::SetOutputKind {
+                                output: m.name.clone(),
+                                kind: Some(kind),
+                            });
+                        }
+                    }
+                });
+        });
+    }
+}
+
+/// Scores against the evaluation data's ground truth, float beside quantized.
+fn task_table(ui: &mut Ui, comparison: &Comparison) {
+    let rows: Vec<[String; 5]> = comparison
+        .outputs
+        .iter()
+        .flat_map(|m| m.task_rows())
+        .collect();
+    let Some(key) = comparison.reference.reference.truth_key() else {
         ui.label(
-            RichText::new(format!(
-                "p90 {:.2} / {:.2} ms on {}, batch {}",
-                l.float.p90_ms,
-                l.quantized.p90_ms,
-                l.float.execution_providers.join(" > "),
-                l.float.batch_size
-            ))
-            .weak(),
+            RichText::new("No ground truth: keep 'labels' or 'texts' beside the inputs in the evaluation .npz for accuracy.")
+                .weak(),
         );
+        return;
+    };
+    ui.add_space(4.0);
+    ui.label(RichText::new(format!("Against ground truth ('{key}')")).strong());
+    egui::Grid::new("task-table").striped(true).show(ui, |ui| {
+        for h in crate::eval::TASK_TABLE_HEADER {
+            ui.label(RichText::new(h).strong());
+        }
+        ui.end_row();
+        for [name, rest @ ..] in rows {
+            ui.label(RichText::new(name).monospace());
+            for cell in rest {
+                ui.label(cell);
+            }
+            ui.end_row();
+        }
+    });
+}
+
+/// Latency of both models, and which kernels the quantized one ran.
+fn latency(ui: &mut Ui, comparison: &Comparison) {
+    let Some(l) = &comparison.latency else {
+        return;
+    };
+    ui.add_space(4.0);
+    ui.label(RichText::new("Latency (median of 10 runs)").strong());
+    ui.label(format!(
+        "float {:.2} ms · quantized {:.2} ms · speed-up {:.2}×",
+        l.float.median_ms,
+        l.quantized.median_ms,
+        l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
+    ));
+    ui.label(
+        RichText::new(format!(
+            "p90 {:.2} / {:.2} ms on {}, batch {}",
+            l.float.p90_ms,
+            l.quantized.p90_ms,
+            l.float.execution_providers.join(" > "),
+            l.float.batch_size
+        ))
+        .weak(),
+    );
+    if let Some(kernels) = &l.quantized.kernels {
+        let line = format!("Kernels: {}", kernels.line());
+        if kernels.hint.is_some() {
+            ui.colored_label(ui.visuals().warn_fg_color, line);
+        } else {
+            ui.label(RichText::new(line).weak());
+        }
     }
 }
 

@@ -1,0 +1,257 @@
+//! Why a QDQ model is as fast as it is: which kernels ONNX Runtime ran for it, read from its
+//! per-node profile of one run. A Q/DQ group that an execution provider fuses runs as one
+//! integer kernel (QLinearConv, MatMulInteger, ...); one it cannot fuse runs its Conv or
+//! MatMul in float between standalone DequantizeLinear and QuantizeLinear nodes, which is
+//! more work than the float model does (the CUDA provider has no such fusions at all).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::model::Graph;
+
+/// Ops whose float kernel inside a Q/DQ group means the group was not fused.
+const COMPUTE_OPS: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
+
+/// Integer kernels that fused Q/DQ groups become (besides every `QLinear*` op).
+const INTEGER_OPS: [&str; 10] = [
+    "ConvInteger",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "QGemm",
+    "MatMulNBits",
+    "QAttention",
+    "QOrderedMatMul",
+    "NhwcQLinearConv",
+    "QEmbedLayerNormalization",
+];
+
+/// The provider ONNX Runtime names TensorRT by: nodes it takes run inside its engines.
+const TENSORRT: &str = "TensorrtExecutionProvider";
+
+/// Kernels of one op run by one execution provider in one inference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelCount {
+    /// ONNX Runtime's provider name (`CPUExecutionProvider`).
+    pub provider: String,
+    /// The kernel's op (`QLinearConv`, `DequantizeLinear`).
+    pub op: String,
+    /// Kernels run.
+    pub count: usize,
+}
+
+/// What ran for a QDQ model, and what it means for its speed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelReport {
+    /// Kernels by provider and op, most run first.
+    pub kernels: Vec<KernelCount>,
+    /// Conv/MatMul/Gemm nodes of the QDQ model fed by a DequantizeLinear.
+    pub quantized_compute: usize,
+    /// Integer kernels run (fused Q/DQ groups).
+    pub integer_kernels: usize,
+    /// Quantized Conv/MatMul/Gemm nodes that ran in float (not fused), by name.
+    pub float_compute: Vec<String>,
+    /// QuantizeLinear and DequantizeLinear kernels run on their own.
+    pub standalone_qdq: usize,
+    /// Nodes run inside TensorRT engines (which choose their own int8 kernels).
+    pub tensorrt: usize,
+    /// What to do about it, when the model runs mostly in float.
+    pub hint: Option<String>,
+}
+
+/// Why a profile could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("ONNX Runtime's profile cannot be read: {0}")]
+pub struct ProfileError(String);
+
+/// One kernel run of the profile.
+struct KernelRun {
+    node: String,
+    op: String,
+    provider: String,
+}
+
+/// The kernel runs of a profile (Chrome trace JSON, ONNX Runtime's format).
+fn kernel_runs(profile: &str) -> Result<Vec<KernelRun>, ProfileError> {
+    let events: Vec<serde_json::Value> =
+        serde_json::from_str(profile).map_err(|e| ProfileError(e.to_string()))?;
+    Ok(events
+        .iter()
+        .filter(|e| e["cat"] == "Node")
+        .filter_map(|e| {
+            let node = e["name"].as_str()?.strip_suffix("_kernel_time")?;
+            Some(KernelRun {
+                node: node.to_owned(),
+                op: e["args"]["op_name"].as_str()?.to_owned(),
+                provider: e["args"]["provider"].as_str()?.to_owned(),
+            })
+        })
+        .collect())
+}
+
+/// True for a kernel that computes on integers (a fused Q/DQ group).
+fn is_integer(op: &str) -> bool {
+    op.starts_with("QLinear") || INTEGER_OPS.contains(&op)
+}
+
+/// The Conv/MatMul/Gemm nodes of `graph` with an input produced by a DequantizeLinear.
+fn quantized_compute(graph: &Graph) -> BTreeSet<String> {
+    graph
+        .nodes()
+        .iter()
+        .filter(|n| COMPUTE_OPS.contains(&n.op_type.as_str()))
+        .filter(|n| {
+            n.inputs.iter().any(|i| {
+                graph
+                    .tensor(i)
+                    .and_then(|t| t.producer)
+                    .is_some_and(|p| graph.node(p).op_type == "DequantizeLinear")
+            })
+        })
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+/// Reads the profile of one run of the QDQ model `graph` on `eps` (qdq-studio's names, for
+/// the hint).
+pub fn read_profile(
+    profile: &str,
+    graph: &Graph,
+    eps: &[String],
+) -> Result<KernelReport, ProfileError> {
+    let runs = kernel_runs(profile)?;
+    let compute = quantized_compute(graph);
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for run in &runs {
+        *counts
+            .entry((run.provider.clone(), run.op.clone()))
+            .or_default() += 1;
+    }
+    let mut kernels: Vec<KernelCount> = counts
+        .into_iter()
+        .map(|((provider, op), count)| KernelCount {
+            provider,
+            op,
+            count,
+        })
+        .collect();
+    kernels.sort_by(|a, b| b.count.cmp(&a.count).then(a.op.cmp(&b.op)));
+    let float_compute: BTreeSet<String> = runs
+        .iter()
+        .filter(|r| COMPUTE_OPS.contains(&r.op.as_str()) && compute.contains(&r.node))
+        .map(|r| r.node.clone())
+        .collect();
+    let mut report = KernelReport {
+        kernels,
+        quantized_compute: compute.len(),
+        integer_kernels: runs.iter().filter(|r| is_integer(&r.op)).count(),
+        float_compute: float_compute.into_iter().collect(),
+        standalone_qdq: runs
+            .iter()
+            .filter(|r| matches!(r.op.as_str(), "QuantizeLinear" | "DequantizeLinear"))
+            .count(),
+        tensorrt: runs.iter().filter(|r| r.provider == TENSORRT).count(),
+        hint: None,
+    };
+    report.hint = hint(&report, eps);
+    Ok(report)
+}
+
+/// A plain explanation when quantized compute ran in float.
+fn hint(report: &KernelReport, eps: &[String]) -> Option<String> {
+    if report.float_compute.is_empty() {
+        return None;
+    }
+    let on = eps.first().map_or("cpu", String::as_str);
+    let all = report.integer_kernels == 0;
+    let what = if all {
+        format!(
+            "none of the {} quantized Conv/MatMul/Gemm ran as an integer kernel",
+            report.quantized_compute
+        )
+    } else {
+        format!(
+            "{} of the {} quantized Conv/MatMul/Gemm ran in float",
+            report.float_compute.len(),
+            report.quantized_compute
+        )
+    };
+    let advice = match on.split(':').next().unwrap_or(on) {
+        "cuda" => {
+            "the CUDA provider has no integer kernels for Q/DQ groups: run QDQ models with TensorRT (--eps trt), or give LLMs int4 weight-only MatMulNBits"
+        }
+        "dml" | "directml" => {
+            "DirectML fuses only some Q/DQ patterns: int4 weight-only MatMulNBits is its fast path for LLMs"
+        }
+        _ => {
+            "a Q/DQ group fuses only with 8-bit activations and weights (16-bit or excluded neighbours keep it in float)"
+        }
+    };
+    Some(format!(
+        "{what} on {on}: they ran between standalone DequantizeLinear/QuantizeLinear nodes, more work than the float model does; {advice}"
+    ))
+}
+
+impl KernelReport {
+    /// One line for people: integer kernels against float ones, and the hint.
+    pub fn line(&self) -> String {
+        let mut line = if self.tensorrt > 0 {
+            format!(
+                "{} node(s) ran inside TensorRT engines (TensorRT picks int8 kernels from the Q/DQ nodes)",
+                self.tensorrt
+            )
+        } else {
+            format!(
+                "{} integer kernel(s), {} of {} quantized Conv/MatMul/Gemm in float, {} standalone Q/DQ",
+                self.integer_kernels,
+                self.float_compute.len(),
+                self.quantized_compute,
+                self.standalone_qdq
+            )
+        };
+        if let Some(hint) = &self.hint {
+            line.push_str(": ");
+            line.push_str(hint);
+        }
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(name: &str, op: &str, provider: &str) -> String {
+        format!(
+            r#"{{"cat": "Node", "name": "{name}_kernel_time", "args": {{"op_name": "{op}", "provider": "{provider}"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_cuda_run_without_integer_kernels_gets_the_tensorrt_hint() {
+        use crate::model::{DataType, ModelBuilder};
+        let mut b = ModelBuilder::new(13);
+        b.input("x", DataType::Float32, &[1, 4]);
+        b.input("w", DataType::Int8, &[4, 4]);
+        b.input("s", DataType::Float32, &[]);
+        b.node("DequantizeLinear", &["w", "s"], &["wf"]).name("dq");
+        b.node("MatMul", &["x", "wf"], &["y"]).name("mm");
+        b.output("y", DataType::Float32, &[1, 4]);
+        let graph = Graph::build(&b.build());
+        let profile = format!(
+            "[{}, {}, {{\"cat\": \"Session\", \"name\": \"model_run\"}}]",
+            event("dq", "DequantizeLinear", "CUDAExecutionProvider"),
+            event("mm", "MatMul", "CUDAExecutionProvider"),
+        );
+        let report = read_profile(&profile, &graph, &["cuda:0".to_owned()]).unwrap();
+        assert_eq!(report.float_compute, ["mm"]);
+        assert_eq!((report.integer_kernels, report.standalone_qdq), (0, 1));
+        let hint = report.hint.unwrap();
+        assert!(
+            hint.contains("none of the 1 quantized") && hint.contains("TensorRT"),
+            "{hint}"
+        );
+        assert!(read_profile("not json", &graph, &[]).is_err());
+    }
+}
