@@ -957,3 +957,48 @@ fn the_kernel_report_tells_a_fused_qdq_conv_from_one_run_in_float() {
             .contains("1 of 2 quantized Conv/MatMul/Gemm in float")
     );
 }
+
+#[test]
+fn auto_exclude_takes_an_accuracy_target_against_the_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let x = eval_source(&float).next_batch(64).unwrap().unwrap().inputs[0]
+        .1
+        .clone();
+    let labels: Vec<i64> = best_classes(&float, &x).iter().map(|&c| c as i64).collect();
+    let n = labels.len();
+    let data = dir.path().join("labelled.npz");
+    let labels = qdq_studio::model::TensorArray::Int64(
+        ndarray::ArrayD::from_shape_vec(vec![n], labels).unwrap(),
+    );
+    common::write_npz(&data, &[("x", x), ("labels", labels)]);
+    let stats = dir.path().join("stats.json");
+    common::run_ok(
+        cli()
+            .args(["calibrate", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(&stats),
+    );
+    let scan = |data: &Path| {
+        let mut cmd = cli();
+        cmd.args(["sensitivity", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_cache_path")
+            .arg(&stats)
+            .arg("--data")
+            .arg(data)
+            .args(["--candidates", "Conv@0", "--target_accuracy", "90"]);
+        cmd
+    };
+    let text = common::run_ok(&mut scan(&data));
+    assert!(
+        text.contains("target accuracy 90.0% reached"),
+        "the float model's own classes are read right: {text}"
+    );
+    let (ok, text) = common::run_text(&mut scan(&asset("eval.npz")));
+    assert!(!ok);
+    assert!(text.contains("an accuracy target needs 'labels'"), "{text}");
+}
