@@ -14,8 +14,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The app icon inside the Windows executable (Explorer, the taskbar, the MSI's shortcuts).
-#[cfg(windows)]
+/// The app icon inside the Windows executable (Explorer, the taskbar, the MSI's shortcuts),
+/// whichever host builds it.
 fn embed_windows_icon() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=assets/icon/qdq-studio.ico");
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("windows") {
@@ -23,11 +23,5 @@ fn embed_windows_icon() -> Result<(), Box<dyn std::error::Error>> {
         resource.set_icon("assets/icon/qdq-studio.ico");
         resource.compile()?;
     }
-    Ok(())
-}
-
-/// Other hosts build no Windows resources.
-#[cfg(not(windows))]
-fn embed_windows_icon() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }

@@ -1,5 +1,10 @@
 //! `qdq-studio`: with a subcommand, the headless CLI; otherwise the studio.
 
+// On Windows the program is a window, not a console program, so the studio started from the
+// Start menu or Explorer opens no console beside it; the CLI attaches to the console of the
+// terminal it was started from (`attach_console`).
+#![cfg_attr(windows, windows_subsystem = "windows")]
+
 mod cli;
 
 use std::process::ExitCode;
@@ -7,6 +12,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    attach_console();
     restore_sigpipe();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("QDQ_STUDIO_LOG"))
@@ -48,6 +54,27 @@ fn studio(_model: Option<std::path::PathBuf>) -> anyhow::Result<()> {
         "this build of qdq-studio has no studio (built without the 'studio' feature); run `qdq-studio --help` for the CLI"
     )
 }
+
+/// A windows-subsystem program has no console: when started from a terminal without its
+/// output redirected, print to that terminal's console. Redirected output (`> out.txt`, a
+/// pipe) already has its handles and is left alone.
+#[cfg(windows)]
+fn attach_console() {
+    use windows_sys::Win32::Foundation::INVALID_HANDLE_VALUE;
+    use windows_sys::Win32::System::Console::{
+        ATTACH_PARENT_PROCESS, AttachConsole, GetStdHandle, STD_OUTPUT_HANDLE,
+    };
+    // SAFETY: Win32 calls with constant arguments; a failure leaves the process as it was.
+    unsafe {
+        let handle = GetStdHandle(STD_OUTPUT_HANDLE);
+        if handle.is_null() || handle == INVALID_HANDLE_VALUE {
+            AttachConsole(ATTACH_PARENT_PROCESS);
+        }
+    }
+}
+
+#[cfg(not(windows))]
+fn attach_console() {}
 
 /// Rust ignores SIGPIPE, so printing to a closed pipe (`qdq-studio inspect m.onnx | head`)
 /// would panic; a command-line tool should end quietly instead, as the Unix tools do.

@@ -242,3 +242,23 @@ fn the_gpu_runtime_without_cuda_names_the_missing_library() {
         "{cuda}"
     );
 }
+
+#[test]
+fn unpacking_a_runtime_for_another_platform_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("dlls");
+    for (platform, expected) in [
+        ("windows", "bad --platform 'windows': expected OS-ARCH"),
+        ("plan9-x86_64", "plan9-x86_64"),
+    ] {
+        let (ok, text) = common::run_text(
+            cli()
+                .args(["runtime", "unpack", "--platform", platform, "--to"])
+                .arg(&to),
+        );
+        assert!(!ok, "{text}");
+        assert!(text.contains(expected), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+    assert!(!to.exists(), "nothing is written");
+}

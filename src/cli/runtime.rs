@@ -30,6 +30,22 @@ pub enum RuntimeAction {
         #[arg(long)]
         index_url: Option<String>,
     },
+    /// Download the pinned build for a platform (this one or another) and unpack its
+    /// libraries into a folder, sha256-checked, without making it active: for packaging.
+    Unpack {
+        /// Which build: cpu; gpu (CUDA + TensorRT); directml (Windows); openvino.
+        #[arg(long, value_enum, default_value_t = Flavor::Cpu)]
+        flavor: Flavor,
+        /// The platform, `OS-ARCH` (`windows-x86_64`, `linux-x86_64`).
+        #[arg(long)]
+        platform: String,
+        /// The folder to unpack into (replaced whole).
+        #[arg(long)]
+        to: std::path::PathBuf,
+        /// A package index to download from instead of pip's configured one.
+        #[arg(long)]
+        index_url: Option<String>,
+    },
 }
 
 /// Prints fetch progress on stderr.
@@ -91,6 +107,27 @@ pub fn print_versions() {
 /// Runs `runtime`.
 pub fn run(args: &RuntimeArgs) -> anyhow::Result<()> {
     let mut options = LoadOptions::new()?;
+    if let Some(RuntimeAction::Unpack {
+        flavor,
+        platform,
+        to,
+        index_url,
+    }) = &args.action
+    {
+        let Some((os, arch)) = platform.split_once('-') else {
+            anyhow::bail!("bad --platform '{platform}': expected OS-ARCH, e.g. windows-x86_64");
+        };
+        let fetch = FetchOptions {
+            index_url: index_url.clone(),
+            ..FetchOptions::default()
+        };
+        let written =
+            runtime::unpack_for_platform(*flavor, os, arch, to, &fetch, &mut print_progress)?;
+        for path in written {
+            println!("{}", path.display());
+        }
+        return Ok(());
+    }
     if let Some(RuntimeAction::Install { flavor, index_url }) = &args.action {
         options.fetch = FetchOptions {
             index_url: index_url.clone(),

@@ -113,11 +113,11 @@ pub fn resolve_location(
             path,
         });
     }
-    let canonical_folder = folder.canonicalize().map_err(|source| ModelError::Read {
+    let canonical_folder = dunce::canonicalize(folder).map_err(|source| ModelError::Read {
         path: folder.to_path_buf(),
         source,
     })?;
-    let canonical = path.canonicalize().map_err(|source| ModelError::Read {
+    let canonical = dunce::canonicalize(&path).map_err(|source| ModelError::Read {
         path: path.clone(),
         source,
     })?;
@@ -144,32 +144,38 @@ pub fn release_pages(data: &[u8], mapped: &[Bytes]) {
         let from = m.as_ptr() as usize;
         is_mapped(m) && from <= start && end <= from + m.len()
     };
-    if data.is_empty() || !mapped.iter().any(inside) {
-        return;
-    }
-    #[cfg(unix)]
-    {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        // Whole pages only: a mapping starts on a page boundary, so rounding the start down
-        // and the end up stays inside it.
-        let first = start - start % page;
-        let last = end.next_multiple_of(page);
-        // SAFETY: the range lies in a read-only shared file mapping (`memmap2::Mmap::map`):
-        // MADV_DONTNEED drops this process's copies of the pages and the next access reads
-        // the same bytes from the file again, so no data seen through the mapping changes.
-        let status = unsafe {
-            libc::madvise(
-                first as *mut libc::c_void,
-                last - first,
-                libc::MADV_DONTNEED,
-            )
-        };
-        if status != 0 {
-            tracing::debug!("madvise failed: {}", std::io::Error::last_os_error());
-        }
+    if !data.is_empty() && mapped.iter().any(inside) {
+        drop_pages(start, end);
     }
 }
+
+/// Drops this process's copies of the mapped pages over `start..end` (`MADV_DONTNEED`).
+#[cfg(unix)]
+fn drop_pages(start: usize, end: usize) {
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    // Whole pages only: a mapping starts on a page boundary, so rounding the start down
+    // and the end up stays inside it.
+    let first = start - start % page;
+    let last = end.next_multiple_of(page);
+    // SAFETY: the range lies in a read-only shared file mapping (`memmap2::Mmap::map`):
+    // MADV_DONTNEED drops this process's copies of the pages and the next access reads
+    // the same bytes from the file again, so no data seen through the mapping changes.
+    let status = unsafe {
+        libc::madvise(
+            first as *mut libc::c_void,
+            last - first,
+            libc::MADV_DONTNEED,
+        )
+    };
+    if status != 0 {
+        tracing::debug!("madvise failed: {}", std::io::Error::last_os_error());
+    }
+}
+
+/// Off Unix nothing is done: the pages stay counted until their map is dropped.
+#[cfg(not(unix))]
+fn drop_pages(_start: usize, _end: usize) {}
 
 /// Maps a regular file read-only, or reads it when it is small (never more than the size it
 /// declares). A folder, pipe or device is an error before it is opened.

@@ -47,7 +47,7 @@ impl Model {
     /// is upgraded in memory ([`super::legacy`]).
     pub fn load(path: &Path) -> Result<Model, ModelError> {
         let bytes = map_file(path)?;
-        let canonical = path.canonicalize().map_err(|source| ModelError::Read {
+        let canonical = dunce::canonicalize(path).map_err(|source| ModelError::Read {
             path: path.to_path_buf(),
             source,
         })?;

@@ -62,20 +62,16 @@ fn resolve_output(path: &Path) -> Result<PathBuf, ModelError> {
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
     })?;
     let parent = crate::util::folder_of(path);
-    let parent = parent
-        .canonicalize()
-        .map_err(|_| ModelError::NoOutputFolder {
-            path: parent.to_path_buf(),
-        })?;
+    let parent = dunce::canonicalize(parent).map_err(|_| ModelError::NoOutputFolder {
+        path: parent.to_path_buf(),
+    })?;
     Ok(parent.join(file_name))
 }
 
 fn refuse_inputs(model: &Model, outputs: &[&Path]) -> Result<(), ModelError> {
     let inputs = model.source_files();
     for output in outputs {
-        let existing = output
-            .canonicalize()
-            .unwrap_or_else(|_| output.to_path_buf());
+        let existing = dunce::canonicalize(output).unwrap_or_else(|_| output.to_path_buf());
         if inputs.contains(&existing) {
             return Err(ModelError::WouldOverwriteInput {
                 path: output.to_path_buf(),

@@ -260,3 +260,39 @@ pub fn install(
     progress(FetchEvent::Done);
     Ok(target.join(library_name))
 }
+
+/// Downloads the pinned `flavor` build for another platform (`os`, `arch`: `windows`,
+/// `x86_64`), checks its sha256 as an install does, and unpacks its runtime libraries into
+/// `folder` (replaced whole) without making anything active: what a package for that platform
+/// ships beside its executable. Returns the files written.
+pub fn unpack_for_platform(
+    flavor: Flavor,
+    os: &str,
+    arch: &str,
+    folder: &Path,
+    fetch: &FetchOptions,
+    progress: &mut dyn FnMut(FetchEvent),
+) -> Result<Vec<PathBuf>, RuntimeError> {
+    let wheel = pins::wheel_for_platform(flavor, os, arch).ok_or_else(|| {
+        RuntimeError::NoWheelForPlatform {
+            flavor: flavor.name().to_owned(),
+            platform: format!("{os}-{arch}"),
+        }
+    })?;
+    let parent = crate::util::folder_of(folder);
+    let downloads = tempfile::Builder::new()
+        .prefix(".download-")
+        .tempdir_in(parent)
+        .map_err(|source| RuntimeError::Cache {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    let wheel_path = wheel::download(wheel, downloads.path(), fetch, progress)?;
+    let select = |entry: &str| {
+        pins::is_runtime_library(entry)
+            .then(|| entry.rsplit('/').next().unwrap_or(entry).to_owned())
+    };
+    let written = wheel::extract(&wheel_path, folder, &select, progress)?;
+    progress(FetchEvent::Done);
+    Ok(written)
+}

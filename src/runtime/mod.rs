@@ -25,7 +25,7 @@ use ort::session::builder::GraphOptimizationLevel;
 
 pub use ep::{EpSpec, EpState, EpStatus};
 pub use error::{Attempt, RuntimeError, explain_load_error};
-pub use locate::{LibrarySource, install, installed_flavors};
+pub use locate::{LibrarySource, install, installed_flavors, unpack_for_platform};
 pub use pins::Flavor;
 pub use wheel::{FetchEvent, FetchOptions};
 

@@ -27,8 +27,8 @@ fn identities(path: &Path) -> Vec<FileId> {
         use std::os::unix::fs::MetadataExt;
         ids.push(FileId::Inode(meta.dev(), meta.ino()));
     }
-    let canonical = path.canonicalize().ok().or_else(|| {
-        let folder = crate::util::folder_of(path).canonicalize().ok()?;
+    let canonical = dunce::canonicalize(path).ok().or_else(|| {
+        let folder = dunce::canonicalize(crate::util::folder_of(path)).ok()?;
         Some(folder.join(path.file_name()?))
     });
     ids.push(FileId::Path(
