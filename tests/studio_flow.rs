@@ -300,6 +300,22 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     );
     let recipe_file = dir.path().join("cls.recipe.toml");
     assert_eq!(Recipe::load(&recipe_file).unwrap(), after);
+    // Every indicator agrees: the recipe panel names the recipe file, and the statistics,
+    // which quitting no longer asks about, say the saved model holds their ranges.
+    assert_eq!(
+        h.state().document().unwrap().recipe_path.as_deref(),
+        Some(recipe_file.as_path())
+    );
+    assert!(
+        h.query_by_label(&format!("File: {}", recipe_file.display()))
+            .is_some()
+    );
+    press(&mut h, "Calibration");
+    assert!(
+        h.query_by_label_contains("the saved model holds their ranges")
+            .is_some()
+    );
+    press(&mut h, "Sensitivity");
 
     // The saved file loads in ONNX Runtime with the expected nodes left in float.
     runtime
@@ -790,4 +806,95 @@ fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
         h.query_by_label("Against ground truth ('labels')")
             .is_none()
     );
+}
+
+#[test]
+fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
+    use qdq_studio::app::command::Command;
+    use qdq_studio::report::charts::clipped_share;
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(2);
+    settle(&mut h, "calibration");
+    assert!(h.state().has_unsaved_work(), "fresh statistics are unsaved");
+
+    // MinMax's range holds every value seen: its row clips nothing, though the histogram's
+    // outer bins reach beyond the values (a bin-width estimate said otherwise).
+    let stats = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .results
+        .stats
+        .clone()
+        .unwrap();
+    let (name, estimate) = stats
+        .tensors
+        .iter()
+        .filter_map(|(name, t)| {
+            let h = t.histogram.as_ref()?;
+            let range = (t.min.min(0.0), t.max.max(0.0));
+            Some((name.clone(), clipped_share(h, range, None)))
+        })
+        .find(|(_, estimate)| *estimate > 1e-5)
+        .expect("a tensor whose outer bins reach beyond its values");
+    h.state_mut().push(Command::ShowHistogram(name.clone()));
+    h.run_steps(3);
+    assert!(
+        h.query_all_by_label("clips 0.000%").count() >= 1,
+        "MinMax clips nothing on {name}"
+    );
+    let wrong = format!("clips {:.3}%", estimate * 100.0);
+    assert!(h.query_by_label(&wrong).is_none(), "{wrong} on {name}");
+
+    // Opening another model asks first; Stay keeps everything.
+    let other = common::asset("ppocr_cls.onnx");
+    h.state_mut().push(Command::Open(other.clone()));
+    h.run_steps(3);
+    assert!(
+        h.query_by_label("Opening ppocr_cls.onnx replaces them.")
+            .is_some()
+    );
+    press(&mut h, "Stay");
+    assert!(h.query_by_label("Open without saving").is_none());
+    let doc = h.state().document().unwrap();
+    assert!(doc.work.results.stats.is_some(), "the work is still there");
+    assert_eq!(doc.source, Source::Sample);
+    // Asked again, "Open without saving" opens it.
+    h.state_mut().push(Command::Open(other.clone()));
+    h.run_steps(3);
+    press(&mut h, "Open without saving");
+    settle(&mut h, "opening the other model");
+    let doc = h.state().document().unwrap();
+    assert_eq!(doc.source, Source::File(other));
+    assert!(doc.work.results.stats.is_none());
+    no_notices(&h);
+
+    // A model that cannot be opened: the notice says why and the status bar no longer says
+    // "Opening …".
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("truncated.onnx");
+    std::fs::write(&broken, b"\x08\x07\x12").unwrap();
+    h.state_mut().push(Command::Open(broken));
+    h.run_steps(2);
+    settle(&mut h, "failing to open");
+    assert_eq!(h.state().status(), "Could not open truncated.onnx");
+    assert_eq!(h.state().notices().len(), 1);
+
+    // Escape closes the shortcuts window.
+    h.get_by_label("Dismiss").click();
+    h.run_steps(2);
+    let before = h.query_all_by_label("Keyboard shortcuts").count();
+    h.state_mut().push(Command::ShowShortcuts);
+    h.run_steps(2);
+    assert!(
+        h.query_all_by_label("Keyboard shortcuts").count() > before,
+        "the window is shown"
+    );
+    h.key_press(Key::Escape);
+    h.run_steps(2);
+    assert_eq!(h.query_all_by_label("Keyboard shortcuts").count(), before);
 }

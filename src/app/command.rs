@@ -109,10 +109,10 @@ pub enum Command {
     CancelOpen,
     /// Close the window (asks first when there is unsaved work).
     Quit,
-    /// Close the window without asking.
-    QuitDiscarding,
-    /// The unsaved-work question: save the quantized model, then quit.
-    SaveThenQuit,
+    /// The unsaved-work question: go on without saving (quit, or open the model asked for).
+    Discard,
+    /// The unsaved-work question: save the quantized model, then go on.
+    SaveThenGoOn,
     /// The unsaved-work question: stay.
     KeepWorking,
     /// Calibrate with the panel's settings.

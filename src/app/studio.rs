@@ -190,8 +190,26 @@ impl Studio {
                     started: Instant::now(),
                 });
             }
-            Err(e) => self.fail(format!("Could not open {label}"), e),
+            Err(e) => self.open_failed(&label, e),
         }
+    }
+
+    /// Opens `source`, asking first when the open model has unsaved work (the new model
+    /// would replace it).
+    fn open_asking(&mut self, source: Source) {
+        if self.has_unsaved_work() {
+            self.exit.open_after = Some(source);
+            self.exit.ask_unsaved = true;
+        } else {
+            self.open(source);
+        }
+    }
+
+    /// Opening `label` failed: the notice says why, and the status bar no longer says
+    /// "Opening …" (the model open before stays).
+    fn open_failed(&mut self, label: &str, detail: impl std::fmt::Display) {
+        self.window.status = format!("Could not open {label}");
+        self.fail(format!("Could not open {label}"), detail);
     }
 
     fn poll_open(&mut self, ctx: &egui::Context) {
@@ -209,11 +227,8 @@ impl Studio {
         match result {
             Ok(Ok(doc)) => self.install(doc, opening.started),
             Ok(Err(OpenError::Cancelled(_))) => self.window.status = "Opening cancelled".to_owned(),
-            Ok(Err(e)) => self.fail(
-                format!("Could not open {}", opening.label),
-                format!("{e:#}"),
-            ),
-            Err(panic) => self.fail(format!("Could not open {}", opening.label), panic),
+            Ok(Err(e)) => self.open_failed(&opening.label, format!("{e:#}")),
+            Err(panic) => self.open_failed(&opening.label, panic),
         }
         ctx.request_repaint();
     }
@@ -249,8 +264,8 @@ impl Studio {
         match command {
             Command::OpenDialog => self.open_dialog(),
             Command::OpenPathPrompt => self.ask_path(PathPurpose::OpenModel, None),
-            Command::Open(path) => self.open(Source::File(path)),
-            Command::OpenSample => self.open(Source::Sample),
+            Command::Open(path) => self.open_asking(Source::File(path)),
+            Command::OpenSample => self.open_asking(Source::Sample),
             Command::SaveRecipeDialog => self.save_recipe_dialog(),
             Command::SaveRecipe(path) => self.save_recipe(&path),
             Command::LoadRecipeDialog => self.load_recipe_dialog(),
@@ -261,13 +276,26 @@ impl Studio {
             Command::ClearRecent => self.settings.recent.clear(),
             Command::CancelOpen => self.cancel_open(),
             Command::Quit => self.request_quit(),
-            Command::QuitDiscarding => {
+            Command::Discard => {
                 self.exit.ask_unsaved = false;
-                self.exit.confirmed = true;
-                self.exit.quit = true;
+                match self.exit.open_after.take() {
+                    Some(source) => self.open(source),
+                    None => {
+                        self.exit.confirmed = true;
+                        self.exit.quit = true;
+                    }
+                }
             }
-            Command::SaveThenQuit => self.save_then_quit(),
-            Command::KeepWorking => self.exit.ask_unsaved = false,
+            Command::SaveThenGoOn => self.save_then_go_on(),
+            Command::KeepWorking => {
+                self.exit.ask_unsaved = false;
+                self.exit.open_after = None;
+            }
+            // Escape closes the shortcuts and About windows before it reaches the graph.
+            Command::Escape if self.window.show_shortcuts || self.window.show_about => {
+                self.window.show_shortcuts = false;
+                self.window.show_about = false;
+            }
             other if crate::app::work_actions::is_work_command(&other) => self.apply_work(other),
             other => self.apply_to_document(other),
         }
@@ -481,7 +509,7 @@ impl Studio {
             dialog.pick_file()
         });
         if let Some(path) = picked {
-            self.open(Source::File(path));
+            self.open_asking(Source::File(path));
         }
     }
 
@@ -586,7 +614,7 @@ impl Studio {
                 .map(|e| e.to_string_lossy().to_ascii_lowercase())
                 .unwrap_or_default();
             match extension.as_str() {
-                "onnx" => self.open(Source::File(path)),
+                "onnx" => self.open_asking(Source::File(path)),
                 "toml" if self.doc.is_some() => self.load_recipe(&path),
                 "npz" | "npy" if self.doc.is_some() => {
                     self.window.status = format!("Calibration data: {}", path.display());
@@ -670,7 +698,8 @@ impl Studio {
         if let Some(doc) = self.doc.as_mut() {
             work_panel::save_window(ctx, doc, self.options.native_dialogs, &mut commands);
         }
-        work_panel::unsaved_prompt(ctx, self.exit.ask_unsaved, &mut commands);
+        let opening = self.exit.open_after.as_ref().map(Source::label);
+        work_panel::unsaved_prompt(ctx, self.exit.ask_unsaved, opening, &mut commands);
         self.queue.extend(commands);
     }
 

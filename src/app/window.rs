@@ -84,8 +84,8 @@ impl Default for WindowState {
     }
 }
 
-/// How quitting stands.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How quitting (or leaving the open model for another) stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExitState {
     /// Close the window at the end of this frame.
     pub quit: bool,
@@ -93,6 +93,9 @@ pub struct ExitState {
     pub confirmed: bool,
     /// The unsaved-work question is showing.
     pub ask_unsaved: bool,
-    /// Quit when the running save succeeds.
+    /// Go on (quit, or open `open_after`) when the running save succeeds.
     pub after_save: bool,
+    /// The model to open once the unsaved-work question is answered; `None` when the
+    /// question is about quitting.
+    pub open_after: Option<crate::app::Source>,
 }

@@ -548,6 +548,7 @@ impl Studio {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
+        let mut open_next = None;
         let status = match output {
             TaskOutput::Calibrated(stats) => {
                 let status = calibrated_status(&stats);
@@ -617,15 +618,27 @@ impl Studio {
                 let status = saved_status(&saved);
                 doc.work.results.saved_model = Some(saved.report.model_path.clone());
                 doc.work.results.saved_recipe = Some(saved.recipe.clone());
+                if saved.recipe_file.is_some() {
+                    // The recipe panel names the file the recipe now lives in.
+                    doc.recipe_path.clone_from(&saved.recipe_file);
+                }
                 if std::mem::take(&mut self.exit.after_save) {
-                    self.exit.confirmed = true;
-                    self.exit.quit = true;
+                    match self.exit.open_after.take() {
+                        Some(source) => open_next = Some(source),
+                        None => {
+                            self.exit.confirmed = true;
+                            self.exit.quit = true;
+                        }
+                    }
                 }
                 status
             }
             TaskOutput::Installed(version, path) => self.runtime_installed(&version, &path),
         };
         self.window.status = status;
+        if let Some(source) = open_next {
+            self.open(source);
+        }
     }
 
     /// ONNX Runtime is one library per process: with none loaded yet (first run), the new
@@ -644,6 +657,7 @@ impl Studio {
 
     /// Quit: asks first when there is unsaved work.
     pub(crate) fn request_quit(&mut self) {
+        self.exit.open_after = None;
         if self.has_unsaved_work() {
             self.exit.ask_unsaved = true;
         } else {
@@ -666,6 +680,7 @@ impl Studio {
         }
         if !self.exit.confirmed && self.has_unsaved_work() {
             ctx.send_viewport_cmd(egui::ViewportCommand::CancelClose);
+            self.exit.open_after = None;
             self.exit.ask_unsaved = true;
             return;
         }
@@ -674,8 +689,9 @@ impl Studio {
         }
     }
 
-    /// Opens the save window, quitting once the save succeeds (the unsaved-work prompt).
-    pub(crate) fn save_then_quit(&mut self) {
+    /// Opens the save window, going on (quitting, or opening the model asked for) once the
+    /// save succeeds (the unsaved-work prompt).
+    pub(crate) fn save_then_go_on(&mut self) {
         self.exit.ask_unsaved = false;
         if let Err((title, detail)) = self.open_save_window(true) {
             self.fail(title, detail);

@@ -224,12 +224,19 @@ fn short(name: &str, max: usize) -> String {
     }
 }
 
-/// An estimate of the share of a histogram's values outside `[lo, hi]` (what quantization
-/// clips), taking values as spread evenly within each bin; 0 for an empty histogram. The
-/// studio uses it on calibration histograms; reports use the exact count of the evaluation.
-pub fn clipped_share(histogram: &Histogram, (lo, hi): (f32, f32)) -> f64 {
+/// Share of the histogram's values outside `(lo, hi)`, bins partly outside counted in
+/// proportion. `seen` is the smallest and largest value actually observed, when known: no
+/// value lies beyond them, so a range that covers them (MinMax's) clips exactly nothing, and a
+/// bin only partly inside them is read over that part.
+pub fn clipped_share(histogram: &Histogram, (lo, hi): (f32, f32), seen: Option<(f32, f32)>) -> f64 {
     let total = histogram.total();
     if total == 0 {
+        return 0.0;
+    }
+    let (low, high) = seen.map_or((f64::NEG_INFINITY, f64::INFINITY), |(a, b)| {
+        (f64::from(a), f64::from(b))
+    });
+    if f64::from(lo) <= low && high <= f64::from(hi) {
         return 0.0;
     }
     let edges = histogram.edges();
@@ -238,7 +245,7 @@ pub fn clipped_share(histogram: &Histogram, (lo, hi): (f32, f32)) -> f64 {
         .iter()
         .enumerate()
         .map(|(i, &c)| {
-            let (a, b) = (edges[i], edges[i + 1]);
+            let (a, b) = (edges[i].max(low), edges[i + 1].min(high));
             let width = b - a;
             if c == 0 || width <= 0.0 {
                 return 0.0;
@@ -308,7 +315,7 @@ pub fn value_histogram<DB: DrawingBackend>(
                 ))
                 .map_err(draw_err)?;
         }
-        let clipped = clipped.unwrap_or_else(|| clipped_share(histogram, (a, b)));
+        let clipped = clipped.unwrap_or_else(|| clipped_share(histogram, (a, b), None));
         chart
             .draw_series([Text::new(
                 format!("range [{a:.3}, {b:.3}], clipped {:.3}%", clipped * 100.0),
@@ -383,11 +390,17 @@ mod tests {
         h.add(&[-3.5, -0.5, 0.5, 0.5, 3.5], 4.0);
         // Bins of width 1 over [-4, 4]: -3.5 and 3.5 lie outside [-2, 2]; half of the bin
         // [-1, 0] (one value) lies outside [-0.5, 4].
-        let share = clipped_share(&h, (-2.0, 2.0));
+        let share = clipped_share(&h, (-2.0, 2.0), None);
         assert!((share - 0.4).abs() < 1e-9, "{share}");
-        let share = clipped_share(&h, (-0.5, 4.0));
+        let share = clipped_share(&h, (-0.5, 4.0), None);
         assert!((share - 1.5 / 5.0).abs() < 1e-9, "{share}");
-        assert_eq!(clipped_share(&Histogram::new(8), (-1.0, 1.0)), 0.0);
+        assert_eq!(clipped_share(&Histogram::new(8), (-1.0, 1.0), None), 0.0);
+        // Values seen over [-3.5, 3.5]: MinMax's range clips nothing though the outer bins
+        // reach ±4; a bin partly beyond the values is read over its part inside them.
+        let seen = Some((-3.5, 3.5));
+        assert_eq!(clipped_share(&h, (-3.5, 3.5), seen), 0.0);
+        let share = clipped_share(&h, (-3.25, 3.5), seen);
+        assert!((share - 0.5 / 5.0).abs() < 1e-9, "{share}");
     }
 
     #[test]

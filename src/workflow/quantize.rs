@@ -117,6 +117,8 @@ pub struct Saved {
     pub companions: Vec<PathBuf>,
     /// The recipe saved with it.
     pub recipe: Recipe,
+    /// The recipe file written beside it, when one was asked for.
+    pub recipe_file: Option<PathBuf>,
     /// What building it did, when this step built it.
     pub built: Option<Built>,
     /// Stage timings.
@@ -183,9 +185,9 @@ pub fn quantize_and_save(
     };
     let report = quantized.save(&request.path, &options)?;
     let mut companions = Vec::new();
-    if let Some(path) = request.recipe_to {
-        request.recipe.save(&path)?;
-        companions.push(path);
+    if let Some(path) = &request.recipe_to {
+        request.recipe.save(path)?;
+        companions.push(path.clone());
     }
     if let Some((path, compare)) = request.report_to {
         companions.extend(compare.write(&path)?);
@@ -195,6 +197,7 @@ pub fn quantize_and_save(
         report,
         companions,
         recipe: request.recipe,
+        recipe_file: request.recipe_to,
         built,
         timings,
     })

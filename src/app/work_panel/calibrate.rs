@@ -146,10 +146,11 @@ fn run_column(ui: &mut Ui, work: &mut Work, method: &RangeMethod, commands: &mut
                     info.execution_providers.join(" > ")
                 },
                 info.seconds,
-                if results.stats_saved {
-                    ""
-                } else {
-                    " · not saved"
+                match (results.stats_saved, &results.saved_model) {
+                    (true, _) => "",
+                    // Quitting does not ask about them then: the model holds their ranges.
+                    (false, Some(_)) => " · not saved (the saved model holds their ranges)",
+                    (false, None) => " · not saved",
                 }
             ));
         }

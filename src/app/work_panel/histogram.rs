@@ -528,7 +528,8 @@ fn methods_table(
                 match &view.tensor.histogram {
                     Some(h) => ui.label(format!(
                         "clips {:.3}%",
-                        clipped_share(h, (r.lo, r.hi)) * 100.0
+                        clipped_share(h, (r.lo, r.hi), Some((view.tensor.min, view.tensor.max)))
+                            * 100.0
                     )),
                     None => ui.label(""),
                 };

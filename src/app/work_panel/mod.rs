@@ -193,22 +193,34 @@ fn browse_output(dialog: &mut SaveDialog) {
 }
 
 /// Quitting with unsaved work: save, quit anyway, or stay.
-pub fn unsaved_prompt(ctx: &egui::Context, ask: bool, commands: &mut Vec<Command>) {
+pub fn unsaved_prompt(
+    ctx: &egui::Context,
+    ask: bool,
+    opening: Option<String>,
+    commands: &mut Vec<Command>,
+) {
     if !ask {
         return;
     }
+    let discard = match &opening {
+        Some(_) => "Open without saving",
+        None => "Quit without saving",
+    };
     egui::Window::new("Unsaved work")
         .collapsible(false)
         .resizable(false)
         .anchor(egui::Align2::CENTER_CENTER, egui::Vec2::ZERO)
         .show(ctx, |ui| {
             ui.label("The recipe or the calibration statistics have not been saved.");
+            if let Some(label) = &opening {
+                ui.label(format!("Opening {label} replaces them."));
+            }
             ui.horizontal(|ui| {
                 if ui.button("Save quantized model…").clicked() {
-                    commands.push(Command::SaveThenQuit);
+                    commands.push(Command::SaveThenGoOn);
                 }
-                if ui.button("Quit without saving").clicked() {
-                    commands.push(Command::QuitDiscarding);
+                if ui.button(discard).clicked() {
+                    commands.push(Command::Discard);
                 }
                 if ui.button("Stay").clicked() {
                     commands.push(Command::KeepWorking);
