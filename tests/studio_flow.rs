@@ -898,3 +898,65 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     h.run_steps(2);
     assert_eq!(h.query_all_by_label("Keyboard shortcuts").count(), before);
 }
+
+#[test]
+fn nan_met_in_calibration_is_said_beside_the_statistics() {
+    use ndarray::ArrayD;
+    use qdq_studio::app::command::Command;
+    use qdq_studio::model::{DataType, ModelBuilder, SaveOptions, TensorArray};
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 4]);
+    let w: Vec<f32> = (0..16).map(|i| i as f32 / 8.0 - 1.0).collect();
+    b.initializer(
+        "w",
+        TensorArray::Float32(ArrayD::from_shape_vec(vec![4, 4], w).unwrap()),
+    );
+    b.node("MatMul", &["x", "w"], &["y"]).name("mm");
+    b.output("y", DataType::Float32, &[-1, 4]);
+    let model = dir.path().join("mm.onnx");
+    b.build().save(&model, &SaveOptions::default()).unwrap();
+    let mut x: Vec<f32> = (0..32).map(|i| (i % 7) as f32 - 3.0).collect();
+    x[5] = f32::NAN;
+    let data = dir.path().join("x.npz");
+    common::write_npz(
+        &data,
+        &[(
+            "x",
+            TensorArray::Float32(ArrayD::from_shape_vec(vec![8, 4], x).unwrap()),
+        )],
+    );
+    let mut h = harness();
+    h.state_mut().open(Source::File(model));
+    settle(&mut h, "opening");
+    h.state_mut().push(Command::SetDataPath {
+        evaluation: false,
+        path: data,
+    });
+    h.run_steps(2);
+    settle(&mut h, "checking");
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(2);
+    settle(&mut h, "calibration");
+    no_notices(&h);
+    assert!(
+        h.state().status().contains("tensor(s) hold NaN or ±Inf"),
+        "{}",
+        h.state().status()
+    );
+    press(&mut h, "Calibration");
+    assert!(
+        h.query_by_label_contains("hold NaN or ±Inf (left out of their ranges)")
+            .is_some()
+    );
+    press(&mut h, "Show x");
+    assert_eq!(
+        h.state()
+            .document()
+            .unwrap()
+            .panel
+            .histogram_tensor
+            .as_deref(),
+        Some("x")
+    );
+}

@@ -768,6 +768,10 @@ fn calibrated_status(stats: &crate::calib::CalibrationStats) -> String {
     for note in &info.notes {
         status = format!("{status} · {note}");
     }
+    let non_finite = stats.non_finite_tensors().len();
+    if non_finite > 0 {
+        status = format!("{status} · {non_finite} tensor(s) hold NaN or ±Inf");
+    }
     status
 }
 

@@ -255,6 +255,17 @@ pub struct CalibrationStats {
     pub smoothing: BTreeMap<String, Smoothing>,
 }
 
+impl CalibrationStats {
+    /// The tensors in which calibration met NaN or ±Inf (never folded into ranges), by name.
+    pub fn non_finite_tensors(&self) -> Vec<&str> {
+        self.tensors
+            .iter()
+            .filter(|(_, t)| t.nan > 0 || t.inf > 0)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+}
+
 /// One activation's SmoothQuant smoothing (see the quantizer's `smooth` module): the scales it is divided by and the α that made them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Smoothing {

@@ -46,6 +46,23 @@ pub struct LatencyPair {
     pub quantized: Latency,
 }
 
+/// A p90 this many times the median says the runs were disturbed (a busy machine).
+const NOISY_SPREAD: f64 = 1.5;
+
+impl LatencyPair {
+    /// A warning when either model's runs spread widely (p90 over 1.5× the median): the
+    /// speed-up is then not to be trusted.
+    pub fn noise_note(&self) -> Option<String> {
+        let spread = |l: &Latency| l.p90_ms / l.median_ms.max(f64::EPSILON);
+        let worst = spread(&self.float).max(spread(&self.quantized));
+        (worst > NOISY_SPREAD).then(|| {
+            format!(
+                "noisy: a p90 is {worst:.1}× its median (the machine was busy); time again before trusting the speed-up"
+            )
+        })
+    }
+}
+
 /// Everything a comparison found, ready to be rendered.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompareReport {
@@ -378,5 +395,42 @@ pub fn latency_line(l: &LatencyPair) -> String {
         l.quantized.median_ms,
         l.quantized.p90_ms,
         l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
-    )
+    ) + &l
+        .noise_note()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latency(median_ms: f64, p90_ms: f64) -> Latency {
+        Latency {
+            median_ms,
+            p90_ms,
+            runs: 10,
+            execution_providers: vec!["cpu".into()],
+            intra_op_threads: 0,
+            batch_size: 1,
+            kernels: None,
+        }
+    }
+
+    #[test]
+    fn widely_spread_runs_are_flagged_as_noise() {
+        let steady = LatencyPair {
+            float: latency(1.0, 1.1),
+            quantized: latency(0.5, 0.6),
+        };
+        assert_eq!(steady.noise_note(), None);
+        assert!(!latency_line(&steady).contains("noisy"));
+        let busy = LatencyPair {
+            float: latency(1.0, 1.1),
+            quantized: latency(0.5, 2.0),
+        };
+        let note = busy.noise_note().unwrap();
+        assert!(note.contains("4.0×"), "{note}");
+        assert!(latency_line(&busy).ends_with(&format!("({note})")));
+    }
 }

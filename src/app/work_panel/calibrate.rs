@@ -153,6 +153,7 @@ fn run_column(ui: &mut Ui, work: &mut Work, method: &RangeMethod, commands: &mut
                     (false, None) => " · not saved",
                 }
             ));
+            non_finite_line(ui, stats, commands);
         }
         None => {
             ui.label(RichText::new("No statistics yet").weak());
@@ -455,6 +456,31 @@ fn method_editor(ui: &mut Ui, method: &RangeMethod, commands: &mut Vec<Command>)
                 }
             }
             RangeMethod::Mse | RangeMethod::PowerOfTwoNonOverflow | RangeMethod::PowerOfTwoMse => {}
+        }
+    });
+}
+
+/// A warning when calibration met NaN or ±Inf, with a link to the first such tensor's
+/// histogram (ranges leave those values out; the model may be broken on this data).
+fn non_finite_line(
+    ui: &mut Ui,
+    stats: &crate::calib::CalibrationStats,
+    commands: &mut Vec<Command>,
+) {
+    let tensors = stats.non_finite_tensors();
+    let Some(first) = tensors.first() else {
+        return;
+    };
+    ui.horizontal_wrapped(|ui| {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!(
+                "{} tensor(s) hold NaN or ±Inf (left out of their ranges)",
+                tensors.len()
+            ),
+        );
+        if ui.link(format!("Show {first}")).clicked() {
+            commands.push(Command::ShowHistogram((*first).to_owned()));
         }
     });
 }

@@ -183,6 +183,9 @@ fn latency(ui: &mut Ui, comparison: &Comparison) {
         ))
         .weak(),
     );
+    if let Some(note) = l.noise_note() {
+        ui.colored_label(ui.visuals().warn_fg_color, note);
+    }
     if let Some(kernels) = &l.quantized.kernels {
         let line = format!("Kernels: {}", kernels.line());
         if kernels.hint.is_some() {
