@@ -927,11 +927,11 @@ fn nan_met_in_calibration_is_said_beside_the_statistics() {
         )],
     );
     let mut h = harness();
-    h.state_mut().open(Source::File(model));
+    h.state_mut().open(Source::File(model.clone()));
     settle(&mut h, "opening");
     h.state_mut().push(Command::SetDataPath {
         evaluation: false,
-        path: data,
+        path: data.clone(),
     });
     h.run_steps(2);
     settle(&mut h, "checking");
@@ -959,4 +959,12 @@ fn nan_met_in_calibration_is_said_beside_the_statistics() {
             .as_deref(),
         Some("x")
     );
+
+    // The data a model was run on comes back when it is opened again.
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening the sample");
+    h.state_mut().open(Source::File(model.clone()));
+    settle(&mut h, "opening the model again");
+    let settings = &h.state().document().unwrap().work.settings;
+    assert_eq!(settings.calibration.path, data.display().to_string());
 }

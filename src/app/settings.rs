@@ -1,9 +1,13 @@
-//! What the studio remembers between runs (through eframe's storage): recent files and the
-//! theme. Window size and panel widths are remembered by eframe and egui themselves.
+//! What the studio remembers between runs (through eframe's storage): recent files, the data
+//! each of them was last calibrated and evaluated on, and the theme. Window size and panel
+//! widths are remembered by eframe and egui themselves.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::app::work::data::DataChoice;
+use std::collections::BTreeMap;
 
 /// How many recent files File ▸ Recent lists.
 pub const MAX_RECENT: usize = 10;
@@ -16,6 +20,19 @@ pub struct Settings {
     pub recent: Vec<PathBuf>,
     /// Light, dark or following the system.
     pub theme: egui::ThemePreference,
+    /// The data each recent model was last run on.
+    pub data: BTreeMap<PathBuf, ModelData>,
+}
+
+/// The data a model was last calibrated and evaluated on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelData {
+    /// Calibration data.
+    pub calibration: DataChoice,
+    /// Evaluation data.
+    pub evaluation: DataChoice,
+    /// Evaluated on the calibration data.
+    pub evaluate_on_calibration: bool,
 }
 
 impl Default for Settings {
@@ -23,6 +40,7 @@ impl Default for Settings {
         Settings {
             recent: Vec::new(),
             theme: egui::ThemePreference::System,
+            data: BTreeMap::new(),
         }
     }
 }
@@ -39,6 +57,21 @@ impl Settings {
     /// Removes `path` from the recent list (it no longer opens).
     pub fn forget_recent(&mut self, path: &Path) {
         self.recent.retain(|p| p != path);
+        self.data.remove(path);
+    }
+
+    /// Remembers the data `model` was run on; only recent models' data is kept.
+    pub fn remember_data(&mut self, model: &Path, data: ModelData) {
+        let model = std::path::absolute(model).unwrap_or_else(|_| model.to_path_buf());
+        self.data.insert(model, data);
+        let recent = &self.recent;
+        self.data.retain(|path, _| recent.contains(path));
+    }
+
+    /// The data `model` was last run on.
+    pub fn data_for(&self, model: &Path) -> Option<&ModelData> {
+        let model = std::path::absolute(model).unwrap_or_else(|_| model.to_path_buf());
+        self.data.get(&model)
     }
 }
 
@@ -56,6 +89,19 @@ mod tests {
         assert_eq!(s.recent.len(), MAX_RECENT);
         assert_eq!(s.recent[0], Path::new("/m/5.onnx"));
         assert_eq!(s.recent.iter().filter(|p| p.ends_with("5.onnx")).count(), 1);
+        let data = ModelData {
+            calibration: DataChoice::file(PathBuf::from("/d/calib.npz")),
+            evaluation: DataChoice::file(PathBuf::from("/d/eval.npz")),
+            evaluate_on_calibration: false,
+        };
+        s.remember_data(Path::new("/m/5.onnx"), data.clone());
+        s.remember_data(Path::new("/m/0.onnx"), data.clone());
+        assert_eq!(s.data_for(Path::new("/m/5.onnx")), Some(&data));
+        assert_eq!(
+            s.data_for(Path::new("/m/0.onnx")),
+            None,
+            "not recent: not kept"
+        );
         let text = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Settings>(&text).unwrap(), s);
         assert_eq!(

@@ -205,6 +205,23 @@ impl Studio {
         }
     }
 
+    /// Remembers the open model's data for the next time it is opened.
+    pub(crate) fn remember_data(&mut self) {
+        let Some(doc) = self.doc.as_ref() else {
+            return;
+        };
+        let Source::File(path) = &doc.source else {
+            return;
+        };
+        let settings = &doc.work.settings;
+        let data = crate::app::settings::ModelData {
+            calibration: settings.calibration.clone(),
+            evaluation: settings.evaluation.clone(),
+            evaluate_on_calibration: settings.evaluate_on_calibration,
+        };
+        self.settings.remember_data(path, data);
+    }
+
     /// Opening `label` failed: the notice says why, and the status bar no longer says
     /// "Opening …" (the model open before stays).
     fn open_failed(&mut self, label: &str, detail: impl std::fmt::Display) {
@@ -233,9 +250,16 @@ impl Studio {
         ctx.request_repaint();
     }
 
-    fn install(&mut self, doc: Document, started: Instant) {
+    fn install(&mut self, mut doc: Document, started: Instant) {
         if let Source::File(path) = &doc.source {
             self.settings.add_recent(path);
+            // The data it was last run on, as it was chosen.
+            if let Some(data) = self.settings.data_for(path) {
+                let settings = &mut doc.work.settings;
+                settings.calibration = data.calibration.clone();
+                settings.evaluation = data.evaluation.clone();
+                settings.evaluate_on_calibration = data.evaluate_on_calibration;
+            }
         }
         let simplified = doc.layout.simplified;
         let problems = doc.graph.problems().len();

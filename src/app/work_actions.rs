@@ -249,6 +249,7 @@ impl Studio {
         let body = tasks::calibrate(prepared, data, config);
         start(&mut doc.work, TaskKind::Calibrate, body)?;
         self.window.status = format!("Calibrating on {ep}…");
+        self.remember_data();
         Ok(())
     }
 
@@ -323,6 +324,7 @@ impl Studio {
         let body = tasks::quantize_and_compare(request);
         start(&mut doc.work, TaskKind::Compare, body)?;
         self.compare_started();
+        self.remember_data();
         self.window.status = "Quantizing from the cached statistics and comparing…".to_owned();
         Ok(())
     }

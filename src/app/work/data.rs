@@ -10,7 +10,7 @@ use crate::jobs::Job;
 use crate::model::Dim;
 
 /// The kinds of data source the panel offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum DataKind {
     /// A `.npz` (or `.npy`) file keyed by input name, samples on axis 0.
     File,
@@ -44,7 +44,7 @@ impl DataKind {
 
 /// A data source as the user edits it: every field of every kind is kept, so switching kinds
 /// back and forth loses nothing.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DataChoice {
     /// The kind in use.
     pub kind: DataKind,
