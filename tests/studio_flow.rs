@@ -225,7 +225,10 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     };
     assert_eq!(h.state().document().unwrap().panel.tab, WorkTab::Results);
     assert!(h.query_by_label("SQNR dB").is_some(), "the outputs table");
-    assert!(h.query_by_label_contains("speed-up").is_some(), "latency");
+    assert!(
+        h.query_by_label_contains("· speed-up ").is_some(),
+        "latency"
+    );
     assert!(
         h.query_by_label_contains("largest: float #").is_some(),
         "the classifier output side by side"

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text};
+use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text, text_on};
 use crate::app::edit::RecipeEditor;
 use crate::app::layout::{self, GraphLayout, LayoutError};
 use crate::app::panel_state::PanelState;
@@ -304,7 +304,10 @@ impl Document {
                 let id = NodeId(i);
                 let (fill, text) = match heat {
                     Some(heat) => match heat.get(i).copied().flatten() {
-                        Some(db) => (heat::colour(db, threshold), egui::Color32::WHITE),
+                        Some(db) => {
+                            let fill = heat::colour(db, threshold);
+                            (fill, text_on(fill))
+                        }
                         None => (
                             state_fill(NodeState::NotQuantizable, self.dark),
                             state_text(NodeState::NotQuantizable, self.dark),

@@ -19,7 +19,9 @@ use petgraph::stable_graph::{EdgeIndex, NodeIndex};
 
 use crate::app::layout::{GraphLayout, NODE_HEIGHT, node_width};
 use crate::model::{Graph, NodeId};
-pub use shapes::{Emphasis, NodeLook, OpNode, TensorEdge, ViewGraph, state_fill, state_text};
+pub use shapes::{
+    Emphasis, NodeLook, OpNode, TensorEdge, ViewGraph, state_fill, state_text, text_on,
+};
 
 /// Zoom limits.
 const MIN_ZOOM: f32 = 0.01;

@@ -101,6 +101,28 @@ pub fn state_text(state: NodeState, dark: bool) -> Color32 {
     }
 }
 
+/// A label colour readable on any `fill`: near-black on pale fills (the yellow middle of the
+/// heat map's scale, light-theme boxes), white on dark ones, by the fill's relative luminance.
+pub fn text_on(fill: Color32) -> Color32 {
+    let linear = |c: u8| {
+        let c = f32::from(c) / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let luminance =
+        0.2126 * linear(fill.r()) + 0.7152 * linear(fill.g()) + 0.0722 * linear(fill.b());
+    // Where white and this near-black (luminance 0.0123) have equal contrast ratios:
+    // (L + 0.05)² = 1.05 × 0.0623.
+    if luminance > 0.206 {
+        Color32::from_rgb(30, 30, 30)
+    } else {
+        Color32::WHITE
+    }
+}
+
 /// The display of an op-type box (egui_graphs' [`DisplayNode`]).
 #[derive(Debug, Clone)]
 pub struct OpBox {
@@ -402,5 +424,17 @@ mod tests {
         assert_eq!(curve[3], Pos2::new(0.0, 85.0));
         assert!(distance_to_curve(curve, Pos2::new(0.0, 50.0)) < 1.0);
         assert!(distance_to_curve(curve, Pos2::new(30.0, 50.0)) > 20.0);
+    }
+
+    #[test]
+    fn labels_are_dark_on_pale_fills_and_white_on_dark_ones() {
+        use crate::app::work::heat;
+        let dark = Color32::from_rgb(30, 30, 30);
+        // The heat map's yellow (at the threshold) is pale; its deep green and red are not.
+        assert_eq!(text_on(heat::colour(20.0, 20.0)), dark);
+        assert_eq!(text_on(heat::colour(80.0, 20.0)), Color32::WHITE);
+        assert_eq!(text_on(heat::colour(-40.0, 20.0)), Color32::WHITE);
+        assert_eq!(text_on(state_fill(NodeState::Folded, false)), dark);
+        assert_eq!(text_on(state_fill(NodeState::Folded, true)), Color32::WHITE);
     }
 }
