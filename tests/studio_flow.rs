@@ -780,6 +780,12 @@ fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
         "the quantized accuracy is shown"
     );
     assert!(h.query_by_label_contains("Kernels: ").is_some(), "kernels");
+    // Only the agreements that fit some output get a column: a two-class classifier has
+    // top-1, no top-5, neighbours or mask IoU.
+    assert!(h.query_by_label("top-1").is_some());
+    for absent in ["top-5", "sequences", "neighbours", "mask IoU"] {
+        assert!(h.query_by_label(absent).is_none(), "{absent}");
+    }
 
     // Read the output as plain values: no class metrics, no accuracy.
     let kind_menu = |value: &'static str| {

@@ -49,36 +49,52 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         ))
         .weak(),
     );
-    ui.horizontal_top(|ui| {
-        ui.vertical(|ui| {
-            outputs_table(ui, comparison);
-            output_kinds(ui, comparison, &work.settings.task, commands);
-            task_table(ui, comparison);
-            latency(ui, comparison);
+    // A narrow window scrolls sideways rather than cutting the heat map and side-by-side
+    // columns off.
+    egui::ScrollArea::horizontal()
+        .id_salt("results-columns")
+        .show(ui, |ui| {
+            ui.horizontal_top(|ui| {
+                ui.vertical(|ui| {
+                    outputs_table(ui, comparison);
+                    output_kinds(ui, comparison, &work.settings.task, commands);
+                    task_table(ui, comparison);
+                    latency(ui, comparison);
+                });
+                ui.separator();
+                ui.vertical(|ui| heat_controls(ui, comparison, heat.as_deref(), panel, commands));
+                ui.separator();
+                ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
+            });
         });
-        ui.separator();
-        ui.vertical(|ui| heat_controls(ui, comparison, heat.as_deref(), panel, commands));
-        ui.separator();
-        ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
-    });
 }
 
-/// Per-output metrics and latency.
+/// The fidelity columns of the outputs table, shown for every output; the agreement columns
+/// after them are shown only when some output has that figure (they fit its kind).
+const FIDELITY_COLUMNS: usize = 6;
+
+/// Per-output metrics: fidelity, and the agreements that fit some output's kind.
 fn outputs_table(ui: &mut Ui, comparison: &Comparison) {
     ui.heading("Outputs");
+    let rows: Vec<[String; 11]> = comparison.outputs.iter().map(|m| m.table_row()).collect();
+    let shown: Vec<usize> = (0..crate::eval::OUTPUT_TABLE_HEADER.len())
+        .filter(|&c| c < FIDELITY_COLUMNS || rows.iter().any(|r| r[c] != "-"))
+        .collect();
     egui::Grid::new("outputs-table")
         .striped(true)
-        .num_columns(7)
+        .num_columns(shown.len())
         .show(ui, |ui| {
-            for h in crate::eval::OUTPUT_TABLE_HEADER {
-                ui.label(RichText::new(h).strong());
+            for &c in &shown {
+                ui.label(RichText::new(crate::eval::OUTPUT_TABLE_HEADER[c]).strong());
             }
             ui.end_row();
-            for m in &comparison.outputs {
-                let [name, rest @ ..] = m.table_row();
-                ui.label(RichText::new(name).monospace());
-                for cell in rest {
-                    ui.label(cell);
+            for row in &rows {
+                for &c in &shown {
+                    if c == 0 {
+                        ui.label(RichText::new(&row[c]).monospace());
+                    } else {
+                        ui.label(&row[c]);
+                    }
                 }
                 ui.end_row();
             }
