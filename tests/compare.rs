@@ -721,17 +721,13 @@ fn float_activations_larger_than_the_weights_are_not_kept() {
 fn best_classes(model: &Model, x: &qdq_studio::model::TensorArray) -> Vec<usize> {
     use qdq_studio::quant::cpu_session_options;
     use qdq_studio::runtime::value::{float_output, owned_inputs, session_inputs};
-    let quantized = Graph::build(model)
-        .nodes()
-        .iter()
-        .any(|n| n.op_type == "DequantizeLinear");
-    let options = if quantized {
-        cpu_session_options(model)
-    } else {
-        Default::default()
-    };
+    // A float model's CPU options are the defaults, as the comparison runs it.
     let mut session = runtime()
-        .session_from_bytes(&model.to_bytes().unwrap(), &[EpSpec::Cpu], options)
+        .session_from_bytes(
+            &model.to_bytes().unwrap(),
+            &[EpSpec::Cpu],
+            cpu_session_options(model),
+        )
         .unwrap();
     let owned = owned_inputs(vec![("x".to_owned(), x.clone())]).unwrap();
     let out = session.run(session_inputs(&owned)).unwrap();

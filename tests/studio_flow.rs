@@ -56,6 +56,20 @@ fn settle(h: &mut Harness<'_, Studio>, what: &str) {
     h.run_steps(3);
 }
 
+/// Calibrates with Ctrl+R and waits for it to end.
+fn calibrate(h: &mut Harness<'_, Studio>) {
+    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
+    h.run_steps(2);
+    settle(h, "calibration");
+}
+
+/// Quantizes & compares with F5 and waits for it to end.
+fn quantize_and_compare(h: &mut Harness<'_, Studio>, what: &str) {
+    h.key_press(Key::F5);
+    h.run_steps(1);
+    settle(h, what);
+}
+
 /// Scrolls the widget labelled `label` into view (as a user would) and clicks it.
 fn press(h: &mut Harness<'_, Studio>, label: &str) {
     h.get_by_label(label).scroll_to_me();
@@ -208,9 +222,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     assert!(recipe(&h).tensor_overrides.is_empty());
 
     // Quantize & compare from the cached statistics: the heat map and the outputs table.
-    h.key_press(Key::F5);
-    h.run_steps(1);
-    settle(&mut h, "quantize & compare");
+    quantize_and_compare(&mut h, "quantize & compare");
     no_notices(&h);
     let baseline = {
         let doc = h.state().document().unwrap();
@@ -477,9 +489,7 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     doc.work.settings.calibration.random_samples = 4;
     h.run_steps(2);
     settle(&mut h, "checking");
-    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
-    h.run_steps(1);
-    settle(&mut h, "calibration");
+    calibrate(&mut h);
     no_notices(&h);
     assert_eq!(
         h.state()
@@ -596,9 +606,7 @@ fn the_studio_loads_onnxruntime_and_tensorrt_calibration_caches() {
     let doc = h.state_mut().document_mut().unwrap();
     doc.editor.change(|r| r.per_channel = false);
     doc.refresh();
-    h.key_press(Key::F5);
-    h.run_steps(2);
-    settle(&mut h, "quantize & compare");
+    quantize_and_compare(&mut h, "quantize & compare");
     no_notices(&h);
     let doc = h.state().document().unwrap();
     let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
@@ -667,13 +675,9 @@ fn int4_layers_show_their_error_in_the_results_heat_map_and_inspector() {
     h.run_steps(2);
     replace_text(&mut h, "Data path", &data.display().to_string());
     settle(&mut h, "checking");
-    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
-    h.run_steps(2);
-    settle(&mut h, "calibration");
+    calibrate(&mut h);
     no_notices(&h);
-    h.key_press(Key::F5);
-    h.run_steps(1);
-    settle(&mut h, "quantize & compare");
+    quantize_and_compare(&mut h, "quantize & compare");
     no_notices(&h);
     let doc = h.state().document().unwrap();
     let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
@@ -749,12 +753,8 @@ fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
     });
     h.run_steps(2);
     settle(&mut h, "checking");
-    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
-    h.run_steps(2);
-    settle(&mut h, "calibration");
-    h.key_press(Key::F5);
-    h.run_steps(1);
-    settle(&mut h, "quantize & compare");
+    calibrate(&mut h);
+    quantize_and_compare(&mut h, "quantize & compare");
     no_notices(&h);
     let comparison = h
         .state()
@@ -803,9 +803,7 @@ fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
         h.query_by_label_contains("measured with other output kinds")
             .is_some()
     );
-    h.key_press(Key::F5);
-    h.run_steps(1);
-    settle(&mut h, "quantize & compare again");
+    quantize_and_compare(&mut h, "quantize & compare again");
     let doc = h.state().document().unwrap();
     let metrics = &doc.work.results.comparison.as_ref().unwrap().outputs[0];
     assert_eq!(metrics.kind, OutputKind::Values);
@@ -824,9 +822,7 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     let mut h = harness();
     h.state_mut().open(Source::Sample);
     settle(&mut h, "opening");
-    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
-    h.run_steps(2);
-    settle(&mut h, "calibration");
+    calibrate(&mut h);
     assert!(h.state().has_unsaved_work(), "fresh statistics are unsaved");
 
     // MinMax's range holds every value seen: its row clips nothing, though the histogram's
@@ -944,9 +940,7 @@ fn nan_met_in_calibration_is_said_beside_the_statistics() {
     });
     h.run_steps(2);
     settle(&mut h, "checking");
-    h.key_press_modifiers(Modifiers::COMMAND, Key::R);
-    h.run_steps(2);
-    settle(&mut h, "calibration");
+    calibrate(&mut h);
     no_notices(&h);
     assert!(
         h.state().status().contains("tensor(s) hold NaN or ±Inf"),

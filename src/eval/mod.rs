@@ -306,13 +306,12 @@ pub fn compare_outputs(
     ctx: &JobContext,
 ) -> Result<Vec<OutputMetrics>, EvalError> {
     check_comparable(float, quant, "the quantized model")?;
-    let graph = Graph::build(float);
-    let inputs = model_inputs(&graph);
-    let samples = source.samples();
-    let batch_size = choose_batch(&inputs, batch_size).size;
-    validate_source(&inputs, source, samples, batch_size)?;
-    let outputs: Vec<String> = graph.outputs().to_vec();
-    let task = Task::resolve(float, &outputs, task, &*source)?;
+    let EvalData {
+        outputs,
+        batch_size,
+        samples,
+        task,
+    } = EvalData::check(float, &*source, batch_size, task)?;
     let mut float_session =
         runtime.session_from_model(&float.to_session_model()?, eps, SessionOptions::default())?;
     let mut quant_session =
@@ -331,6 +330,37 @@ pub fn compare_outputs(
         ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
     }
     Ok(finish(&accumulators))
+}
+
+/// How evaluation data is read for a float model, found before any run: its outputs, the
+/// batch size (the data checked against the inputs first), the samples and the task.
+struct EvalData {
+    outputs: Vec<String>,
+    batch_size: usize,
+    samples: usize,
+    task: Task,
+}
+
+impl EvalData {
+    /// Checks `source` against `float`'s inputs and resolves the task on it.
+    fn check(
+        float: &Model,
+        source: &dyn BatchSource,
+        batch_size: usize,
+        task: &TaskOptions,
+    ) -> Result<EvalData, EvalError> {
+        let graph = Graph::build(float);
+        let inputs = model_inputs(&graph);
+        let samples = source.samples();
+        let batch_size = choose_batch(&inputs, batch_size).size;
+        validate_source(&inputs, source, samples, batch_size)?;
+        Ok(EvalData {
+            task: Task::resolve(float, &graph, task, source)?,
+            outputs: graph.outputs().to_vec(),
+            batch_size,
+            samples,
+        })
+    }
 }
 
 /// Runs `session` on one batch and takes the named outputs as f32 arrays.
@@ -425,21 +455,17 @@ pub fn measure_latency(
     runs: usize,
 ) -> Result<Latency, EvalError> {
     source.rewind()?;
-    let inputs = model_inputs(&Graph::build(model));
+    let graph = Graph::build(model);
     let batch = source
-        .next_batch(choose_batch(&inputs, batch_size).size)?
+        .next_batch(choose_batch(&model_inputs(&graph), batch_size).size)?
         .ok_or(DataError::Empty)?;
     let owned = owned_inputs(batch.inputs)?;
-    let graph = Graph::build(model);
     let quantized = graph
         .nodes()
         .iter()
         .any(|n| matches!(n.op_type.as_str(), "DequantizeLinear" | "MatMulNBits"));
-    let options = if quantized {
-        cpu_session_options(model)
-    } else {
-        SessionOptions::default()
-    };
+    // A float model's CPU options are the defaults; a QDQ model's follow its types.
+    let options = cpu_session_options(model);
     let session_model = model.to_session_model()?;
     let (mut session, kernels) = if quantized {
         profiled_session(&graph, &session_model, runtime, eps, options, &owned)?

@@ -9,10 +9,10 @@
 use ndarray::{ArrayD, Axis};
 
 use super::task::{Task, TaskOptions};
-use super::{EvalError, OutputKind, OutputMetrics, check_comparable, run_outputs};
-use crate::calib::data::{BatchSource, choose_batch, model_inputs, validate_source};
+use super::{EvalError, OutputMetrics, check_comparable, run_outputs};
+use crate::calib::data::BatchSource;
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::{Graph, Model, TensorArray};
+use crate::model::{Model, TensorArray};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime, SessionOptions};
@@ -84,18 +84,17 @@ impl Reference {
         task: &TaskOptions,
         ctx: &JobContext,
     ) -> Result<Reference, EvalError> {
-        let graph = Graph::build(float);
-        let inputs = model_inputs(&graph);
-        let samples = source.samples();
-        let batch_size = choose_batch(&inputs, batch_size).size;
-        validate_source(&inputs, source, samples, batch_size)?;
-        let task = Task::resolve(float, graph.outputs(), task, &*source)?;
+        let super::EvalData {
+            outputs,
+            batch_size,
+            samples,
+            task,
+        } = super::EvalData::check(float, &*source, batch_size, task)?;
         let mut session = runtime.session_from_model(
             &float.to_session_model()?,
             eps,
             SessionOptions::default(),
         )?;
-        let outputs: Vec<String> = graph.outputs().to_vec();
         let meter = RateMeter::new("float reference", samples as u64);
         let mut batches = Vec::new();
         let mut done = 0;
@@ -125,14 +124,6 @@ impl Reference {
     /// Samples held.
     pub fn samples(&self) -> usize {
         self.samples
-    }
-
-    /// Each output's name and kind.
-    pub fn output_kinds(&self) -> impl Iterator<Item = (&str, OutputKind)> {
-        self.outputs
-            .iter()
-            .map(String::as_str)
-            .zip(self.task.kinds.iter().copied())
     }
 
     /// The array of the data the outputs are scored against, if any.
@@ -183,8 +174,7 @@ impl Reference {
         let mut accumulators = super::accumulators(&self.outputs, &self.task);
         let mut pairs = None;
         for batch in &self.batches {
-            let owned = owned_inputs(batch.inputs.clone())?;
-            let results = run_outputs(session, &owned, &self.outputs, batch.index, "quantized")?;
+            let results = self.run_batch(session, batch)?;
             super::accumulate(
                 &mut accumulators,
                 &batch.outputs,
@@ -222,15 +212,18 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
         let mut session = quantized_session(quant, runtime, eps, 0)?;
-        let owned = owned_inputs(batch.inputs.clone())?;
-        let results = run_outputs(
-            &mut session,
-            &owned,
-            &self.outputs,
-            batch.index,
-            "quantized",
-        )?;
+        let results = self.run_batch(&mut session, batch)?;
         Ok(self.pairs(batch, &results, sample))
+    }
+
+    /// The quantized `session`'s outputs on one held batch.
+    fn run_batch(
+        &self,
+        session: &mut ort::session::Session,
+        batch: &ReferenceBatch,
+    ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
+        let owned = owned_inputs(batch.inputs.clone())?;
+        run_outputs(session, &owned, &self.outputs, batch.index, "quantized")
     }
 
     /// `sample`'s outputs in `batch`, float beside the quantized `results`.

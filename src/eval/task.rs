@@ -105,18 +105,18 @@ pub struct Task {
 }
 
 impl Task {
-    /// Kinds detected (or chosen in `options`) for `outputs` of `graph`, and the ground
-    /// truth of `source` matched to the outputs that can use it. A truth array named in
-    /// `options` that no output can use is an error; one found by its usual name is then
-    /// left aside.
+    /// Kinds detected (or chosen in `options`) for the outputs of `graph` (`model`'s), and
+    /// the ground truth of `source` matched to the outputs that can use it. A truth array
+    /// named in `options` that no output can use is an error; one found by its usual name is
+    /// then left aside.
     pub fn resolve(
         model: &Model,
-        outputs: &[String],
+        graph: &Graph,
         options: &TaskOptions,
         source: &dyn BatchSource,
     ) -> Result<Task, EvalError> {
-        let graph = Graph::build(model);
-        let kinds = kinds(&graph, outputs, &options.kinds)?;
+        let outputs = graph.outputs();
+        let kinds = kinds(graph, outputs, &options.kinds)?;
         let mut task = Task {
             scorers: vec![None; outputs.len()],
             kinds,
@@ -150,19 +150,6 @@ impl Task {
         }
         task.truth_key = Some(truth.key);
         Ok(task)
-    }
-
-    /// Every output detected, no ground truth (a scan's or a test's default).
-    pub fn detected(graph: &Graph, outputs: &[String]) -> Task {
-        Task {
-            kinds: outputs
-                .iter()
-                .map(|o| output_kind::detect(graph, o, None))
-                .collect(),
-            truth_key: None,
-            scorers: vec![None; outputs.len()],
-            iou_threshold: TaskOptions::default().iou_threshold,
-        }
     }
 }
 

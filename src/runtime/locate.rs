@@ -240,15 +240,11 @@ pub fn install(
     let root = runtime_root(cache_dir);
     let target = flavor_dir(cache_dir, flavor, wheel.version);
     let library_name = pins::library_file_name(wheel.version);
-    let select = |entry: &str| {
-        pins::is_runtime_library(entry)
-            .then(|| entry.rsplit('/').next().unwrap_or(entry).to_owned())
-    };
     wheel::ensure_unpacked(
         wheel,
         &target,
         Path::new(&library_name),
-        &select,
+        &pins::runtime_library_name,
         fetch,
         progress,
     )?;
@@ -279,20 +275,8 @@ pub fn unpack_for_platform(
             platform: format!("{os}-{arch}"),
         }
     })?;
-    let parent = crate::util::folder_of(folder);
-    let downloads = tempfile::Builder::new()
-        .prefix(".download-")
-        .tempdir_in(parent)
-        .map_err(|source| RuntimeError::Cache {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    let wheel_path = wheel::download(wheel, downloads.path(), fetch, progress)?;
-    let select = |entry: &str| {
-        pins::is_runtime_library(entry)
-            .then(|| entry.rsplit('/').next().unwrap_or(entry).to_owned())
-    };
-    let written = wheel::extract(&wheel_path, folder, &select, progress)?;
+    let written =
+        wheel::download_and_extract(wheel, folder, &pins::runtime_library_name, fetch, progress)?;
     progress(FetchEvent::Done);
     Ok(written)
 }

@@ -187,6 +187,12 @@ pub fn is_runtime_library(entry: &str) -> bool {
     name.ends_with(".dll") || name.ends_with(".dylib") || name.contains(".so")
 }
 
+/// The file name a wheel entry that is a runtime library ([`is_runtime_library`]) is unpacked
+/// under (the wheel's folders dropped); `None` for every other entry.
+pub fn runtime_library_name(entry: &str) -> Option<String> {
+    is_runtime_library(entry).then(|| entry.rsplit('/').next().unwrap_or(entry).to_owned())
+}
+
 /// The main library's file name inside an unpacked wheel of `version`.
 pub fn library_file_name(version: &str) -> String {
     match std::env::consts::OS {

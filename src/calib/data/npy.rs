@@ -192,23 +192,14 @@ pub fn read_header(reader: &mut dyn Read, name: &str) -> Result<NpyHeader, DataE
     Ok(header)
 }
 
-/// Reads `count` samples of `header`'s layout from `reader` into an array of shape
-/// `[count, dims[1..]...]`.
-pub fn read_samples(
+/// Reads the next `bytes` bytes of array `name`. The buffer grows as bytes arrive, never
+/// sized from the header alone: a header that claims terabytes over a short (or endlessly
+/// inflating) stream costs what the stream holds, then an error.
+pub(super) fn read_bytes(
     reader: &mut dyn Read,
-    header: &NpyHeader,
-    count: usize,
+    bytes: usize,
     name: &str,
-) -> Result<TensorArray, DataError> {
-    let sample_bytes = header.sample_bytes().unwrap_or(0);
-    let bytes = sample_bytes
-        .checked_mul(count)
-        .ok_or_else(|| DataError::Corrupt {
-            name: name.to_owned(),
-            reason: "batch size overflows".to_owned(),
-        })?;
-    // Grown as bytes arrive, never sized from the header alone: a header that claims terabytes
-    // over a short (or endlessly inflating) stream costs what the stream holds, then an error.
+) -> Result<Vec<u8>, DataError> {
     let mut raw = Vec::with_capacity(bytes.min(INITIAL_READ));
     reader
         .take(bytes as u64)
@@ -226,6 +217,25 @@ pub fn read_samples(
             ),
         });
     }
+    Ok(raw)
+}
+
+/// Reads `count` samples of `header`'s layout from `reader` into an array of shape
+/// `[count, dims[1..]...]`.
+pub fn read_samples(
+    reader: &mut dyn Read,
+    header: &NpyHeader,
+    count: usize,
+    name: &str,
+) -> Result<TensorArray, DataError> {
+    let sample_bytes = header.sample_bytes().unwrap_or(0);
+    let bytes = sample_bytes
+        .checked_mul(count)
+        .ok_or_else(|| DataError::Corrupt {
+            name: name.to_owned(),
+            reason: "batch size overflows".to_owned(),
+        })?;
+    let raw = read_bytes(reader, bytes, name)?;
     let mut shape = vec![count];
     shape.extend(header.shape.iter().skip(1));
     let shape = IxDyn(&shape);

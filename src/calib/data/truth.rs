@@ -5,7 +5,7 @@
 use std::io::Read;
 
 use super::DataError;
-use super::npy::{RawHeader, read_raw_header};
+use super::npy::{RawHeader, read_bytes, read_raw_header};
 
 /// The array names read as ground truth when none is named (`--labels KEY`).
 pub const TRUTH_KEYS: [&str; 2] = ["labels", "texts"];
@@ -73,20 +73,7 @@ pub fn read_truth(reader: &mut dyn Read, key: &str) -> Result<GroundTruth, DataE
     let bytes = samples
         .checked_mul(width)
         .ok_or_else(|| refuse("its size overflows".to_owned()))?;
-    let mut raw = Vec::with_capacity(bytes.min(1 << 24));
-    reader
-        .take(bytes as u64)
-        .read_to_end(&mut raw)
-        .map_err(|e| DataError::Corrupt {
-            name: key.to_owned(),
-            reason: format!("data cannot be read ({e})"),
-        })?;
-    if raw.len() != bytes {
-        return Err(DataError::Corrupt {
-            name: key.to_owned(),
-            reason: format!("data ends early: {} of {bytes} bytes", raw.len()),
-        });
-    }
+    let raw = read_bytes(reader, bytes, key)?;
     let values = match kind {
         Element::Int { signed } => TruthValues::Labels(
             raw.chunks_exact(width)
