@@ -7,6 +7,7 @@ pub mod kernels;
 pub mod output_kind;
 pub mod reference;
 pub mod sensitivity;
+pub mod switchable;
 pub mod task;
 mod tensor_pass;
 pub mod tensors;

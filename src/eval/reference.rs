@@ -147,6 +147,29 @@ impl Reference {
         Ok(self.run_all(&mut session, None)?.0)
     }
 
+    /// Runs an open `session` over the held data with `extra` inputs beside each batch's
+    /// (a switchable model's gates) and measures each output against the float outputs.
+    pub fn compare_session(
+        &self,
+        session: &mut ort::session::Session,
+        extra: &[(String, TensorArray)],
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
+        let mut accumulators = super::accumulators(&self.outputs, &self.task);
+        for batch in &self.batches {
+            let mut inputs = batch.inputs.clone();
+            inputs.extend(extra.iter().cloned());
+            let owned = owned_inputs(inputs)?;
+            let results = run_outputs(session, &owned, &self.outputs, batch.index, "quantized")?;
+            super::accumulate(
+                &mut accumulators,
+                &batch.outputs,
+                &results,
+                batch.first_sample,
+            )?;
+        }
+        Ok(super::finish(&accumulators))
+    }
+
     /// [`Reference::compare`] that also returns `sample`'s outputs, float beside quantized,
     /// from the same run (one session instead of two).
     pub fn compare_with_sample(

@@ -1,0 +1,315 @@
+//! One model for a whole sensitivity scan: the float graph with every Q/DQ chain any variant
+//! of the recipe uses, each place choosing at run time, from a boolean gate vector fed as a
+//! graph input, which chain (or the float tensor) it reads. A scan is then one session and
+//! two runs per candidate instead of a quantization and a session per variant.
+//!
+//! The variants are quantized by the real quantizer and read back ([`sources`]), so a gate
+//! setting reproduces its variant exactly: with graph optimizations off, the switchable
+//! model's outputs equal the variant's bit for bit (`tests/sensitivity.rs`). Recipes whose
+//! quantization changes the graph's structure (int4 MatMulNBits, SmoothQuant's scaling
+//! nodes) or models with subgraphs are [`NotSwitchable`]: the scan then quantizes each
+//! variant on its own.
+
+mod assemble;
+mod sources;
+
+use std::collections::{BTreeMap, HashMap};
+
+use sources::{Base, Slot, Source, SourceKey, VariantSources};
+
+use crate::calib::stats::CalibrationStats;
+use crate::jobs::{JobContext, RateMeter};
+use crate::model::{Graph, Model, TensorArray};
+use crate::quant::{self, Prepared, QuantError};
+use crate::recipe::{QuantMode, Recipe};
+
+/// The graph input that takes the gates: one boolean per switch.
+pub const GATES_INPUT: &str = "qdq_studio_gates";
+
+/// Why a set of recipes cannot share one switchable model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotSwitchable(pub String);
+
+/// What stops building a switchable model.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The variants cannot share one model (the scan quantizes each on its own instead).
+    #[error(transparent)]
+    NotSwitchable(#[from] NotSwitchable),
+    /// A variant could not be quantized.
+    #[error(transparent)]
+    Quant(#[from] QuantError),
+    /// The user cancelled.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// What one place reads by default (the first recipe's choice) and the other choices the
+/// variants make there, each with its switch.
+#[derive(Debug, Clone, Default)]
+struct Choices {
+    default: SourceKey,
+    alternatives: Vec<(SourceKey, usize)>,
+}
+
+/// The switchable model of a set of recipe variants, and the gates that select each.
+pub struct Switchable {
+    model: Model,
+    /// The float model as the quantizer prepared it, opset raised as the variants' (what new
+    /// recipes are read against).
+    graph: Graph,
+    choices: BTreeMap<Slot, Choices>,
+    switches: usize,
+    variants: Vec<Vec<bool>>,
+    sources: usize,
+}
+
+impl std::fmt::Debug for Switchable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Switchable")
+            .field("switches", &self.switches)
+            .field("variants", &self.variants.len())
+            .field("sources", &self.sources)
+            .finish()
+    }
+}
+
+/// Refuses recipes whose quantization adds or replaces nodes beyond Q/DQ.
+fn check_recipe(recipe: &Recipe) -> Result<(), NotSwitchable> {
+    if recipe.mode == QuantMode::Int4 {
+        return Err(NotSwitchable(
+            "int4 weight-only quantization replaces nodes (MatMulNBits)".into(),
+        ));
+    }
+    if recipe.smoothquant {
+        return Err(NotSwitchable(
+            "SmoothQuant adds scaling nodes and changes weights".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The quantized model of `recipe`, or `None` when it quantizes nothing (the float model).
+fn quantized(
+    float: &Model,
+    stats: &CalibrationStats,
+    recipe: &Recipe,
+) -> Result<Option<Model>, QuantError> {
+    match quant::quantize(float, Some(stats), recipe) {
+        Ok(q) => Ok(Some(q.model)),
+        Err(QuantError::NothingToQuantize { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The default-domain opset of a model.
+fn opset_of(model: &Model) -> i64 {
+    quant::opset::default_opset(model.proto()).unwrap_or(1)
+}
+
+/// The float model as the quantizer prepares it for `recipe`, raised to `opset` and with the
+/// opset imports and IR version of `like` (the first variant).
+fn prepared_base(
+    float: &Model,
+    stats: &CalibrationStats,
+    recipe: &Recipe,
+    like: Option<&Model>,
+) -> Result<Model, BuildError> {
+    let mut prepared = Prepared::new(float, &recipe.preprocessing).map_err(QuantError::from)?;
+    if recipe.preprocessing.write_observed_shapes {
+        prepared.record_observed_shapes(stats);
+    }
+    let Prepared {
+        mut model, graph, ..
+    } = prepared;
+    if let Some(like) = like {
+        let rank = |t: &str| stats.tensors.get(t)?.shapes.first().map(Vec::len);
+        quant::opset::raise(model.proto_mut(), &graph, opset_of(like), &rank)?;
+        let proto = model.proto_mut();
+        proto.opset_import = like.proto().opset_import.clone();
+        proto.ir_version = proto.ir_version.max(like.proto().ir_version);
+    }
+    Ok(model)
+}
+
+impl Switchable {
+    /// Quantizes each of `recipes` (variants of the first: other nodes or op types selected)
+    /// and builds the model that runs any of them by its gates. Progress per variant;
+    /// cancellable between variants.
+    pub fn build(
+        float: &Model,
+        stats: &CalibrationStats,
+        recipes: &[Recipe],
+        ctx: &JobContext,
+    ) -> Result<Switchable, BuildError> {
+        let first = recipes
+            .first()
+            .ok_or_else(|| NotSwitchable("no recipe to switch between".into()))?;
+        for recipe in recipes {
+            check_recipe(recipe)?;
+        }
+        if Graph::build(float)
+            .nodes()
+            .iter()
+            .any(|n| !n.subgraphs.is_empty())
+        {
+            return Err(NotSwitchable("the model has subgraphs (If, Loop, Scan)".into()).into());
+        }
+        let first_model = quantized(float, stats, first)?;
+        let base_model = prepared_base(float, stats, first, first_model.as_ref())?;
+        let graph = Graph::build(&base_model);
+        let base = Base::new(&graph);
+        let meter = RateMeter::new("building the switchable model", recipes.len() as u64);
+        let mut table = SourceTable::default();
+        let mut read_variants = Vec::with_capacity(recipes.len());
+        for (at, recipe) in recipes.iter().enumerate() {
+            ctx.checkpoint().map_err(|_| BuildError::Cancelled)?;
+            let model = match at {
+                0 => first_model.clone(),
+                _ => quantized(float, stats, recipe)?,
+            };
+            let read = variant_sources(&base, model.as_ref(), opset_of(&base_model))?;
+            read_variants.push(table.intern(read));
+            ctx.report(meter.progress(at as u64 + 1, format!("variant {}", at + 1)));
+        }
+        let (choices, switches) = choices(&read_variants);
+        let variants = read_variants
+            .iter()
+            .map(|v| gates(&choices, switches, v).unwrap_or_default())
+            .collect();
+        let model = assemble::assemble(base_model, &graph, &choices, &table.sources, switches);
+        Ok(Switchable {
+            model,
+            graph,
+            choices,
+            switches,
+            variants,
+            sources: table.sources.len(),
+        })
+    }
+
+    /// The switchable model (float inputs plus [`GATES_INPUT`]).
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// How many switches the gate vector has.
+    pub fn switches(&self) -> usize {
+        self.switches
+    }
+
+    /// The gates that run the `variant`-th recipe given to [`Switchable::build`].
+    pub fn gates(&self, variant: usize) -> Option<&[bool]> {
+        self.variants.get(variant).map(Vec::as_slice)
+    }
+
+    /// The gate vector as the session input.
+    pub fn gate_input(gates: &[bool]) -> (String, TensorArray) {
+        let array = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[gates.len()]), gates.to_vec())
+            .unwrap_or_else(|_| ndarray::ArrayD::from_elem(ndarray::IxDyn(&[0]), false));
+        (GATES_INPUT.to_owned(), TensorArray::Bool(array))
+    }
+
+    /// The gates that run `recipe` (quantized and read here), or `None` when it reads some
+    /// chain the model does not hold (a scale that only that combination gives).
+    pub fn gates_for(
+        &self,
+        float: &Model,
+        stats: &CalibrationStats,
+        recipe: &Recipe,
+    ) -> Result<Option<Vec<bool>>, BuildError> {
+        check_recipe(recipe)?;
+        let model = quantized(float, stats, recipe)?;
+        let base = Base::new(&self.graph);
+        let opset = quant::opset::default_opset(self.model.proto()).unwrap_or(1);
+        let read = variant_sources(&base, model.as_ref(), opset)?;
+        let keys: BTreeMap<Slot, SourceKey> = read.into_iter().map(|(s, (k, _))| (s, k)).collect();
+        Ok(gates(&self.choices, self.switches, &keys))
+    }
+}
+
+/// What a variant (`None`: the float model) reads at every slot of `base`.
+fn variant_sources(
+    base: &Base,
+    model: Option<&Model>,
+    opset: i64,
+) -> Result<VariantSources, NotSwitchable> {
+    match model {
+        None => Ok(sources::float_sources(base)),
+        Some(model) if opset_of(model) > opset => Err(NotSwitchable(format!(
+            "a variant needs opset {} and the first only {opset}",
+            opset_of(model)
+        ))),
+        Some(model) => sources::read(base, model),
+    }
+}
+
+/// Every distinct source, numbered in the order first seen.
+#[derive(Default)]
+struct SourceTable {
+    sources: HashMap<SourceKey, (usize, Source)>,
+}
+
+impl SourceTable {
+    /// Keeps the sources `read` brings that are new, and returns its slots' keys.
+    fn intern(&mut self, read: VariantSources) -> BTreeMap<Slot, SourceKey> {
+        read.into_iter()
+            .map(|(slot, (key, source))| {
+                let next = self.sources.len();
+                self.sources
+                    .entry(key.clone())
+                    .or_insert_with(|| (next, source));
+                (slot, key)
+            })
+            .collect()
+    }
+}
+
+/// Each slot's default (the first variant's source) and the alternatives the others read
+/// there, numbered as switches.
+fn choices(variants: &[BTreeMap<Slot, SourceKey>]) -> (BTreeMap<Slot, Choices>, usize) {
+    let mut choices: BTreeMap<Slot, Choices> = BTreeMap::new();
+    let mut switches = 0;
+    let Some(first) = variants.first() else {
+        return (choices, 0);
+    };
+    for (slot, key) in first {
+        choices.insert(
+            *slot,
+            Choices {
+                default: key.clone(),
+                alternatives: Vec::new(),
+            },
+        );
+    }
+    for variant in &variants[1..] {
+        for (slot, key) in variant {
+            let choice = choices.entry(*slot).or_default();
+            if choice.default != *key && !choice.alternatives.iter().any(|(k, _)| k == key) {
+                choice.alternatives.push((key.clone(), switches));
+                switches += 1;
+            }
+        }
+    }
+    (choices, switches)
+}
+
+/// The gate vector selecting `variant`'s source at every slot, or `None` when one of them is
+/// not among the choices.
+fn gates(
+    choices: &BTreeMap<Slot, Choices>,
+    switches: usize,
+    variant: &BTreeMap<Slot, SourceKey>,
+) -> Option<Vec<bool>> {
+    let mut gates = vec![false; switches];
+    for (slot, key) in variant {
+        let choice = choices.get(slot)?;
+        if choice.default == *key {
+            continue;
+        }
+        let (_, switch) = choice.alternatives.iter().find(|(k, _)| k == key)?;
+        gates[*switch] = true;
+    }
+    Some(gates)
+}

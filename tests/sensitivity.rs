@@ -1,0 +1,133 @@
+//! The switchable model a sensitivity scan runs: one session whose gates select any variant
+//! of the recipe, equal bit for bit to that variant quantized on its own.
+
+mod common;
+
+use ndarray::ArrayD;
+use qdq_studio::calib::CalibrationConfig;
+use qdq_studio::calib::data::DataSpec;
+use qdq_studio::calib::stats::CalibrationStats;
+use qdq_studio::eval::switchable::Switchable;
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::{Graph, Model, TensorArray};
+use qdq_studio::quant;
+use qdq_studio::recipe::Recipe;
+use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions, value};
+
+use common::{asset, runtime};
+
+/// The sample, its statistics from the bundled calibration set, and one evaluation batch.
+fn sample() -> (Model, CalibrationStats, Vec<(String, TensorArray)>) {
+    let model = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let data = DataSpec::Npz {
+        path: asset("calib.npz"),
+    };
+    let stats = qdq_studio::workflow::calibrate::calibrate(
+        &model,
+        &Default::default(),
+        &data,
+        &CalibrationConfig::default(),
+        &runtime(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
+        &model,
+    )))
+    .unwrap();
+    let batch = source.next_batch(4).unwrap().unwrap();
+    (model, stats, batch.inputs)
+}
+
+/// `model`'s outputs on `inputs`, graph optimizations off (fused integer kernels would round
+/// differently from the Q/DQ arithmetic both models spell out).
+fn outputs(model: &Model, inputs: &[(String, TensorArray)]) -> Vec<ArrayD<f32>> {
+    let options = SessionOptions {
+        optimization: Optimization::Disable,
+        ..SessionOptions::default()
+    };
+    let mut session = runtime()
+        .session_from_model(&model.to_session_model().unwrap(), &[EpSpec::Cpu], options)
+        .unwrap();
+    let owned = value::owned_inputs(inputs.to_vec()).unwrap();
+    let out = session.run(value::session_inputs(&owned)).unwrap();
+    out.values()
+        .map(|v| value::float_output(&v).unwrap().1)
+        .collect()
+}
+
+fn bits(a: &ArrayD<f32>) -> Vec<u32> {
+    a.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
+    let (model, stats, inputs) = sample();
+    let recipe = Recipe::default();
+    let full = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let nodes = &full.quantized_nodes;
+    assert!(nodes.len() > 20, "{nodes:?}");
+    let exact = |name: &str| format!("{}$", regex::escape(name));
+    // Every kind of variant a scan runs: the recipe itself, one node left in float (early,
+    // middle, last), one node quantized alone.
+    let mut variants = vec![recipe.clone()];
+    for name in [&nodes[0], &nodes[nodes.len() / 2], &nodes[nodes.len() - 1]] {
+        let mut without = recipe.clone();
+        without.nodes_to_exclude.push(exact(name));
+        variants.push(without);
+    }
+    for name in [&nodes[1], &nodes[nodes.len() / 3]] {
+        let mut only = recipe.clone();
+        only.nodes_to_quantize = vec![exact(name)];
+        variants.push(only);
+    }
+    let switchable = Switchable::build(&model, &stats, &variants, &JobContext::silent()).unwrap();
+    assert!(switchable.switches() > 0);
+    let mut differing = 0;
+    for (at, variant) in variants.iter().enumerate() {
+        let own = quant::quantize(&model, Some(&stats), variant)
+            .unwrap()
+            .model;
+        let expected = outputs(&own, &inputs);
+        let mut gated = inputs.clone();
+        gated.push(Switchable::gate_input(switchable.gates(at).unwrap()));
+        let got = outputs(switchable.model(), &gated);
+        assert_eq!(expected.len(), got.len());
+        for (e, g) in expected.iter().zip(&got) {
+            assert_eq!(bits(e), bits(g), "variant {at} differs from its own model");
+        }
+        if at > 0 && bits(&expected[0]) != bits(&outputs(&full.model, &inputs)[0]) {
+            differing += 1;
+        }
+    }
+    // The variants really are different models (the gates select something).
+    assert!(
+        differing >= 3,
+        "only {differing} variants differ from the recipe"
+    );
+
+    // A combination no single variant is: two nodes left in float at once, found among the
+    // chains the variants brought.
+    let mut both = recipe.clone();
+    both.nodes_to_exclude = vec![exact(&nodes[0]), exact(&nodes[nodes.len() - 1])];
+    let gates = switchable
+        .gates_for(&model, &stats, &both)
+        .unwrap()
+        .expect("the combination reads only chains the model holds");
+    let own = quant::quantize(&model, Some(&stats), &both).unwrap().model;
+    let mut gated = inputs.clone();
+    gated.push(Switchable::gate_input(&gates));
+    for (e, g) in outputs(&own, &inputs)
+        .iter()
+        .zip(&outputs(switchable.model(), &gated))
+    {
+        assert_eq!(
+            bits(e),
+            bits(g),
+            "the combination differs from its own model"
+        );
+    }
+}
