@@ -480,7 +480,10 @@ fn outlier_model() -> Model {
 fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     use qdq_studio::calib::{CalibrationConfig, calibrate};
     use qdq_studio::eval::reference::Reference;
-    use qdq_studio::eval::sensitivity::{Evaluator, Granularity, Target, auto_exclude, scan};
+    use qdq_studio::eval::sensitivity::{
+        Evaluator, Granularity, Target, auto_exclude, scan, scan_keeping,
+    };
+    use qdq_studio::eval::switched_scan::ScanMethod;
     use qdq_studio::recipe::Recipe;
 
     let model = outlier_model();
@@ -529,13 +532,16 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         op_types_to_quantize: vec!["Add".into(), "Mul".into()],
         ..Recipe::default()
     };
-    let result = scan(
+    let (result, switchable) = scan_keeping(
         &evaluator,
         &recipe,
         Granularity::Node,
+        ScanMethod::Switchable,
         &JobContext::silent(),
     )
     .unwrap();
+    assert_eq!(result.method, ScanMethod::Switchable, "{result:?}");
+    assert!(switchable.is_some());
     assert_eq!(result.nodes.len(), 2);
     assert_eq!(result.nodes[0].node, "harmful_mul", "{result:?}");
     assert!(
@@ -554,6 +560,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &result,
         Target::SqnrDb(target),
         5,
+        switchable.as_ref(),
         &JobContext::silent(),
     )
     .unwrap();
@@ -579,6 +586,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &evaluator,
         &recipe,
         Granularity::OpType,
+        ScanMethod::Exact,
         &JobContext::silent(),
     )
     .unwrap();
@@ -593,6 +601,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &result,
         Target::Top1(1.0),
         5,
+        None,
         &JobContext::silent(),
     )
     .unwrap();

@@ -14,6 +14,7 @@ use qdq_studio::calib::{CalibrationConfig, DataSpec, calibrate};
 use qdq_studio::eval::TaskMetric;
 use qdq_studio::eval::reference::Reference;
 use qdq_studio::eval::sensitivity::{Evaluator, Granularity, Target, auto_exclude, scan_units};
+use qdq_studio::eval::switched_scan::ScanMethod;
 use qdq_studio::eval::tensors::tensor_errors;
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Graph, Model};
@@ -286,6 +287,7 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
         &recipe,
         Granularity::Node,
         &candidates,
+        ScanMethod::Exact,
         &JobContext::silent(),
     )
     .unwrap();
@@ -303,6 +305,7 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
         &scanned,
         Target::Sequence(1.0),
         2,
+        None,
         &JobContext::silent(),
     )
     .unwrap();

@@ -38,7 +38,7 @@ fn sample() -> (Model, CalibrationStats, Vec<(String, TensorArray)>) {
         &model,
     )))
     .unwrap();
-    let batch = source.next_batch(4).unwrap().unwrap();
+    let batch = source.next_batch(16).unwrap().unwrap();
     (model, stats, batch.inputs)
 }
 
@@ -130,4 +130,47 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
             "the combination differs from its own model"
         );
     }
+}
+
+#[test]
+fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    common::run_ok(
+        common::cli()
+            .args(["calibrate", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(&stats),
+    );
+    let scan = |extra: &[&str]| {
+        let json = dir.path().join(format!("scan{}.json", extra.len()));
+        let text = common::run_ok(
+            common::cli()
+                .args(["sensitivity", "--onnx_path"])
+                .arg(asset("ppocr_cls.onnx"))
+                .arg("--calibration_cache_path")
+                .arg(&stats)
+                .arg("--data")
+                .arg(asset("eval.npz"))
+                .args(["--candidates", "Conv@3", "Add@2", "--json"])
+                .arg(&json)
+                .args(extra),
+        );
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (text, value["scan"].clone())
+    };
+    let (exact_text, exact) = scan(&[]);
+    assert!(
+        exact_text.contains("each variant quantized and run on its own"),
+        "{exact_text}"
+    );
+    assert_eq!(exact["method"], "Exact");
+    let (text, switched) = scan(&["--switchable"]);
+    assert!(text.contains("one switchable model"), "{text}");
+    assert_eq!(switched["method"], "Switchable");
+    assert_eq!(switched["nodes"].as_array().unwrap().len(), 2);
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use qdq_studio::eval::sensitivity::{AutoExclude, Granularity, Sensitivity, Target, TargetKind};
+use qdq_studio::eval::switched_scan::ScanMethod;
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
 use qdq_studio::recipe::Recipe;
@@ -50,6 +51,11 @@ pub struct SensitivityArgs {
     /// Scan only these nodes (or op types, with --by_op_type) instead of all.
     #[arg(long = "candidates", num_args = 1..)]
     pub candidates: Vec<String>,
+    /// Run every variant as a gate setting of one switchable model instead of quantizing and
+    /// opening each on its own: faster, and measures the Q/DQ arithmetic as written rather
+    /// than the fused integer kernels the saved model runs on the CPU.
+    #[arg(long = "switchable")]
+    pub switchable: bool,
     /// Auto-exclude until the worst output's SQNR reaches this many dB.
     #[arg(long = "target_sqnr", visible_alias = "target-sqnr", conflicts_with_all = ["target_top1", "by_op_type"])]
     pub target_sqnr: Option<f64>,
@@ -153,7 +159,19 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
     };
     let started = std::time::Instant::now();
     let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
-    let scanned = scan_setup(&setup, granularity, &args.candidates, &runtime, &ctx);
+    let method = if args.switchable {
+        ScanMethod::Switchable
+    } else {
+        ScanMethod::Exact
+    };
+    let scanned = scan_setup(
+        &setup,
+        granularity,
+        &args.candidates,
+        method,
+        &runtime,
+        &ctx,
+    );
     bar.finish_and_clear();
     let scanned = scanned?;
     print_scan(
@@ -205,6 +223,7 @@ fn print_scan(result: &Sensitivity, by_op_type: bool, seconds: f64) {
         seconds,
         result.workers
     );
+    println!("measured on {}", result.method_note());
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
         if by_op_type { "op type" } else { "node" },

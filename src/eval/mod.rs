@@ -8,6 +8,7 @@ pub mod output_kind;
 pub mod reference;
 pub mod sensitivity;
 pub mod switchable;
+pub mod switched_scan;
 pub mod task;
 mod tensor_pass;
 pub mod tensors;

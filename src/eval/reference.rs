@@ -49,6 +49,43 @@ fn quantized_session(
     Ok(runtime.session_from_model(&quant.to_session_model()?, eps, options)?)
 }
 
+/// Consecutive batches as one (`None` when an input or output cannot be joined).
+fn join_batches(index: usize, group: &[&ReferenceBatch]) -> Option<ReferenceBatch> {
+    let first = group.first()?;
+    let inputs = first
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(at, (name, _))| {
+            let parts = group
+                .iter()
+                .map(|b| Some(&b.inputs.get(at)?.1))
+                .collect::<Option<Vec<&TensorArray>>>()?;
+            Some((name.clone(), TensorArray::concatenate(&parts)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let outputs = (0..first.outputs.len())
+        .map(|at| {
+            let parts = group
+                .iter()
+                .map(|b| b.outputs.get(at)?.as_ref().map(|a| a.view()))
+                .collect::<Option<Vec<_>>>();
+            // An output that is not a float tensor stays unmeasured, as in each batch.
+            match parts {
+                None => Some(None),
+                Some(parts) => ndarray::concatenate(Axis(0), &parts).ok().map(Some),
+            }
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(ReferenceBatch {
+        index,
+        first_sample: first.first_sample,
+        samples: group.iter().map(|b| b.samples).sum(),
+        inputs,
+        outputs,
+    })
+}
+
 /// One output of one sample, float beside quantized (what the studio's side-by-side view
 /// draws).
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +155,35 @@ impl Reference {
             outputs,
             batches,
             samples: done,
+        })
+    }
+
+    /// The same data and float outputs in batches of up to `max_samples` (consecutive
+    /// batches joined), for a model whose batch axis is free: fewer, larger runs. `None` when
+    /// some input or output cannot be joined along its first axis.
+    pub fn merged(&self, max_samples: usize) -> Option<Reference> {
+        let mut groups: Vec<Vec<&ReferenceBatch>> = Vec::new();
+        for batch in &self.batches {
+            match groups.last_mut() {
+                Some(group)
+                    if group.iter().map(|b| b.samples).sum::<usize>() + batch.samples
+                        <= max_samples =>
+                {
+                    group.push(batch)
+                }
+                _ => groups.push(vec![batch]),
+            }
+        }
+        let batches = groups
+            .into_iter()
+            .enumerate()
+            .map(|(index, group)| join_batches(index, &group))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Reference {
+            outputs: self.outputs.clone(),
+            task: self.task.clone(),
+            batches,
+            samples: self.samples,
         })
     }
 

@@ -11,6 +11,8 @@ use serde::Serialize;
 
 use super::alternatives::{Alternative, measure_alternatives};
 use super::reference::Reference;
+use super::switchable::Switchable;
+use super::switched_scan::{Fallback, GatedRuns, ScanMethod, variant_sqnrs};
 use super::{EvalError, OutputMetrics};
 use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
@@ -182,6 +184,26 @@ pub struct Sensitivity {
     pub nodes: Vec<NodeSensitivity>,
     /// Variants run in parallel (1 on GPU execution providers).
     pub workers: usize,
+    /// How the variants were measured.
+    pub method: ScanMethod,
+    /// Why a switchable scan ran each variant on its own instead, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+impl Sensitivity {
+    /// How the figures were measured, in words, for both faces.
+    pub fn method_note(&self) -> String {
+        match (self.method, &self.fallback) {
+            (ScanMethod::Switchable, _) => {
+                "one switchable model: the Q/DQ arithmetic each variant spells out, without the fused integer kernels a saved model may run".to_owned()
+            }
+            (ScanMethod::Exact, None) => "each variant quantized and run on its own".to_owned(),
+            (ScanMethod::Exact, Some(why)) => {
+                format!("each variant quantized and run on its own ({why})")
+            }
+        }
+    }
 }
 
 /// An anchored, escaped pattern naming exactly one node.
@@ -189,7 +211,8 @@ fn exact(name: &str) -> String {
     format!("{}$", regex::escape(name))
 }
 
-fn quant_error(e: QuantError) -> EvalError {
+/// A quantization error as the scan reports it.
+pub(crate) fn quant_error(e: QuantError) -> EvalError {
     match e {
         QuantError::NothingToQuantize { .. } => EvalError::NothingToQuantize,
         e => EvalError::Run {
@@ -255,7 +278,7 @@ impl Evaluator<'_> {
 
 /// Up to `cores` workers, as many as `available` bytes hold at `need` each (at least one:
 /// a single variant that cannot fit is refused by the quantizer with the numbers).
-fn workers_within(cores: usize, need: u64, available: Option<u64>) -> usize {
+pub(crate) fn workers_within(cores: usize, need: u64, available: Option<u64>) -> usize {
     match available {
         Some(available) if need > 0 => cores.min((available / need) as usize).max(1),
         _ => cores,
@@ -286,8 +309,20 @@ pub fn scan(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
     granularity: Granularity,
+    method: ScanMethod,
     ctx: &JobContext,
 ) -> Result<Sensitivity, EvalError> {
+    Ok(scan_keeping(eval, recipe, granularity, method, ctx)?.0)
+}
+
+/// [`scan`], also returning the switchable model it ran (auto-exclude's steps reuse it).
+pub fn scan_keeping(
+    eval: &Evaluator<'_>,
+    recipe: &Recipe,
+    granularity: Granularity,
+    method: ScanMethod,
+    ctx: &JobContext,
+) -> Result<(Sensitivity, Option<Switchable>), EvalError> {
     let base = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
     let units: Vec<String> = match granularity {
         Granularity::Node => base.quantized_nodes.clone(),
@@ -303,12 +338,102 @@ pub fn scan(
             types
         }
     };
-    scan_units(eval, recipe, granularity, &units, ctx)
+    scan_units_keeping(eval, recipe, granularity, &units, method, ctx)
 }
 
 /// [`scan`] over chosen units only (node names, or op types): a quick look at the nodes a
 /// user suspects, or the second pass over a first pass's worst.
 pub fn scan_units(
+    eval: &Evaluator<'_>,
+    recipe: &Recipe,
+    granularity: Granularity,
+    units: &[String],
+    method: ScanMethod,
+    ctx: &JobContext,
+) -> Result<Sensitivity, EvalError> {
+    Ok(scan_units_keeping(eval, recipe, granularity, units, method, ctx)?.0)
+}
+
+/// [`scan_units`], also returning the switchable model it ran.
+pub fn scan_units_keeping(
+    eval: &Evaluator<'_>,
+    recipe: &Recipe,
+    granularity: Granularity,
+    units: &[String],
+    method: ScanMethod,
+    ctx: &JobContext,
+) -> Result<(Sensitivity, Option<Switchable>), EvalError> {
+    let mut fallback = None;
+    if method == ScanMethod::Switchable {
+        match switched_scan(eval, recipe, granularity, units, ctx) {
+            Ok(done) => return Ok(done),
+            Err(Fallback::NotSwitchable(why)) => {
+                tracing::info!("the scan runs each variant on its own: {why}");
+                fallback = Some(why);
+            }
+            Err(Fallback::Failed(e)) => return Err(e),
+        }
+    }
+    let mut sensitivity = exact_scan(eval, recipe, granularity, units, ctx)?;
+    sensitivity.fallback = fallback;
+    Ok((sensitivity, None))
+}
+
+/// The units sorted most harmful first (largest gain when left in float), ties by name.
+fn rank(nodes: &mut [NodeSensitivity]) {
+    nodes.sort_by(|a, b| {
+        b.sqnr_without_db
+            .total_cmp(&a.sqnr_without_db)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+}
+
+/// The scan as gate settings of one switchable model: the recipe, then each unit's two
+/// variants.
+fn switched_scan(
+    eval: &Evaluator<'_>,
+    recipe: &Recipe,
+    granularity: Granularity,
+    units: &[String],
+    ctx: &JobContext,
+) -> Result<(Sensitivity, Option<Switchable>), Fallback> {
+    let mut recipes = vec![recipe.clone()];
+    for unit in units {
+        let (without, only) = variants(recipe, unit, granularity);
+        recipes.extend([without, only]);
+    }
+    let switchable = Switchable::build(eval.float, eval.stats, &recipes, ctx)?;
+    if switchable.is_float(0) {
+        return Err(Fallback::Failed(EvalError::NothingToQuantize));
+    }
+    let (scores, workers) = {
+        let runs = GatedRuns::open(eval, &switchable, true)?;
+        (variant_sqnrs(&runs, ctx)?, runs.workers())
+    };
+    let score = |at: usize| scores.get(at).copied().unwrap_or(f64::NAN);
+    let mut nodes: Vec<NodeSensitivity> = units
+        .iter()
+        .enumerate()
+        .map(|(i, unit)| NodeSensitivity {
+            node: unit.clone(),
+            sqnr_without_db: score(1 + 2 * i),
+            sqnr_only_db: score(2 + 2 * i),
+        })
+        .collect();
+    rank(&mut nodes);
+    let sensitivity = Sensitivity {
+        granularity,
+        baseline_db: score(0),
+        nodes,
+        workers,
+        method: ScanMethod::Switchable,
+        fallback: None,
+    };
+    Ok((sensitivity, Some(switchable)))
+}
+
+/// The scan with each variant quantized and opened on its own, in parallel on the CPU EP.
+fn exact_scan(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
     granularity: Granularity,
@@ -355,16 +480,14 @@ pub fn scan_units(
     } else {
         units.iter().map(run_unit).collect::<Result<Vec<_>, _>>()?
     };
-    nodes.sort_by(|a, b| {
-        b.sqnr_without_db
-            .total_cmp(&a.sqnr_without_db)
-            .then_with(|| a.node.cmp(&b.node))
-    });
+    rank(&mut nodes);
     Ok(Sensitivity {
         granularity,
         baseline_db,
         nodes,
         workers,
+        method: ScanMethod::Exact,
+        fallback: None,
     })
 }
 
@@ -434,12 +557,23 @@ pub fn auto_exclude(
     scan: &Sensitivity,
     target: Target,
     max_excluded: usize,
+    switchable: Option<&Switchable>,
     ctx: &JobContext,
 ) -> Result<AutoExclude, EvalError> {
-    let score_of = |r: &Recipe| match eval.metrics(r, 0) {
+    let runs = switchable
+        .map(|s| GatedRuns::open(eval, s, false))
+        .transpose()?;
+    let scored = |metrics: Result<Vec<OutputMetrics>, EvalError>| match metrics {
         Ok(m) => Ok((target.score(&m)?, Target::SqnrDb(0.0).score(&m)?)),
         Err(EvalError::NothingToQuantize) => Ok((f64::INFINITY, f64::INFINITY)),
         Err(e) => Err(e),
+    };
+    // Steps run on the scan's switchable model when it holds their chains; the result is
+    // measured on the recipe's own model.
+    let exact_score = |r: &Recipe| scored(eval.metrics(r, 0));
+    let score_of = |r: &Recipe| match &runs {
+        Some(runs) => scored(runs.recipe_metrics(r)),
+        None => exact_score(r),
     };
     let mut current = recipe.clone();
     let mut excluded = Vec::new();
@@ -473,6 +607,9 @@ pub fn auto_exclude(
                 ctx.report(meter.progress(excluded.len() as u64, node.node.clone()));
             }
         }
+    }
+    if runs.is_some() {
+        (score, sqnr_db) = exact_score(&current)?;
     }
     let quantized_by_op_type = match quant::quantize(eval.float, Some(eval.stats), &current) {
         Ok(q) => q.quantized_by_op_type(&Graph::build(eval.float)),

@@ -80,6 +80,47 @@ macro_rules! with_array {
 }
 
 impl TensorArray {
+    /// `parts` joined along axis 0 (`None` when they differ in type or in another axis, or
+    /// have no axis).
+    pub fn concatenate(parts: &[&TensorArray]) -> Option<TensorArray> {
+        macro_rules! join {
+            ($($variant:ident),*) => {
+                match parts.first()? {
+                    $(TensorArray::$variant(_) => {
+                        let views = parts
+                            .iter()
+                            .map(|p| match p {
+                                TensorArray::$variant(a) => Some(a.view()),
+                                _ => None,
+                            })
+                            .collect::<Option<Vec<_>>>()?;
+                        ndarray::concatenate(ndarray::Axis(0), &views)
+                            .ok()
+                            .map(TensorArray::$variant)
+                    })*
+                }
+            };
+        }
+        join!(
+            Float32,
+            Float16,
+            BFloat16,
+            Float64,
+            Float8E4M3FN,
+            Int4,
+            Uint4,
+            Int8,
+            Uint8,
+            Int16,
+            Uint16,
+            Int32,
+            Uint32,
+            Int64,
+            Uint64,
+            Bool
+        )
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DataType {
         match self {

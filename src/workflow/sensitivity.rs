@@ -4,9 +4,13 @@
 
 use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup};
+use std::sync::Arc;
+
 use crate::eval::sensitivity::{
-    AutoExclude, Granularity, Sensitivity, Target, auto_exclude, scan, scan_units,
+    AutoExclude, Granularity, Sensitivity, Target, auto_exclude, scan_keeping, scan_units_keeping,
 };
+use crate::eval::switchable::Switchable;
+use crate::eval::switched_scan::ScanMethod;
 use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::recipe::Recipe;
@@ -21,6 +25,8 @@ pub struct Scanned {
     pub recipe: Recipe,
     /// The reference (kept for later runs).
     pub reference: CapturedReference,
+    /// The switchable model the scan ran, when it ran one (auto-exclude's steps reuse it).
+    pub switchable: Option<Arc<Switchable>>,
 }
 
 /// An error naming the first of `candidates` the model does not have (a node name, or an op
@@ -53,21 +59,24 @@ pub fn scan_setup(
     setup: &EvalSetup,
     granularity: Granularity,
     candidates: &[String],
+    method: ScanMethod,
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<Scanned, WorkflowError> {
     check_candidates(&Graph::build(&setup.model), granularity, candidates)?;
     let (reference, _) = setup.reference(runtime, ctx)?;
     let evaluator = setup.evaluator(&reference, runtime);
-    let sensitivity = if candidates.is_empty() {
-        scan(&evaluator, &setup.recipe, granularity, ctx)?
+    let recipe = &setup.recipe;
+    let (sensitivity, switchable) = if candidates.is_empty() {
+        scan_keeping(&evaluator, recipe, granularity, method, ctx)?
     } else {
-        scan_units(&evaluator, &setup.recipe, granularity, candidates, ctx)?
+        scan_units_keeping(&evaluator, recipe, granularity, candidates, method, ctx)?
     };
     Ok(Scanned {
         sensitivity,
         recipe: setup.recipe.clone(),
         reference,
+        switchable: switchable.map(Arc::new),
     })
 }
 
@@ -85,7 +94,14 @@ pub fn auto_exclude_setup(
         |s: &Scanned| s.recipe == setup.recipe && s.sensitivity.granularity == Granularity::Node;
     let scanned = match scanned.filter(fits) {
         Some(scanned) => scanned,
-        None => scan_setup(setup, Granularity::Node, &[], runtime, ctx)?,
+        None => scan_setup(
+            setup,
+            Granularity::Node,
+            &[],
+            ScanMethod::default(),
+            runtime,
+            ctx,
+        )?,
     };
     let evaluator = setup.evaluator(&scanned.reference, runtime);
     let result = auto_exclude(
@@ -94,6 +110,7 @@ pub fn auto_exclude_setup(
         &scanned.sensitivity,
         target,
         max_excluded,
+        scanned.switchable.as_deref(),
         ctx,
     )?;
     Ok((result, scanned))

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::task::{TaskOutput, TaskWork};
 use crate::calib::{CalibrationConfig, DataSpec};
 use crate::eval::sensitivity::{Granularity, Target};
+use crate::eval::switched_scan::ScanMethod;
 use crate::model::Model;
 use crate::quant::Prepared;
 use crate::runtime::Flavor;
@@ -54,7 +55,8 @@ pub fn sample_outputs(
 pub fn scan(setup: EvalSetup) -> TaskWork {
     Box::new(move |ctx| {
         let runtime = runtime_for_job(&ctx)?;
-        sensitivity::scan_setup(&setup, Granularity::Node, &[], &runtime, &ctx)
+        let method = ScanMethod::default();
+        sensitivity::scan_setup(&setup, Granularity::Node, &[], method, &runtime, &ctx)
             .map(|s| TaskOutput::Scanned(Box::new(s)))
     })
 }

@@ -48,7 +48,9 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         s.baseline_db,
         s.nodes.len(),
         s.workers
-    ));
+    ))
+    .on_hover_text(format!("Measured on {}", s.method_note()));
+    ui.label(RichText::new(format!("Measured on {}.", s.method_note())).weak());
     ranking(ui, s, &doc.graph, commands);
 }
 

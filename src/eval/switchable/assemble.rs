@@ -1,18 +1,22 @@
-//! Writes the switchable model: the float graph, each distinct Q/DQ chain once, and at every
-//! place with a choice a chain of `Where(gate, alternative, …default)` nodes.
+//! Writes the switchable model: the float graph and, at every place with a choice, a nest of
+//! `If(gate)` nodes whose branches compute one choice each (its Q/DQ chain, or the float
+//! tensor as it is). Only the chosen branch runs, so a run costs about what the chosen
+//! variant's own model costs; a `Where` over every choice would compute them all and copy
+//! element by element (measured: most of a run's time on the bundled sample).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::sources::{Slot, Source, SourceKey};
 use super::{Choices, GATES_INPUT};
 use crate::model::builder::value_info;
-use crate::model::proto::{NodeProto, TensorProto};
+use crate::model::proto::attribute_proto::AttributeType;
+use crate::model::proto::{AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto};
 use crate::model::{DataType, Graph, Model, TensorArray};
 
 /// The prefix of every name the switchable model adds.
 const PREFIX: &str = "qdq_studio_switch";
 
-/// A node of the default domain.
+/// A node of the default domain with one output.
 fn node(op: &str, name: String, inputs: Vec<String>, output: String) -> NodeProto {
     NodeProto {
         op_type: Some(op.to_owned()),
@@ -23,15 +27,31 @@ fn node(op: &str, name: String, inputs: Vec<String>, output: String) -> NodeProt
     }
 }
 
-/// The nodes and initializers added, and the names already written.
+/// A graph-valued attribute.
+fn graph_attribute(name: &str, graph: GraphProto) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.to_owned()),
+        r#type: Some(AttributeType::Graph as i32),
+        g: Some(graph),
+        ..Default::default()
+    }
+}
+
+/// The scalar gate of one switch.
+fn gate_name(switch: usize) -> String {
+    format!("{PREFIX}_gate{switch}")
+}
+
+/// What the assembly adds, and the counters that keep its names unique.
 struct Additions<'a> {
     sources: &'a HashMap<SourceKey, (usize, Source)>,
     /// Graph outputs whose float producer now writes another name.
     renamed: HashMap<String, String>,
-    emitted: HashSet<usize>,
-    nodes: Vec<NodeProto>,
+    /// Sources whose initializers are already in the graph.
+    stored: HashSet<usize>,
     initializers: Vec<TensorProto>,
-    wheres: usize,
+    /// Names made so far (each branch and node gets a fresh one).
+    made: usize,
 }
 
 impl Additions<'_> {
@@ -43,32 +63,44 @@ impl Additions<'_> {
             .unwrap_or_else(|| name.to_owned())
     }
 
-    /// The tensor holding `key`'s source, its chain written on first use.
-    fn source(&mut self, key: &SourceKey) -> String {
+    fn fresh(&mut self, what: &str) -> String {
+        self.made += 1;
+        format!("{PREFIX}_{what}{}", self.made)
+    }
+
+    /// The nodes computing `key`'s source into a fresh tensor, and that tensor. Its
+    /// initializers go to the main graph once (branches read them from the outer scope).
+    fn compute(&mut self, key: &SourceKey) -> (Vec<NodeProto>, String) {
+        let output = self.fresh("v");
         let Some((id, source)) = self.sources.get(key) else {
-            return String::new();
+            return (Vec::new(), output);
         };
         let chain = match source {
-            Source::Float(name) => return self.float_name(name),
+            Source::Float(name) => {
+                let copy = node(
+                    "Identity",
+                    output.clone(),
+                    vec![self.float_name(name)],
+                    output.clone(),
+                );
+                return (vec![copy], output);
+            }
             Source::Dequantized(chain) => chain,
         };
-        let output = format!("{PREFIX}_s{id}");
-        if !self.emitted.insert(*id) {
-            return output;
-        }
         let suffix = format!("__{PREFIX}_s{id}");
-        let local: HashSet<&str> = chain.initializers.iter().map(|t| t.name()).collect();
-        for tensor in &chain.initializers {
-            let mut copy = tensor.clone();
-            copy.name = Some(format!("{}{suffix}", tensor.name()));
-            self.initializers.push(copy);
+        if self.stored.insert(*id) {
+            for tensor in &chain.initializers {
+                let mut copy = tensor.clone();
+                copy.name = Some(format!("{}{suffix}", tensor.name()));
+                self.initializers.push(copy);
+            }
         }
-        let input = chain.input.as_deref().map(|n| self.float_name(n));
-        let mut previous = input;
+        let local: HashSet<&str> = chain.initializers.iter().map(|t| t.name()).collect();
+        let mut previous = chain.input.as_deref().map(|n| self.float_name(n));
         let last = chain.nodes.len().saturating_sub(1);
+        let mut nodes = Vec::with_capacity(chain.nodes.len());
         for (at, original) in chain.nodes.iter().enumerate() {
             let mut copy = original.clone();
-            copy.name = Some(format!("{}{suffix}", original.name()));
             for (i, name) in copy.input.iter_mut().enumerate() {
                 if local.contains(name.as_str()) {
                     *name = format!("{name}{suffix}");
@@ -81,38 +113,72 @@ impl Additions<'_> {
             let written = if at == last {
                 output.clone()
             } else {
-                format!("{PREFIX}_s{id}_{at}")
+                self.fresh("q")
             };
+            copy.name = Some(written.clone());
             copy.output = vec![written.clone()];
             previous = Some(written);
-            self.nodes.push(copy);
+            nodes.push(copy);
         }
-        output
+        (nodes, output)
     }
 
-    /// The tensor a slot with `choice` reads: its default, or an alternative when that
-    /// alternative's gate is on.
-    fn chosen(&mut self, choice: &Choices) -> String {
-        let mut current = self.source(&choice.default);
-        for (key, switch) in &choice.alternatives {
-            let alternative = self.source(key);
-            let output = format!("{PREFIX}_where{}", self.wheres);
-            self.nodes.push(node(
-                "Where",
-                output.clone(),
-                vec![gate_name(*switch), alternative, current],
-                output.clone(),
-            ));
-            self.wheres += 1;
-            current = output;
+    /// A branch graph computing `key`'s source as its one output of type `elem`.
+    fn branch(&mut self, key: &SourceKey, elem: DataType) -> GraphProto {
+        let (nodes, output) = self.compute(key);
+        self.branch_of(nodes, output, elem)
+    }
+
+    fn branch_of(&mut self, nodes: Vec<NodeProto>, output: String, elem: DataType) -> GraphProto {
+        GraphProto {
+            name: Some(self.fresh("branch")),
+            node: nodes,
+            output: vec![untyped_shape(&output, elem)],
+            ..Default::default()
         }
-        current
+    }
+
+    /// The nodes that give a slot with `choice` its tensor, and that tensor: the default's
+    /// computation when nothing can switch, else a nest of `If(gate)` nodes, the first
+    /// alternative outermost and the default innermost.
+    fn chosen(&mut self, choice: &Choices, elem: DataType) -> (Vec<NodeProto>, String) {
+        if choice.alternatives.is_empty() {
+            return self.compute(&choice.default);
+        }
+        let mut inner = self.branch(&choice.default, elem);
+        let mut outermost = None;
+        for (at, (key, switch)) in choice.alternatives.iter().enumerate().rev() {
+            let then = self.branch(key, elem);
+            let output = self.fresh("if");
+            let mut choose = node(
+                "If",
+                output.clone(),
+                vec![gate_name(*switch)],
+                output.clone(),
+            );
+            choose.attribute = vec![
+                graph_attribute("then_branch", then),
+                graph_attribute("else_branch", inner),
+            ];
+            if at == 0 {
+                outermost = Some((vec![choose], output));
+                break;
+            }
+            inner = self.branch_of(vec![choose], output, elem);
+        }
+        outermost.unwrap_or_default()
     }
 }
 
-/// The scalar gate of one switch.
-fn gate_name(switch: usize) -> String {
-    format!("{PREFIX}_gate{switch}")
+/// A value-info with an element type and no shape (branch outputs vary with the data).
+fn untyped_shape(name: &str, elem: DataType) -> ValueInfoProto {
+    let mut info = value_info(name, elem, &[]);
+    if let Some(crate::model::proto::type_proto::Value::TensorType(t)) =
+        info.r#type.as_mut().and_then(|t| t.value.as_mut())
+    {
+        t.shape = None;
+    }
+    info
 }
 
 /// Whether a slot reads anything but its own float tensor `name`.
@@ -129,6 +195,13 @@ pub(super) fn assemble(
     sources: &HashMap<SourceKey, (usize, Source)>,
     switches: usize,
 ) -> Model {
+    let types = crate::model::infer::elem_types(&base, graph);
+    let elem = |name: &str| {
+        types
+            .get(name)
+            .and_then(|code| DataType::from_onnx(*code).ok())
+            .unwrap_or(DataType::Float32)
+    };
     let outputs = graph.outputs();
     let renamed: HashMap<String, String> = choices
         .iter()
@@ -141,18 +214,18 @@ pub(super) fn assemble(
     let mut additions = Additions {
         sources,
         renamed,
-        emitted: HashSet::new(),
-        nodes: Vec::new(),
+        stored: HashSet::new(),
         initializers: Vec::new(),
-        wheres: 0,
+        made: 0,
     };
+    let mut nodes = Vec::new();
     for switch in 0..switches {
         let index = format!("{PREFIX}_index{switch}");
         let scalar = ndarray::arr0(switch as i64).into_dyn();
         additions
             .initializers
             .push(TensorArray::Int64(scalar).to_proto(&index));
-        additions.nodes.push(node(
+        nodes.push(node(
             "Gather",
             gate_name(switch),
             vec![GATES_INPUT.to_owned(), index],
@@ -160,36 +233,32 @@ pub(super) fn assemble(
         ));
     }
     let mut inputs: BTreeMap<(usize, usize), String> = BTreeMap::new();
-    let mut identities = Vec::new();
     for (slot, choice) in choices {
         match *slot {
-            Slot::Input { node, input } => {
-                let name = &graph.node(crate::model::NodeId(node)).inputs;
-                if name
-                    .get(input)
-                    .is_some_and(|n| switched(choice, sources, n))
-                {
-                    inputs.insert((node, input), additions.chosen(choice));
+            Slot::Input { node: at, input } => {
+                let Some(name) = graph.node(crate::model::NodeId(at)).inputs.get(input) else {
+                    continue;
+                };
+                if switched(choice, sources, name) {
+                    let (added, chosen) = additions.chosen(choice, elem(name));
+                    nodes.extend(added);
+                    inputs.insert((at, input), chosen);
                 }
             }
             Slot::Output(at) => {
                 if let Some(name) = outputs.get(at)
                     && additions.renamed.contains_key(name)
                 {
-                    let chosen = additions.chosen(choice);
-                    identities.push(node(
-                        "Identity",
-                        format!("{name}__{PREFIX}"),
-                        vec![chosen],
-                        name.clone(),
-                    ));
+                    let (added, chosen) = additions.chosen(choice, elem(name));
+                    nodes.extend(added);
+                    let label = format!("{name}__{PREFIX}");
+                    nodes.push(node("Identity", label, vec![chosen], name.clone()));
                 }
             }
         }
     }
     let Additions {
         renamed,
-        nodes,
         initializers,
         ..
     } = additions;
@@ -211,7 +280,6 @@ pub(super) fn assemble(
         }
     }
     g.node.extend(nodes);
-    g.node.extend(identities);
     g.initializer.extend(initializers);
     g.input
         .push(value_info(GATES_INPUT, DataType::Bool, &[switches as i64]));
@@ -219,7 +287,8 @@ pub(super) fn assemble(
     base
 }
 
-/// Puts the nodes in an order where each comes after the producers of its inputs.
+/// Puts the nodes in an order where each comes after the producers of its inputs (the
+/// graph index sees through the branches to the outer tensors they read).
 fn sort_topologically(model: &mut Model) {
     let graph = Graph::build(model);
     let order: Vec<usize> = graph.topological_order().iter().map(|id| id.0).collect();

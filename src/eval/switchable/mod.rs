@@ -15,6 +15,8 @@ mod sources;
 
 use std::collections::{BTreeMap, HashMap};
 
+use rayon::prelude::*;
+
 use sources::{Base, Slot, Source, SourceKey, VariantSources};
 
 use crate::calib::stats::CalibrationStats;
@@ -62,6 +64,8 @@ pub struct Switchable {
     choices: BTreeMap<Slot, Choices>,
     switches: usize,
     variants: Vec<Vec<bool>>,
+    /// Per variant: whether it quantizes nothing (the float model).
+    floats: Vec<bool>,
     sources: usize,
 }
 
@@ -163,15 +167,32 @@ impl Switchable {
         let meter = RateMeter::new("building the switchable model", recipes.len() as u64);
         let mut table = SourceTable::default();
         let mut read_variants = Vec::with_capacity(recipes.len());
-        for (at, recipe) in recipes.iter().enumerate() {
+        let mut floats = Vec::with_capacity(recipes.len());
+        let opset = opset_of(&base_model);
+        // Variants are quantized and read a few at a time in parallel, then their sources
+        // merged: memory holds one chunk's quantized models at most.
+        let chunk = rayon::current_num_threads().max(1) * 2;
+        for (index, recipes) in recipes.chunks(chunk).enumerate() {
             ctx.checkpoint().map_err(|_| BuildError::Cancelled)?;
-            let model = match at {
-                0 => first_model.clone(),
-                _ => quantized(float, stats, recipe)?,
-            };
-            let read = variant_sources(&base, model.as_ref(), opset_of(&base_model))?;
-            read_variants.push(table.intern(read));
-            ctx.report(meter.progress(at as u64 + 1, format!("variant {}", at + 1)));
+            let read: Vec<Result<(bool, VariantSources), BuildError>> = recipes
+                .par_iter()
+                .enumerate()
+                .map(|(i, recipe)| {
+                    let model = match index * chunk + i {
+                        0 => first_model.clone(),
+                        _ => quantized(float, stats, recipe)?,
+                    };
+                    let read = variant_sources(&base, model.as_ref(), opset)?;
+                    Ok((model.is_none(), read))
+                })
+                .collect();
+            for variant in read {
+                let (float, read) = variant?;
+                floats.push(float);
+                read_variants.push(table.intern(read));
+            }
+            let done = (index * chunk + recipes.len()) as u64;
+            ctx.report(meter.progress(done, format!("variant {done}")));
         }
         let (choices, switches) = choices(&read_variants);
         let variants = read_variants
@@ -185,6 +206,7 @@ impl Switchable {
             choices,
             switches,
             variants,
+            floats,
             sources: table.sources.len(),
         })
     }
@@ -202,6 +224,16 @@ impl Switchable {
     /// The gates that run the `variant`-th recipe given to [`Switchable::build`].
     pub fn gates(&self, variant: usize) -> Option<&[bool]> {
         self.variants.get(variant).map(Vec::as_slice)
+    }
+
+    /// How many recipes it was built from.
+    pub fn variants(&self) -> usize {
+        self.variants.len()
+    }
+
+    /// Whether the `variant`-th recipe quantizes nothing (its gates select the float model).
+    pub fn is_float(&self, variant: usize) -> bool {
+        self.floats.get(variant).copied().unwrap_or(false)
     }
 
     /// The gate vector as the session input.
@@ -312,4 +344,53 @@ fn gates(
         gates[*switch] = true;
     }
     Some(gates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(node: usize) -> Slot {
+        Slot::Input { node, input: 0 }
+    }
+
+    fn variant(keys: &[(usize, &str)]) -> BTreeMap<Slot, SourceKey> {
+        keys.iter()
+            .map(|(n, k)| (slot(*n), k.as_bytes().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn each_distinct_alternative_gets_one_switch_and_variants_their_gates() {
+        let recipe = variant(&[(0, "q0"), (1, "q1")]);
+        let without_0 = variant(&[(0, "f0"), (1, "q1")]);
+        let only_1 = variant(&[(0, "f0"), (1, "q1b")]);
+        let (choices, switches) = choices(&[recipe.clone(), without_0.clone(), only_1.clone()]);
+        // f0 once (shared by two variants), q1b once.
+        assert_eq!(switches, 2);
+        assert_eq!(gates(&choices, switches, &recipe), Some(vec![false, false]));
+        assert_eq!(
+            gates(&choices, switches, &without_0),
+            Some(vec![true, false])
+        );
+        assert_eq!(gates(&choices, switches, &only_1), Some(vec![true, true]));
+        // A source no variant brought cannot be selected.
+        let unknown = variant(&[(0, "q0"), (1, "other")]);
+        assert_eq!(gates(&choices, switches, &unknown), None);
+    }
+
+    #[test]
+    fn recipes_that_change_the_graph_beyond_qdq_are_not_switchable() {
+        assert!(check_recipe(&Recipe::default()).is_ok());
+        let int4 = Recipe {
+            mode: QuantMode::Int4,
+            ..Recipe::default()
+        };
+        assert!(check_recipe(&int4).is_err());
+        let smooth = Recipe {
+            smoothquant: true,
+            ..Recipe::default()
+        };
+        assert!(check_recipe(&smooth).is_err());
+    }
 }

@@ -1,0 +1,115 @@
+"""Sensitivity scan benchmark: `qdq-studio sensitivity` (the exact method: every variant
+quantized and opened in a session of its own) beside `--switchable` (one model whose gates
+select each variant, one session per worker), on the same statistics and data.
+
+Targets (issue #20): the bundled sample's per-node scan <= 20 s on a 2-core machine with the
+same top-10 and every node within 0.1 dB of the exact method; PP-OCR rec's per-node scan on 32
+samples in <= 1/5 of the exact method's time.
+
+The switchable model computes the Q/DQ arithmetic the model spells out (equal bit for bit to
+each variant's own model with graph optimizations off: tests/sensitivity.rs).
+The exact method runs ONNX Runtime's fused integer kernels where the CPU has them, which round
+differently. Both figures are printed, with their difference.
+"""
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WORK = ROOT / "target" / "bench-data"
+sys.path.insert(0, str(ROOT / "benches"))
+from targets import Targets  # noqa: E402
+
+TARGETS = Targets()
+
+
+def run(binary, *args):
+    start = time.time()
+    done = subprocess.run([binary, *map(str, args)], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(map(str, args[:1]))} failed: {done.stderr.strip()}")
+    return time.time() - start, done.stdout
+
+
+def scan(binary, label, model, stats, data, exact):
+    out = WORK / f"{label}.scan.{'exact' if exact else 'switchable'}.json"
+    args = ["sensitivity", "--onnx_path", model, "--calibration_cache_path", stats, "--data", data,
+            "--batch_size", "1", "--json", out]
+    seconds, stdout = run(binary, *(args + ([] if exact else ["--switchable"])))
+    headline = next((line for line in stdout.splitlines() if line.startswith("baseline")), "")
+    print(f"  {'exact' if exact else 'switchable':10} {seconds:7.1f} s   {headline}")
+    return seconds, json.loads(out.read_text())["scan"]
+
+
+def compare(binary, label, model, calib, evaluation, time_ratio=None, time_limit=None):
+    print(f"{label}:")
+    stats = WORK / f"{label}.sens.stats"
+    run(binary, "calibrate", "--onnx_path", model, "--calibration_data_path", calib, "-o", stats)
+    exact_s, exact = scan(binary, label, model, stats, evaluation, True)
+    switch_s, switch = scan(binary, label, model, stats, evaluation, False)
+    print(f"  exact / switchable time: {exact_s / switch_s:.2f}x; baseline {exact['baseline_db']:.2f} dB"
+          f" (exact) vs {switch['baseline_db']:.2f} dB (switchable)")
+    by_node = {n["node"]: n for n in exact["nodes"]}
+    diffs = []
+    for n in switch["nodes"]:
+        e = by_node[n["node"]]
+        for key in ("sqnr_without_db", "sqnr_only_db"):
+            a, b = n[key], e[key]
+            if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
+                diffs.append(abs(a - b))
+    top = lambda s: [n["node"] for n in s["nodes"][:10]]  # noqa: E731
+    shared = len(set(top(exact)) & set(top(switch)))
+    print(f"  top-10 shared: {shared} of 10; |switchable - exact| per figure: median {np.median(diffs):.2f} dB,"
+          f" max {max(diffs):.2f} dB over {len(diffs)} figures")
+    if time_limit is not None:
+        TARGETS.check(f"{label}: switchable scan (s)", switch_s, "<=", time_limit, "{:.1f}")
+    if time_ratio is not None:
+        TARGETS.check(f"{label}: switchable / exact time", switch_s / exact_s, "<=", time_ratio, "{:.3f}")
+    TARGETS.check(f"{label}: top-10 nodes shared with the exact method", shared, ">=", 10, "{:.0f}")
+    TARGETS.check(f"{label}: largest figure difference from the exact method (dB)", max(diffs), "<=", 0.1, "{:.2f}")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--skip-rec", action="store_true", help="the bundled sample only")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    sample = ROOT / "assets" / "sample"
+    compare(args.binary, "sample", sample / "ppocr_cls.onnx", sample / "calib.npz", sample / "eval.npz",
+            time_limit=20.0)
+    if not args.skip_rec:
+        rng = np.random.default_rng(1)
+
+        def lines(n):
+            imgs = np.full((n, 3, 48, 320), 0.9, np.float32)
+            for i in range(n):
+                for _ in range(6):
+                    y, x0 = rng.integers(0, 42), rng.integers(0, 260)
+                    imgs[i, :, y : y + 5, x0 : x0 + rng.integers(10, 60)] = rng.uniform(0.0, 0.3)
+            return ((imgs + rng.normal(0, 0.02, imgs.shape).astype(np.float32) - 0.5) / 0.5).astype(np.float32)
+
+        rec = pathlib.Path.home() / ".cache/qdq-studio/test-models/rapidocr-1.4.4/ch_PP-OCRv4_rec_infer.onnx"
+        if not rec.exists():
+            # Not in the test suite's cache: the quantize benchmark's fetch of the pinned wheel.
+            import importlib.util
+            sys.path.insert(0, str(ROOT / "benches" / "calibration"))
+            spec = importlib.util.spec_from_file_location("quantize_bench", ROOT / "benches/quantize/bench.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            rec = module.fetch("ch_PP-OCRv4_rec_infer.onnx")
+        name = "x"
+        calib, evaluation = WORK / "rec.sens.calib.npz", WORK / "rec.sens.eval.npz"
+        np.savez(calib, **{name: lines(16)})
+        np.savez(evaluation, **{name: lines(32)})
+        compare(args.binary, "ppocr_rec", rec, calib, evaluation, time_ratio=0.2)
+    sys.exit(TARGETS.summary())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+//! The sensitivity scan over one switchable model ([`super::switchable`]): every variant of
+//! the recipe is a gate setting of one model, run in a few sessions opened once, so a scan
+//! costs its runs and the quantizations that describe the variants, not a session per
+//! variant.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::reference::Reference;
+use super::sensitivity::{Evaluator, Target, workers_within};
+use super::switchable::{BuildError, Switchable};
+use super::{EvalError, OutputMetrics};
+use crate::jobs::{JobContext, RateMeter};
+use crate::recipe::Recipe;
+use crate::runtime::{EpSpec, Optimization, SessionOptions};
+
+/// How a scan measures its variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub enum ScanMethod {
+    /// One switchable model, one session per worker (falls back to [`ScanMethod::Exact`]
+    /// when the recipe's variants cannot share one model). It measures the Q/DQ arithmetic
+    /// the variants spell out; ONNX Runtime's fused CPU integer kernels round differently
+    /// (on the bundled sample the rankings differ: `benches/sensitivity`), so it is not the
+    /// default yet.
+    Switchable,
+    /// Each variant quantized and opened in a session of its own: the figures of the saved
+    /// model on the chosen provider, fused kernels included.
+    #[default]
+    Exact,
+}
+
+/// Why the switched scan did not run.
+pub enum Fallback {
+    /// The variants cannot share a model: the scan runs them one by one instead.
+    NotSwitchable(String),
+    /// Anything else stops the scan.
+    Failed(EvalError),
+}
+
+impl From<EvalError> for Fallback {
+    fn from(e: EvalError) -> Self {
+        Fallback::Failed(e)
+    }
+}
+
+impl From<BuildError> for Fallback {
+    fn from(e: BuildError) -> Self {
+        match e {
+            BuildError::NotSwitchable(why) => Fallback::NotSwitchable(why.0),
+            BuildError::Quant(e) => Fallback::Failed(super::sensitivity::quant_error(e)),
+            BuildError::Cancelled => Fallback::Failed(EvalError::Cancelled),
+        }
+    }
+}
+
+/// Samples per run of a switchable model when the model's batch axis is free: one run per
+/// variant on a typical evaluation set.
+const MERGED_SAMPLES: usize = 32;
+
+/// Whether every input of `model` has a free first axis (symbolic or unknown), so evaluation
+/// batches can be joined.
+fn batch_axis_free(model: &crate::model::Model) -> bool {
+    let graph = crate::model::Graph::build(model);
+    crate::calib::data::model_inputs(&graph)
+        .iter()
+        .all(|input| {
+            graph
+                .tensor(&input.name)
+                .and_then(|t| t.shape.as_ref()?.first().cloned())
+                .is_some_and(|d| !matches!(d, crate::model::Dim::Fixed(v) if v > 0))
+        })
+}
+
+/// Sessions over a switchable model, one per worker, and the evaluator they report to.
+pub struct GatedRuns<'a> {
+    eval: &'a Evaluator<'a>,
+    switchable: &'a Switchable,
+    /// The evaluation data in larger batches, when the model's batch axis is free.
+    merged: Option<Reference>,
+    sessions: Mutex<Vec<ort::session::Session>>,
+    workers: usize,
+}
+
+impl<'a> GatedRuns<'a> {
+    /// Opens the sessions: one per core on the CPU (one thread each) as far as memory holds
+    /// them, one on accelerators.
+    pub fn open(
+        eval: &'a Evaluator<'a>,
+        switchable: &'a Switchable,
+        parallel: bool,
+    ) -> Result<Self, EvalError> {
+        let cpu = eval.eps.iter().all(|e| matches!(e, EpSpec::Cpu));
+        let cores = rayon::current_num_threads().clamp(1, 8);
+        let need = switchable.model().initializer_bytes().saturating_mul(2);
+        let workers = if cpu && parallel {
+            workers_within(cores, need, crate::util::available_memory())
+        } else {
+            1
+        };
+        let options = SessionOptions {
+            optimization: Optimization::Basic,
+            intra_threads: if workers > 1 { 1 } else { 0 },
+            ..SessionOptions::default()
+        };
+        let encoded = switchable.model().to_session_model()?;
+        let open = |_| eval.runtime.session_from_model(&encoded, eval.eps, options);
+        let sessions = if workers > 1 {
+            worker_pool(workers)?.install(|| (0..workers).into_par_iter().map(open).collect())
+        } else {
+            (0..workers).map(open).collect::<Result<Vec<_>, _>>()
+        }?;
+        let merged = batch_axis_free(eval.float)
+            .then(|| eval.reference.merged(MERGED_SAMPLES))
+            .flatten();
+        Ok(GatedRuns {
+            eval,
+            switchable,
+            merged,
+            sessions: Mutex::new(sessions),
+            workers,
+        })
+    }
+
+    /// Sessions open.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// The output metrics of the model `gates` select.
+    pub fn metrics(&self, gates: &[bool]) -> Result<Vec<OutputMetrics>, EvalError> {
+        let busy = || EvalError::Run {
+            batch: 0,
+            model: "quantized",
+            reason: "no free session for the switchable model".into(),
+        };
+        let mut session = self
+            .sessions
+            .lock()
+            .map_err(|_| busy())?
+            .pop()
+            .ok_or_else(busy)?;
+        let result = self
+            .merged
+            .as_ref()
+            .unwrap_or(self.eval.reference)
+            .compare_session(&mut session, &[Switchable::gate_input(gates)]);
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.push(session);
+        }
+        result
+    }
+
+    /// The output metrics of `recipe`: on the switchable model when its chains are all
+    /// there, else of the recipe quantized on its own.
+    pub fn recipe_metrics(&self, recipe: &Recipe) -> Result<Vec<OutputMetrics>, EvalError> {
+        let gates = self
+            .switchable
+            .gates_for(self.eval.float, self.eval.stats, recipe);
+        match gates {
+            Ok(Some(gates)) => self.metrics(&gates),
+            Ok(None) | Err(BuildError::NotSwitchable(_)) => self.eval.metrics(recipe, 0),
+            Err(BuildError::Quant(crate::quant::QuantError::NothingToQuantize { .. })) => {
+                Err(EvalError::NothingToQuantize)
+            }
+            Err(BuildError::Quant(e)) => Err(super::sensitivity::quant_error(e)),
+            Err(BuildError::Cancelled) => Err(EvalError::Cancelled),
+        }
+    }
+}
+
+/// The worst output SQNR of each variant of `switchable` (infinite for one that quantizes
+/// nothing), run in parallel over `runs`' sessions, progress per variant.
+pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, EvalError> {
+    let switchable = runs.switchable;
+    let count = switchable.variants();
+    // Variants whose gates are equal are one model (a node whose exclusion changes nothing
+    // the quantizer writes): each distinct model runs once.
+    let mut distinct: Vec<&[bool]> = Vec::new();
+    let mut run_of = Vec::with_capacity(count);
+    for variant in 0..count {
+        let gates = match switchable.gates(variant) {
+            Some(gates) if !switchable.is_float(variant) => gates,
+            _ => {
+                run_of.push(None);
+                continue;
+            }
+        };
+        let at = match distinct.iter().position(|g| *g == gates) {
+            Some(at) => at,
+            None => {
+                distinct.push(gates);
+                distinct.len() - 1
+            }
+        };
+        run_of.push(Some(at));
+    }
+    let meter = RateMeter::new("sensitivity scan", distinct.len() as u64);
+    let done = AtomicU64::new(0);
+    let run = |gates: &&[bool]| -> Result<f64, EvalError> {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let score = Target::SqnrDb(0.0).score(&runs.metrics(gates)?)?;
+        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+        ctx.report(meter.progress(finished, format!("model {finished}")));
+        Ok(score)
+    };
+    let scores: Vec<f64> = if runs.workers > 1 {
+        worker_pool(runs.workers)?.install(|| {
+            distinct
+                .par_iter()
+                .map(run)
+                .collect::<Result<Vec<f64>, _>>()
+        })
+    } else {
+        distinct.iter().map(run).collect()
+    }?;
+    // A variant that quantizes nothing is the float model: infinite SQNR.
+    Ok(run_of
+        .into_iter()
+        .map(|at| at.map_or(f64::INFINITY, |at| scores[at]))
+        .collect())
+}
+
+/// A thread pool of `workers` threads.
+fn worker_pool(workers: usize) -> Result<rayon::ThreadPool, EvalError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| EvalError::Run {
+            batch: 0,
+            model: "quantized",
+            reason: format!("cannot start the scan's worker threads: {e}"),
+        })
+}
