@@ -210,7 +210,7 @@ impl Reference {
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let mut session = quantized_session(quant, runtime, eps, intra_threads)?;
-        Ok(self.run_all(&mut session, None)?.0)
+        Ok(self.run_all(&mut session, None, &[])?.0)
     }
 
     /// Runs an open `session` over the held data with `extra` inputs beside each batch's
@@ -220,20 +220,7 @@ impl Reference {
         session: &mut ort::session::Session,
         extra: &[(String, TensorArray)],
     ) -> Result<Vec<OutputMetrics>, EvalError> {
-        let mut accumulators = super::accumulators(&self.outputs, &self.task);
-        for batch in &self.batches {
-            let mut inputs = batch.inputs.clone();
-            inputs.extend(extra.iter().cloned());
-            let owned = owned_inputs(inputs)?;
-            let results = run_outputs(session, &owned, &self.outputs, batch.index, "quantized")?;
-            super::accumulate(
-                &mut accumulators,
-                &batch.outputs,
-                &results,
-                batch.first_sample,
-            )?;
-        }
-        Ok(super::finish(&accumulators))
+        Ok(self.run_all(session, None, extra)?.0)
     }
 
     /// [`Reference::compare`] that also returns `sample`'s outputs, float beside quantized,
@@ -249,21 +236,22 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         self.batch_of(sample)?;
         let mut session = quantized_session(quant, runtime, eps, 0)?;
-        let (metrics, pairs) = self.run_all(&mut session, Some(sample))?;
+        let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[])?;
         Ok((metrics, pairs.unwrap_or_default()))
     }
 
-    /// Runs every held batch through `session`, accumulating the output metrics, and keeps
-    /// `sample`'s outputs when asked.
+    /// Runs every held batch through `session` with `extra` inputs beside each batch's,
+    /// accumulating the output metrics, and keeps `sample`'s outputs when asked.
     fn run_all(
         &self,
         session: &mut ort::session::Session,
         sample: Option<usize>,
+        extra: &[(String, TensorArray)],
     ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
         let mut accumulators = super::accumulators(&self.outputs, &self.task);
         let mut pairs = None;
         for batch in &self.batches {
-            let results = self.run_batch(session, batch)?;
+            let results = self.run_batch(session, batch, extra)?;
             super::accumulate(
                 &mut accumulators,
                 &batch.outputs,
@@ -301,17 +289,20 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
         let mut session = quantized_session(quant, runtime, eps, 0)?;
-        let results = self.run_batch(&mut session, batch)?;
+        let results = self.run_batch(&mut session, batch, &[])?;
         Ok(self.pairs(batch, &results, sample))
     }
 
-    /// The quantized `session`'s outputs on one held batch.
+    /// The quantized `session`'s outputs on one held batch, `extra` inputs beside its own.
     fn run_batch(
         &self,
         session: &mut ort::session::Session,
         batch: &ReferenceBatch,
+        extra: &[(String, TensorArray)],
     ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
-        let owned = owned_inputs(batch.inputs.clone())?;
+        let mut inputs = batch.inputs.clone();
+        inputs.extend(extra.iter().cloned());
+        let owned = owned_inputs(inputs)?;
         run_outputs(session, &owned, &self.outputs, batch.index, "quantized")
     }
 

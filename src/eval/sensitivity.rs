@@ -463,15 +463,7 @@ fn exact_scan(
         })
     };
     let mut nodes = if workers > 1 {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
-            .build()
-            .map_err(|e| EvalError::Run {
-                batch: 0,
-                model: "quantized",
-                reason: format!("cannot start the scan's worker threads: {e}"),
-            })?;
-        pool.install(|| {
+        super::switched_scan::worker_pool(workers)?.install(|| {
             units
                 .par_iter()
                 .map(run_unit)

@@ -224,7 +224,7 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
 }
 
 /// A thread pool of `workers` threads.
-fn worker_pool(workers: usize) -> Result<rayon::ThreadPool, EvalError> {
+pub(crate) fn worker_pool(workers: usize) -> Result<rayon::ThreadPool, EvalError> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(workers)
         .build()
