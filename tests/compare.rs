@@ -978,15 +978,7 @@ fn auto_exclude_takes_an_accuracy_target_against_the_labels() {
     );
     common::write_npz(&data, &[("x", x), ("labels", labels)]);
     let stats = dir.path().join("stats.json");
-    common::run_ok(
-        cli()
-            .args(["calibrate", "--onnx_path"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--calibration_data_path")
-            .arg(asset("calib.npz"))
-            .arg("-o")
-            .arg(&stats),
-    );
+    common::calibrate_sample(&stats);
     let scan = |data: &Path| {
         let mut cmd = cli();
         cmd.args(["sensitivity", "--onnx_path"])

@@ -136,15 +136,7 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
 fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
-    common::run_ok(
-        common::cli()
-            .args(["calibrate", "--onnx_path"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--calibration_data_path")
-            .arg(asset("calib.npz"))
-            .arg("-o")
-            .arg(&stats),
-    );
+    common::calibrate_sample(&stats);
     let scan = |extra: &[&str]| {
         let json = dir.path().join(format!("scan{}.json", extra.len()));
         let text = common::run_ok(

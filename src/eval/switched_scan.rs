@@ -50,9 +50,22 @@ impl From<BuildError> for Fallback {
     fn from(e: BuildError) -> Self {
         match e {
             BuildError::NotSwitchable(why) => Fallback::NotSwitchable(why.0),
-            BuildError::Quant(e) => Fallback::Failed(super::sensitivity::quant_error(e)),
-            BuildError::Cancelled => Fallback::Failed(EvalError::Cancelled),
+            e => Fallback::Failed(failed(e)),
         }
+    }
+}
+
+/// A build error as the scan reports it (callers handle [`BuildError::NotSwitchable`] by
+/// running the recipe's own model; here it only has words).
+fn failed(e: BuildError) -> EvalError {
+    match e {
+        BuildError::Quant(e) => super::sensitivity::quant_error(e),
+        BuildError::Cancelled => EvalError::Cancelled,
+        BuildError::NotSwitchable(why) => EvalError::Run {
+            batch: 0,
+            model: "quantized",
+            reason: why.0,
+        },
     }
 }
 
@@ -63,14 +76,11 @@ const MERGED_SAMPLES: usize = 32;
 /// Whether every input of `model` has a free first axis (symbolic or unknown), so evaluation
 /// batches can be joined.
 fn batch_axis_free(model: &crate::model::Model) -> bool {
-    let graph = crate::model::Graph::build(model);
-    crate::calib::data::model_inputs(&graph)
+    crate::calib::data::model_inputs(&crate::model::Graph::build(model))
         .iter()
         .all(|input| {
-            graph
-                .tensor(&input.name)
-                .and_then(|t| t.shape.as_ref()?.first().cloned())
-                .is_some_and(|d| !matches!(d, crate::model::Dim::Fixed(v) if v > 0))
+            let first = input.shape.as_ref().and_then(|s| s.first());
+            first.is_some_and(|d| !matches!(d, crate::model::Dim::Fixed(v) if *v > 0))
         })
 }
 
@@ -162,11 +172,7 @@ impl<'a> GatedRuns<'a> {
         match gates {
             Ok(Some(gates)) => self.metrics(&gates),
             Ok(None) | Err(BuildError::NotSwitchable(_)) => self.eval.metrics(recipe, 0),
-            Err(BuildError::Quant(crate::quant::QuantError::NothingToQuantize { .. })) => {
-                Err(EvalError::NothingToQuantize)
-            }
-            Err(BuildError::Quant(e)) => Err(super::sensitivity::quant_error(e)),
-            Err(BuildError::Cancelled) => Err(EvalError::Cancelled),
+            Err(e) => Err(failed(e)),
         }
     }
 }

@@ -226,6 +226,20 @@ pub fn compared_output(float: &Path, quant: &Path, data: &Path, output: &str) ->
         .clone()
 }
 
+/// Runs `calibrate` on the bundled sample with its calibration set, writing the statistics to
+/// `out`; returns what it printed.
+pub fn calibrate_sample(out: &Path) -> String {
+    run_ok(
+        cli()
+            .args(["calibrate", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(out),
+    )
+}
+
 /// Runs `quantize` on `model` calibrated on `calib`, with `args`, writing `out`; returns what
 /// it printed.
 pub fn quantize_calibrated(model: &Path, calib: &Path, args: &[&str], out: &Path) -> String {

@@ -165,23 +165,22 @@ impl Switchable {
         let graph = Graph::build(&base_model);
         let base = Base::new(&graph);
         let meter = RateMeter::new("building the switchable model", recipes.len() as u64);
+        let opset = opset_of(&base_model);
         let mut table = SourceTable::default();
         let mut read_variants = Vec::with_capacity(recipes.len());
         let mut floats = Vec::with_capacity(recipes.len());
-        let opset = opset_of(&base_model);
-        // Variants are quantized and read a few at a time in parallel, then their sources
-        // merged: memory holds one chunk's quantized models at most.
+        floats.push(first_model.is_none());
+        read_variants.push(table.intern(variant_sources(&base, first_model.as_ref(), opset)?));
+        drop(first_model);
+        // The other variants are quantized and read a few at a time in parallel, then their
+        // sources merged: memory holds one chunk's quantized models at most.
         let chunk = rayon::current_num_threads().max(1) * 2;
-        for (index, recipes) in recipes.chunks(chunk).enumerate() {
+        for recipes in recipes[1..].chunks(chunk) {
             ctx.checkpoint().map_err(|_| BuildError::Cancelled)?;
             let read: Vec<Result<(bool, VariantSources), BuildError>> = recipes
                 .par_iter()
-                .enumerate()
-                .map(|(i, recipe)| {
-                    let model = match index * chunk + i {
-                        0 => first_model.clone(),
-                        _ => quantized(float, stats, recipe)?,
-                    };
+                .map(|recipe| {
+                    let model = quantized(float, stats, recipe)?;
                     let read = variant_sources(&base, model.as_ref(), opset)?;
                     Ok((model.is_none(), read))
                 })
@@ -191,7 +190,7 @@ impl Switchable {
                 floats.push(float);
                 read_variants.push(table.intern(read));
             }
-            let done = (index * chunk + recipes.len()) as u64;
+            let done = read_variants.len() as u64;
             ctx.report(meter.progress(done, format!("variant {done}")));
         }
         let (choices, switches) = choices(&read_variants);
