@@ -15,7 +15,7 @@ use super::memory;
 use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats};
 use super::{CalibError, CalibrationConfig};
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::builder::value_info;
+use crate::model::builder::any_shape_info;
 use crate::model::proto::ValueInfoProto;
 use crate::model::{DataType, Graph, Model, SessionModel, TensorKind};
 use crate::runtime::value::{owned_inputs, session_inputs};
@@ -69,17 +69,7 @@ pub fn augmented_model(
             .and_then(|c| DataType::from_onnx(c).ok());
         // Untyped intermediate outputs are accepted by ONNX Runtime, which infers them.
         let output = match dtype {
-            Some(dtype) => {
-                let mut info = value_info(name, dtype, &[]);
-                if let Some(crate::model::proto::TypeProto {
-                    value: Some(crate::model::proto::type_proto::Value::TensorType(t)),
-                    ..
-                }) = info.r#type.as_mut()
-                {
-                    t.shape = None;
-                }
-                info
-            }
+            Some(dtype) => any_shape_info(name, dtype),
             None => ValueInfoProto {
                 name: Some(name.clone()),
                 ..Default::default()

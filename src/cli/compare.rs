@@ -6,7 +6,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
-use qdq_studio::report::{CompareReport, Format, latency_line};
+use qdq_studio::report::{self, CompareReport, Format, TextTable, latency_line};
 use qdq_studio::workflow::compare::{CompareFiles, LatencyRuns, compare_files};
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::runtime;
@@ -130,26 +130,20 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         println!("{table}");
     }
     if let Some(tensors) = &tensors {
-        let mut worst = tensors.activations.clone();
-        worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
-        let mut table = Table::new();
-        table.load_preset(UTF8_FULL_CONDENSED).set_header([
-            "worst activations",
-            "float vs QDQ dB",
-            "pre-Q vs post-DQ dB",
-        ]);
-        for a in worst.iter().take(10) {
-            table.add_row([
-                a.tensor.clone(),
-                format!("{:.2}", a.xmodel_sqnr_db),
-                format!("{:.2}", a.qdq_sqnr_db),
-            ]);
-        }
-        if !worst.is_empty() {
+        for table in [
+            text_table(&report::activation_table(tensors, 10)),
+            text_table(&report::local_table(tensors, 10)),
+        ]
+        .into_iter()
+        .flatten()
+        {
             println!("{table}");
         }
         if let Some(table) = layer_table(tensors) {
             println!("{table}");
+        }
+        if let Some(reason) = &tensors.local_unavailable {
+            println!("local errors not measured: {reason}");
         }
         if !tensors.unmatched.is_empty() {
             println!(
@@ -166,6 +160,21 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A report table as a terminal table; `None` when it has no rows.
+fn text_table(t: &TextTable) -> Option<Table> {
+    if t.rows.is_empty() {
+        return None;
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(t.header.clone());
+    for row in &t.rows {
+        table.add_row(row.clone());
+    }
+    Some(table)
 }
 
 /// Scores against the data's ground truth, float beside quantized; `None` without any.

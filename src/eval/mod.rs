@@ -4,6 +4,7 @@
 mod accumulator;
 pub mod alternatives;
 pub mod kernels;
+pub mod local_error;
 pub mod output_kind;
 pub mod reference;
 pub mod sensitivity;
@@ -373,13 +374,23 @@ fn run_outputs(
     batch: usize,
     model: &'static str,
 ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
-    let out = session
-        .run(session_inputs(owned))
-        .map_err(|e| EvalError::Run {
-            batch,
-            model,
-            reason: e.to_string(),
-        })?;
+    run_outputs_of(session, &[owned], names, batch, model)
+}
+
+/// [`run_outputs`] on inputs in several parts (a batch's data and inputs a pass adds).
+fn run_outputs_of(
+    session: &mut ort::session::Session,
+    parts: &[&[(String, ort::value::DynValue)]],
+    names: &[String],
+    batch: usize,
+    model: &'static str,
+) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
+    let inputs: Vec<_> = parts.iter().flat_map(|p| session_inputs(p)).collect();
+    let out = session.run(inputs).map_err(|e| EvalError::Run {
+        batch,
+        model,
+        reason: e.to_string(),
+    })?;
     Ok(names
         .iter()
         .map(|name| {

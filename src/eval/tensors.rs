@@ -13,6 +13,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
+pub use super::local_error::LocalError;
+use super::local_error::{LocalModel, Target};
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
 use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
 pub use super::weight_error::WeightError;
@@ -20,7 +22,7 @@ use super::weight_error::weight_errors;
 use crate::calib::data::BatchSource;
 use crate::calib::histogram::Histogram;
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::{Graph, Model};
+use crate::model::{Graph, Model, NodeId};
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime};
 
@@ -62,6 +64,15 @@ pub struct TensorErrors {
     /// activations), in the float graph's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<LayerError>,
+    /// The local error of every measured tensor (its producer's own quantization, with float
+    /// inputs), in the float graph's order: where `activations` and `layers` give the
+    /// cumulative error, this tells the node that causes an error from those that carry it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local: Vec<LocalError>,
+    /// Why the local errors could not be measured, when they could not (a QDQ model from
+    /// another tool that cannot be cut; the cumulative errors stand).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_unavailable: Option<String>,
 }
 
 /// Error of a layer whose weight alone is quantized: its output in the QDQ model (everything
@@ -86,6 +97,19 @@ impl TensorErrors {
             .iter()
             .map(|a| (a.tensor.as_str(), a.xmodel_sqnr_db))
             .chain(self.layers.iter().map(|l| (l.tensor.as_str(), l.sqnr_db)))
+    }
+
+    /// The local SQNR of every measured tensor (see [`LocalError`]).
+    pub fn tensor_local_sqnr(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.local.iter().map(|l| (l.tensor.as_str(), l.sqnr_db))
+    }
+
+    /// The local SQNR of `tensor`, when measured.
+    pub fn local_of(&self, tensor: &str) -> Option<f64> {
+        self.local
+            .iter()
+            .find(|l| l.tensor == tensor)
+            .map(|l| l.sqnr_db)
     }
 
     /// The error of the weight of the weight-only layer `node`, when both were measured.
@@ -158,6 +182,9 @@ struct Pair {
     range: Option<(f32, f32)>,
     /// Steps between the range's ends (`qmax - qmin`).
     levels: i64,
+    /// The QuantizeLinear and the DequantizeLinear.
+    q: NodeId,
+    dq: NodeId,
 }
 
 /// The float range `[(qmin - zp)·s, (qmax - zp)·s]` a QuantizeLinear node represents, when its
@@ -235,6 +262,8 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
                     float: name.clone(),
                     range: range.map(|(lo, hi, _)| (lo, hi)),
                     levels: range.map_or(1, |(_, _, n)| n),
+                    q: q.id,
+                    dq: dq.id,
                 })
             }
             None => unmatched.push(pre),
@@ -363,7 +392,9 @@ pub struct Float<'a> {
 }
 
 /// [`tensor_errors`] against float activations captured before (the float model then does
-/// not run at all), or running the float model beside the quantized one.
+/// not run at all), or running the float model beside the quantized one. Two passes over
+/// `source`: the QDQ model (cumulative errors), then the local model (local errors, see
+/// [`super::local_error`]); one session of the quantized weights is open at a time.
 pub fn tensor_errors_against(
     float: Float<'_>,
     quant: &Model,
@@ -379,11 +410,17 @@ pub fn tensor_errors_against(
     let (pairs, unmatched) = pairs(quant, &qg, &fg);
     let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
     let layers = weight_only_layers(&qg, &fg, &covered);
+    let local = LocalModel::build(quant, &qg, &fg, &local_targets(&pairs, &layers));
     let float_names = unique(
         pairs
             .iter()
             .map(|p| p.float.clone())
-            .chain(layers.iter().map(|(_, t, _)| t.clone())),
+            .chain(layers.iter().map(|(_, t, _)| t.clone()))
+            .chain(
+                local
+                    .iter()
+                    .flat_map(|l| l.float_names().map(str::to_owned)),
+            ),
     );
     let quant_names = unique(
         pairs
@@ -403,70 +440,201 @@ pub fn tensor_errors_against(
             "float",
         )?),
     };
-    let mut quant_session = observing_session(quant, &quant_names, runtime, eps, "quantized")?;
     let mut sums = Sums::new(&pairs, &layers);
-    let meter = RateMeter::new("per-tensor error", source.samples() as u64);
-    let mut done = 0;
-    source.rewind()?;
-    while let Some(batch) = source.next_batch(batch_size)? {
-        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let index = batch.index;
-        let owned = owned_inputs(batch.inputs)?;
-        let f = float_side.next(&owned, &float_names, index)?;
-        let q = collect(&mut quant_session, &owned, &quant_names, index, "quantized")?;
-        sums.add(&f, &q);
-        done += batch.samples;
-        ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
-    }
-    drop((quant_session, float_side));
-    let Sums {
-        pair_sums: sums,
-        layer_sums,
-        histograms,
-        ..
-    } = sums;
-    let order: HashMap<&str, usize> = fg
-        .topological_order()
+    let mut quant_session = observing_session(quant, &quant_names, runtime, eps, "quantized")?;
+    let mut passes = Passes {
+        source,
+        float: &mut float_side,
+        float_names: &float_names,
+        batch_size,
+        ctx,
+    };
+    passes.each("per-tensor error", |owned, f, index| {
+        let q = collect(&mut quant_session, owned, &quant_names, index, "quantized")?;
+        sums.add(f, &q);
+        Ok(())
+    })?;
+    drop(quant_session);
+    let order = float_order(&fg);
+    let (local, local_unavailable) = match local {
+        Ok(local) => match local_pass(&local, &mut passes, runtime, eps, quant) {
+            Ok(errors) => (errors.finish(&order), None),
+            Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        },
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    drop(float_side);
+    let mut errors = sums.finish(&order);
+    errors.weights = weight_errors(quant, &qg, float, &fg)?;
+    errors.unmatched = unmatched;
+    errors.local = local;
+    errors.local_unavailable = local_unavailable;
+    Ok(errors)
+}
+
+/// The local error of every tensor `compare --per_tensor` measures, alone: one float pass
+/// exposing what the local model takes, and one run of the local model.
+pub fn local_errors(
+    float: &Model,
+    quant: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    ctx: &JobContext,
+) -> Result<Vec<LocalError>, EvalError> {
+    super::check_comparable(float, quant, "the quantized model")?;
+    let (fg, qg) = (Graph::build(float), Graph::build(quant));
+    let (pairs, _) = pairs(quant, &qg, &fg);
+    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
+    let layers = weight_only_layers(&qg, &fg, &covered);
+    let local = LocalModel::build(quant, &qg, &fg, &local_targets(&pairs, &layers))?;
+    let float_names = unique(local.float_names().map(str::to_owned));
+    let session = observing_session(float, &float_names, runtime, eps, "float")?;
+    let mut float_side = FloatSide::Live(session);
+    let mut passes = Passes {
+        source,
+        float: &mut float_side,
+        float_names: &float_names,
+        batch_size: batch_size.max(1),
+        ctx,
+    };
+    let sums = local_pass(&local, &mut passes, runtime, eps, quant)?;
+    Ok(sums.finish(&float_order(&fg)))
+}
+
+/// What the local model measures: every Q/DQ pair and every weight-only layer's output.
+fn local_targets(pairs: &[Pair], layers: &[(String, String, Option<String>)]) -> Vec<Target> {
+    pairs
+        .iter()
+        .map(|p| Target::Pair {
+            float: p.float.clone(),
+            q: p.q,
+            dq: p.dq,
+        })
+        .chain(layers.iter().map(|(_, t, _)| Target::Output(t.clone())))
+        .collect()
+}
+
+/// The local model's pass: its session, run on every batch with the float tensors.
+fn local_pass(
+    local: &LocalModel,
+    passes: &mut Passes<'_, '_>,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    quant: &Model,
+) -> Result<super::local_error::LocalSums, EvalError> {
+    let mut session = local.session(runtime, eps, super::tensor_pass::observing(quant))?;
+    let mut sums = local.sums();
+    passes.rewind();
+    passes.each("local error", |owned, f, index| {
+        let values = local.run(&mut session, owned, f, index)?;
+        sums.add(f, &values);
+        Ok(())
+    })?;
+    Ok(sums)
+}
+
+/// Each output of the float graph's nodes and the node's place in its topological order.
+fn float_order(fg: &Graph) -> HashMap<&str, usize> {
+    fg.topological_order()
         .iter()
         .enumerate()
         .flat_map(|(i, &id)| fg.node(id).outputs.iter().map(move |o| (o.as_str(), i)))
-        .collect();
-    let mut activations: Vec<ActivationError> = pairs
-        .iter()
-        .zip(&sums)
-        .zip(histograms)
-        .map(|((p, s), h)| ActivationError {
-            tensor: p.float.clone(),
-            qdq_sqnr_db: sqnr(s[0], s[1]),
-            xmodel_sqnr_db: sqnr(s[2], s[3]),
-            range: p.range,
-            clipped: (s[5] > 0.0).then(|| s[4] / s[5]),
-            histogram: (h.total() > 0).then_some(h),
-        })
-        .collect();
-    activations.sort_by_key(|a| {
-        (
-            order.get(a.tensor.as_str()).copied().unwrap_or(0),
-            a.tensor.clone(),
-        )
-    });
-    activations.dedup_by(|a, b| a.tensor == b.tensor);
-    let mut layers: Vec<LayerError> = layers
-        .into_iter()
-        .zip(layer_sums)
-        .filter(|(_, s)| s[0] > 0.0 || s[1] > 0.0)
-        .map(|((node, tensor, weight), s)| LayerError {
-            node,
-            tensor,
-            weight,
-            sqnr_db: sqnr(s[0], s[1]),
-        })
-        .collect();
-    layers.sort_by_key(|l| order.get(l.tensor.as_str()).copied().unwrap_or(0));
-    Ok(TensorErrors {
-        activations,
-        weights: weight_errors(quant, &qg, float, &fg)?,
-        unmatched,
-        layers,
-    })
+        .collect()
+}
+
+/// A pass over the evaluation data with the float model's tensors of each batch.
+struct Passes<'a, 'f> {
+    source: &'a mut dyn BatchSource,
+    float: &'a mut FloatSide<'f>,
+    float_names: &'a [String],
+    batch_size: usize,
+    ctx: &'a JobContext,
+}
+
+impl Passes<'_, '_> {
+    /// Starts the next pass from the first batch (captured float tensors too).
+    fn rewind(&mut self) {
+        self.float.rewind();
+    }
+
+    /// Calls `step` with every batch's inputs, float tensors and index, reporting progress
+    /// as `label`.
+    fn each(
+        &mut self,
+        label: &str,
+        mut step: impl FnMut(
+            &[(String, ort::value::DynValue)],
+            &Outputs,
+            usize,
+        ) -> Result<(), EvalError>,
+    ) -> Result<(), EvalError> {
+        let meter = RateMeter::new(label, self.source.samples() as u64);
+        let mut done = 0;
+        self.source.rewind()?;
+        while let Some(batch) = self.source.next_batch(self.batch_size)? {
+            self.ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+            let index = batch.index;
+            let owned = owned_inputs(batch.inputs)?;
+            let f = self.float.next(&owned, self.float_names, index)?;
+            step(&owned, &f, index)?;
+            done += batch.samples;
+            self.ctx
+                .report(meter.progress(done as u64, format!("batch {}", index + 1)));
+        }
+        Ok(())
+    }
+}
+
+impl Sums<'_> {
+    /// The errors the sums give, in the float graph's order (`order`); weights, unmatched
+    /// pairs and local errors are left for the caller.
+    fn finish(self, order: &HashMap<&str, usize>) -> TensorErrors {
+        let Sums {
+            pairs,
+            layers,
+            pair_sums,
+            layer_sums,
+            histograms,
+        } = self;
+        let mut activations: Vec<ActivationError> = pairs
+            .iter()
+            .zip(&pair_sums)
+            .zip(histograms)
+            .map(|((p, s), h)| ActivationError {
+                tensor: p.float.clone(),
+                qdq_sqnr_db: sqnr(s[0], s[1]),
+                xmodel_sqnr_db: sqnr(s[2], s[3]),
+                range: p.range,
+                clipped: (s[5] > 0.0).then(|| s[4] / s[5]),
+                histogram: (h.total() > 0).then_some(h),
+            })
+            .collect();
+        activations.sort_by_key(|a| {
+            (
+                order.get(a.tensor.as_str()).copied().unwrap_or(0),
+                a.tensor.clone(),
+            )
+        });
+        activations.dedup_by(|a, b| a.tensor == b.tensor);
+        let mut layers: Vec<LayerError> = layers
+            .iter()
+            .zip(layer_sums)
+            .filter(|(_, s)| s[0] > 0.0 || s[1] > 0.0)
+            .map(|((node, tensor, weight), s)| LayerError {
+                node: node.clone(),
+                tensor: tensor.clone(),
+                weight: weight.clone(),
+                sqnr_db: sqnr(s[0], s[1]),
+            })
+            .collect();
+        layers.sort_by_key(|l| order.get(l.tensor.as_str()).copied().unwrap_or(0));
+        TensorErrors {
+            activations,
+            layers,
+            ..TensorErrors::default()
+        }
+    }
 }

@@ -129,6 +129,20 @@ pub fn value_info(name: &str, dtype: DataType, shape: &[i64]) -> ValueInfoProto 
     }
 }
 
+/// A tensor value-info with element type and no shape (not even its rank): what ONNX Runtime
+/// infers or takes as fed.
+pub fn any_shape_info(name: &str, dtype: DataType) -> ValueInfoProto {
+    let mut info = value_info(name, dtype, &[]);
+    if let Some(TypeProto {
+        value: Some(type_proto::Value::TensorType(t)),
+        ..
+    }) = info.r#type.as_mut()
+    {
+        t.shape = None;
+    }
+    info
+}
+
 impl ModelBuilder {
     /// A model importing the default ONNX domain at `opset`, IR version 8 (opset ≤ 18) or
     /// IR 10 (newer opsets, which need it for int4 and float8).
@@ -172,15 +186,7 @@ impl ModelBuilder {
 
     /// Declares a graph input of unknown shape (not even its rank).
     pub fn input_any_shape(&mut self, name: &str, dtype: DataType) -> &mut Self {
-        let mut info = value_info(name, dtype, &[]);
-        if let Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(t)),
-            ..
-        }) = info.r#type.as_mut()
-        {
-            t.shape = None;
-        }
-        self.graph().input.push(info);
+        self.graph().input.push(any_shape_info(name, dtype));
         self
     }
 

@@ -11,7 +11,7 @@ use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::calib::histogram::Histogram;
-use crate::eval::tensors::{ActivationError, WeightError};
+use crate::eval::tensors::{TensorErrors, WeightError};
 
 /// The font family the charts use (registered from the bundled DejaVu Sans, so charts look
 /// the same on every machine and need no system font lookup).
@@ -138,13 +138,15 @@ fn db_chart<'a, DB: DrawingBackend>(
 }
 
 /// Per-tensor SQNR along the float graph's order: float against QDQ (the error as it has
-/// accumulated by that tensor) and pre-Q against post-DQ (the error this Q/DQ adds alone).
+/// accumulated by that tensor), the local error (the producing node's own quantization with
+/// float inputs, when measured) and pre-Q against post-DQ (the error this Q/DQ adds alone).
 /// The `worst` lowest float-against-QDQ points are marked, the very worst one named.
 pub fn sqnr_along_graph<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    activations: &[ActivationError],
+    tensors: &TensorErrors,
     worst: usize,
 ) -> Result<(), ChartError> {
+    let activations = &tensors.activations;
     let xmodel: Vec<f64> = activations
         .iter()
         .map(|a| finite_db(a.xmodel_sqnr_db))
@@ -153,7 +155,18 @@ pub fn sqnr_along_graph<DB: DrawingBackend>(
         .iter()
         .map(|a| finite_db(a.qdq_sqnr_db))
         .collect();
-    let (lo, hi) = db_range(xmodel.iter().chain(&qdq).copied());
+    let local: Vec<(f64, f64)> = activations
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| Some((i as f64, finite_db(tensors.local_of(&a.tensor)?))))
+        .collect();
+    let (lo, hi) = db_range(
+        xmodel
+            .iter()
+            .chain(&qdq)
+            .copied()
+            .chain(local.iter().map(|&(_, v)| v)),
+    );
     let n = activations.len().max(2);
     let mut chart = db_chart(
         area,
@@ -170,6 +183,14 @@ pub fn sqnr_along_graph<DB: DrawingBackend>(
         .map_err(draw_err)?
         .label("pre-Q vs post-DQ (this Q/DQ alone)")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], ORANGE.stroke_width(2)));
+    if !local.is_empty() {
+        let colour = RGBColor(30, 140, 90);
+        chart
+            .draw_series(LineSeries::new(local, colour.stroke_width(1)))
+            .map_err(draw_err)?
+            .label("local (this node alone, float inputs)")
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], colour.stroke_width(2)));
+    }
     chart
         .draw_series(LineSeries::new(
             xmodel.iter().enumerate().map(|(i, &v)| (i as f64, v)),
@@ -359,6 +380,7 @@ pub fn weight_error_per_layer<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eval::tensors::ActivationError;
 
     fn activation(name: &str, xmodel: f64, qdq: f64) -> ActivationError {
         ActivationError {
@@ -373,15 +395,26 @@ mod tests {
 
     #[test]
     fn svg_chart_names_the_worst_tensor() {
-        let acts = [
-            activation("conv1_out", 40.0, 45.0),
-            activation("relu_7_out", 12.5, 30.0),
-            activation("head", f64::INFINITY, 50.0),
-        ];
-        let svg = to_svg(640, 320, |area| sqnr_along_graph(area, &acts, 1)).unwrap();
+        let errors = TensorErrors {
+            activations: vec![
+                activation("conv1_out", 40.0, 45.0),
+                activation("relu_7_out", 12.5, 30.0),
+                activation("head", f64::INFINITY, 50.0),
+            ],
+            local: vec![crate::eval::tensors::LocalError {
+                tensor: "relu_7_out".into(),
+                sqnr_db: 35.0,
+            }],
+            ..TensorErrors::default()
+        };
+        let svg = to_svg(640, 320, |area| sqnr_along_graph(area, &errors, 1)).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..40]);
         assert!(svg.contains("relu_7_out"));
         assert!(!svg.contains("conv1_out"), "only the worst is labelled");
+        assert!(
+            svg.contains("local (this node alone"),
+            "the local series is drawn"
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, output_table,
-    summary_items, task_table, weight_table,
+    Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
+    output_table, summary_items, task_table, weight_table,
 };
 
 /// Escapes text for HTML element content and attribute values.
@@ -61,6 +61,22 @@ fn figure(out: &mut String, chart: &Chart) {
     );
 }
 
+/// The worst local errors (where the errors are made), or why they were not measured.
+fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors) {
+    let local = local_table(tensors, 15);
+    if !local.rows.is_empty() {
+        out.push_str("<h3>Where the error is made</h3>\n<p class=\"note\">The tensors whose own node loses most with float inputs: fix these (exclude them, widen their range, raise their precision) before the nodes that only carry their error.</p>\n");
+        table(out, &local);
+    }
+    if let Some(reason) = &tensors.local_unavailable {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Local errors were not measured: {}</p>",
+            esc(reason)
+        );
+    }
+}
+
 /// Renders the whole page.
 pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
     let mut out = String::new();
@@ -97,11 +113,12 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
         out.push_str("<p class=\"note\">Per-tensor errors were not computed.</p></body></html>\n");
         return out;
     };
-    out.push_str("<h2>Per-tensor error</h2>\n<p class=\"note\">onnxruntime's qdq_loss_debug semantics: <b>float vs QDQ</b> compares the float model's tensor with the QDQ model's dequantized one (error accumulated up to there); <b>pre-Q vs post-DQ</b> is the error this Q/DQ pair adds alone.</p>\n");
+    out.push_str("<h2>Per-tensor error</h2>\n<p class=\"note\">onnxruntime's qdq_loss_debug semantics: <b>float vs QDQ</b> compares the float model's tensor with the QDQ model's dequantized one (error accumulated up to there); <b>pre-Q vs post-DQ</b> is the error this Q/DQ pair adds alone; <b>local</b> is the error of the node writing the tensor given float inputs (its own quantization alone): a poor local figure marks the node that makes an error, a poor float vs QDQ figure with a good local one a node that only carries it.</p>\n");
     for chart in charts_named(charts, "sqnr_along_graph") {
         figure(&mut out, chart);
     }
-    table(&mut out, &activation_table(tensors));
+    table(&mut out, &activation_table(tensors, 15));
+    local_section(&mut out, tensors);
     let histograms = charts_named(charts, "histogram_");
     if !histograms.is_empty() {
         out.push_str("<h2>Histograms of the worst tensors</h2>\n<p class=\"note\">Float values over the evaluation data (log count); the red lines are the range the QDQ model represents, values beyond them are clipped.</p>\n<div class=\"grid\">");

@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::{
-    Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, output_table,
-    summary_items, task_table, weight_table,
+    Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
+    output_table, summary_items, task_table, weight_table,
 };
 
 /// Escapes a table cell (pipes would end the cell; backticks and stars would format).
@@ -45,6 +45,18 @@ fn image(out: &mut String, chart: &Chart, folder: &str) {
     );
 }
 
+/// The worst local errors (where the errors are made), or why they were not measured.
+fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors) {
+    let local = local_table(tensors, 15);
+    if !local.rows.is_empty() {
+        out.push_str("### Where the error is made\n\nThe tensors whose own node loses most with float inputs: fix these (exclude them, widen their range, raise their precision) before the nodes that only carry their error.\n\n");
+        table(out, &local);
+    }
+    if let Some(reason) = &tensors.local_unavailable {
+        let _ = writeln!(out, "Local errors were not measured: {}\n", cell(reason));
+    }
+}
+
 /// Renders the page; chart images are referenced as `<folder>/<stem>.svg`.
 pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> String {
     let mut out = String::from("# Float against quantized\n\n");
@@ -67,11 +79,12 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> 
         out.push_str("Per-tensor errors were not computed.\n");
         return out;
     };
-    out.push_str("## Per-tensor error\n\n*float vs QDQ*: the float model's tensor against the QDQ model's dequantized one; *pre-Q vs post-DQ*: the error this Q/DQ pair adds alone (onnxruntime's qdq_loss_debug semantics).\n\n");
+    out.push_str("## Per-tensor error\n\n*float vs QDQ*: the float model's tensor against the QDQ model's dequantized one; *pre-Q vs post-DQ*: the error this Q/DQ pair adds alone (onnxruntime's qdq_loss_debug semantics); *local*: the error of the node writing the tensor given float inputs (its own quantization alone). A poor local figure marks the node that makes an error; a poor float vs QDQ figure with a good local one, a node that only carries it.\n\n");
     for chart in charts_named(charts, "sqnr_along_graph") {
         image(&mut out, chart, folder);
     }
-    table(&mut out, &activation_table(tensors));
+    table(&mut out, &activation_table(tensors, 15));
+    local_section(&mut out, tensors);
     let histograms = charts_named(charts, "histogram_");
     if !histograms.is_empty() {
         out.push_str("## Histograms of the worst tensors\n\nFloat values over the evaluation data (log count); the red lines are the range the QDQ model represents.\n\n");

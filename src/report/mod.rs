@@ -138,9 +138,7 @@ impl CompareReport {
             out.push(Chart {
                 stem: "sqnr_along_graph".into(),
                 title: "Per-tensor SQNR along the graph".into(),
-                svg: charts::to_svg(960, 380, |area| {
-                    charts::sqnr_along_graph(area, &tensors.activations, 5)
-                })?,
+                svg: charts::to_svg(960, 380, |area| charts::sqnr_along_graph(area, tensors, 5))?,
             });
         }
         for (i, a) in self
@@ -220,9 +218,13 @@ impl CompareReport {
     }
 }
 
-/// A table: its header and rows of text cells, shared by the HTML and Markdown renderers.
-pub(crate) struct TextTable {
+/// A table: its header and rows of text cells, shared by the HTML and Markdown renderers and
+/// the CLI's tables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextTable {
+    /// Column titles.
     pub header: Vec<&'static str>,
+    /// Rows of cells, as many as the header has columns.
     pub rows: Vec<Vec<String>>,
 }
 
@@ -296,26 +298,53 @@ pub(crate) fn task_table(report: &CompareReport) -> Option<TextTable> {
     })
 }
 
-/// The table of the 15 worst activations.
-pub(crate) fn activation_table(tensors: &TensorErrors) -> TextTable {
+/// The table of the `count` worst activations by cumulative error (float vs QDQ), each with
+/// its local error.
+pub fn activation_table(tensors: &TensorErrors, count: usize) -> TextTable {
     TextTable {
         header: vec![
             "worst activations",
             "float vs QDQ dB",
+            "local dB",
             "pre-Q vs post-DQ dB",
             "quantized range",
             "clipped",
         ],
-        rows: worst_activations(tensors, 15)
+        rows: worst_activations(tensors, count)
             .into_iter()
             .map(|a| {
                 vec![
                     a.tensor.clone(),
                     db(a.xmodel_sqnr_db),
+                    tensors.local_of(&a.tensor).map_or_else(|| "-".into(), db),
                     db(a.qdq_sqnr_db),
                     a.range
                         .map_or_else(|| "-".into(), |(lo, hi)| format!("[{lo:.4}, {hi:.4}]")),
                     clipped(a),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// The table of the `count` worst local errors: where the error is made (each with the
+/// cumulative error, which also carries what upstream nodes made). Empty when the local
+/// errors were not measured.
+pub fn local_table(tensors: &TensorErrors, count: usize) -> TextTable {
+    let cumulative: std::collections::HashMap<&str, f64> = tensors.tensor_sqnr().collect();
+    let mut worst: Vec<_> = tensors.local.iter().collect();
+    worst.sort_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db));
+    TextTable {
+        header: vec!["worst local errors", "local dB", "float vs QDQ dB"],
+        rows: worst
+            .into_iter()
+            .take(count)
+            .map(|l| {
+                let carried = cumulative.get(l.tensor.as_str()).copied();
+                vec![
+                    l.tensor.clone(),
+                    db(l.sqnr_db),
+                    carried.map_or_else(|| "-".into(), db),
                 ]
             })
             .collect(),
