@@ -5,6 +5,7 @@
 
 mod common;
 
+use qdq_studio::eval::tensors::ErrorKind;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -246,6 +247,43 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
         "the classifier output side by side"
     );
     assert!(h.state().metrics().compare_to_heat_map.is_some());
+
+    // The heat map switched to local error: each node's own quantization, the legend says so.
+    let cumulative = h.state().document().unwrap().heat.clone().unwrap();
+    press(&mut h, "Local");
+    {
+        let doc = h.state().document().unwrap();
+        assert_eq!(doc.panel.heat_kind, ErrorKind::Local);
+        let local = doc.heat.as_ref().expect("per-node local SQNR");
+        assert_eq!(local.len(), cumulative.len());
+        assert!(local.iter().flatten().count() > 20, "measured nodes");
+        assert_ne!(
+            *local, cumulative,
+            "local figures differ from cumulative ones"
+        );
+        let comparison = doc.work.results.comparison.as_ref().unwrap();
+        let best_local = comparison
+            .tensors
+            .local
+            .iter()
+            .map(|l| l.sqnr_db)
+            .fold(f64::NEG_INFINITY, f64::max);
+        assert!(best_local.is_finite());
+    }
+    assert!(
+        h.query_by_label_contains("Local SQNR").is_some(),
+        "the legend"
+    );
+    assert!(
+        h.query_by_label_contains("Where the error is made")
+            .is_some(),
+        "the worst local tensors"
+    );
+    press(&mut h, "Cumulative");
+    assert_eq!(
+        h.state().document().unwrap().heat.as_ref(),
+        Some(&cumulative)
+    );
 
     // Auto-exclude to a target typed into the Sensitivity tab.
     press(&mut h, "Sensitivity");

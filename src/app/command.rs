@@ -147,6 +147,8 @@ pub enum Command {
     SetHeatMap {
         /// Show the heat map.
         shown: bool,
+        /// Which error it shows.
+        kind: crate::eval::tensors::ErrorKind,
         /// The threshold in dB.
         threshold_db: f32,
     },

@@ -222,14 +222,20 @@ fn measured_error(ui: &mut Ui, doc: &Document, node: &crate::model::Node) {
     let errors = &comparison.tensors;
     let mut rows: Vec<(String, String)> = Vec::new();
     for output in &node.outputs {
+        let local = errors
+            .local_of(output)
+            .map_or_else(String::new, |db| format!(" · local {db:.2} dB"));
         if let Some(layer) = errors.layers.iter().find(|l| &l.tensor == output) {
-            rows.push((output.clone(), format!("output {:.2} dB", layer.sqnr_db)));
+            rows.push((
+                output.clone(),
+                format!("output {:.2} dB{local}", layer.sqnr_db),
+            ));
         }
         if let Some(a) = errors.activations.iter().find(|a| &a.tensor == output) {
             rows.push((
                 output.clone(),
                 format!(
-                    "float vs QDQ {:.2} dB · own Q/DQ {:.2} dB",
+                    "float vs QDQ {:.2} dB{local} · own Q/DQ {:.2} dB",
                     a.xmodel_sqnr_db, a.qdq_sqnr_db
                 ),
             ));

@@ -701,8 +701,8 @@ pub fn central(
                     }
                 }
             });
-            let heat =
-                (doc.panel.heat_map && doc.heat.is_some()).then_some(doc.panel.heat_threshold_db);
+            let heat = (doc.panel.heat_map && doc.heat.is_some())
+                .then_some((doc.panel.heat_kind, doc.panel.heat_threshold_db));
             legend(ui, doc.layout.simplified, !doc.flagged.is_empty(), heat);
         } else if opening.is_none() {
             empty_state(ui, commands);
@@ -855,7 +855,12 @@ pub fn node_menu(
     item(ui, "Zoom to".to_owned(), Command::SelectNodes(vec![id]));
 }
 
-fn legend(ui: &mut Ui, simplified: bool, flagged: bool, heat: Option<f32>) {
+fn legend(
+    ui: &mut Ui,
+    simplified: bool,
+    flagged: bool,
+    heat: Option<(crate::eval::tensors::ErrorKind, f32)>,
+) {
     let rect = ui.max_rect();
     egui::Area::new(egui::Id::new("graph-legend"))
         .fixed_pos(rect.left_bottom() + egui::vec2(10.0, -10.0))
@@ -863,8 +868,8 @@ fn legend(ui: &mut Ui, simplified: bool, flagged: bool, heat: Option<f32>) {
         .interactable(false)
         .show(ui.ctx(), |ui| {
             egui::Frame::popup(ui.style()).show(ui, |ui| {
-                if let Some(threshold) = heat {
-                    heat_legend(ui, f64::from(threshold));
+                if let Some((kind, threshold)) = heat {
+                    heat_legend(ui, kind, f64::from(threshold));
                     return;
                 }
                 for state in LEGEND {
@@ -887,9 +892,14 @@ fn legend(ui: &mut Ui, simplified: bool, flagged: bool, heat: Option<f32>) {
 }
 
 /// The heat map's scale: SQNR from red (under the threshold) to green.
-fn heat_legend(ui: &mut Ui, threshold: f64) {
+fn heat_legend(ui: &mut Ui, kind: crate::eval::tensors::ErrorKind, threshold: f64) {
     use crate::app::work::heat;
-    ui.label(RichText::new("SQNR of each node's output, float vs QDQ").strong());
+    use crate::eval::tensors::ErrorKind;
+    let title = match kind {
+        ErrorKind::Cumulative => "SQNR of each node's output, float vs QDQ",
+        ErrorKind::Local => "Local SQNR: each node's own quantization, float inputs",
+    };
+    ui.label(RichText::new(title).strong());
     let (lo, hi) = heat::legend_span(threshold);
     let (rect, _) = ui.allocate_exact_size(egui::vec2(220.0, 14.0), egui::Sense::hover());
     let steps = 44;

@@ -178,10 +178,15 @@ impl Studio {
             }
             Command::SetHeatMap {
                 shown,
+                kind,
                 threshold_db,
             } => {
                 doc.panel.heat_map = shown;
                 doc.panel.heat_threshold_db = threshold_db;
+                if doc.panel.heat_kind != kind {
+                    doc.panel.heat_kind = kind;
+                    doc.heat = node_heat(doc);
+                }
                 None
             }
             Command::SetOutputKind { output, kind } => {
@@ -573,14 +578,8 @@ impl Studio {
                         .fold(f64::INFINITY, f64::min),
                     comparison.timings.total_ms
                 );
-                let prepared = doc.prepared.as_ref().map_or(&doc.graph, |p| &p.graph);
-                doc.heat = Some(heat::node_sqnr(
-                    &doc.graph,
-                    prepared,
-                    &comparison.tensors,
-                    &doc.plan,
-                ));
                 doc.work.results.comparison = Some(*comparison);
+                doc.heat = node_heat(doc);
                 doc.panel.heat_map = true;
                 doc.panel.tab = WorkTab::Results;
                 doc.panel.output_images = None;
@@ -804,4 +803,17 @@ fn first_tensor(doc: &Document) -> Option<String> {
         .find(|t| stats.tensors.contains_key(*t))
         .cloned()
         .or_else(|| stats.tensors.keys().next().cloned())
+}
+
+/// Each node's SQNR in the last comparison, of the kind the heat map shows.
+fn node_heat(doc: &Document) -> Option<Vec<Option<f64>>> {
+    let comparison = doc.work.results.comparison.as_ref()?;
+    let prepared = doc.prepared.as_ref().map_or(&doc.graph, |p| &p.graph);
+    Some(heat::node_sqnr(
+        &doc.graph,
+        prepared,
+        &comparison.tensors,
+        doc.panel.heat_kind,
+        &doc.plan,
+    ))
 }

@@ -3,34 +3,31 @@
 //! whose cumulative error is poor but whose local error is fine only carries an error made
 //! upstream; the node with the poor local error is the cause.
 //!
-//! One run of one model gives every node's local error at once: the QDQ model cut so that
-//! every float activation a node reads from another node's computation is the float model's
-//! value of it, fed as an extra graph input (its "twin"). A node reading a Q/DQ chain then
-//! reads its float input quantized by its own chain, its weights dequantized as in the QDQ
-//! model; and a copy of the Q/DQ its output gets is added after it, so the measured tensor
-//! carries this node's quantization alone: inputs, weights and output. Costs one run of the
-//! QDQ model next to the float pass that had the twins.
+//! One session gives every node's local error at once: the float model, and beside it a copy
+//! of each quantized node of the QDQ model whose inputs are the float model's tensors passed
+//! through the node's own Q/DQ chains, its weights dequantized as in the QDQ model and its
+//! output through a copy of the Q/DQ the QDQ model puts there. Each copy so carries its node's
+//! quantization alone (inputs, weights, output). The errors are summed inside the graph
+//! (`ReduceSumSquare` of the float tensor and of the difference), so a run hands back two
+//! scalars per tensor rather than the tensors, and runs with every graph optimization: ONNX
+//! Runtime's fused integer kernels compute the copies as they would in deployment.
 
 use std::collections::{HashMap, HashSet};
 
 use ort::session::Session;
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
-use super::tensor_pass::Outputs;
 use super::tensors::sqnr;
-use crate::calib::runner::calibration_tensors;
-use crate::model::builder::any_shape_info;
+use crate::model::builder::value_info;
 use crate::model::infer::elem_types;
-use crate::model::proto::{NodeProto, ValueInfoProto};
-use crate::model::{DataType, Graph, Model, ModelError, NodeId, SessionModel, TensorArray};
-use crate::model::{TensorKind, graph::Node};
-use crate::runtime::value::to_value;
-use crate::runtime::{EpSpec, Runtime, SessionOptions};
+use crate::model::proto::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto};
+use crate::model::{DataType, Graph, Model, NodeId, SessionModel, TensorKind};
+use crate::quant::cpu_session_options;
+use crate::runtime::{EpSpec, Runtime};
 
-/// The prefix of every name the local model adds.
-const PREFIX: &str = "qdq_studio_local";
+/// The suffix of every name the local model adds.
+const SUFFIX: &str = "__qdq_studio_local";
 
 /// The local error of one tensor.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,12 +42,12 @@ pub struct LocalError {
 /// A tensor whose local error is measured, and where the QDQ model computes it.
 #[derive(Debug, Clone)]
 pub enum Target {
-    /// An activation quantized by a Q→DQ pair: the pair's nodes (the local value is the
-    /// pair's input quantized by a copy of the pair).
+    /// An activation quantized by a Q→DQ pair (the local value is the pair's input, as the
+    /// copied producer computes it, through a copy of the pair).
     Pair {
         /// The float model's name of the tensor.
         float: String,
-        /// The QuantizeLinear and the DequantizeLinear.
+        /// The QuantizeLinear.
         q: NodeId,
         /// The DequantizeLinear reading it.
         dq: NodeId,
@@ -68,238 +65,363 @@ impl Target {
     }
 }
 
-/// A float activation fed to the local model in place of the QDQ model's own computation.
-#[derive(Debug, Clone)]
-struct Twin {
-    /// The local model's graph input.
-    input: String,
-    /// The float model's tensor.
-    float: String,
-    /// Its element type.
-    dtype: DataType,
+/// Why the local errors cannot be measured on a pair of models.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalUnavailable {
+    /// Both models keep weights in external files of different folders; one session reads
+    /// external data from one folder.
+    #[error(
+        "both models keep their weights in external files of different folders, and one session reads them from one"
+    )]
+    ExternalFolders,
+    /// The float model's opset cannot be raised to the QDQ model's.
+    #[error("the float model cannot be raised to the QDQ model's opset: {0}")]
+    Opset(String),
+    /// The model could not be encoded.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
 }
 
-/// The QDQ model cut for local errors (see the module docs), encoded for a session.
+/// The float model with every quantized node's local copy and the in-graph error sums,
+/// encoded for a session (see the module docs).
 pub struct LocalModel {
     encoded: SessionModel,
-    twins: Vec<Twin>,
-    /// (float model's tensor, the local model's output holding its local value).
-    measured: Vec<(String, String)>,
+    /// Per measured tensor: (float model's tensor, output of Σ float², output of Σ error²).
+    measured: Vec<(String, String, String)>,
+    /// The options its session takes (those of the QDQ model on the CPU).
+    options: crate::runtime::SessionOptions,
 }
 
-/// True for the ops that make up a Q/DQ chain (their outputs are never cut).
-fn is_qdq(node: &Node) -> bool {
-    matches!(node.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")
+/// True for the ops that make up a Q/DQ chain.
+fn is_qdq(op: &str) -> bool {
+    matches!(op, "QuantizeLinear" | "DequantizeLinear")
 }
 
-/// The float activations of `quant` that the local model takes from the float model: those a
-/// node (other than a Q/DQ op) computes, of a float type, present in the float graph (under
-/// their own name, or without the `_QuantizeLinear_Input` suffix some tools add).
-fn twins(quant: &Model, qg: &Graph, fg: &Graph) -> HashMap<String, Twin> {
-    let types = elem_types(quant, qg);
-    let float_tensors: HashSet<String> = calibration_tensors(fg, None).into_iter().collect();
-    qg.tensors()
-        .iter()
-        .filter(|t| t.kind == TensorKind::Activation)
-        .filter(|t| t.producer.is_some_and(|p| !is_qdq(qg.node(p))))
-        .filter_map(|t| {
-            let dtype = types
-                .get(&t.name)
-                .and_then(|&c| DataType::from_onnx(c).ok())
-                .filter(|d| d.is_plain_float())?;
-            let float = [
-                t.name.as_str(),
-                t.name.trim_end_matches("_QuantizeLinear_Input"),
-            ]
-            .into_iter()
-            .find(|n| float_tensors.contains(*n))?;
-            let twin = Twin {
-                input: format!("{}__{PREFIX}_float", t.name),
-                float: float.to_owned(),
-                dtype,
-            };
-            Some((t.name.clone(), twin))
-        })
-        .collect()
-}
-
-/// A copy of `node` reading `input` first and writing `output`, named `name`.
-fn copy_of(node: &NodeProto, input: String, output: String, name: String) -> NodeProto {
-    let mut copy = node.clone();
-    if let Some(first) = copy.input.first_mut() {
-        *first = input;
+/// A node of the default domain with one output and no attributes.
+fn node(op: &str, inputs: Vec<String>, output: &str) -> NodeProto {
+    NodeProto {
+        op_type: Some(op.to_owned()),
+        name: Some(format!("{output}_node")),
+        input: inputs,
+        output: vec![output.to_owned()],
+        ..Default::default()
     }
-    copy.output = vec![output];
-    copy.name = Some(name);
-    copy
+}
+
+/// An int attribute.
+fn int_attribute(name: &str, value: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.to_owned()),
+        r#type: Some(attribute_proto::AttributeType::Int as i32),
+        i: Some(value),
+        ..Default::default()
+    }
+}
+
+/// What the copies of the QDQ model's nodes are made of, gathered walking back from each
+/// measured tensor.
+struct Copier<'a> {
+    quant: &'a ModelProto,
+    qg: &'a Graph,
+    /// The float model's name of each QDQ-model activation that a node computes and the float
+    /// model has: the copies read these from the float model.
+    twins: HashMap<String, String>,
+    initializers: HashMap<&'a str, &'a TensorProto>,
+    /// Copied nodes, inputs before the nodes reading them.
+    nodes: Vec<NodeProto>,
+    copied: HashSet<NodeId>,
+    copied_initializers: Vec<TensorProto>,
+    initializer_names: HashSet<String>,
+}
+
+impl<'a> Copier<'a> {
+    fn new(quant: &'a Model, qg: &'a Graph, fg: &Graph) -> Self {
+        let types = elem_types(quant, qg);
+        let twins = qg
+            .tensors()
+            .iter()
+            .filter(|t| t.kind == TensorKind::Activation)
+            .filter(|t| t.producer.is_some_and(|p| !is_qdq(&qg.node(p).op_type)))
+            .filter(|t| {
+                types
+                    .get(&t.name)
+                    .and_then(|&c| DataType::from_onnx(c).ok())
+                    .is_some_and(DataType::is_plain_float)
+            })
+            .filter_map(|t| {
+                let float = [
+                    t.name.as_str(),
+                    t.name.trim_end_matches("_QuantizeLinear_Input"),
+                ]
+                .into_iter()
+                .find(|n| fg.tensor(n).is_some())?;
+                Some((t.name.clone(), float.to_owned()))
+            })
+            .collect();
+        let proto = quant.proto();
+        let initializers = proto
+            .graph
+            .iter()
+            .flat_map(|g| &g.initializer)
+            .map(|t| (t.name(), t))
+            .collect();
+        Copier {
+            quant: proto,
+            qg,
+            twins,
+            initializers,
+            nodes: Vec::new(),
+            copied: HashSet::new(),
+            copied_initializers: Vec::new(),
+            initializer_names: HashSet::new(),
+        }
+    }
+
+    /// The name a copy reads for the QDQ model's tensor `name`: the float model's tensor for
+    /// an activation a node computes, else the copy of what makes it (a Q/DQ chain, a
+    /// quantized weight), or the name itself (graph inputs, which both models share).
+    fn resolve(&mut self, name: &str) -> String {
+        if name.is_empty() {
+            return String::new();
+        }
+        if let Some(float) = self.twins.get(name) {
+            return float.clone();
+        }
+        self.computed(name)
+    }
+
+    /// The copy of `name` as the QDQ model computes it (its producer copied even when the
+    /// float model has the tensor: the measured tensors themselves).
+    fn computed(&mut self, name: &str) -> String {
+        if let Some(init) = self.initializers.get(name).copied() {
+            let copy = format!("{name}{SUFFIX}");
+            if self.initializer_names.insert(copy.clone()) {
+                let mut init = init.clone();
+                init.name = Some(copy.clone());
+                self.copied_initializers.push(init);
+            }
+            return copy;
+        }
+        match self.qg.tensor(name).and_then(|t| t.producer) {
+            Some(id) => {
+                self.copy_node(id);
+                format!("{name}{SUFFIX}")
+            }
+            None => name.to_owned(),
+        }
+    }
+
+    /// Copies node `id` after its inputs, every name it writes suffixed.
+    fn copy_node(&mut self, id: NodeId) {
+        if !self.copied.insert(id) {
+            return;
+        }
+        let quant = self.quant;
+        let Some(original) = quant.graph.as_ref().and_then(|g| g.node.get(id.0)) else {
+            return;
+        };
+        let inputs: Vec<String> = original.input.iter().map(|i| self.resolve(i)).collect();
+        self.nodes.push(self.renamed(original, inputs));
+    }
+
+    /// `original` reading `inputs`, its outputs and name suffixed.
+    fn renamed(&self, original: &NodeProto, inputs: Vec<String>) -> NodeProto {
+        let mut copy = original.clone();
+        copy.input = inputs;
+        for output in copy.output.iter_mut().filter(|o| !o.is_empty()) {
+            output.push_str(SUFFIX);
+        }
+        copy.name = Some(format!("{}{SUFFIX}", original.name()));
+        copy
+    }
+
+    /// The local value of `target`: the name of its copy.
+    fn target(&mut self, target: &Target, index: usize) -> Option<String> {
+        match target {
+            Target::Output(name) => Some(self.computed(name)),
+            Target::Pair { q, dq, .. } => {
+                let quant = self.quant;
+                let graph = quant.graph.as_ref()?;
+                let (q, dq) = (graph.node.get(q.0)?, graph.node.get(dq.0)?);
+                // The pair's input as its producer computes it, not the float model's.
+                let mut q_inputs = vec![self.computed(q.input.first()?)];
+                q_inputs.extend(q.input.iter().skip(1).map(|i| self.resolve(i)));
+                let mut dq_inputs: Vec<String> = dq.input.iter().map(|i| self.resolve(i)).collect();
+                if dq_inputs.is_empty() {
+                    return None;
+                }
+                let quantized = format!("qdq_studio_local_q{index}");
+                let local = format!("qdq_studio_local_v{index}");
+                dq_inputs[0] = quantized.clone();
+                let mut q_copy = q.clone();
+                q_copy.input = q_inputs;
+                q_copy.output = vec![quantized];
+                q_copy.name = Some(format!("qdq_studio_local_Q{index}"));
+                let mut dq_copy = dq.clone();
+                dq_copy.input = dq_inputs;
+                dq_copy.output = vec![local.clone()];
+                dq_copy.name = Some(format!("qdq_studio_local_DQ{index}"));
+                self.nodes.extend([q_copy, dq_copy]);
+                Some(local)
+            }
+        }
+    }
+}
+
+/// The nodes summing the error of `local` against the float tensor `float` (both cast to
+/// float32 first, so a float16 model's sums do not overflow): Σ float² into `signal`, Σ
+/// (float − local)² into `noise`.
+fn error_sums(float: &str, local: &str, index: usize) -> (Vec<NodeProto>, String, String) {
+    let name = |what: &str| format!("qdq_studio_local_{what}{index}");
+    let (f32_float, f32_local, diff) = (name("f"), name("l"), name("d"));
+    let (signal, noise) = (name("signal"), name("noise"));
+    let cast = |input: &str, output: &str| {
+        let mut cast = node("Cast", vec![input.to_owned()], output);
+        cast.attribute.push(int_attribute("to", 1));
+        cast
+    };
+    let sum_squares = |input: &str, output: &str| {
+        let mut sum = node("ReduceSumSquare", vec![input.to_owned()], output);
+        sum.attribute.push(int_attribute("keepdims", 0));
+        sum
+    };
+    let nodes = vec![
+        cast(float, &f32_float),
+        cast(local, &f32_local),
+        node("Sub", vec![f32_float.clone(), f32_local], &diff),
+        sum_squares(&f32_float, &signal),
+        sum_squares(&diff, &noise),
+    ];
+    (nodes, signal, noise)
+}
+
+/// Every opset the two models import, each at the higher version.
+fn merged_imports(
+    float: &ModelProto,
+    quant: &ModelProto,
+) -> Vec<crate::model::proto::OperatorSetIdProto> {
+    let mut merged = float.opset_import.clone();
+    for import in &quant.opset_import {
+        let domain = |d: &str| if d == "ai.onnx" { "" } else { d }.to_owned();
+        match merged
+            .iter_mut()
+            .find(|m| domain(m.domain()) == domain(import.domain()))
+        {
+            Some(m) => m.version = Some(m.version().max(import.version())),
+            None => merged.push(import.clone()),
+        }
+    }
+    merged
+}
+
+/// True when the float model's opset can be raised to the QDQ model's without knowing the
+/// rank of any tensor from a run.
+pub fn needs_ranks(float: &Model, fg: &Graph, quant: &Model) -> bool {
+    let default = |m: &Model| crate::quant::opset::default_opset(m.proto()).unwrap_or(1);
+    let (from, to) = (default(float), default(quant));
+    from < to && !crate::quant::opset::blocking_nodes(fg, from, to, &|_| None).is_empty()
 }
 
 impl LocalModel {
-    /// The local model of `quant` (indexed by `qg`) measuring `targets`, against the float
-    /// model indexed by `fg`.
+    /// The local model measuring `targets` of `quant` (indexed by `qg`) against `float`
+    /// (indexed by `fg`).
+    /// `ranks` gives the rank of a float tensor seen in a run, for raising the float model's
+    /// opset where the graph does not say it (Softmax's axis semantics changed at 13).
     pub fn build(
+        float: &Model,
+        fg: &Graph,
         quant: &Model,
         qg: &Graph,
-        fg: &Graph,
         targets: &[Target],
-    ) -> Result<Self, ModelError> {
-        let twins = twins(quant, qg, fg);
-        let (mut proto, external_folder) = quant.to_session_proto();
-        // A loaded model always has a graph; an empty one measures nothing.
-        let graph = proto.graph.get_or_insert_with(Default::default);
-        let mut added = Vec::new();
+        ranks: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<Self, LocalUnavailable> {
+        let external_folder = match (float.to_session_proto().1, quant.to_session_proto().1) {
+            (Some(a), Some(b)) if a != b => return Err(LocalUnavailable::ExternalFolders),
+            (a, b) => a.or(b),
+        };
+        let mut proto = float.proto().clone();
+        let to = crate::quant::opset::default_opset(quant.proto()).unwrap_or(1);
+        crate::quant::opset::raise(&mut proto, fg, to, ranks)
+            .map_err(|e| LocalUnavailable::Opset(e.to_string()))?;
+        proto.opset_import = merged_imports(&proto, quant.proto());
+        proto.ir_version = proto.ir_version.max(quant.proto().ir_version);
+        let mut copier = Copier::new(quant, qg, fg);
+        let mut sums = Vec::new();
         let mut measured = Vec::new();
         for (i, target) in targets.iter().enumerate() {
-            let local = match target {
-                Target::Pair { q, dq, .. } => {
-                    let (Some(q), Some(dq)) = (graph.node.get(q.0), graph.node.get(dq.0)) else {
-                        continue;
-                    };
-                    let Some(input) = q.input.first().cloned() else {
-                        continue;
-                    };
-                    let quantized = format!("{PREFIX}_q{i}");
-                    let local = format!("{PREFIX}_v{i}");
-                    added.push(copy_of(
-                        q,
-                        input,
-                        quantized.clone(),
-                        format!("{PREFIX}_Q{i}"),
-                    ));
-                    added.push(copy_of(
-                        dq,
-                        quantized,
-                        local.clone(),
-                        format!("{PREFIX}_DQ{i}"),
-                    ));
-                    local
-                }
-                Target::Output(name) => name.clone(),
+            let Some(local) = copier.target(target, i) else {
+                continue;
             };
-            measured.push((target.float().to_owned(), local));
+            let (nodes, signal, noise) = error_sums(target.float(), &local, i);
+            sums.extend(nodes);
+            measured.push((target.float().to_owned(), signal, noise));
         }
-        let mut used: Vec<Twin> = Vec::new();
-        let mut seen = HashSet::new();
-        for node in graph
-            .node
-            .iter_mut()
-            .filter(|n| n.op_type() != "DequantizeLinear")
-        {
-            for input in &mut node.input {
-                if let Some(twin) = twins.get(input.as_str()) {
-                    if seen.insert(twin.input.clone()) {
-                        used.push(twin.clone());
-                    }
-                    *input = twin.input.clone();
-                }
-            }
-        }
-        graph.node.extend(added);
-        graph
-            .input
-            .extend(used.iter().map(|t| any_shape_info(&t.input, t.dtype)));
-        let outputs: HashSet<String> = graph.output.iter().map(|o| o.name().to_owned()).collect();
-        graph.output.extend(
-            measured
-                .iter()
-                .filter(|(_, local)| !outputs.contains(local))
-                .map(|(_, local)| ValueInfoProto {
-                    name: Some(local.clone()),
-                    ..Default::default()
-                }),
-        );
+        let graph = proto.graph.get_or_insert_with(Default::default);
+        graph.node.append(&mut copier.nodes);
+        graph.node.extend(sums);
+        graph.initializer.append(&mut copier.copied_initializers);
+        graph.output = measured
+            .iter()
+            .flat_map(|(_, s, n)| [s, n])
+            .map(|name| value_info(name, DataType::Float32, &[]))
+            .collect();
         Ok(LocalModel {
             encoded: SessionModel::encode(proto, external_folder)?,
-            twins: used,
             measured,
+            options: cpu_session_options(quant),
         })
     }
 
-    /// The float model's tensors a run needs: the twins fed and the tensors measured.
-    pub fn float_names(&self) -> impl Iterator<Item = &str> {
-        self.twins
-            .iter()
-            .map(|t| t.float.as_str())
-            .chain(self.measured.iter().map(|(f, _)| f.as_str()))
+    /// A session over the local model, with the QDQ model's CPU options (every graph
+    /// optimization, but for float8).
+    pub fn session(&self, runtime: &Runtime, eps: &[EpSpec]) -> Result<Session, EvalError> {
+        Ok(runtime.session_from_model(&self.encoded, eps, self.options)?)
     }
 
-    /// A session over the local model.
-    pub fn session(
-        &self,
-        runtime: &Runtime,
-        eps: &[EpSpec],
-        options: SessionOptions,
-    ) -> Result<Session, EvalError> {
-        Ok(runtime.session_from_model(&self.encoded, eps, options)?)
-    }
-
-    /// Runs `session` (over this model) on a batch: `inputs` as the data gave them, the twins
-    /// from `float` (the float model's tensors of the same batch). The local values, keyed by
-    /// the float model's tensor names.
+    /// Runs `session` (over this model) on a batch and adds its sums to `sums`.
     pub fn run(
         &self,
         session: &mut Session,
         inputs: &[(String, ort::value::DynValue)],
-        float: &Outputs,
+        sums: &mut LocalSums,
         batch: usize,
-    ) -> Result<Outputs, EvalError> {
-        let twins = self
-            .twins
-            .iter()
-            .map(|t| {
-                let value = float.get(&t.float).ok_or_else(|| EvalError::Run {
-                    batch,
-                    model: "local",
-                    reason: format!("the float model gave no value of {}", t.float),
-                })?;
-                let array = TensorArray::Float32(value.clone()).cast_float(t.dtype);
-                Ok((t.input.clone(), to_value(array)?))
-            })
-            .collect::<Result<Vec<_>, EvalError>>()?;
-        let names: Vec<String> = self.measured.iter().map(|(_, l)| l.clone()).collect();
-        let values = super::run_outputs_of(session, &[inputs, &twins], &names, batch, "local")?;
-        Ok(self
+    ) -> Result<(), EvalError> {
+        let names: Vec<String> = self
             .measured
             .iter()
-            .zip(values)
-            .filter_map(|((float, _), value)| Some((float.clone(), value?)))
-            .collect())
+            .flat_map(|(_, s, n)| [s.clone(), n.clone()])
+            .collect();
+        let values = super::run_outputs(session, inputs, &names, batch, "local")?;
+        let scalar = |v: &Option<ndarray::ArrayD<f32>>| {
+            v.as_ref()
+                .and_then(|a| a.iter().next().copied())
+                .map(f64::from)
+        };
+        for (sum, pair) in sums.sums.iter_mut().zip(values.chunks(2)) {
+            if let (Some(signal), Some(noise)) = (scalar(&pair[0]), scalar(&pair[1])) {
+                sum[0] += signal;
+                sum[1] += noise;
+            }
+        }
+        Ok(())
     }
 
     /// Empty sums for this model's measured tensors.
     pub fn sums(&self) -> LocalSums {
         LocalSums {
-            tensors: self.measured.iter().map(|(f, _)| f.clone()).collect(),
+            tensors: self.measured.iter().map(|(f, _, _)| f.clone()).collect(),
             sums: vec![[0.0; 2]; self.measured.len()],
         }
     }
 }
 
-/// Running signal² and noise² of every measured tensor over the batches seen.
+/// Running Σ float² and Σ error² of every measured tensor over the batches seen.
 pub struct LocalSums {
     tensors: Vec<String>,
     sums: Vec<[f64; 2]>,
 }
 
 impl LocalSums {
-    /// Adds one batch: the float model's tensors `float` and the local values `local`.
-    pub fn add(&mut self, float: &Outputs, local: &Outputs) {
-        self.sums
-            .par_iter_mut()
-            .zip(self.tensors.par_iter())
-            .for_each(|(s, tensor)| {
-                let (Some(reference), Some(test)) = (float.get(tensor), local.get(tensor)) else {
-                    return;
-                };
-                if reference.len() == test.len() {
-                    for (&a, &b) in reference.iter().zip(test.iter()) {
-                        s[0] += f64::from(a).powi(2);
-                        s[1] += f64::from(a - b).powi(2);
-                    }
-                }
-            });
-    }
-
     /// The local error of every tensor that was seen, one per tensor, in `order` (the float
     /// graph's position of each tensor).
     pub fn finish(self, order: &HashMap<&str, usize>) -> Vec<LocalError> {

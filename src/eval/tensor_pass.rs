@@ -171,13 +171,6 @@ pub enum FloatSide<'a> {
 }
 
 impl FloatSide<'_> {
-    /// Starts again from the first batch (a live session needs nothing).
-    pub fn rewind(&mut self) {
-        if let FloatSide::Captured(_, next) = self {
-            *next = 0;
-        }
-    }
-
     /// The float tensors of the next batch (`inputs`, numbered `batch`).
     pub fn next(
         &mut self,

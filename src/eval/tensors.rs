@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::EvalError;
 pub use super::local_error::LocalError;
-use super::local_error::{LocalModel, Target};
+use super::local_error::{LocalModel, LocalSums, Target, needs_ranks};
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
 use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
 pub use super::weight_error::WeightError;
@@ -89,7 +89,48 @@ pub struct LayerError {
     pub sqnr_db: f64,
 }
 
+/// Which error of a tensor: what a view of the per-tensor errors shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Float against QDQ: everything upstream quantized too (where the error shows).
+    #[default]
+    Cumulative,
+    /// The producing node's own quantization, with float inputs (where the error is made).
+    Local,
+}
+
+impl ErrorKind {
+    /// A short label for a switch.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Cumulative => "Cumulative",
+            ErrorKind::Local => "Local",
+        }
+    }
+
+    /// What the figure means, for a tooltip or a legend.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ErrorKind::Cumulative => {
+                "Float vs QDQ: the error as it has built up by this tensor, everything upstream quantized too"
+            }
+            ErrorKind::Local => {
+                "This node's own quantization alone, with float inputs: a low figure marks the node that makes an error"
+            }
+        }
+    }
+}
+
 impl TensorErrors {
+    /// The SQNR of every measured tensor of `kind`.
+    pub fn sqnr_of(&self, kind: ErrorKind) -> Box<dyn Iterator<Item = (&str, f64)> + '_> {
+        match kind {
+            ErrorKind::Cumulative => Box::new(self.tensor_sqnr()),
+            ErrorKind::Local => Box::new(self.tensor_local_sqnr()),
+        }
+    }
+
     /// The cumulative float-vs-quantized SQNR of every measured tensor: quantized activations
     /// and the outputs of weight-only quantized layers.
     pub fn tensor_sqnr(&self) -> impl Iterator<Item = (&str, f64)> {
@@ -392,9 +433,9 @@ pub struct Float<'a> {
 }
 
 /// [`tensor_errors`] against float activations captured before (the float model then does
-/// not run at all), or running the float model beside the quantized one. Two passes over
-/// `source`: the QDQ model (cumulative errors), then the local model (local errors, see
-/// [`super::local_error`]); one session of the quantized weights is open at a time.
+/// not run at all), or running the float model beside the quantized one. Then the local
+/// errors, in a pass of their own (see [`super::local_error`]) once the sessions of the
+/// first are closed.
 pub fn tensor_errors_against(
     float: Float<'_>,
     quant: &Model,
@@ -410,17 +451,11 @@ pub fn tensor_errors_against(
     let (pairs, unmatched) = pairs(quant, &qg, &fg);
     let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
     let layers = weight_only_layers(&qg, &fg, &covered);
-    let local = LocalModel::build(quant, &qg, &fg, &local_targets(&pairs, &layers));
     let float_names = unique(
         pairs
             .iter()
             .map(|p| p.float.clone())
-            .chain(layers.iter().map(|(_, t, _)| t.clone()))
-            .chain(
-                local
-                    .iter()
-                    .flat_map(|l| l.float_names().map(str::to_owned)),
-            ),
+            .chain(layers.iter().map(|(_, t, _)| t.clone())),
     );
     let quant_names = unique(
         pairs
@@ -440,41 +475,45 @@ pub fn tensor_errors_against(
             "float",
         )?),
     };
-    let mut sums = Sums::new(&pairs, &layers);
     let mut quant_session = observing_session(quant, &quant_names, runtime, eps, "quantized")?;
-    let mut passes = Passes {
+    let mut sums = Sums::new(&pairs, &layers);
+    each_batch(
         source,
-        float: &mut float_side,
-        float_names: &float_names,
         batch_size,
         ctx,
-    };
-    passes.each("per-tensor error", |owned, f, index| {
-        let q = collect(&mut quant_session, owned, &quant_names, index, "quantized")?;
-        sums.add(f, &q);
-        Ok(())
-    })?;
-    drop(quant_session);
-    let order = float_order(&fg);
-    let (local, local_unavailable) = match local {
-        Ok(local) => match local_pass(&local, &mut passes, runtime, eps, quant) {
-            Ok(errors) => (errors.finish(&order), None),
-            Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+        "per-tensor error",
+        |owned, index| {
+            let f = float_side.next(owned, &float_names, index)?;
+            let q = collect(&mut quant_session, owned, &quant_names, index, "quantized")?;
+            sums.add(&f, &q);
+            Ok(())
         },
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    drop(float_side);
+    )?;
+    drop((quant_session, float_side));
+    let order = float_order(&fg);
     let mut errors = sums.finish(&order);
+    let targets = local_targets(&pairs, &layers);
+    let local = match local_model(float, &fg, quant, &qg, &targets, source, runtime, eps) {
+        Ok(local) => match local_pass(&local, source, runtime, eps, batch_size, ctx) {
+            Ok(sums) => Ok(sums.finish(&order)),
+            Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    // The cumulative errors stand without the local ones: a model pair that cannot be
+    // measured locally says why.
+    match local {
+        Ok(local) => errors.local = local,
+        Err(reason) => errors.local_unavailable = Some(reason),
+    }
     errors.weights = weight_errors(quant, &qg, float, &fg)?;
     errors.unmatched = unmatched;
-    errors.local = local;
-    errors.local_unavailable = local_unavailable;
     Ok(errors)
 }
 
-/// The local error of every tensor `compare --per_tensor` measures, alone: one float pass
-/// exposing what the local model takes, and one run of the local model.
+/// The local error of every tensor `compare --per_tensor` measures, alone: one pass of the
+/// local model (see [`super::local_error`]).
 pub fn local_errors(
     float: &Model,
     quant: &Model,
@@ -489,19 +528,56 @@ pub fn local_errors(
     let (pairs, _) = pairs(quant, &qg, &fg);
     let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
     let layers = weight_only_layers(&qg, &fg, &covered);
-    let local = LocalModel::build(quant, &qg, &fg, &local_targets(&pairs, &layers))?;
-    let float_names = unique(local.float_names().map(str::to_owned));
-    let session = observing_session(float, &float_names, runtime, eps, "float")?;
-    let mut float_side = FloatSide::Live(session);
-    let mut passes = Passes {
-        source,
-        float: &mut float_side,
-        float_names: &float_names,
-        batch_size: batch_size.max(1),
-        ctx,
-    };
-    let sums = local_pass(&local, &mut passes, runtime, eps, quant)?;
+    let targets = local_targets(&pairs, &layers);
+    let local = local_model(float, &fg, quant, &qg, &targets, source, runtime, eps)?;
+    let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
     Ok(sums.finish(&float_order(&fg)))
+}
+
+/// The local model of `targets` (see [`LocalModel::build`]); when raising the float model's
+/// opset needs tensor ranks the graph does not give, they are read from one run of the float
+/// model on the first batch of `source`.
+#[allow(clippy::too_many_arguments)]
+fn local_model(
+    float: &Model,
+    fg: &Graph,
+    quant: &Model,
+    qg: &Graph,
+    targets: &[Target],
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+) -> Result<LocalModel, EvalError> {
+    let ranks = match needs_ranks(float, fg, quant) {
+        true => observed_ranks(float, fg, source, runtime, eps)?,
+        false => HashMap::new(),
+    };
+    LocalModel::build(float, fg, quant, qg, targets, &|t| ranks.get(t).copied()).map_err(|e| {
+        EvalError::Run {
+            batch: 0,
+            model: "local",
+            reason: e.to_string(),
+        }
+    })
+}
+
+/// The rank of every float activation of `float` on the first sample of `source`.
+fn observed_ranks(
+    float: &Model,
+    fg: &Graph,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+) -> Result<HashMap<String, usize>, EvalError> {
+    let names = crate::calib::runner::calibration_tensors(fg, None);
+    let mut session = observing_session(float, &names, runtime, eps, "float")?;
+    source.rewind()?;
+    let Some(batch) = source.next_batch(1)? else {
+        return Ok(HashMap::new());
+    };
+    let owned = owned_inputs(batch.inputs)?;
+    let outputs = collect(&mut session, &owned, &names, batch.index, "float")?;
+    Ok(outputs.into_iter().map(|(n, a)| (n, a.ndim())).collect())
 }
 
 /// What the local model measures: every Q/DQ pair and every weight-only layer's output.
@@ -517,21 +593,19 @@ fn local_targets(pairs: &[Pair], layers: &[(String, String, Option<String>)]) ->
         .collect()
 }
 
-/// The local model's pass: its session, run on every batch with the float tensors.
+/// The local model's pass over `source`: its session run on every batch.
 fn local_pass(
     local: &LocalModel,
-    passes: &mut Passes<'_, '_>,
+    source: &mut dyn BatchSource,
     runtime: &Runtime,
     eps: &[EpSpec],
-    quant: &Model,
-) -> Result<super::local_error::LocalSums, EvalError> {
-    let mut session = local.session(runtime, eps, super::tensor_pass::observing(quant))?;
+    batch_size: usize,
+    ctx: &JobContext,
+) -> Result<LocalSums, EvalError> {
+    let mut session = local.session(runtime, eps)?;
     let mut sums = local.sums();
-    passes.rewind();
-    passes.each("local error", |owned, f, index| {
-        let values = local.run(&mut session, owned, f, index)?;
-        sums.add(f, &values);
-        Ok(())
+    each_batch(source, batch_size, ctx, "local error", |owned, index| {
+        local.run(&mut session, owned, &mut sums, index)
     })?;
     Ok(sums)
 }
@@ -545,47 +619,27 @@ fn float_order(fg: &Graph) -> HashMap<&str, usize> {
         .collect()
 }
 
-/// A pass over the evaluation data with the float model's tensors of each batch.
-struct Passes<'a, 'f> {
-    source: &'a mut dyn BatchSource,
-    float: &'a mut FloatSide<'f>,
-    float_names: &'a [String],
+/// Calls `step` with every batch of `source` (its inputs and index) from the first,
+/// reporting progress as `label`; cancellable between batches.
+fn each_batch(
+    source: &mut dyn BatchSource,
     batch_size: usize,
-    ctx: &'a JobContext,
-}
-
-impl Passes<'_, '_> {
-    /// Starts the next pass from the first batch (captured float tensors too).
-    fn rewind(&mut self) {
-        self.float.rewind();
+    ctx: &JobContext,
+    label: &str,
+    mut step: impl FnMut(&[(String, ort::value::DynValue)], usize) -> Result<(), EvalError>,
+) -> Result<(), EvalError> {
+    let meter = RateMeter::new(label, source.samples() as u64);
+    let mut done = 0;
+    source.rewind()?;
+    while let Some(batch) = source.next_batch(batch_size)? {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let index = batch.index;
+        let owned = owned_inputs(batch.inputs)?;
+        step(&owned, index)?;
+        done += batch.samples;
+        ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
     }
-
-    /// Calls `step` with every batch's inputs, float tensors and index, reporting progress
-    /// as `label`.
-    fn each(
-        &mut self,
-        label: &str,
-        mut step: impl FnMut(
-            &[(String, ort::value::DynValue)],
-            &Outputs,
-            usize,
-        ) -> Result<(), EvalError>,
-    ) -> Result<(), EvalError> {
-        let meter = RateMeter::new(label, self.source.samples() as u64);
-        let mut done = 0;
-        self.source.rewind()?;
-        while let Some(batch) = self.source.next_batch(self.batch_size)? {
-            self.ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-            let index = batch.index;
-            let owned = owned_inputs(batch.inputs)?;
-            let f = self.float.next(&owned, self.float_names, index)?;
-            step(&owned, &f, index)?;
-            done += batch.samples;
-            self.ctx
-                .report(meter.progress(done as u64, format!("batch {}", index + 1)));
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 impl Sums<'_> {

@@ -1,11 +1,12 @@
-//! The graph as a heat map of per-tensor error: each node coloured by the SQNR (float
-//! against QDQ) of the tensor it produces, red below the user's threshold, green above.
+//! The graph as a heat map of per-tensor error: each node coloured by the SQNR of the tensor
+//! it produces (cumulative, float against QDQ, or local, its own quantization with float
+//! inputs, as the user switches), red below the user's threshold, green above.
 
 use std::collections::HashMap;
 
 use egui::Color32;
 
-use crate::eval::tensors::TensorErrors;
+use crate::eval::tensors::{ErrorKind, TensorErrors};
 use crate::model::{Graph, NodeId};
 use crate::quant::Explanation;
 
@@ -14,7 +15,7 @@ const GREEN_SPAN_DB: f64 = 30.0;
 /// SQNR below the threshold by this much (dB) is drawn at full red.
 const RED_SPAN_DB: f64 = 20.0;
 
-/// Each node's SQNR: the worst over the tensors it produces that were measured (`None` when
+/// Each node's SQNR of `kind`: the worst over the tensors it produces that were measured (`None` when
 /// none was: the node's outputs are not quantized, or pre-processing folded it away). Nodes
 /// are read as the quantizer sees them (`prepared`, matched by name): a Conv with a folded
 /// BatchNormalization writes the BatchNormalization's output; a tensor quantized under another
@@ -23,9 +24,10 @@ pub fn node_sqnr(
     graph: &Graph,
     prepared: &Graph,
     errors: &TensorErrors,
+    kind: ErrorKind,
     plan: &Explanation,
 ) -> Vec<Option<f64>> {
-    let by_tensor: HashMap<&str, f64> = errors.tensor_sqnr().collect();
+    let by_tensor: HashMap<&str, f64> = errors.sqnr_of(kind).collect();
     graph
         .nodes()
         .iter()

@@ -2,6 +2,7 @@
 //! latency beside it), the worst tensors, and one sample's outputs side by side: both maps and
 //! their difference as images for image-like outputs, the largest values otherwise.
 
+use crate::eval::tensors::{ErrorKind, TensorErrors};
 use egui::{Color32, ColorImage, RichText, TextureOptions, Ui};
 use ndarray::{ArrayD, Axis};
 
@@ -222,15 +223,18 @@ fn heat_controls(
 ) {
     ui.heading("Heat map");
     let (mut shown, mut threshold_db) = (panel.heat_map, panel.heat_threshold_db);
+    let mut kind = panel.heat_kind;
     let mut changed = ui
         .checkbox(&mut shown, "Colour the graph by per-tensor SQNR")
         .changed();
+    changed |= error_kind_switch(ui, &comparison.tensors, &mut kind);
     changed |= ui
         .add(egui::Slider::new(&mut threshold_db, 0.0..=60.0).text("threshold dB"))
         .changed();
     if changed {
         commands.push(Command::SetHeatMap {
             shown,
+            kind,
             threshold_db,
         });
     }
@@ -250,18 +254,68 @@ fn heat_controls(
     }
     ui.add_space(4.0);
     worst_layers(ui, &comparison.tensors, commands);
-    if comparison.tensors.activations.is_empty() {
+    worst_tensors(ui, &comparison.tensors, panel.heat_kind, commands);
+}
+
+/// The switch between cumulative and local error (local disabled, saying why, when it was
+/// not measured). True when the user changed it.
+fn error_kind_switch(ui: &mut Ui, tensors: &TensorErrors, kind: &mut ErrorKind) -> bool {
+    let before = *kind;
+    ui.horizontal(|ui| {
+        ui.label("Error:");
+        for option in [ErrorKind::Cumulative, ErrorKind::Local] {
+            let available = option == ErrorKind::Cumulative || !tensors.local.is_empty();
+            let hover = match (&tensors.local_unavailable, available) {
+                (Some(reason), false) => format!("Not measured: {reason}"),
+                _ => option.meaning().to_owned(),
+            };
+            ui.add_enabled_ui(available, |ui| {
+                ui.selectable_value(kind, option, option.label())
+                    .on_hover_text(hover)
+                    .on_disabled_hover_text(
+                        tensors
+                            .local_unavailable
+                            .as_deref()
+                            .unwrap_or("Not measured for this model"),
+                    );
+            });
+        }
+    });
+    *kind != before
+}
+
+/// The tensors with the worst error of `kind`, each with the other kind beside it; a click
+/// shows the tensor's histogram and finds its node.
+fn worst_tensors(
+    ui: &mut Ui,
+    tensors: &TensorErrors,
+    kind: ErrorKind,
+    commands: &mut Vec<Command>,
+) {
+    let other = match kind {
+        ErrorKind::Cumulative => ErrorKind::Local,
+        ErrorKind::Local => ErrorKind::Cumulative,
+    };
+    let others: std::collections::HashMap<&str, f64> = tensors.sqnr_of(other).collect();
+    let mut worst: Vec<(&str, f64)> = tensors.sqnr_of(kind).collect();
+    if worst.is_empty() {
         return;
     }
-    ui.label(RichText::new("Worst tensors (float vs QDQ)").strong());
-    let mut worst: Vec<_> = comparison.tensors.activations.iter().collect();
-    worst.sort_by(|a, b| a.xmodel_sqnr_db.total_cmp(&b.xmodel_sqnr_db));
-    for a in worst.iter().take(6) {
+    worst.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let title = match kind {
+        ErrorKind::Cumulative => "Worst tensors (float vs QDQ · local)",
+        ErrorKind::Local => "Where the error is made (local · float vs QDQ)",
+    };
+    ui.label(RichText::new(title).strong());
+    for (tensor, db) in worst.into_iter().take(6) {
         ui.horizontal(|ui| {
-            ui.label(format!("{:6.2} dB", a.xmodel_sqnr_db));
-            if ui.link(&a.tensor).clicked() {
-                commands.push(Command::ShowHistogram(a.tensor.clone()));
-                commands.push(Command::Search(a.tensor.clone()));
+            ui.label(format!("{db:6.2} dB"));
+            if let Some(other) = others.get(tensor) {
+                ui.label(RichText::new(format!("{other:6.2} dB")).weak());
+            }
+            if ui.link(tensor).clicked() {
+                commands.push(Command::ShowHistogram(tensor.to_owned()));
+                commands.push(Command::Search(tensor.to_owned()));
             }
         });
     }
@@ -269,11 +323,7 @@ fn heat_controls(
 
 /// The weight-only quantized layers (int4) with the worst outputs, each with its weight's
 /// error; nothing for models whose activations are quantized.
-fn worst_layers(
-    ui: &mut Ui,
-    tensors: &crate::eval::tensors::TensorErrors,
-    commands: &mut Vec<Command>,
-) {
+fn worst_layers(ui: &mut Ui, tensors: &TensorErrors, commands: &mut Vec<Command>) {
     if tensors.layers.is_empty() {
         return;
     }
