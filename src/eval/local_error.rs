@@ -295,6 +295,84 @@ fn error_sums(float: &str, local: &str, index: usize) -> (Vec<NodeProto>, String
     (nodes, signal, noise)
 }
 
+/// The float model's `nodes` with each of `added` placed as soon as its inputs are computed
+/// (`available` holds the graph inputs and initializers), rather than all at the end: the
+/// float tensors are then not all alive to the graph's end, and ONNX Runtime plans the
+/// session in 1.5 s rather than 2.4 s on PP-OCR rec (measured). `added` is in dependency
+/// order among itself.
+fn interleaved(
+    nodes: Vec<NodeProto>,
+    added: Vec<NodeProto>,
+    mut available: HashSet<String>,
+) -> Vec<NodeProto> {
+    available.insert(String::new());
+    let mut order = Interleaving {
+        missing: Vec::with_capacity(added.len()),
+        waiting: HashMap::new(),
+        ready: std::collections::VecDeque::new(),
+        added: Vec::with_capacity(added.len()),
+        out: Vec::with_capacity(nodes.len() + added.len()),
+    };
+    for (j, node) in added.into_iter().enumerate() {
+        let absent: HashSet<&String> = node
+            .input
+            .iter()
+            .filter(|t| !available.contains(*t))
+            .collect();
+        order.missing.push(absent.len());
+        for tensor in absent {
+            order.waiting.entry(tensor.clone()).or_default().push(j);
+        }
+        if order.missing[j] == 0 {
+            order.ready.push_back(j);
+        }
+        order.added.push(Some(node));
+    }
+    order.drain();
+    for node in nodes {
+        order.emit(node);
+        order.drain();
+    }
+    // Nodes whose inputs never appeared (a tensor neither model computes) go last, where
+    // ONNX Runtime names what is missing.
+    let Interleaving { mut out, added, .. } = order;
+    out.extend(added.into_iter().flatten());
+    out
+}
+
+/// The state of [`interleaved`]: added nodes waiting on tensors, those ready, and the order.
+struct Interleaving {
+    missing: Vec<usize>,
+    waiting: HashMap<String, Vec<usize>>,
+    ready: std::collections::VecDeque<usize>,
+    added: Vec<Option<NodeProto>>,
+    out: Vec<NodeProto>,
+}
+
+impl Interleaving {
+    /// Places `node`, readying the added nodes that waited on its outputs.
+    fn emit(&mut self, node: NodeProto) {
+        for output in &node.output {
+            for j in self.waiting.remove(output).unwrap_or_default() {
+                self.missing[j] -= 1;
+                if self.missing[j] == 0 {
+                    self.ready.push_back(j);
+                }
+            }
+        }
+        self.out.push(node);
+    }
+
+    /// Places every added node that is ready (and those it readies).
+    fn drain(&mut self) {
+        while let Some(j) = self.ready.pop_front() {
+            if let Some(node) = self.added[j].take() {
+                self.emit(node);
+            }
+        }
+    }
+}
+
 /// Every opset the two models import, each at the higher version.
 fn merged_imports(
     float: &ModelProto,
@@ -357,9 +435,16 @@ impl LocalModel {
             measured.push((target.float().to_owned(), signal, noise));
         }
         let graph = proto.graph.get_or_insert_with(Default::default);
-        graph.node.append(&mut copier.nodes);
-        graph.node.extend(sums);
         graph.initializer.append(&mut copier.copied_initializers);
+        let mut added = std::mem::take(&mut copier.nodes);
+        added.extend(sums);
+        let available = graph
+            .input
+            .iter()
+            .map(|i| i.name().to_owned())
+            .chain(graph.initializer.iter().map(|i| i.name().to_owned()))
+            .collect();
+        graph.node = interleaved(std::mem::take(&mut graph.node), added, available);
         graph.output = measured
             .iter()
             .flat_map(|(_, s, n)| [s, n])
@@ -443,5 +528,35 @@ impl LocalSums {
         });
         errors.dedup_by(|a, b| a.tensor == b.tensor);
         errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(op: &str, inputs: &[&str], output: &str) -> NodeProto {
+        node(op, inputs.iter().map(|s| s.to_string()).collect(), output)
+    }
+
+    #[test]
+    fn added_nodes_follow_as_soon_as_their_inputs_are_computed() {
+        let float = vec![
+            named("Relu", &["x"], "a"),
+            named("Relu", &["a"], "b"),
+            named("Relu", &["b"], "y"),
+        ];
+        let added = vec![
+            named("Neg", &["a", "w"], "c"),
+            named("Sub", &["c", "b"], "d"),
+            named("Abs", &["w"], "e"),
+            named("Abs", &["nowhere"], "f"),
+        ];
+        let available = ["x", "w"].map(String::from).into_iter().collect();
+        let order: Vec<String> = interleaved(float, added, available)
+            .iter()
+            .map(|n| n.output[0].clone())
+            .collect();
+        assert_eq!(order, ["e", "a", "c", "b", "d", "y", "f"]);
     }
 }
