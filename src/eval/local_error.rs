@@ -268,14 +268,19 @@ impl<'a> Copier<'a> {
     }
 }
 
-/// The nodes summing the error of `local` against the float tensor `float` (both cast to
-/// float32 first, so a float16 model's sums do not overflow): Σ float² into `signal`, Σ
-/// (float − local)² into `noise`.
-fn error_sums(float: &str, local: &str, index: usize) -> (Vec<NodeProto>, String, String) {
+/// The nodes summing the error of `local` against the float tensor `float`: Σ float² into
+/// `signal`, Σ (float − local)² into `noise`. Unless the tensor is known to be float32 (`cast`
+/// false), both are cast to float32 first, so a float16 model's sums do not overflow.
+fn error_sums(
+    float: &str,
+    local: &str,
+    index: usize,
+    cast: bool,
+) -> (Vec<NodeProto>, String, String) {
     let name = |what: &str| format!("qdq_studio_local_{what}{index}");
     let (f32_float, f32_local, diff) = (name("f"), name("l"), name("d"));
     let (signal, noise) = (name("signal"), name("noise"));
-    let cast = |input: &str, output: &str| {
+    let cast_to_f32 = |input: &str, output: &str| {
         let mut cast = node("Cast", vec![input.to_owned()], output);
         cast.attribute.push(int_attribute("to", 1));
         cast
@@ -285,13 +290,22 @@ fn error_sums(float: &str, local: &str, index: usize) -> (Vec<NodeProto>, String
         sum.attribute.push(int_attribute("keepdims", 0));
         sum
     };
-    let nodes = vec![
-        cast(float, &f32_float),
-        cast(local, &f32_local),
-        node("Sub", vec![f32_float.clone(), f32_local], &diff),
-        sum_squares(&f32_float, &signal),
+    let mut nodes = Vec::new();
+    let (float, local) = match cast {
+        true => {
+            nodes.extend([
+                cast_to_f32(float, &f32_float),
+                cast_to_f32(local, &f32_local),
+            ]);
+            (f32_float, f32_local)
+        }
+        false => (float.to_owned(), local.to_owned()),
+    };
+    nodes.extend([
+        node("Sub", vec![float.clone(), local], &diff),
+        sum_squares(&float, &signal),
         sum_squares(&diff, &noise),
-    ];
+    ]);
     (nodes, signal, noise)
 }
 
@@ -424,13 +438,15 @@ impl LocalModel {
         proto.opset_import = merged_imports(&proto, quant.proto());
         proto.ir_version = proto.ir_version.max(quant.proto().ir_version);
         let mut copier = Copier::new(quant, qg, fg);
+        let float_types = elem_types(float, fg);
         let mut sums = Vec::new();
         let mut measured = Vec::new();
         for (i, target) in targets.iter().enumerate() {
             let Some(local) = copier.target(target, i) else {
                 continue;
             };
-            let (nodes, signal, noise) = error_sums(target.float(), &local, i);
+            let float32 = float_types.get(target.float()) == Some(&DataType::Float32.to_onnx());
+            let (nodes, signal, noise) = error_sums(target.float(), &local, i, !float32);
             sums.extend(nodes);
             measured.push((target.float().to_owned(), signal, noise));
         }
