@@ -5,25 +5,29 @@
 mod common;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use qdq_studio::model::{Graph, Model, SaveOptions, TensorArray};
 
-use common::{asset, cli, run_ok};
+use common::{asset, cli, quantize_calibrated, run_ok};
+
+/// `compare --per_tensor` of the sample against `quant` on its evaluation data, no latency.
+fn compare_per_tensor(quant: &Path) -> std::process::Command {
+    let mut cmd = cli();
+    cmd.args(["compare", "--float"])
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--quant")
+        .arg(quant)
+        .arg("--data")
+        .arg(asset("eval.npz"))
+        .args(["--latency_runs", "0", "--per_tensor"]);
+    cmd
+}
 
 /// Local and cumulative SQNR per tensor from `compare --per_tensor --json` of the sample
 /// against `quant`.
 fn errors(quant: &Path) -> (HashMap<String, f64>, HashMap<String, f64>) {
-    let json = run_ok(
-        cli()
-            .args(["compare", "--float"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--quant")
-            .arg(quant)
-            .arg("--data")
-            .arg(asset("eval.npz"))
-            .args(["--latency_runs", "0", "--per_tensor", "--json"]),
-    );
+    let json = run_ok(compare_per_tensor(quant).arg("--json"));
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     let tensors = &report["tensors"];
     assert!(tensors["local_unavailable"].is_null(), "{tensors}");
@@ -71,21 +75,20 @@ fn with_bad_first_conv(quant: &Path, out: &Path, factor: f32) -> String {
     written
 }
 
+/// The sample quantized into `dir` and a copy whose first Conv is made bad (weight scale
+/// ×4): (quantized, bad, the tensor the bad Conv writes).
+fn sample_with_bad_first_conv(dir: &Path) -> (PathBuf, PathBuf, String) {
+    let quant = dir.join("q.onnx");
+    quantize_calibrated(&asset("ppocr_cls.onnx"), &asset("calib.npz"), &[], &quant);
+    let bad = dir.join("bad.onnx");
+    let culprit = with_bad_first_conv(&quant, &bad, 4.0);
+    (quant, bad, culprit)
+}
+
 #[test]
 fn a_node_made_bad_is_flagged_by_its_local_error_and_those_after_it_by_cumulative_error_only() {
     let dir = tempfile::tempdir().unwrap();
-    let quant = dir.path().join("q.onnx");
-    run_ok(
-        cli()
-            .args(["quantize", "--onnx_path"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--calibration_data_path")
-            .arg(asset("calib.npz"))
-            .arg("-o")
-            .arg(&quant),
-    );
-    let bad = dir.path().join("bad.onnx");
-    let culprit = with_bad_first_conv(&quant, &bad, 4.0);
+    let (quant, bad, culprit) = sample_with_bad_first_conv(dir.path());
     let (good_local, good_cumulative) = errors(&quant);
     let (local, cumulative) = errors(&bad);
     const FLAG_DB: f64 = 20.0;
@@ -119,30 +122,9 @@ fn a_node_made_bad_is_flagged_by_its_local_error_and_those_after_it_by_cumulativ
 #[test]
 fn the_cli_and_the_report_tell_local_from_cumulative_error() {
     let dir = tempfile::tempdir().unwrap();
-    let quant = dir.path().join("q.onnx");
-    run_ok(
-        cli()
-            .args(["quantize", "--onnx_path"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--calibration_data_path")
-            .arg(asset("calib.npz"))
-            .arg("-o")
-            .arg(&quant),
-    );
-    let bad = dir.path().join("bad.onnx");
-    let culprit = with_bad_first_conv(&quant, &bad, 4.0);
+    let (_, bad, culprit) = sample_with_bad_first_conv(dir.path());
     let report = dir.path().join("report.md");
-    let text = run_ok(
-        cli()
-            .args(["compare", "--float"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--quant")
-            .arg(&bad)
-            .arg("--data")
-            .arg(asset("eval.npz"))
-            .args(["--latency_runs", "0", "--per_tensor", "--report"])
-            .arg(&report),
-    );
+    let text = run_ok(compare_per_tensor(&bad).arg("--report").arg(&report));
     let local_table = text
         .split("worst local errors")
         .nth(1)

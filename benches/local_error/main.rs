@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use qdq_studio::calib::data::{DataSpec, model_inputs};
+use qdq_studio::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
 use qdq_studio::eval::tensors::{local_errors, tensor_errors};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Graph, Model};
@@ -55,6 +55,18 @@ fn float_pass(model: &Model, data: &DataSpec, runtime: &Runtime) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
+/// `measure` on `data` opened afresh for `inputs`, and the seconds it took (opening included).
+fn timed<T>(
+    data: &DataSpec,
+    inputs: &[InputSpec],
+    measure: impl FnOnce(&mut dyn BatchSource) -> T,
+) -> (T, f64) {
+    let started = Instant::now();
+    let mut source = data.open(inputs).unwrap();
+    let value = measure(source.as_mut());
+    (value, started.elapsed().as_secs_f64())
+}
+
 /// Times the float pass, the local errors and the whole per-tensor comparison of `path`.
 fn bench(label: &str, path: &Path, shape: &[usize], runtime: &Runtime) -> f64 {
     let ctx = JobContext::silent();
@@ -75,32 +87,13 @@ fn bench(label: &str, path: &Path, shape: &[usize], runtime: &Runtime) -> f64 {
         .model;
     let inputs = model_inputs(&Graph::build(&model));
     let float_s = float_pass(&model, &eval, runtime);
-    let started = Instant::now();
-    let mut source = eval.open(&inputs).unwrap();
-    let local = local_errors(
-        &model,
-        &quant,
-        source.as_mut(),
-        runtime,
-        &[EpSpec::Cpu],
-        1,
-        &ctx,
-    )
-    .expect("local errors");
-    let local_s = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let mut source = eval.open(&inputs).unwrap();
-    let all = tensor_errors(
-        &model,
-        &quant,
-        source.as_mut(),
-        runtime,
-        &[EpSpec::Cpu],
-        1,
-        &ctx,
-    )
-    .expect("per-tensor errors");
-    let all_s = started.elapsed().as_secs_f64();
+    let cpu = [EpSpec::Cpu];
+    let (local, local_s) = timed(&eval, &inputs, |source| {
+        local_errors(&model, &quant, source, runtime, &cpu, 1, &ctx).expect("local errors")
+    });
+    let (all, all_s) = timed(&eval, &inputs, |source| {
+        tensor_errors(&model, &quant, source, runtime, &cpu, 1, &ctx).expect("per-tensor errors")
+    });
     let ratio = local_s / float_s;
     println!("{label}: 32 samples, batch 1");
     println!("  one float pass (ONNX Runtime)       {float_s:7.2} s");

@@ -103,6 +103,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
                 .join(", ")
         );
     }
+    let task = report::task_table(&report);
     let CompareReport {
         outputs: metrics,
         tensors,
@@ -126,7 +127,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         table.add_row(m.table_row());
     }
     println!("{table}");
-    if let Some(table) = task_table(&metrics) {
+    if let Some(table) = task.as_ref().and_then(text_table) {
         println!("{table}");
     }
     if let Some(tensors) = &tensors {
@@ -173,22 +174,6 @@ fn text_table(t: &TextTable) -> Option<Table> {
         .set_header(t.header.clone());
     for row in &t.rows {
         table.add_row(row.clone());
-    }
-    Some(table)
-}
-
-/// Scores against the data's ground truth, float beside quantized; `None` without any.
-fn task_table(metrics: &[qdq_studio::eval::OutputMetrics]) -> Option<Table> {
-    let rows: Vec<[String; 5]> = metrics.iter().flat_map(|m| m.task_rows()).collect();
-    if rows.is_empty() {
-        return None;
-    }
-    let mut table = Table::new();
-    table
-        .load_preset(UTF8_FULL_CONDENSED)
-        .set_header(qdq_studio::eval::TASK_TABLE_HEADER);
-    for row in rows {
-        table.add_row(row);
     }
     Some(table)
 }

@@ -86,8 +86,10 @@ pub enum LocalUnavailable {
 /// encoded for a session (see the module docs).
 pub struct LocalModel {
     encoded: SessionModel,
-    /// Per measured tensor: (float model's tensor, output of Σ float², output of Σ error²).
-    measured: Vec<(String, String, String)>,
+    /// The float model's tensors measured.
+    tensors: Vec<String>,
+    /// The graph outputs, per measured tensor Σ float² then Σ error².
+    outputs: Vec<String>,
     /// The options its session takes (those of the QDQ model on the CPU).
     options: crate::runtime::SessionOptions,
 }
@@ -440,7 +442,7 @@ impl LocalModel {
         let mut copier = Copier::new(quant, qg, fg);
         let float_types = elem_types(float, fg);
         let mut sums = Vec::new();
-        let mut measured = Vec::new();
+        let (mut tensors, mut outputs) = (Vec::new(), Vec::new());
         for (i, target) in targets.iter().enumerate() {
             let Some(local) = copier.target(target, i) else {
                 continue;
@@ -448,7 +450,8 @@ impl LocalModel {
             let float32 = float_types.get(target.float()) == Some(&DataType::Float32.to_onnx());
             let (nodes, signal, noise) = error_sums(target.float(), &local, i, !float32);
             sums.extend(nodes);
-            measured.push((target.float().to_owned(), signal, noise));
+            tensors.push(target.float().to_owned());
+            outputs.extend([signal, noise]);
         }
         let graph = proto.graph.get_or_insert_with(Default::default);
         graph.initializer.append(&mut copier.copied_initializers);
@@ -461,14 +464,14 @@ impl LocalModel {
             .chain(graph.initializer.iter().map(|i| i.name().to_owned()))
             .collect();
         graph.node = interleaved(std::mem::take(&mut graph.node), added, available);
-        graph.output = measured
+        graph.output = outputs
             .iter()
-            .flat_map(|(_, s, n)| [s, n])
             .map(|name| value_info(name, DataType::Float32, &[]))
             .collect();
         Ok(LocalModel {
             encoded: SessionModel::encode(proto, external_folder)?,
-            measured,
+            tensors,
+            outputs,
             options: cpu_session_options(quant),
         })
     }
@@ -487,12 +490,7 @@ impl LocalModel {
         sums: &mut LocalSums,
         batch: usize,
     ) -> Result<(), EvalError> {
-        let names: Vec<String> = self
-            .measured
-            .iter()
-            .flat_map(|(_, s, n)| [s.clone(), n.clone()])
-            .collect();
-        let values = super::run_outputs(session, inputs, &names, batch, "local")?;
+        let values = super::run_outputs(session, inputs, &self.outputs, batch, "local")?;
         let scalar = |v: &Option<ndarray::ArrayD<f32>>| {
             v.as_ref()
                 .and_then(|a| a.iter().next().copied())
@@ -510,8 +508,8 @@ impl LocalModel {
     /// Empty sums for this model's measured tensors.
     pub fn sums(&self) -> LocalSums {
         LocalSums {
-            tensors: self.measured.iter().map(|(f, _, _)| f.clone()).collect(),
-            sums: vec![[0.0; 2]; self.measured.len()],
+            tensors: self.tensors.clone(),
+            sums: vec![[0.0; 2]; self.tensors.len()],
         }
     }
 }
@@ -536,13 +534,7 @@ impl LocalSums {
                 sqnr_db: sqnr(s[0], s[1]),
             })
             .collect();
-        errors.sort_by_key(|e| {
-            (
-                order.get(e.tensor.as_str()).copied().unwrap_or(0),
-                e.tensor.clone(),
-            )
-        });
-        errors.dedup_by(|a, b| a.tensor == b.tensor);
+        super::tensors::in_graph_order(&mut errors, order, |e| &e.tensor);
         errors
     }
 }

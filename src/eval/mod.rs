@@ -89,6 +89,9 @@ pub enum EvalError {
         "no output is scored against ground truth: an accuracy target needs 'labels' (class scores) or 'texts' (a CTC sequence) in the evaluation data"
     )]
     NoTruth,
+    /// The local errors cannot be measured on this pair of models.
+    #[error(transparent)]
+    LocalUnavailable(#[from] local_error::LocalUnavailable),
     /// Cancelled.
     #[error("the comparison was cancelled")]
     Cancelled,

@@ -448,9 +448,11 @@ pub fn tensor_errors_against(
     let Float { model: float, run } = float;
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
-    let (pairs, unmatched) = pairs(quant, &qg, &fg);
-    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
-    let layers = weight_only_layers(&qg, &fg, &covered);
+    let Measured {
+        pairs,
+        unmatched,
+        layers,
+    } = measured(quant, &qg, &fg);
     let float_names = unique(
         pairs
             .iter()
@@ -525,13 +527,31 @@ pub fn local_errors(
 ) -> Result<Vec<LocalError>, EvalError> {
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
-    let (pairs, _) = pairs(quant, &qg, &fg);
-    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
-    let layers = weight_only_layers(&qg, &fg, &covered);
+    let Measured { pairs, layers, .. } = measured(quant, &qg, &fg);
     let targets = local_targets(&pairs, &layers);
     let local = local_model(float, &fg, quant, &qg, &targets, source, runtime, eps)?;
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
     Ok(sums.finish(&float_order(&fg)))
+}
+
+/// What a per-tensor comparison measures in a QDQ model: its activation Q/DQ pairs (and those
+/// it could not match to a float tensor) and its weight-only layers.
+struct Measured {
+    pairs: Vec<Pair>,
+    unmatched: Vec<String>,
+    layers: Vec<(String, String, Option<String>)>,
+}
+
+/// Finds what [`Measured`] holds.
+fn measured(quant: &Model, qg: &Graph, fg: &Graph) -> Measured {
+    let (pairs, unmatched) = pairs(quant, qg, fg);
+    let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
+    let layers = weight_only_layers(qg, fg, &covered);
+    Measured {
+        pairs,
+        unmatched,
+        layers,
+    }
 }
 
 /// The local model of `targets` (see [`LocalModel::build`]); when raising the float model's
@@ -552,13 +572,9 @@ fn local_model(
         true => observed_ranks(float, fg, source, runtime, eps)?,
         false => HashMap::new(),
     };
-    LocalModel::build(float, fg, quant, qg, targets, &|t| ranks.get(t).copied()).map_err(|e| {
-        EvalError::Run {
-            batch: 0,
-            model: "local",
-            reason: e.to_string(),
-        }
-    })
+    Ok(LocalModel::build(float, fg, quant, qg, targets, &|t| {
+        ranks.get(t).copied()
+    })?)
 }
 
 /// The rank of every float activation of `float` on the first sample of `source`.
@@ -642,6 +658,20 @@ fn each_batch(
     Ok(())
 }
 
+/// Sorts `items` by their tensor's place in the float graph (`order`, then by name) and keeps
+/// one per tensor.
+pub(super) fn in_graph_order<T>(
+    items: &mut Vec<T>,
+    order: &HashMap<&str, usize>,
+    tensor: impl Fn(&T) -> &String,
+) {
+    items.sort_by_key(|item| {
+        let name = tensor(item);
+        (order.get(name.as_str()).copied().unwrap_or(0), name.clone())
+    });
+    items.dedup_by(|a, b| tensor(a) == tensor(b));
+}
+
 impl Sums<'_> {
     /// The errors the sums give, in the float graph's order (`order`); weights, unmatched
     /// pairs and local errors are left for the caller.
@@ -666,13 +696,7 @@ impl Sums<'_> {
                 histogram: (h.total() > 0).then_some(h),
             })
             .collect();
-        activations.sort_by_key(|a| {
-            (
-                order.get(a.tensor.as_str()).copied().unwrap_or(0),
-                a.tensor.clone(),
-            )
-        });
-        activations.dedup_by(|a, b| a.tensor == b.tensor);
+        in_graph_order(&mut activations, order, |a| &a.tensor);
         let mut layers: Vec<LayerError> = layers
             .iter()
             .zip(layer_sums)

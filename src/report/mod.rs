@@ -285,7 +285,7 @@ pub(crate) fn output_table(report: &CompareReport) -> TextTable {
 }
 
 /// The scores against the data's ground truth, float beside quantized; `None` without any.
-pub(crate) fn task_table(report: &CompareReport) -> Option<TextTable> {
+pub fn task_table(report: &CompareReport) -> Option<TextTable> {
     let rows: Vec<Vec<String>> = report
         .outputs
         .iter()
