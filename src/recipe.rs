@@ -209,6 +209,10 @@ pub struct Preprocessing {
     /// varied between batches stay symbolic), so runtimes and viewers know them.
     #[serde(default = "yes")]
     pub write_observed_shapes: bool,
+    /// Cross-layer equalization of Conv/Gemm/MatMul pairs (float outputs unchanged; the
+    /// statistics must be calibrated with it).
+    #[serde(default)]
+    pub equalize: bool,
 }
 
 fn yes() -> bool {
@@ -222,6 +226,7 @@ impl Default for Preprocessing {
             fold_batchnorm: true,
             drop_identity: true,
             write_observed_shapes: true,
+            equalize: false,
         }
     }
 }
@@ -293,6 +298,11 @@ pub struct Recipe {
     /// SmoothQuant's migration strength α in [0, 1]; none: searched per activation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smoothquant_alpha: Option<f32>,
+    /// Bias correction: each quantized layer's mean output shift from its weight quantization,
+    /// measured on the calibration data, subtracted from its bias (see the quantizer's
+    /// `bias_correction` module; the statistics must be gathered with it on).
+    #[serde(default)]
+    pub bias_correction: bool,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -345,6 +355,7 @@ impl Default for Recipe {
             int4_accuracy_level: DEFAULT_ACCURACY_LEVEL,
             smoothquant: false,
             smoothquant_alpha: None,
+            bias_correction: false,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,

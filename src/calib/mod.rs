@@ -9,6 +9,7 @@ pub mod channels;
 pub mod data;
 pub mod file;
 pub mod histogram;
+pub mod input_means;
 pub mod memory;
 pub mod range;
 pub mod runner;
@@ -72,6 +73,9 @@ pub struct CalibrationConfig {
     /// Also gather per-channel statistics of these tensors (activation-aware int4 weights).
     #[serde(default)]
     pub channels: Option<channels::ChannelSampling>,
+    /// Also gather the mean inputs of these layers (bias correction).
+    #[serde(default)]
+    pub input_means: Vec<input_means::MeanSpec>,
 }
 
 impl Default for CalibrationConfig {
@@ -86,6 +90,7 @@ impl Default for CalibrationConfig {
             tensors: None,
             memory_budget: None,
             channels: None,
+            input_means: Vec::new(),
         }
     }
 }

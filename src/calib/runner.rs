@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use super::channels::ChannelStats;
 use super::data::{BatchChoice, BatchSource, choose_batch, model_inputs, validate_source};
 use super::histogram::{AbsHistogram, Histogram};
+use super::input_means::InputMean;
 use super::memory;
 use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats};
 use super::{CalibError, CalibrationConfig};
@@ -160,6 +161,7 @@ pub fn calibrate(
 
     let mut stats: Vec<TensorStats> = vec![TensorStats::default(); tensors.len()];
     let mut channels: Vec<Option<ChannelStats>> = vec![None; tensors.len()];
+    let mut means: Vec<InputMean> = vec![InputMean::default(); config.input_means.len()];
     // Untyped tensors are kept only if the session returns them as floats.
     let mut float_seen: Vec<bool> = tensors
         .iter()
@@ -215,6 +217,7 @@ pub fn calibrate(
                 Folded {
                     stats: &mut stats,
                     channels: &mut channels,
+                    means: &mut means,
                     float_seen: &mut float_seen,
                 },
                 pass,
@@ -253,16 +256,25 @@ pub fn calibrate(
         run_seconds,
         stats_seconds,
         notes: notes.into_iter().chain(fitter.notes).collect(),
+        equalized: false,
     };
     let channels = tensors
         .iter()
         .zip(channels)
         .filter_map(|(name, c)| Some((name.clone(), c?)))
         .collect();
+    let input_means = config
+        .input_means
+        .iter()
+        .zip(means)
+        .filter(|(_, m)| m.count > 0)
+        .map(|(spec, m)| (spec.layer.clone(), m))
+        .collect();
     Ok(CalibrationStats {
         info,
         channels,
         smoothing: BTreeMap::new(),
+        input_means,
         tensors: tensors
             .into_iter()
             .zip(stats)
@@ -289,6 +301,8 @@ struct Folded<'a> {
     stats: &'a mut [TensorStats],
     /// Per-channel statistics, for the tensors [`CalibrationConfig::channels`] names.
     channels: &'a mut [Option<ChannelStats>],
+    /// Mean inputs, for the layers [`CalibrationConfig::input_means`] names.
+    means: &'a mut [InputMean],
     float_seen: &'a mut [bool],
 }
 
@@ -303,6 +317,7 @@ fn fold_outputs(
     let Folded {
         stats,
         channels,
+        means,
         float_seen,
     } = into;
     // f32 outputs are read in place; other float types are converted once.
@@ -344,6 +359,21 @@ fn fold_outputs(
             .flatten()
             .map(|(_, a)| a.len() as u64 * 4)
             .sum::<u64>();
+    if pass != Pass::Histograms {
+        config
+            .input_means
+            .par_iter()
+            .zip(means.par_iter_mut())
+            .for_each(|(spec, mean)| {
+                let view = tensors
+                    .iter()
+                    .position(|t| *t == spec.tensor)
+                    .and_then(|i| views[i].as_ref());
+                if let Some(view) = view {
+                    mean.add(&spec.geometry, view);
+                }
+            });
+    }
     let sampled = |name: &String| {
         let sampling = config.channels.as_ref()?;
         sampling.tensors.contains(name).then_some(sampling.rows)

@@ -237,6 +237,10 @@ pub struct CalibrationInfo {
     /// What the run changed or noticed on its own (a batch size lowered to fit in memory).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// True when the model was calibrated with cross-layer equalization (its equalized
+    /// activations differ from the original's; see [`crate::quant::equalize`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub equalized: bool,
 }
 
 /// The statistics of every calibrated tensor, as saved to and loaded from disk.
@@ -253,6 +257,9 @@ pub struct CalibrationStats {
     /// are of the smoothed values).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub smoothing: BTreeMap<String, Smoothing>,
+    /// Layer (node name) → the mean of the inputs its weights multiply (bias correction).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_means: BTreeMap<String, super::input_means::InputMean>,
 }
 
 impl CalibrationStats {

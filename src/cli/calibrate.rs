@@ -7,7 +7,7 @@ use anyhow::Context;
 use qdq_studio::calib::range::RangeMethod;
 use qdq_studio::calib::{CalibrationConfig, ParityBins};
 use qdq_studio::model::Model;
-use qdq_studio::recipe::Preprocessing;
+use qdq_studio::recipe::Recipe;
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::{calibrate, runtime, statistics};
 
@@ -67,6 +67,12 @@ pub struct CalibrateArgs {
     /// Image-folder preprocessing.
     #[command(flatten)]
     pub images: super::common::ImageArgs,
+    /// Calibrate the model with cross-layer equalization (for `quantize --cle`).
+    #[arg(long)]
+    pub cle: bool,
+    /// Also gather the layers' mean inputs (for `quantize --bias_correction`).
+    #[arg(long = "bias_correction", visible_alias = "bias-correction")]
+    pub bias_correction: bool,
     /// Where to write the statistics (qdq-studio format, re-usable by `quantize`).
     #[arg(short = 'o', long = "output_path", visible_alias = "output-path")]
     pub output: PathBuf,
@@ -86,7 +92,7 @@ pub struct CalibrateArgs {
 }
 
 /// Runs `calibrate`: the model as the quantizer sees it (named, pre-processed as the default
-/// recipe does), so `quantize --calibration_cache_path` finds every tensor it needs.
+/// recipe does, equalized with `--cle`), so `quantize --calibration_cache_path` finds every tensor it needs.
 pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let method = RangeMethod::parse(&args.calibration_method)
         .with_context(|| format!("unknown calibration method '{}'", args.calibration_method))?;
@@ -121,14 +127,10 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         "{spinner} {msg:<22} [{bar:30}] {pos}/{len} samples  {per_sec}  eta {eta}",
         false,
     );
-    let stats = calibrate::calibrate(
-        &model,
-        &Preprocessing::default(),
-        &spec,
-        &config,
-        &runtime,
-        &ctx,
-    );
+    let mut recipe = Recipe::default();
+    recipe.preprocessing.equalize = args.cle;
+    recipe.bias_correction = args.bias_correction;
+    let stats = calibrate::calibrate_for_recipe(&model, &recipe, &spec, &config, &runtime, &ctx);
     bar.finish_and_clear();
     let stats = stats?;
     statistics::save(&stats, &args.output)?;

@@ -244,3 +244,18 @@ impl TaskArgs {
         })
     }
 }
+
+/// A report table as a terminal table; `None` when it has no rows.
+pub fn text_table(t: &qdq_studio::report::TextTable) -> Option<comfy_table::Table> {
+    if t.rows.is_empty() {
+        return None;
+    }
+    let mut table = comfy_table::Table::new();
+    table
+        .load_preset(comfy_table::presets::UTF8_FULL_CONDENSED)
+        .set_header(t.header.clone());
+    for row in &t.rows {
+        table.add_row(row.clone());
+    }
+    Some(table)
+}

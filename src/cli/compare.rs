@@ -6,7 +6,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
-use qdq_studio::report::{self, CompareReport, Format, TextTable, latency_line};
+use qdq_studio::report::{self, CompareReport, Format, latency_line};
 use qdq_studio::workflow::compare::{CompareFiles, LatencyRuns, compare_files};
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::runtime;
@@ -127,13 +127,13 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         table.add_row(m.table_row());
     }
     println!("{table}");
-    if let Some(table) = task.as_ref().and_then(text_table) {
+    if let Some(table) = task.as_ref().and_then(super::common::text_table) {
         println!("{table}");
     }
     if let Some(tensors) = &tensors {
         for table in [
-            text_table(&report::activation_table(tensors, 10)),
-            text_table(&report::local_table(tensors, 10)),
+            super::common::text_table(&report::activation_table(tensors, 10)),
+            super::common::text_table(&report::local_table(tensors, 10)),
         ]
         .into_iter()
         .flatten()
@@ -161,21 +161,6 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// A report table as a terminal table; `None` when it has no rows.
-fn text_table(t: &TextTable) -> Option<Table> {
-    if t.rows.is_empty() {
-        return None;
-    }
-    let mut table = Table::new();
-    table
-        .load_preset(UTF8_FULL_CONDENSED)
-        .set_header(t.header.clone());
-    for row in &t.rows {
-        table.add_row(row.clone());
-    }
-    Some(table)
 }
 
 /// The weight-only quantized layers (int4), worst first, each with its weight's error; `None`

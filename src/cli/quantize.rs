@@ -146,6 +146,14 @@ pub struct QuantizeArgs {
     /// SmoothQuant's α in [0, 1] instead of the per-activation search (implies --smoothquant).
     #[arg(long = "smoothquant_alpha", visible_alias = "smoothquant-alpha")]
     pub smoothquant_alpha: Option<f32>,
+    /// Cross-layer equalization: rescale Conv/Gemm/MatMul pairs so their weight channels
+    /// share ranges (float outputs unchanged); helps per-tensor weights most.
+    #[arg(long)]
+    pub cle: bool,
+    /// Bias correction: subtract each layer's mean output shift from weight quantization,
+    /// measured on the calibration data, from its bias.
+    #[arg(long = "bias_correction", visible_alias = "bias-correction")]
+    pub bias_correction: bool,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -249,6 +257,12 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     if args.smoothquant || args.smoothquant_alpha.is_some() {
         recipe.smoothquant = true;
         recipe.smoothquant_alpha = args.smoothquant_alpha;
+    }
+    if args.cle {
+        recipe.preprocessing.equalize = true;
+    }
+    if args.bias_correction {
+        recipe.bias_correction = true;
     }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;
@@ -373,6 +387,17 @@ fn print_saved(saved: &Saved) {
     }
     if let Some(built) = &saved.built {
         println!("{}", built.preprocess.summary());
+        let equalized = qdq_studio::report::equalization_table(&built.preprocess.equalized, 10);
+        if let Some(table) = super::common::text_table(&equalized) {
+            println!("{table}");
+        }
+        if let Some(corrected) = &built.bias_correction {
+            println!("{}", corrected.summary());
+            let table = qdq_studio::report::bias_correction_table(corrected, 10);
+            if let Some(table) = super::common::text_table(&table) {
+                println!("{table}");
+            }
+        }
         let by_type: Vec<String> = built
             .by_op_type
             .iter()
@@ -431,6 +456,9 @@ pub struct PreprocessArgs {
     /// Where to write the pre-processed model.
     #[arg(long = "output_path", visible_alias = "output-path", short = 'o')]
     pub output_path: PathBuf,
+    /// Also equalize layer pairs (cross-layer equalization).
+    #[arg(long)]
+    pub cle: bool,
 }
 
 /// Runs `preprocess`: the quantizer's clean-ups alone, for inspection or other tools.
@@ -440,11 +468,19 @@ pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
         .model("the input model", &model)
         .model_output("the pre-processed model", &args.output_path)
         .check()?;
-    let prepared = Prepared::new(&model, &Preprocessing::default())?;
+    let options = Preprocessing {
+        equalize: args.cle,
+        ..Preprocessing::default()
+    };
+    let prepared = Prepared::new(&model, &options)?;
     prepared
         .model
         .save(&args.output_path, &SaveOptions::default())?;
     println!("{}", prepared.report.summary());
+    let equalized = qdq_studio::report::equalization_table(&prepared.report.equalized, 10);
+    if let Some(table) = super::common::text_table(&equalized) {
+        println!("{table}");
+    }
     println!("wrote {}", args.output_path.display());
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Quantization: which ops are quantizable, scale/zero-point maths, pre-processing, placement
 //! policies, graph rewriting into QDQ form, and the opset raise the output needs.
 
+pub mod bias_correction;
+pub mod equalize;
 pub mod explain;
 pub mod int4;
 pub mod memory;
@@ -125,6 +127,8 @@ pub struct Quantized {
     pub int4: int4::Int4Report,
     /// One line on what SmoothQuant smoothed, when it did.
     pub smoothing: Option<String>,
+    /// What bias correction did, when the recipe asks for it.
+    pub bias_correction: Option<bias_correction::BiasCorrectionReport>,
 }
 
 impl Quantized {
@@ -222,6 +226,8 @@ pub fn quantize_with(
         prepared.record_observed_shapes(stats);
     }
     prepared.graph.check()?;
+    check_equalization(recipe, stats)?;
+    let bias_correction = bias_correction::apply(&mut prepared, recipe, stats)?;
     let Guarded {
         recipe: effective,
         plan,
@@ -281,7 +287,26 @@ pub fn quantize_with(
         seven_bit_weights,
         int4: scaling.report,
         smoothing,
+        bias_correction,
     })
+}
+
+/// An error when the statistics were gathered on the model with cross-layer equalization
+/// and the recipe quantizes it without, or the other way round: the equalized activations
+/// have other ranges.
+fn check_equalization(recipe: &Recipe, stats: Option<&CalibrationStats>) -> Result<(), QuantError> {
+    let Some(stats) = stats else {
+        return Ok(());
+    };
+    match (recipe.preprocessing.equalize, stats.info.equalized) {
+        (true, false) => Err(QuantError::StatsMismatch(
+            "the recipe equalizes layers (cle) but the statistics were calibrated without it: calibrate again with cle on".to_owned(),
+        )),
+        (false, true) => Err(QuantError::StatsMismatch(
+            "the statistics were calibrated with cross-layer equalization (cle): quantize with cle on, or calibrate again without it".to_owned(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// What automatic precision does to a recipe for one model.

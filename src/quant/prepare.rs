@@ -65,6 +65,11 @@ impl Prepared {
         self.graph = Graph::build(&self.model);
     }
 
+    /// Re-indexes the graph after the model was changed in place (bias correction).
+    pub fn reindex(&mut self) {
+        self.graph = Graph::build(&self.model);
+    }
+
     /// True when `tensor` is of a float type Q/DQ can quantize (float64 is not one): as
     /// declared, else as `stats` observed it (only calibrated tensors are float then), else as
     /// inferred when there are no statistics.

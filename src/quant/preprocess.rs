@@ -1,6 +1,6 @@
 //! Pre-processing before quantization, on a copy of the model: Constant-node weights become
 //! initializers, BatchNormalization folds into the preceding Conv/ConvTranspose/Gemm, and
-//! Identity/Dropout nodes disappear. Each step is optional (the recipe records which ran) and
+//! Identity/Dropout nodes disappear, and layer pairs may be equalized (see [`super::equalize`]). Each step is optional (the recipe records which ran) and
 //! reported, so users see what changed.
 
 use std::collections::{HashMap, HashSet};
@@ -14,7 +14,7 @@ use crate::model::{Model, ModelError, TensorArray};
 use crate::recipe::Preprocessing;
 
 /// What pre-processing changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct PreprocessReport {
     /// Constant nodes turned into initializers.
     pub constants_to_initializers: usize,
@@ -24,18 +24,27 @@ pub struct PreprocessReport {
     pub removed_identities: usize,
     /// Activations whose observed shape was written as `value_info`.
     pub shapes_written: usize,
+    /// Layer pairs cross-layer equalization rescaled.
+    pub equalized: Vec<super::equalize::EqualizedPair>,
 }
 
 impl PreprocessReport {
     /// One line for logs and the CLI.
     pub fn summary(&self) -> String {
-        format!(
+        let mut text = format!(
             "{} Constant node(s) became initializers, {} BatchNormalization node(s) folded, {} Identity/Dropout node(s) removed, {} observed shape(s) recorded",
             self.constants_to_initializers,
             self.folded_batchnorms.len(),
             self.removed_identities,
             self.shapes_written
-        )
+        );
+        if !self.equalized.is_empty() {
+            text.push_str(&format!(
+                ", {} layer pair(s) equalized",
+                self.equalized.len()
+            ));
+        }
+        text
     }
 }
 
@@ -54,6 +63,10 @@ pub fn preprocess(
     }
     if options.fold_batchnorm {
         report.folded_batchnorms = fold_batchnorms(&mut out)?;
+    }
+    // After the folds: a Conv → BatchNormalization → Conv chain is a pair only then.
+    if options.equalize {
+        report.equalized = super::equalize::equalize(&mut out)?;
     }
     Ok((out, report))
 }

@@ -351,6 +351,83 @@ pub fn local_table(tensors: &TensorErrors, count: usize) -> TextTable {
     }
 }
 
+/// The `count` equalized layer pairs whose weights gained most (per-tensor int8 weight SQNR
+/// of both layers, before → after).
+pub fn equalization_table(
+    pairs: &[crate::quant::equalize::EqualizedPair],
+    count: usize,
+) -> TextTable {
+    let gain = |p: &crate::quant::equalize::EqualizedPair| {
+        (p.first_sqnr_db[1] - p.first_sqnr_db[0]) + (p.second_sqnr_db[1] - p.second_sqnr_db[0])
+    };
+    let mut sorted: Vec<_> = pairs.iter().collect();
+    sorted.sort_by(|a, b| gain(b).total_cmp(&gain(a)));
+    let arrow = |[before, after]: [f64; 2]| format!("{} → {}", db(before), db(after));
+    TextTable {
+        header: vec![
+            "equalized pair",
+            "channels",
+            "first weight dB",
+            "second weight dB",
+        ],
+        rows: sorted
+            .into_iter()
+            .take(count)
+            .map(|p| {
+                let between = p
+                    .between
+                    .as_deref()
+                    .map_or(String::new(), |b| format!(" → {b}"));
+                vec![
+                    format!("{}{between} → {}", p.first, p.second),
+                    p.channels.to_string(),
+                    arrow(p.first_sqnr_db),
+                    arrow(p.second_sqnr_db),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// The `count` layers bias correction shifted most, relative to their output range.
+pub fn bias_correction_table(
+    report: &crate::quant::bias_correction::BiasCorrectionReport,
+    count: usize,
+) -> TextTable {
+    TextTable {
+        header: vec![
+            "bias-corrected layer",
+            "channels",
+            "mean shift removed (RMS)",
+            "of output range",
+        ],
+        rows: report
+            .largest()
+            .into_iter()
+            .take(count)
+            .map(|c| {
+                let share = c
+                    .output_abs_max
+                    .filter(|m| *m > 0.0)
+                    .map_or("-".to_owned(), |m| {
+                        format!("{:.2} %", 100.0 * c.shift_rms / f64::from(m))
+                    });
+                let layer = if c.added_bias {
+                    format!("{} (bias added)", c.layer)
+                } else {
+                    c.layer.clone()
+                };
+                vec![
+                    layer,
+                    c.channels.to_string(),
+                    format!("{:.3e}", c.shift_rms),
+                    share,
+                ]
+            })
+            .collect(),
+    }
+}
+
 /// The table of the 10 worst weights.
 pub(crate) fn weight_table(tensors: &TensorErrors) -> TextTable {
     let mut worst: Vec<_> = tensors.weights.iter().collect();

@@ -120,6 +120,14 @@ pub fn config_for_recipe(
     recipe: &Recipe,
 ) -> CalibrationConfig {
     let mut config = config.clone();
+    config.input_means = crate::quant::bias_correction::mean_specs(prepared, recipe);
+    if let Some(list) = config.tensors.as_mut() {
+        for spec in &config.input_means {
+            if !list.contains(&spec.tensor) {
+                list.push(spec.tensor.clone());
+            }
+        }
+    }
     let mut sampled = crate::quant::int4::activations_to_sample(prepared, recipe);
     sampled.extend(crate::quant::smooth::activations_to_smooth(
         prepared, recipe,
@@ -202,13 +210,10 @@ pub fn calibrate_prepared(
         batch_size: config.batch_size.max(1),
         ..config.clone()
     };
-    Ok(crate::calib::calibrate(
-        &prepared.model,
-        source.as_mut(),
-        runtime,
-        &config,
-        ctx,
-    )?)
+    let mut stats =
+        crate::calib::calibrate(&prepared.model, source.as_mut(), runtime, &config, ctx)?;
+    stats.info.equalized = prepared.options.equalize;
+    Ok(stats)
 }
 
 /// Opens `data` for a model with `inputs` and checks that it feeds them in batches of

@@ -95,6 +95,8 @@ pub struct Built {
     pub int4: crate::quant::int4::Int4Report,
     /// What SmoothQuant smoothed, when it did.
     pub smoothing: Option<String>,
+    /// What bias correction did, when the recipe asks for it.
+    pub bias_correction: Option<crate::quant::bias_correction::BiasCorrectionReport>,
 }
 
 /// Milliseconds each stage took.
@@ -167,6 +169,7 @@ pub fn quantize_and_save(
                 seven_bit_weights: q.seven_bit_weights.len(),
                 int4: q.int4.clone(),
                 smoothing: q.smoothing.clone(),
+                bias_correction: q.bias_correction.clone(),
             };
             timings.quantize_ms = ms(started);
             (Arc::new(q.model), Some(built))

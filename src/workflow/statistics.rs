@@ -52,6 +52,7 @@ fn from_ranges(ranges: BTreeMap<String, Range>, path: &Path) -> CalibrationStats
         tensors,
         channels: BTreeMap::new(),
         smoothing: BTreeMap::new(),
+        input_means: BTreeMap::new(),
     }
 }
 

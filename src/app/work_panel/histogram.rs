@@ -715,9 +715,7 @@ mod tests {
         let mut doc = Document::new(loaded, Recipe::default(), true);
         let mut stats = CalibrationStats {
             info: CalibrationInfo::default(),
-            tensors: Default::default(),
-            channels: Default::default(),
-            smoothing: Default::default(),
+            ..CalibrationStats::default()
         };
         for (name, lo, hi) in [
             ("x", -1.0, 1.0),

@@ -28,7 +28,7 @@ use crate::model::{DataType, Graph, Model, TensorArray};
 use crate::recipe::{QuantType, Recipe};
 
 pub use super::params::qtype_range_target;
-pub use weights::{channel_extremes, check_finite};
+pub use weights::{channel_extremes, check_finite, dequantized_weight, weight_params};
 
 /// Quantization parameters of one tensor (one entry per channel when per-channel).
 #[derive(Debug, Clone, PartialEq)]

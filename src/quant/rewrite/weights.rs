@@ -95,6 +95,46 @@ pub fn channel_extremes(values: &ArrayD<f32>, axis: Option<usize>) -> Vec<(f32, 
         .reduce(|| empty.clone(), merge)
 }
 
+/// The scale and zero point of each channel of a weight quantized per channel or per tensor
+/// (not block-wise), before any bias adjustment or storage rounding. Ranges always hold zero
+/// (the zero point must be exact).
+pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
+    channel_extremes(values, how.axis)
+        .into_iter()
+        .map(|(lo, hi)| {
+            scale_zp_for(
+                lo.min(0.0),
+                hi.max(0.0),
+                how.qtype,
+                how.symmetric,
+                how.reduce_range,
+            )
+        })
+        .collect()
+}
+
+/// A float32 weight as the runtime reads it back after per-channel or per-tensor
+/// quantization (scales stored as float32, no bias adjustment): what bias correction and
+/// data-aware rounding measure against. Block-wise and FP8 weights are not handled (`None`).
+pub fn dequantized_weight(values: &ArrayD<f32>, how: &WeightQuant) -> Option<ArrayD<f32>> {
+    if how.block_size.is_some() || how.qtype == QuantType::Float8e4m3fn {
+        return None;
+    }
+    let mut params = weight_params(values, how);
+    store_scales(&mut params, DataType::Float32, false);
+    let shape = values.shape();
+    let (len, inner) = match how.axis.filter(|&a| a < shape.len()) {
+        Some(axis) => (shape[axis], shape[axis + 1..].iter().product::<usize>()),
+        None => (1, 1),
+    };
+    let mut out = values.as_standard_layout().into_owned();
+    for (i, v) in out.iter_mut().enumerate() {
+        let p = params[(i / inner.max(1)) % len.max(1)];
+        *v = crate::quant::scale::dequantize(quantize_value(*v, p, how.qtype), p);
+    }
+    Some(out)
+}
+
 /// `values` quantized with one parameter per slice along `axis` (or one in all), straight
 /// into the storage type.
 fn quantize_array(
@@ -146,19 +186,7 @@ fn quantize_weight(
 ) -> Result<QuantizedWeight, QuantError> {
     check_finite(name, values)?;
     let qtype = how.qtype;
-    // Ranges always hold zero (the zero point must be exact).
-    let mut params: Vec<ScaleZp> = channel_extremes(values, how.axis)
-        .into_iter()
-        .map(|(lo, hi)| {
-            scale_zp_for(
-                lo.min(0.0),
-                hi.max(0.0),
-                qtype,
-                how.symmetric,
-                how.reduce_range,
-            )
-        })
-        .collect();
+    let mut params = weight_params(values, how);
     // onnxruntime's int32-bias adjustment: per channel against that channel's |bias|,
     // per tensor against the whole bias's magnitude (zero included).
     let mut adjusted = false;

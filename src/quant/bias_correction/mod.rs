@@ -1,0 +1,359 @@
+//! Bias correction (Nagel et al., ICCV 2019; AIMET's and Quark's "bias correction"): weight
+//! quantization shifts each output channel's mean by `E[(Ŵ − W) x] = Σ (Ŵ − W) · E[x]`, a
+//! systematic error that per-tensor weights in particular make large and that accumulates
+//! layer after layer. With the mean input of every tap measured on the calibration data
+//! (see [`crate::calib::input_means`]), the shift is known exactly and subtracted from the
+//! bias before it is quantized; a Conv or Gemm without a bias gets one, a MatMul's goes into
+//! the constant of the Add after it.
+//!
+//! The means are statistics of the float model, so they do not depend on the recipe:
+//! changing exclusions or weight settings after calibrating corrects for the new weights.
+//! Block-wise (int4) and FP8 weights, and MatMul weights SmoothQuant rescales, are left as
+//! they are (reported).
+
+mod layers;
+
+use ndarray::ArrayD;
+use serde::Serialize;
+
+use super::QuantError;
+use super::params::weight_quant;
+use super::plan::Plan;
+use super::prepare::Prepared;
+use super::rewrite::dequantized_weight;
+use crate::calib::input_means::MeanSpec;
+use crate::calib::stats::CalibrationStats;
+use crate::model::{DataType, Model, TensorArray, TensorKind};
+use crate::recipe::Recipe;
+use layers::{Kind, Layer};
+
+/// One layer whose bias was corrected.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CorrectedLayer {
+    /// The layer (node name).
+    pub layer: String,
+    /// Output channels.
+    pub channels: usize,
+    /// The mean output shift its weight quantization caused, RMS over channels (what was
+    /// subtracted from the bias).
+    pub shift_rms: f64,
+    /// The largest |value| calibration saw in the layer's output, for scale.
+    pub output_abs_max: Option<f32>,
+    /// The layer had no bias: one was added.
+    pub added_bias: bool,
+}
+
+/// What bias correction did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BiasCorrectionReport {
+    /// Layers corrected.
+    pub corrected: Vec<CorrectedLayer>,
+    /// Layers left as they were, and why.
+    pub skipped: Vec<(String, String)>,
+}
+
+impl BiasCorrectionReport {
+    /// One line for logs and the CLI.
+    pub fn summary(&self) -> String {
+        let added = self.corrected.iter().filter(|c| c.added_bias).count();
+        let mut text = format!(
+            "bias correction: {} layer(s) corrected ({} given a bias)",
+            self.corrected.len(),
+            added
+        );
+        if !self.skipped.is_empty() {
+            text.push_str(&format!(", {} left as they were", self.skipped.len()));
+        }
+        text
+    }
+
+    /// The corrected layers, largest shift relative to the output range first.
+    pub fn largest(&self) -> Vec<&CorrectedLayer> {
+        let mut list: Vec<&CorrectedLayer> = self.corrected.iter().collect();
+        let relative = |c: &CorrectedLayer| {
+            c.output_abs_max
+                .filter(|m| *m > 0.0)
+                .map_or(0.0, |m| c.shift_rms / f64::from(m))
+        };
+        list.sort_by(|a, b| relative(b).total_cmp(&relative(a)));
+        list
+    }
+}
+
+/// The layers whose mean inputs calibration gathers for `recipe` (none unless it corrects
+/// biases).
+pub fn mean_specs(prepared: &Prepared, recipe: &Recipe) -> Vec<MeanSpec> {
+    if !recipe.bias_correction {
+        return Vec::new();
+    }
+    let plan = prepared.plan(recipe, None);
+    layers::layers(&prepared.graph, &prepared.model, &plan)
+        .iter()
+        .filter_map(|layer| layers::mean_spec(&prepared.model, layer))
+        .collect()
+}
+
+/// Corrects the biases of `prepared` for the weights `recipe` quantizes (nothing unless it
+/// asks for bias correction), and re-indexes its graph.
+pub fn apply(
+    prepared: &mut Prepared,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> Result<Option<BiasCorrectionReport>, QuantError> {
+    let Some(stats) = stats.filter(|_| recipe.bias_correction) else {
+        return Ok(None);
+    };
+    let super::Guarded {
+        recipe: effective,
+        plan,
+        ..
+    } = super::guarded(prepared, recipe, Some(stats));
+    let targets = layers::layers(&prepared.graph, &prepared.model, &plan);
+    if !targets.is_empty() && stats.input_means.is_empty() {
+        return Err(QuantError::StatsMismatch(
+            "bias correction needs statistics calibrated with it on (the layers' mean inputs): calibrate again with bias_correction".to_owned(),
+        ));
+    }
+    let mut report = BiasCorrectionReport::default();
+    for layer in &targets {
+        match correct(prepared, &effective, &plan, stats, layer)? {
+            Ok(corrected) => report.corrected.push(corrected),
+            Err(reason) => report.skipped.push((layer.name.clone(), reason.to_owned())),
+        }
+    }
+    prepared.reindex();
+    Ok(Some(report))
+}
+
+/// Corrects one layer's bias; `Ok(Err(reason))` when it cannot be.
+fn correct(
+    prepared: &mut Prepared,
+    recipe: &Recipe,
+    plan: &Plan,
+    stats: &CalibrationStats,
+    layer: &Layer,
+) -> Result<Result<CorrectedLayer, &'static str>, QuantError> {
+    let Some(mean) = stats.input_means.get(&layer.name) else {
+        return Ok(Err("its mean input was not gathered"));
+    };
+    if recipe.smoothquant && layer.kind == Kind::MatMul {
+        return Ok(Err("SmoothQuant rescales MatMul weights"));
+    }
+    let Some(role) = plan.roles.get(&layer.weight) else {
+        return Ok(Err("its weight is not quantized"));
+    };
+    let Some(weight) = prepared.model.weight(&layer.weight)? else {
+        return Ok(Err("its weight is not a constant"));
+    };
+    if weight.dtype() != DataType::Float32 {
+        return Ok(Err("its weight is not float32"));
+    }
+    let weight = weight.into_f32();
+    let how = weight_quant(recipe, &layer.weight, role, weight.ndim());
+    let Some(dequantized) = how.and_then(|how| dequantized_weight(&weight, &how)) else {
+        return Ok(Err("block-wise and FP8 weights are not corrected"));
+    };
+    let error = dequantized - &weight;
+    let Some(shift) = output_shift(&error, &mean.shape, &mean.mean(), layer.kind) else {
+        return Ok(Err("its mean input does not fit its weight"));
+    };
+    let Some(added_bias) = subtract_from_bias(prepared, layer, &shift)? else {
+        return Ok(Err(
+            "it has no bias to correct (a MatMul without an Add after it)",
+        ));
+    };
+    let output = prepared.graph.node(layer.node).outputs.first().cloned();
+    Ok(Ok(CorrectedLayer {
+        layer: layer.name.clone(),
+        channels: shift.len(),
+        shift_rms: (shift.iter().map(|s| s * s).sum::<f64>() / shift.len().max(1) as f64).sqrt(),
+        output_abs_max: output
+            .and_then(|o| stats.tensors.get(&o))
+            .map(|s| s.abs_max()),
+        added_bias,
+    }))
+}
+
+/// The mean output shift per output channel: `Σ error · mean` over the taps each channel
+/// reads (`mean` shaped `[C]` or `[C, kh, kw]`), times Gemm's `alpha`.
+fn output_shift(
+    error: &ArrayD<f32>,
+    shape: &[usize],
+    mean: &[f64],
+    kind: Kind,
+) -> Option<Vec<f64>> {
+    let dims = error.shape();
+    match kind {
+        Kind::Conv { group } => {
+            let (outputs, per_group) = (dims[0], *dims.get(1)?);
+            let taps: usize = dims[2..].iter().product();
+            if shape.first() != Some(&(per_group * group))
+                || shape.iter().product::<usize>() != per_group * group * taps
+            {
+                return None;
+            }
+            let flat = error.as_standard_layout();
+            let flat = flat.as_slice()?;
+            let outputs_per_group = outputs / group;
+            Some(
+                flat.chunks_exact(per_group * taps)
+                    .enumerate()
+                    .map(|(o, row)| {
+                        let first = o / outputs_per_group.max(1) * per_group * taps;
+                        row.iter()
+                            .zip(&mean[first..first + per_group * taps])
+                            .map(|(e, m)| f64::from(*e) * m)
+                            .sum()
+                    })
+                    .collect(),
+            )
+        }
+        Kind::Gemm { trans_b, alpha, .. } => {
+            let matrix = if trans_b {
+                error.t().to_owned()
+            } else {
+                error.clone()
+            };
+            dense_shift(&matrix, shape, mean)
+                .map(|s| s.into_iter().map(|v| v * f64::from(alpha)).collect())
+        }
+        Kind::MatMul => dense_shift(error, shape, mean),
+    }
+}
+
+/// `Σ_k error[k, n] · mean[k]` for a `[K, N]` error.
+fn dense_shift(error: &ArrayD<f32>, shape: &[usize], mean: &[f64]) -> Option<Vec<f64>> {
+    let [k, n] = *error.shape() else { return None };
+    if shape != [k] {
+        return None;
+    }
+    let mut shift = vec![0f64; n];
+    for (row, m) in error.outer_iter().zip(mean) {
+        for (s, e) in shift.iter_mut().zip(row.iter()) {
+            *s += f64::from(*e) * m;
+        }
+    }
+    Some(shift)
+}
+
+/// Subtracts `shift` from the layer's bias (adding one to a Conv or Gemm that has none);
+/// `Some(added)` when done, `None` when there is no bias it can change.
+fn subtract_from_bias(
+    prepared: &mut Prepared,
+    layer: &Layer,
+    shift: &[f64],
+) -> Result<Option<bool>, QuantError> {
+    let graph = &prepared.graph;
+    let node = graph.node(layer.node);
+    let (bias, divisor) = match layer.kind {
+        Kind::Conv { .. } => (node.inputs.get(2).filter(|b| !b.is_empty()).cloned(), 1.0),
+        Kind::Gemm { beta, .. } if beta != 0.0 => {
+            (node.inputs.get(2).filter(|b| !b.is_empty()).cloned(), beta)
+        }
+        Kind::Gemm { .. } => return Ok(None),
+        Kind::MatMul => match following_add_constant(prepared, layer) {
+            Some(bias) => (Some(bias), 1.0),
+            None => return Ok(None),
+        },
+    };
+    let Some(bias) = bias else {
+        let name = format!("{}_corrected_bias", layer.name);
+        let values: Vec<f32> = shift
+            .iter()
+            .map(|s| (-s / f64::from(divisor)) as f32)
+            .collect();
+        set_initializer(&mut prepared.model, &name, values);
+        if let Some(n) = prepared
+            .model
+            .proto_mut()
+            .graph
+            .as_mut()
+            .and_then(|g| g.node.get_mut(layer.node.0))
+        {
+            n.input.resize(2, String::new());
+            n.input.push(name);
+        }
+        return Ok(Some(true));
+    };
+    if !private_initializer(prepared, &bias) {
+        return Ok(None);
+    }
+    let Some(values) = prepared.model.weight(&bias)? else {
+        return Ok(None);
+    };
+    if values.dtype() != DataType::Float32 {
+        return Ok(None);
+    }
+    let values = values.into_f32();
+    let current: Vec<f32> = match values.len() {
+        n if n == shift.len() => values.iter().copied().collect(),
+        1 => vec![values.iter().copied().next().unwrap_or(0.0); shift.len()],
+        _ => return Ok(None),
+    };
+    let corrected: Vec<f32> = current
+        .iter()
+        .zip(shift)
+        .map(|(b, s)| (f64::from(*b) - s / f64::from(divisor)) as f32)
+        .collect();
+    // A bias broadcast from one value becomes one value per channel.
+    let keep_shape = values.len() == shift.len();
+    set_initializer(&mut prepared.model, &bias, corrected);
+    if keep_shape {
+        reshape_like(&mut prepared.model, &bias, values.shape());
+    }
+    Ok(Some(false))
+}
+
+/// The constant input of the Add right after a MatMul, when it is one value per column.
+fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> {
+    let graph = &prepared.graph;
+    let output = graph.node(layer.node).outputs.first()?;
+    let info = graph.tensor(output)?;
+    let [add] = info.consumers.as_slice() else {
+        return None;
+    };
+    let add = graph.node(*add);
+    if add.op_type != "Add" || !add.domain.is_empty() || info.is_output {
+        return None;
+    }
+    let other = add.inputs.iter().find(|i| *i != output)?;
+    let shape = graph.tensor(other)?.shape.as_ref()?;
+    // [N] or [1, …, 1, N]: one value per output column, nothing else.
+    let ones = shape
+        .iter()
+        .rev()
+        .skip(1)
+        .all(|d| *d == crate::model::Dim::Fixed(1));
+    (ones && private_initializer(prepared, other)).then(|| other.clone())
+}
+
+/// True for an initializer only one node reads (so changing it changes nothing else).
+fn private_initializer(prepared: &Prepared, name: &str) -> bool {
+    prepared.graph.tensor(name).is_some_and(|t| {
+        t.kind == TensorKind::Initializer && t.consumers.len() == 1 && !t.is_output
+    })
+}
+
+/// Writes `values` as the float32 initializer `name` (1-D), replacing or adding it.
+fn set_initializer(model: &mut Model, name: &str, values: Vec<f32>) {
+    let len = values.len();
+    let proto = TensorArray::Float32(crate::model::tensor::array(vec![len], values)).to_proto(name);
+    if let Some(graph) = model.proto_mut().graph.as_mut() {
+        match graph.initializer.iter_mut().find(|t| t.name() == name) {
+            Some(t) => *t = proto,
+            None => graph.initializer.push(proto),
+        }
+    }
+}
+
+/// Gives the initializer `name` the dims `shape` again (same element count).
+fn reshape_like(model: &mut Model, name: &str, shape: &[usize]) {
+    if let Some(t) = model
+        .proto_mut()
+        .graph
+        .as_mut()
+        .and_then(|g| g.initializer.iter_mut().find(|t| t.name() == name))
+    {
+        t.dims = shape.iter().map(|&d| d as i64).collect();
+    }
+}

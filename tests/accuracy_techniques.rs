@@ -1,0 +1,318 @@
+//! Accuracy techniques beyond onnxruntime's quantizer, checked in real ONNX Runtime sessions:
+//! cross-layer equalization leaves the float model's outputs as they were and evens out the
+//! weights' channel ranges; bias correction removes the mean output error that per-tensor
+//! weights cause; statistics gathered without either are refused by a recipe that needs them.
+
+mod common;
+
+use ndarray::{ArrayD, Axis, IxDyn};
+use qdq_studio::calib::data::DataSpec;
+use qdq_studio::calib::{CalibrationConfig, CalibrationStats};
+use qdq_studio::jobs::JobContext;
+use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
+use qdq_studio::quant::{self, Prepared, QuantError};
+use qdq_studio::recipe::{Preprocessing, Recipe};
+use qdq_studio::runtime::{EpSpec, SessionOptions};
+
+use common::{asset, runtime, write_npz};
+
+/// Deterministic values in [-1, 1) (a linear congruential generator).
+fn values(seed: u64, n: usize) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A weight of `shape` whose output channels (axis `axis`) span ranges from 1/16 to 8.
+fn uneven(seed: u64, shape: &[usize], axis: usize) -> TensorArray {
+    let mut w = ArrayD::from_shape_vec(IxDyn(shape), values(seed, shape.iter().product())).unwrap();
+    let channels = shape[axis];
+    for (c, mut lane) in w.axis_iter_mut(Axis(axis)).enumerate() {
+        let factor = 2f32.powf(7.0 * c as f32 / (channels - 1).max(1) as f32 - 4.0);
+        lane.mapv_inplace(|v| v * factor);
+    }
+    TensorArray::Float32(w)
+}
+
+fn tensor(seed: u64, shape: &[usize]) -> TensorArray {
+    TensorArray::Float32(
+        ArrayD::from_shape_vec(IxDyn(shape), values(seed, shape.iter().product())).unwrap(),
+    )
+}
+
+/// Conv → Relu → depthwise Conv → Conv → Clip(0, 6) → Conv → pool → Gemm → Relu → MatMul →
+/// Add: three pairs to equalize (the bounded Clip ends the chain).
+fn chain_model() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 4, 6, 6]);
+    b.initializer("w1", uneven(1, &[8, 4, 3, 3], 0));
+    b.initializer("b1", tensor(2, &[8]));
+    b.initializer("w2", uneven(3, &[8, 1, 3, 3], 0));
+    b.initializer("b2", tensor(4, &[8]));
+    b.initializer("w3", uneven(5, &[6, 8, 1, 1], 0));
+    b.initializer("b3", tensor(6, &[6]));
+    b.initializer("w4", tensor(7, &[6, 6, 1, 1]));
+    b.initializer(
+        "lo",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), 0.0)),
+    );
+    b.initializer(
+        "hi",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), 6.0)),
+    );
+    b.initializer("g", uneven(8, &[5, 6], 0));
+    b.initializer("c", tensor(9, &[5]));
+    b.initializer("m", tensor(10, &[5, 3]));
+    b.initializer("mb", tensor(11, &[3]));
+    b.node("Conv", &["x", "w1", "b1"], &["c1"])
+        .name("conv1")
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.node("Relu", &["c1"], &["r1"]).name("relu1");
+    b.node("Conv", &["r1", "w2", "b2"], &["c2"])
+        .name("depthwise")
+        .attr_int("group", 8)
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.node("Conv", &["c2", "w3", "b3"], &["c3"])
+        .name("pointwise");
+    b.node("Clip", &["c3", "lo", "hi"], &["r3"]).name("relu6");
+    b.node("Conv", &["r3", "w4"], &["c4"]).name("conv4");
+    b.node("GlobalAveragePool", &["c4"], &["p"]).name("pool");
+    b.node("Flatten", &["p"], &["f"]).name("flatten");
+    b.node("Gemm", &["f", "g", "c"], &["gemm_out"])
+        .name("gemm")
+        .attr_int("transB", 1);
+    b.node("Relu", &["gemm_out"], &["r5"]).name("relu5");
+    b.node("MatMul", &["r5", "m"], &["mm"]).name("matmul");
+    b.node("Add", &["mm", "mb"], &["y"]).name("bias_add");
+    b.output("y", DataType::Float32, &[-1, 3]);
+    b.build()
+}
+
+/// Runs `model` on `x` (input "x"); returns its first output.
+fn run(model: &Model, x: &ArrayD<f32>) -> ArrayD<f32> {
+    let bytes = model.to_bytes().unwrap();
+    let mut session = runtime()
+        .session_from_bytes(&bytes, &[EpSpec::Cpu], SessionOptions::default())
+        .unwrap();
+    let value = ort::value::Tensor::from_array(x.clone()).unwrap();
+    let outputs = session.run(ort::inputs!["x" => value]).unwrap();
+    outputs[0].try_extract_array::<f32>().unwrap().to_owned()
+}
+
+fn relative_error(reference: &ArrayD<f32>, test: &ArrayD<f32>) -> f64 {
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for (a, b) in reference.iter().zip(test) {
+        diff += f64::from(a - b).powi(2);
+        norm += f64::from(*a).powi(2);
+    }
+    (diff / norm).sqrt()
+}
+
+fn equalizing() -> Preprocessing {
+    Preprocessing {
+        equalize: true,
+        ..Preprocessing::default()
+    }
+}
+
+#[test]
+fn equalization_keeps_float_outputs_and_evens_out_weights() {
+    let model = chain_model();
+    let prepared = Prepared::new(&model, &equalizing()).unwrap();
+    let pairs = &prepared.report.equalized;
+    let names: Vec<(String, String)> = pairs
+        .iter()
+        .map(|p| (p.first.clone(), p.second.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("conv1".to_owned(), "depthwise".to_owned()),
+            ("depthwise".to_owned(), "pointwise".to_owned()),
+            ("gemm".to_owned(), "matmul".to_owned()),
+        ],
+        "the bounded Clip (ReLU6) must end the chain"
+    );
+    for pair in pairs {
+        let gain = pair.first_sqnr_db[1] - pair.first_sqnr_db[0];
+        assert!(
+            gain > 3.0,
+            "{pair:?}: the first weight's per-tensor int8 SQNR should rise by > 3 dB"
+        );
+    }
+    let x = ArrayD::from_shape_vec(IxDyn(&[3, 4, 6, 6]), values(42, 3 * 4 * 36)).unwrap();
+    let error = relative_error(&run(&model, &x), &run(&prepared.model, &x));
+    assert!(error <= 1e-4, "equalization changed the outputs: {error:e}");
+}
+
+#[test]
+fn equalization_keeps_the_sample_models_outputs() {
+    let model = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let plain = Prepared::new(&model, &Preprocessing::default()).unwrap();
+    let equalized = Prepared::new(&model, &equalizing()).unwrap();
+    assert!(
+        equalized.report.equalized.len() >= 4,
+        "{:?}",
+        equalized.report.equalized
+    );
+    let x = ArrayD::from_shape_vec(
+        IxDyn(&[2, 3, 48, 192]),
+        values(7, 2 * 3 * 48 * 192)
+            .iter()
+            .map(|v| v.abs())
+            .collect(),
+    )
+    .unwrap();
+    // Softmax saturates: compare the logits' path through the scores of a run each.
+    let error = relative_error(&run(&plain.model, &x), &run(&equalized.model, &x));
+    assert!(error <= 1e-4, "equalization changed the outputs: {error:e}");
+}
+
+/// x (positive, like a Relu's output) → Conv without bias (output channels of very different
+/// ranges, so one per-tensor scale rounds the small ones coarsely) → y.
+fn biased_model() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 4, 8, 8]);
+    b.initializer("w", uneven(21, &[8, 4, 3, 3], 0));
+    b.node("Conv", &["x", "w"], &["y"])
+        .name("conv")
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.output("y", DataType::Float32, &[-1, 8, 8, 8]);
+    b.build()
+}
+
+fn positive_data(seed: u64, n: usize) -> ArrayD<f32> {
+    let v: Vec<f32> = values(seed, n * 4 * 64)
+        .iter()
+        .map(|v| (v + 1.0) * 0.5)
+        .collect();
+    ArrayD::from_shape_vec(IxDyn(&[n, 4, 8, 8]), v).unwrap()
+}
+
+fn calibrate(model: &Model, recipe: &Recipe, data: &std::path::Path) -> CalibrationStats {
+    qdq_studio::workflow::calibrate::calibrate_for_recipe(
+        model,
+        recipe,
+        &DataSpec::Npz {
+            path: data.to_path_buf(),
+        },
+        &CalibrationConfig {
+            batch_size: 8,
+            ..CalibrationConfig::default()
+        },
+        &runtime(),
+        &JobContext::silent(),
+    )
+    .unwrap()
+}
+
+/// The mean over channels of |mean error| of channel c (over batch and positions).
+fn mean_channel_bias(float: &ArrayD<f32>, quant: &ArrayD<f32>) -> f64 {
+    let error = quant - float;
+    let channels = error.shape()[1];
+    (0..channels)
+        .map(|c| {
+            let lane = error.index_axis(Axis(1), c);
+            f64::from(lane.sum() / lane.len() as f32).abs()
+        })
+        .sum::<f64>()
+        / channels as f64
+}
+
+#[test]
+fn bias_correction_removes_the_mean_output_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    write_npz(&data, &[("x", TensorArray::Float32(positive_data(5, 64)))]);
+    let model = biased_model();
+    let plain = Recipe {
+        per_channel: false,
+        ..Recipe::default()
+    };
+    let corrected = Recipe {
+        bias_correction: true,
+        ..plain.clone()
+    };
+    let stats = calibrate(&model, &corrected, &data);
+    assert!(stats.input_means.contains_key("conv"));
+    let without = quant::quantize(&model, Some(&stats), &plain).unwrap();
+    let with = quant::quantize(&model, Some(&stats), &corrected).unwrap();
+    let report = with.bias_correction.as_ref().unwrap();
+    assert_eq!(report.corrected.len(), 1, "{report:?}");
+    assert!(report.corrected[0].added_bias, "the Conv had no bias");
+
+    let x = positive_data(99, 32);
+    let float = run(&model, &x);
+    let before = mean_channel_bias(&float, &run(&without.model, &x));
+    let after = mean_channel_bias(&float, &run(&with.model, &x));
+    assert!(
+        after < 0.3 * before,
+        "mean error per channel: {before:e} without, {after:e} with bias correction"
+    );
+}
+
+#[test]
+fn statistics_without_the_techniques_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    write_npz(&data, &[("x", TensorArray::Float32(positive_data(5, 16)))]);
+    let model = biased_model();
+    let stats = calibrate(&model, &Recipe::default(), &data);
+    let bias = Recipe {
+        bias_correction: true,
+        ..Recipe::default()
+    };
+    let err = quant::quantize(&model, Some(&stats), &bias).unwrap_err();
+    assert!(
+        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("bias correction")),
+        "{err}"
+    );
+    let mut cle = Recipe::default();
+    cle.preprocessing.equalize = true;
+    let err = quant::quantize(&model, Some(&stats), &cle).unwrap_err();
+    assert!(
+        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("cle")),
+        "{err}"
+    );
+    // Calibrated with equalization, quantized without: refused too.
+    let equalized = calibrate(&model, &cle, &data);
+    let err = quant::quantize(&model, Some(&equalized), &Recipe::default()).unwrap_err();
+    assert!(matches!(err, QuantError::StatsMismatch(_)), "{err}");
+}
+
+#[test]
+fn cli_quantize_equalizes_and_corrects() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cls.qdq.onnx");
+    let text = common::run_ok(common::cli().args([
+        "quantize",
+        "--onnx_path",
+        asset("ppocr_cls.onnx").to_str().unwrap(),
+        "--calibration_data_path",
+        asset("calib.npz").to_str().unwrap(),
+        "--per_tensor",
+        "--cle",
+        "--bias_correction",
+        "--output_path",
+        out.to_str().unwrap(),
+    ]));
+    assert!(text.contains("layer pair(s) equalized"), "{text}");
+    assert!(text.contains("equalized pair"), "{text}");
+    assert!(text.contains("bias correction:"), "{text}");
+    let recipe = Model::load(&out)
+        .unwrap()
+        .proto()
+        .metadata_props
+        .iter()
+        .find(|p| p.key() == "qdq_studio.recipe")
+        .map(|p| p.value().to_owned())
+        .unwrap();
+    let recipe = Recipe::from_toml(&recipe, "metadata").unwrap();
+    assert!(recipe.preprocessing.equalize && recipe.bias_correction);
+}
