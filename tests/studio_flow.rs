@@ -1009,3 +1009,56 @@ fn nan_met_in_calibration_is_said_beside_the_statistics() {
     let settings = &h.state().document().unwrap().work.settings;
     assert_eq!(settings.calibration.path, data.display().to_string());
 }
+
+#[test]
+fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours() {
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    press(&mut h, "even out weight channel ranges");
+    press(&mut h, "remove the mean error of quantized weights");
+    let chosen = recipe(&h);
+    assert!(chosen.preprocessing.equalize && chosen.bias_correction);
+    assert!(
+        h.state().status().contains("Bias correction on"),
+        "{}",
+        h.state().status()
+    );
+    // The plan is drawn from the equalized model.
+    let prepared = h
+        .state()
+        .document()
+        .unwrap()
+        .prepared
+        .as_ref()
+        .ok()
+        .cloned();
+    assert!(
+        prepared.is_some_and(|p| !p.report.equalized.is_empty()),
+        "the studio's model is equalized"
+    );
+    calibrate(&mut h);
+    no_notices(&h);
+    let stats = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .results
+        .stats
+        .clone()
+        .expect("statistics after calibration");
+    assert!(stats.info.equalized, "calibrated on the equalized model");
+    assert!(
+        stats.input_means.len() >= 50,
+        "mean inputs of the Convs: {}",
+        stats.input_means.len()
+    );
+    quantize_and_compare(&mut h, "quantize and compare");
+    no_notices(&h);
+    let results = &h.state().document().unwrap().work.results;
+    assert!(
+        results.fresh_comparison(&chosen).is_some(),
+        "a comparison of the recipe with both techniques"
+    );
+}

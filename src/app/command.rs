@@ -55,6 +55,10 @@ pub enum Command {
     SetInt4Output(crate::recipe::Int4Output),
     /// Turn SmoothQuant (int8) on or off.
     SetSmoothQuant(bool),
+    /// Turn cross-layer equalization on or off.
+    SetEqualize(bool),
+    /// Turn bias correction on or off.
+    SetBiasCorrection(bool),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

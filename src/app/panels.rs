@@ -424,6 +424,35 @@ fn method_hint(method: Int4Method) -> &'static str {
     }
 }
 
+/// The accuracy techniques of per-channel or per-tensor modes: cross-layer equalization and
+/// bias correction (both need statistics calibrated with them on).
+fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
+    ui.label("Equalization");
+    let mut on = recipe.preprocessing.equalize;
+    if ui
+        .checkbox(&mut on, "even out weight channel ranges")
+        .on_hover_text(
+            "Cross-layer equalization: rescales Conv/Gemm/MatMul pairs (through Relu or nothing) so each channel's weights span the same range; float outputs unchanged, per-tensor weights gain most; needs a new calibration",
+        )
+        .changed()
+    {
+        commands.push(Command::SetEqualize(on));
+    }
+    ui.end_row();
+    ui.label("Bias correction");
+    let mut on = recipe.bias_correction;
+    if ui
+        .checkbox(&mut on, "remove the mean error of quantized weights")
+        .on_hover_text(
+            "Subtracts each layer's mean output shift from weight quantization, measured on the calibration data, from its bias (adds a bias where there is none); needs a new calibration",
+        )
+        .changed()
+    {
+        commands.push(Command::SetBiasCorrection(on));
+    }
+    ui.end_row();
+}
+
 /// The recipe's mode and, for int4, its method and output form.
 fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
     egui::Grid::new("recipe_mode")
@@ -459,6 +488,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                 ui.end_row();
             }
             if recipe.mode != QuantMode::Int4 {
+                technique_rows(ui, recipe, commands);
                 return;
             }
             ui.label("Int4 method");

@@ -370,6 +370,25 @@ impl Studio {
                     if on { "on" } else { "off" }
                 );
             }
+            Command::SetEqualize(on) => {
+                doc.editor.change(|r| r.preprocessing.equalize = on);
+                self.window.status = format!(
+                    "Cross-layer equalization {}: calibrate again for the equalized ranges",
+                    if on { "on" } else { "off" }
+                );
+            }
+            Command::SetBiasCorrection(on) => {
+                doc.editor.change(|r| r.bias_correction = on);
+                self.window.status = format!(
+                    "Bias correction {}{}",
+                    if on { "on" } else { "off" },
+                    if on {
+                        ": calibrate again to measure the layers' mean inputs"
+                    } else {
+                        ""
+                    }
+                );
+            }
             Command::SetInt4Output(form) => {
                 doc.editor.change(|r| r.int4_output = form);
                 self.window.status =
