@@ -1,0 +1,156 @@
+"""Accuracy benchmark: qdq-studio's accuracy techniques next to onnxruntime's best.
+
+Every model is pre-processed once by `qdq-studio preprocess` (opset raised to 13 for
+onnxruntime's per-channel output); onnxruntime 1.31.1's quantize_static then quantizes it in
+six configurations (MinMax, Entropy, Percentile x per-tensor, per-channel weights) and
+qdq-studio in its own (per-tensor and per-channel, with cross-layer equalization, bias
+correction, both), all with uint8 activations and int8 weights on the same calibration data.
+Each QDQ model runs on held-out data; the figure is the SQNR (dB) of its outputs against the
+float model's, and for the classifier the share of samples whose class agrees.
+
+Targets (issue #21): per-tensor weights with every technique within 1 dB of per-channel;
+qdq-studio's best at least as good as onnxruntime's best.
+"""
+import argparse
+import contextlib
+import io
+import logging
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import version_converter
+from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WORK = ROOT / "target" / "bench-data" / "accuracy"
+sys.path.insert(0, str(ROOT / "benches"))
+from targets import Targets  # noqa: E402
+
+
+def _quantize_bench():
+    """The quantize benchmark's module (its PP-OCR download), loaded under its own name."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("quantize_bench", ROOT / "benches" / "quantize" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch = _quantize_bench().fetch
+
+TARGETS = Targets()
+
+OURS = {
+    "per-tensor": ["--per_tensor"],
+    "per-tensor + cle": ["--per_tensor", "--cle"],
+    "per-tensor + bias corr.": ["--per_tensor", "--bias_correction"],
+    "per-tensor + cle + bias corr.": ["--per_tensor", "--cle", "--bias_correction"],
+    "per-channel": ["--per_channel"],
+    "per-channel + cle + bias corr.": ["--per_channel", "--cle", "--bias_correction"],
+    "percentile per-tensor + cle + bias corr.": ["--per_tensor", "--cle", "--bias_correction",
+                                                 "--calibration_method", "percentile"],
+    "percentile per-channel + cle + bias corr.": ["--per_channel", "--cle", "--bias_correction",
+                                                  "--calibration_method", "percentile"],
+}
+
+
+class Reader(CalibrationDataReader):
+    def __init__(self, name, arr, batch):
+        self.it = iter([{name: arr[i : i + batch]} for i in range(0, len(arr), batch)])
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def outputs(model, name, arr):
+    s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return np.concatenate([s.run(None, {name: arr[i : i + 4]})[0] for i in range(0, len(arr), 4)])
+
+
+def sqnr(ref, q):
+    return 20 * np.log10(max(np.linalg.norm(ref), 1e-12) / max(np.linalg.norm(ref - q), 1e-12))
+
+
+def measure(label, model, calib, evaluation, binary, classes=False, batch=4):
+    pre = WORK / f"{label}.pre.onnx"
+    subprocess.run([binary, "preprocess", "--onnx_path", str(model), "-o", str(pre)], check=True, capture_output=True)
+    m = onnx.load(pre)
+    if m.opset_import[0].version < 13:
+        onnx.save(version_converter.convert_version(m, 13), pre)
+    name = onnx.load(pre).graph.input[0].name
+    calib_path = WORK / f"{label}.calib.npz"
+    np.savez(calib_path, **{name: calib})
+    ref = outputs(pre, name, evaluation)
+
+    def score(path):
+        out = outputs(path, name, evaluation)
+        agree = f"   class agrees {100 * np.mean(out.argmax(-1) == ref.argmax(-1)):5.1f} %" if classes else ""
+        return sqnr(ref.reshape(-1), out.reshape(-1)), agree
+
+    print(f"{label}:")
+    theirs = {}
+    for method in ["MinMax", "Entropy", "Percentile"]:
+        for per_channel in [False, True]:
+            key = f"onnxruntime {method} {'per-channel' if per_channel else 'per-tensor'}"
+            path = WORK / f"{label}.ort.{method}.{int(per_channel)}.onnx"
+            start = time.time()
+            with contextlib.redirect_stdout(io.StringIO()):
+                quantize_static(str(pre), str(path), Reader(name, calib, batch), quant_format=QuantFormat.QDQ,
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                                per_channel=per_channel, calibrate_method=getattr(CalibrationMethod, method))
+            theirs[key], agree = score(path)
+            print(f"  {key:52} {theirs[key]:7.2f} dB{agree}   ({time.time() - start:.0f} s)")
+    ours = {}
+    for key, flags in OURS.items():
+        path = WORK / f"{label}.ours.{key.replace(' ', '').replace('+', '_')}.onnx"
+        start = time.time()
+        subprocess.run([binary, "quantize", "--onnx_path", str(pre), "--calibration_data_path", str(calib_path),
+                        "--batch_size", str(batch), "-o", str(path), *flags], check=True, capture_output=True)
+        ours[key], agree = score(path)
+        print(f"  qdq-studio {key:41} {ours[key]:7.2f} dB{agree}   ({time.time() - start:.0f} s)")
+    TARGETS.check(f"{label}: per-tensor + cle + bias corr. - per-channel (dB)",
+                  ours["per-tensor + cle + bias corr."] - ours["per-channel"], ">=", -1.0, "{:+.2f}")
+    TARGETS.check(f"{label}: qdq-studio best - onnxruntime best (dB)",
+                  max(ours.values()) - max(theirs.values()), ">=", 0.0, "{:+.2f}")
+
+
+def documents(rng, n, h, w):
+    """Synthetic text-line images (dark strokes on paper), normalized as PP-OCR expects."""
+    imgs = np.full((n, 3, h, w), 0.9, np.float32)
+    for i in range(n):
+        for _ in range(max(4, h * w // 3000)):
+            y, x0 = rng.integers(0, h - 6), rng.integers(0, max(1, w - 60))
+            imgs[i, :, y : y + 5, x0 : x0 + rng.integers(10, 60)] = rng.uniform(0.0, 0.3)
+    return ((imgs + rng.normal(0, 0.02, imgs.shape).astype(np.float32) - 0.5) / 0.5).astype(np.float32)
+
+
+def main():
+    logging.getLogger().setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--models", default="sample,ppocr_rec,ppocr_det")
+    args = parser.parse_args()
+    WORK.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    models = args.models.split(",")
+    if "sample" in models:
+        calib = np.load(ROOT / "assets" / "sample" / "calib.npz")
+        evaluation = np.load(ROOT / "assets" / "sample" / "eval.npz")
+        measure("sample", ROOT / "assets" / "sample" / "ppocr_cls.onnx", calib[calib.files[0]],
+                evaluation[evaluation.files[0]], args.binary, classes=True)
+    if "ppocr_rec" in models:
+        measure("ppocr_rec", fetch("ch_PP-OCRv4_rec_infer.onnx"), documents(rng, 16, 48, 320),
+                documents(rng, 8, 48, 320), args.binary)
+    if "ppocr_det" in models:
+        measure("ppocr_det", fetch("ch_PP-OCRv4_det_infer.onnx"), documents(rng, 16, 256, 256),
+                documents(rng, 8, 256, 256), args.binary)
+    sys.exit(TARGETS.summary())
+
+
+if __name__ == "__main__":
+    main()
