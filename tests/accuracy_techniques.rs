@@ -16,17 +16,9 @@ use qdq_studio::runtime::{EpSpec, SessionOptions};
 
 use common::{asset, runtime, write_npz};
 
-/// Deterministic values in [-1, 1) (a linear congruential generator).
+/// Deterministic values in [-1, 1).
 fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    common::seeded_values(n, seed, 1.0)
 }
 
 /// A weight of `shape` whose output channels (axis `axis`) span ranges from 1/16 to 8.
@@ -305,14 +297,6 @@ fn cli_quantize_equalizes_and_corrects() {
     assert!(text.contains("layer pair(s) equalized"), "{text}");
     assert!(text.contains("equalized pair"), "{text}");
     assert!(text.contains("bias correction:"), "{text}");
-    let recipe = Model::load(&out)
-        .unwrap()
-        .proto()
-        .metadata_props
-        .iter()
-        .find(|p| p.key() == "qdq_studio.recipe")
-        .map(|p| p.value().to_owned())
-        .unwrap();
-    let recipe = Recipe::from_toml(&recipe, "metadata").unwrap();
+    let recipe = common::stamped_recipe(&Model::load(&out).unwrap());
     assert!(recipe.preprocessing.equalize && recipe.bias_correction);
 }

@@ -17,19 +17,6 @@ use serde_json::Value;
 
 use common::{cli, run_ok, run_text, runtime, write_npz};
 
-/// Deterministic values in [-scale, scale).
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
-
 /// Names of `model`'s initializers of element type `dtype`.
 fn initializers_of(model: &Model, dtype: DataType) -> Vec<&str> {
     model
@@ -43,7 +30,7 @@ fn initializers_of(model: &Model, dtype: DataType) -> Vec<&str> {
 
 fn half(shape: &[usize], seed: u64, scale: f32) -> TensorArray {
     let n = shape.iter().product();
-    let v = values(n, seed, scale)
+    let v = common::seeded_values(n, seed, scale)
         .into_iter()
         .map(f16::from_f32)
         .collect();
@@ -52,7 +39,9 @@ fn half(shape: &[usize], seed: u64, scale: f32) -> TensorArray {
 
 fn single(shape: &[usize], seed: u64, scale: f32) -> TensorArray {
     let n = shape.iter().product();
-    TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values(n, seed, scale)).unwrap())
+    TensorArray::Float32(
+        ArrayD::from_shape_vec(IxDyn(shape), common::seeded_values(n, seed, scale)).unwrap(),
+    )
 }
 
 /// A float16 transformer-style block and a convolution branch, every tensor float16:

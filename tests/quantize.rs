@@ -219,15 +219,7 @@ fn the_quantized_sample_stays_accurate() {
     let db = sqnr(&float, &quantized);
     assert!(db > 30.0, "output SQNR {db:.2} dB");
     assert_eq!(argmax_rows(&float), argmax_rows(&quantized));
-    let recipe_text = q
-        .model
-        .proto()
-        .metadata_props
-        .iter()
-        .find(|p| p.key() == "qdq_studio.recipe")
-        .map(|p| p.value().to_owned())
-        .unwrap();
-    assert_eq!(Recipe::from_toml(&recipe_text, "metadata").unwrap(), recipe);
+    assert_eq!(common::stamped_recipe(&q.model), recipe);
 }
 
 /// A small transformer-like block: MatMul+bias, Softmax attention-ish mixing, LayerNorm.

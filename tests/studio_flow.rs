@@ -79,6 +79,18 @@ fn press(h: &mut Harness<'_, Studio>, label: &str) {
     h.run_steps(2);
 }
 
+/// The statistics the studio holds (a test calibrated first).
+fn statistics(h: &Harness<'_, Studio>) -> std::sync::Arc<qdq_studio::calib::CalibrationStats> {
+    h.state()
+        .document()
+        .unwrap()
+        .work
+        .results
+        .stats
+        .clone()
+        .expect("statistics after calibration")
+}
+
 fn recipe(h: &Harness<'_, Studio>) -> Recipe {
     h.state().document().unwrap().recipe().clone()
 }
@@ -133,7 +145,10 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     settle(&mut h, "opening");
     no_notices(&h);
 
-    // Exclude an op type from the op-type panel.
+    // Exclude an op type from the op-type panel (scrolled to, as a user would: the list
+    // scrolls smoothly over a few frames).
+    h.get_by_label("Mul (27)").scroll_to_me();
+    h.run_steps(30);
     h.get_by_label("Mul (27)").click();
     h.run_steps(2);
     assert_eq!(recipe(&h).op_types_to_exclude, ["Mul"]);
@@ -156,15 +171,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     );
     settle(&mut h, "calibration");
     no_notices(&h);
-    let stats = h
-        .state()
-        .document()
-        .unwrap()
-        .work
-        .results
-        .stats
-        .clone()
-        .expect("statistics after calibration");
+    let stats = statistics(&h);
     assert_eq!(stats.info.samples, 32);
     assert_eq!(h.state().document().unwrap().panel.tab, WorkTab::Histogram);
 
@@ -529,19 +536,7 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
     settle(&mut h, "checking");
     calibrate(&mut h);
     no_notices(&h);
-    assert_eq!(
-        h.state()
-            .document()
-            .unwrap()
-            .work
-            .results
-            .stats
-            .as_ref()
-            .unwrap()
-            .info
-            .samples,
-        4
-    );
+    assert_eq!(statistics(&h).info.samples, 4);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a-file");
     std::fs::write(&file, b"x").unwrap();
@@ -865,15 +860,7 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
 
     // MinMax's range holds every value seen: its row clips nothing, though the histogram's
     // outer bins reach beyond the values (a bin-width estimate said otherwise).
-    let stats = h
-        .state()
-        .document()
-        .unwrap()
-        .work
-        .results
-        .stats
-        .clone()
-        .unwrap();
+    let stats = statistics(&h);
     let (name, estimate) = stats
         .tensors
         .iter()
@@ -1039,15 +1026,7 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
     );
     calibrate(&mut h);
     no_notices(&h);
-    let stats = h
-        .state()
-        .document()
-        .unwrap()
-        .work
-        .results
-        .stats
-        .clone()
-        .expect("statistics after calibration");
+    let stats = statistics(&h);
     assert!(stats.info.equalized, "calibrated on the equalized model");
     assert!(
         stats.input_means.len() >= 50,

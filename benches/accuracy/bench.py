@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import version_converter
-from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORK = ROOT / "target" / "bench-data" / "accuracy"
@@ -41,7 +41,8 @@ def _quantize_bench():
     return module
 
 
-fetch = _quantize_bench().fetch
+QUANTIZE_BENCH = _quantize_bench()
+fetch, Reader, sqnr = QUANTIZE_BENCH.fetch, QUANTIZE_BENCH.Reader, QUANTIZE_BENCH.sqnr
 
 TARGETS = Targets()
 
@@ -59,21 +60,9 @@ OURS = {
 }
 
 
-class Reader(CalibrationDataReader):
-    def __init__(self, name, arr, batch):
-        self.it = iter([{name: arr[i : i + batch]} for i in range(0, len(arr), batch)])
-
-    def get_next(self):
-        return next(self.it, None)
-
-
 def outputs(model, name, arr):
     s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     return np.concatenate([s.run(None, {name: arr[i : i + 4]})[0] for i in range(0, len(arr), 4)])
-
-
-def sqnr(ref, q):
-    return 20 * np.log10(max(np.linalg.norm(ref), 1e-12) / max(np.linalg.norm(ref - q), 1e-12))
 
 
 def measure(label, model, calib, evaluation, binary, classes=False, batch=4):

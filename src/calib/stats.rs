@@ -238,7 +238,7 @@ pub struct CalibrationInfo {
     #[serde(default)]
     pub notes: Vec<String>,
     /// True when the model was calibrated with cross-layer equalization (its equalized
-    /// activations differ from the original's; see [`crate::quant::equalize`]).
+    /// activations differ from the original's; see the quantizer's `equalize` module).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub equalized: bool,
 }

@@ -254,3 +254,28 @@ pub fn quantize_calibrated(model: &Path, calib: &Path, args: &[&str], out: &Path
             .arg(out),
     )
 }
+
+/// Deterministic values in [-scale, scale) (a linear congruential generator), for fixtures.
+pub fn seeded_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+/// The recipe a QDQ model was made with, from its `qdq_studio.recipe` metadata.
+pub fn stamped_recipe(model: &qdq_studio::model::Model) -> qdq_studio::recipe::Recipe {
+    let text = model
+        .proto()
+        .metadata_props
+        .iter()
+        .find(|p| p.key() == "qdq_studio.recipe")
+        .map(|p| p.value().to_owned())
+        .expect("the model records its recipe");
+    qdq_studio::recipe::Recipe::from_toml(&text, "metadata").unwrap()
+}
