@@ -83,6 +83,10 @@ impl InputMean {
                 dilations,
                 pads,
             } => {
+                // A malformed kernel (a zero size) reads nothing.
+                if kernel.contains(&0) {
+                    return;
+                }
                 let (n, c, h, w) = match *x.shape() {
                     [n, c, h, w] => (n, c, h, w),
                     [n, c, w] => (n, c, 1, w),
@@ -282,6 +286,20 @@ mod tests {
         let mut mean = InputMean::default();
         mean.add(&Geometry::LastAxis, &x.view());
         assert_eq!(mean.mean(), [4.0, 5.0]);
+    }
+
+    #[test]
+    fn a_malformed_kernel_reads_nothing() {
+        let x = ArrayD::from_elem(IxDyn(&[1, 2, 4, 4]), 1.0f32);
+        let geometry = Geometry::Conv {
+            kernel: [0, 3],
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: Padding::Same { upper: true },
+        };
+        let mut mean = InputMean::default();
+        mean.add(&geometry, &x.view());
+        assert_eq!(mean.count, 0);
     }
 
     #[test]

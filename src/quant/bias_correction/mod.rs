@@ -185,7 +185,10 @@ fn output_shift(
     let dims = error.shape();
     match kind {
         Kind::Conv { group } => {
-            let (outputs, per_group) = (dims[0], *dims.get(1)?);
+            let (outputs, per_group) = (*dims.first()?, *dims.get(1)?);
+            if group == 0 || !outputs.is_multiple_of(group) {
+                return None;
+            }
             let taps: usize = dims[2..].iter().product();
             if shape.first() != Some(&(per_group * group))
                 || shape.iter().product::<usize>() != per_group * group * taps
@@ -355,5 +358,50 @@ fn reshape_like(model: &mut Model, name: &str, shape: &[usize]) {
         .and_then(|g| g.initializer.iter_mut().find(|t| t.name() == name))
     {
         t.dims = shape.iter().map(|&d| d as i64).collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::IxDyn;
+
+    #[test]
+    fn grouped_conv_shift_reads_its_groups_taps() {
+        // 2 outputs, 2 groups of 1 input, 1×1 kernel: output o reads input o only.
+        let error = ArrayD::from_shape_vec(IxDyn(&[2, 1, 1, 1]), vec![0.5, -1.0]).unwrap();
+        let shift = output_shift(&error, &[2, 1, 1], &[2.0, 3.0], Kind::Conv { group: 2 });
+        assert_eq!(shift, Some(vec![1.0, -3.0]));
+        // Outputs that do not split into the groups: no shift rather than a wrong one.
+        let odd = ArrayD::from_elem(IxDyn(&[3, 1, 1, 1]), 1.0);
+        assert_eq!(
+            output_shift(&odd, &[2, 1, 1], &[1.0, 1.0], Kind::Conv { group: 2 }),
+            None
+        );
+        assert_eq!(
+            output_shift(
+                &ArrayD::from_elem(IxDyn(&[]), 1.0),
+                &[1],
+                &[1.0],
+                Kind::Conv { group: 1 }
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn gemm_shift_follows_trans_b_and_alpha() {
+        // [N=2, K=3] stored transposed.
+        let error =
+            ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1.0, 0.0, 0.0, 0.0, 1.0, 1.0]).unwrap();
+        let kind = Kind::Gemm {
+            trans_b: true,
+            alpha: 2.0,
+            beta: 1.0,
+        };
+        assert_eq!(
+            output_shift(&error, &[3], &[1.0, 2.0, 3.0], kind),
+            Some(vec![2.0, 10.0])
+        );
     }
 }
