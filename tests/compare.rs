@@ -12,7 +12,7 @@ use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
 use qdq_studio::runtime::EpSpec;
 
-use common::{asset, cli, runtime};
+use common::{asset, cli, compare_cmd, runtime};
 
 /// The sample quantized by the CLI (MinMax, per-channel, calibration set).
 fn quantized_sample(dir: &Path) -> PathBuf {
@@ -57,18 +57,6 @@ fn metrics_on_cpu(
         &JobContext::silent(),
     )
     .unwrap()
-}
-
-/// `qdq-studio compare` of the sample against `quant` on `data`.
-fn compare_cmd(quant: &Path, data: &Path) -> std::process::Command {
-    let mut cmd = cli();
-    cmd.args(["compare", "--float"])
-        .arg(asset("ppocr_cls.onnx"))
-        .arg("--quant")
-        .arg(quant)
-        .arg("--data")
-        .arg(data);
-    cmd
 }
 
 #[test]

@@ -9,18 +9,12 @@ use std::path::{Path, PathBuf};
 
 use qdq_studio::model::{Graph, Model, SaveOptions, TensorArray};
 
-use common::{asset, cli, quantize_calibrated, run_ok};
+use common::{asset, quantize_calibrated, run_ok};
 
 /// `compare --per_tensor` of the sample against `quant` on its evaluation data, no latency.
 fn compare_per_tensor(quant: &Path) -> std::process::Command {
-    let mut cmd = cli();
-    cmd.args(["compare", "--float"])
-        .arg(asset("ppocr_cls.onnx"))
-        .arg("--quant")
-        .arg(quant)
-        .arg("--data")
-        .arg(asset("eval.npz"))
-        .args(["--latency_runs", "0", "--per_tensor"]);
+    let mut cmd = common::compare_cmd(quant, &asset("eval.npz"));
+    cmd.args(["--latency_runs", "0", "--per_tensor"]);
     cmd
 }
 

@@ -21,9 +21,7 @@ import sys
 import time
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from onnx import version_converter
 from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -66,14 +64,7 @@ def outputs(model, name, arr):
 
 
 def measure(label, model, calib, evaluation, binary, classes=False, batch=4):
-    pre = WORK / f"{label}.pre.onnx"
-    subprocess.run([binary, "preprocess", "--onnx_path", str(model), "-o", str(pre)], check=True, capture_output=True)
-    m = onnx.load(pre)
-    if m.opset_import[0].version < 13:
-        onnx.save(version_converter.convert_version(m, 13), pre)
-    name = onnx.load(pre).graph.input[0].name
-    calib_path = WORK / f"{label}.calib.npz"
-    np.savez(calib_path, **{name: calib})
+    pre, name, calib_path = QUANTIZE_BENCH.prepare(label, model, calib, binary, WORK)
     ref = outputs(pre, name, evaluation)
 
     def score(path):

@@ -62,15 +62,22 @@ def sqnr(ref, q):
     return 20 * np.log10(max(np.linalg.norm(ref), 1e-12) / max(np.linalg.norm(ref - q), 1e-12))
 
 
-def compare(label, model, calib, evaluation, binary, batch=4):
-    pre = WORK / f"{label}.pre.onnx"
+def prepare(label, model, calib, binary, work=WORK):
+    """The model pre-processed by qdq-studio (opset raised to 13 for onnxruntime's per-channel
+    output), its input's name, and the calibration data saved for qdq-studio."""
+    pre = work / f"{label}.pre.onnx"
     subprocess.run([binary, "preprocess", "--onnx_path", str(model), "-o", str(pre)], check=True, capture_output=True)
     m = onnx.load(pre)
     if m.opset_import[0].version < 13:
         onnx.save(version_converter.convert_version(m, 13), pre)
     name = onnx.load(pre).graph.input[0].name
-    calib_path = WORK / f"{label}.calib.npz"
+    calib_path = work / f"{label}.calib.npz"
     np.savez(calib_path, **{name: calib})
+    return pre, name, calib_path
+
+
+def compare(label, model, calib, evaluation, binary, batch=4):
+    pre, name, calib_path = prepare(label, model, calib, binary)
     theirs = WORK / f"{label}.ort.qdq.onnx"
     start = time.time()
     quantize_static(str(pre), str(theirs), Reader(name, calib, batch), quant_format=QuantFormat.QDQ,

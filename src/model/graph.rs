@@ -17,7 +17,8 @@ use super::dtype::onnx_type_name;
 use super::error::ModelError;
 use super::external::element_count;
 use super::proto::{
-    GraphProto, NodeProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType, type_proto,
+    GraphProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
+    type_proto,
 };
 
 /// A node's stable id: its index in `graph.node`.
@@ -615,6 +616,24 @@ impl Graph {
         &self.problems
     }
 
+    /// The only node reading `tensor`, when exactly one does and it is not a graph output
+    /// (so what flows through it reaches that node alone).
+    pub fn sole_consumer(&self, tensor: &str) -> Option<NodeId> {
+        let info = self.tensor(tensor)?;
+        match info.consumers.as_slice() {
+            [only] if !info.is_output => Some(*only),
+            _ => None,
+        }
+    }
+
+    /// True for an initializer (not an overridable one) that exactly one node reads and that
+    /// is no graph output: changing its value changes that node alone.
+    pub fn is_private_initializer(&self, name: &str) -> bool {
+        self.tensor(name)
+            .is_some_and(|t| t.kind == TensorKind::Initializer)
+            && self.sole_consumer(name).is_some()
+    }
+
     /// Total number of weight elements (initializers and Constant-node tensors).
     pub fn parameter_count(&self) -> u64 {
         self.parameters
@@ -673,6 +692,19 @@ impl Graph {
                     .join(", "),
             }),
         }
+    }
+}
+
+/// Puts `tensor` among `graph`'s initializers: it replaces the one of the same name, or is
+/// added.
+pub fn put_initializer(graph: &mut GraphProto, tensor: TensorProto) {
+    match graph
+        .initializer
+        .iter_mut()
+        .find(|t| t.name() == tensor.name())
+    {
+        Some(existing) => *existing = tensor,
+        None => graph.initializer.push(tensor),
     }
 }
 

@@ -2,6 +2,7 @@
 //! atomic saving, tensor conversion to and from `ndarray`, and [`Graph`], the index the rest
 //! of the engine works on.
 
+pub mod attributes;
 pub mod builder;
 pub mod constant;
 pub mod dtype;

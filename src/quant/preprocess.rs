@@ -7,8 +7,9 @@ use std::collections::{HashMap, HashSet};
 
 use ndarray::{ArrayD, Axis};
 
+use crate::model::attributes;
 use crate::model::constant::constant_tensor;
-use crate::model::graph::overridable_initializers;
+use crate::model::graph::{overridable_initializers, put_initializer};
 use crate::model::proto::{GraphProto, NodeProto};
 use crate::model::{Model, ModelError, TensorArray};
 use crate::recipe::Preprocessing;
@@ -134,17 +135,11 @@ fn drop_identities(model: &mut Model) -> usize {
 }
 
 fn attr_f(node: &NodeProto, name: &str, default: f32) -> f32 {
-    node.attribute
-        .iter()
-        .find(|a| a.name() == name)
-        .map_or(default, |a| a.f())
+    attributes::float(node, name).unwrap_or(default)
 }
 
 fn attr_i(node: &NodeProto, name: &str, default: i64) -> i64 {
-    node.attribute
-        .iter()
-        .find(|a| a.name() == name)
-        .map_or(default, |a| a.i())
+    attributes::int(node, name).unwrap_or(default)
 }
 
 /// One BatchNormalization folded into its producer.
@@ -304,11 +299,7 @@ fn apply_folds(graph: &mut GraphProto, folds: Vec<Fold>, remove: &HashSet<usize>
             conv.input[2] = bias_name.clone();
         }
         for (name, value) in [(weight_name, w), (bias_name, bias_value)] {
-            let proto = value.to_proto(&name);
-            match graph.initializer.iter_mut().find(|t| t.name() == name) {
-                Some(t) => *t = proto,
-                None => graph.initializer.push(proto),
-            }
+            put_initializer(graph, value.to_proto(&name));
         }
     }
     let bn_params: HashSet<String> = remove

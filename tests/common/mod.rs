@@ -279,3 +279,15 @@ pub fn stamped_recipe(model: &qdq_studio::model::Model) -> qdq_studio::recipe::R
         .expect("the model records its recipe");
     qdq_studio::recipe::Recipe::from_toml(&text, "metadata").unwrap()
 }
+
+/// `qdq-studio compare` of the sample against `quant` on `data`.
+pub fn compare_cmd(quant: &Path, data: &Path) -> std::process::Command {
+    let mut cmd = cli();
+    cmd.args(["compare", "--float"])
+        .arg(asset("ppocr_cls.onnx"))
+        .arg("--quant")
+        .arg(quant)
+        .arg("--data")
+        .arg(data);
+    cmd
+}

@@ -2,6 +2,7 @@
 //! weight) and how each reads its input, which calibration needs to gather its mean input.
 
 use crate::calib::input_means::{Geometry, MeanSpec, Padding};
+use crate::model::attributes;
 use crate::model::proto::NodeProto;
 use crate::model::{Graph, Model, NodeId};
 use crate::quant::plan::{Plan, TensorRole};
@@ -60,8 +61,8 @@ pub fn layers(graph: &Graph, model: &Model, plan: &Plan) -> Vec<Layer> {
                 },
                 "Gemm" if node.int_attribute("transA").unwrap_or(0) == 0 => Kind::Gemm {
                     trans_b: node.int_attribute("transB").unwrap_or(0) == 1,
-                    alpha: float_attribute(proto, "alpha").unwrap_or(1.0),
-                    beta: float_attribute(proto, "beta").unwrap_or(1.0),
+                    alpha: attributes::float(proto, "alpha").unwrap_or(1.0),
+                    beta: attributes::float(proto, "beta").unwrap_or(1.0),
                 },
                 "MatMul" => Kind::MatMul,
                 _ => return None,
@@ -90,18 +91,9 @@ pub fn mean_spec(model: &Model, layer: &Layer) -> Option<MeanSpec> {
     })
 }
 
-fn float_attribute(node: &NodeProto, name: &str) -> Option<f32> {
-    node.attribute
-        .iter()
-        .find(|a| a.name() == name)
-        .map(|a| a.f())
-}
-
-fn ints_attribute(node: &NodeProto, name: &str) -> Option<Vec<usize>> {
-    node.attribute
-        .iter()
-        .find(|a| a.name() == name)
-        .map(|a| a.ints.iter().map(|&v| v.max(0) as usize).collect())
+/// An integer-list attribute as sizes (negative values, invalid anyway, read as 0).
+fn sizes(node: &NodeProto, name: &str) -> Option<Vec<usize>> {
+    attributes::ints(node, name).map(|v| v.iter().map(|&d| d.max(0) as usize).collect())
 }
 
 /// A Conv's kernel, strides, dilations and padding, as 2-D (a 1-D Conv has height 1).
@@ -122,19 +114,14 @@ fn conv_geometry(model: &Model, layer: &Layer) -> Option<Geometry> {
     if !(1..=2).contains(&rank) {
         return None;
     }
-    let kernel = ints_attribute(node, "kernel_shape").unwrap_or(spatial);
-    let strides = ints_attribute(node, "strides").unwrap_or_else(|| vec![1; rank]);
-    let dilations = ints_attribute(node, "dilations").unwrap_or_else(|| vec![1; rank]);
-    let pads = ints_attribute(node, "pads").unwrap_or_else(|| vec![0; 2 * rank]);
+    let kernel = sizes(node, "kernel_shape").unwrap_or(spatial);
+    let strides = sizes(node, "strides").unwrap_or_else(|| vec![1; rank]);
+    let dilations = sizes(node, "dilations").unwrap_or_else(|| vec![1; rank]);
+    let pads = sizes(node, "pads").unwrap_or_else(|| vec![0; 2 * rank]);
     if kernel.len() != rank || strides.len() != rank || dilations.len() != rank {
         return None;
     }
-    let auto_pad = node
-        .attribute
-        .iter()
-        .find(|a| a.name() == "auto_pad")
-        .map(|a| String::from_utf8_lossy(a.s()).into_owned())
-        .unwrap_or_default();
+    let auto_pad = attributes::string(node, "auto_pad").unwrap_or_default();
     let pads = match auto_pad.as_str() {
         "SAME_UPPER" => Padding::Same { upper: true },
         "SAME_LOWER" => Padding::Same { upper: false },

@@ -23,7 +23,8 @@ use super::prepare::Prepared;
 use super::rewrite::dequantized_weight;
 use crate::calib::input_means::MeanSpec;
 use crate::calib::stats::CalibrationStats;
-use crate::model::{DataType, Model, TensorArray, TensorKind};
+use crate::model::graph::put_initializer;
+use crate::model::{DataType, Model, TensorArray};
 use crate::recipe::Recipe;
 use layers::{Kind, Layer};
 
@@ -265,7 +266,7 @@ fn subtract_from_bias(
             .iter()
             .map(|s| (-s / f64::from(divisor)) as f32)
             .collect();
-        set_initializer(&mut prepared.model, &name, values);
+        set_initializer(&mut prepared.model, &name, vec![values.len()], values);
         if let Some(n) = prepared
             .model
             .proto_mut()
@@ -278,7 +279,7 @@ fn subtract_from_bias(
         }
         return Ok(Some(true));
     };
-    if !private_initializer(prepared, &bias) {
+    if !prepared.graph.is_private_initializer(&bias) {
         return Ok(None);
     }
     let Some(values) = prepared.model.weight(&bias)? else {
@@ -299,11 +300,12 @@ fn subtract_from_bias(
         .map(|(b, s)| (f64::from(*b) - s / f64::from(divisor)) as f32)
         .collect();
     // A bias broadcast from one value becomes one value per channel.
-    let keep_shape = values.len() == shift.len();
-    set_initializer(&mut prepared.model, &bias, corrected);
-    if keep_shape {
-        reshape_like(&mut prepared.model, &bias, values.shape());
-    }
+    let shape = if values.len() == shift.len() {
+        values.shape().to_vec()
+    } else {
+        vec![shift.len()]
+    };
+    set_initializer(&mut prepared.model, &bias, shape, corrected);
     Ok(Some(false))
 }
 
@@ -311,12 +313,8 @@ fn subtract_from_bias(
 fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> {
     let graph = &prepared.graph;
     let output = graph.node(layer.node).outputs.first()?;
-    let info = graph.tensor(output)?;
-    let [add] = info.consumers.as_slice() else {
-        return None;
-    };
-    let add = graph.node(*add);
-    if add.op_type != "Add" || !add.domain.is_empty() || info.is_output {
+    let add = graph.node(graph.sole_consumer(output)?);
+    if add.op_type != "Add" || !add.domain.is_empty() {
         return None;
     }
     let other = add.inputs.iter().find(|i| *i != output)?;
@@ -327,37 +325,14 @@ fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> 
         .rev()
         .skip(1)
         .all(|d| *d == crate::model::Dim::Fixed(1));
-    (ones && private_initializer(prepared, other)).then(|| other.clone())
+    (ones && graph.is_private_initializer(other)).then(|| other.clone())
 }
 
-/// True for an initializer only one node reads (so changing it changes nothing else).
-fn private_initializer(prepared: &Prepared, name: &str) -> bool {
-    prepared.graph.tensor(name).is_some_and(|t| {
-        t.kind == TensorKind::Initializer && t.consumers.len() == 1 && !t.is_output
-    })
-}
-
-/// Writes `values` as the float32 initializer `name` (1-D), replacing or adding it.
-fn set_initializer(model: &mut Model, name: &str, values: Vec<f32>) {
-    let len = values.len();
-    let proto = TensorArray::Float32(crate::model::tensor::array(vec![len], values)).to_proto(name);
+/// Writes `values` as the float32 initializer `name` of `shape`, replacing or adding it.
+fn set_initializer(model: &mut Model, name: &str, shape: Vec<usize>, values: Vec<f32>) {
+    let proto = TensorArray::Float32(crate::model::tensor::array(shape, values)).to_proto(name);
     if let Some(graph) = model.proto_mut().graph.as_mut() {
-        match graph.initializer.iter_mut().find(|t| t.name() == name) {
-            Some(t) => *t = proto,
-            None => graph.initializer.push(proto),
-        }
-    }
-}
-
-/// Gives the initializer `name` the dims `shape` again (same element count).
-fn reshape_like(model: &mut Model, name: &str, shape: &[usize]) {
-    if let Some(t) = model
-        .proto_mut()
-        .graph
-        .as_mut()
-        .and_then(|g| g.initializer.iter_mut().find(|t| t.name() == name))
-    {
-        t.dims = shape.iter().map(|&d| d as i64).collect();
+        put_initializer(graph, proto);
     }
 }
 

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 pub use channels::ChannelMap;
 
+use crate::model::graph::put_initializer;
 use crate::model::{Graph, Model, ModelError, TensorArray};
 
 /// Scales are kept in this range (a dead channel must not make them 0 or ∞).
@@ -89,12 +90,11 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
         .iter()
         .map(|pair| {
             let (first, second) = (&layers[pair.first], &layers[pair.second]);
-            let elements = values.get(&first.weight).map_or(0, ArrayD::len);
             EqualizedPair {
                 first: name(pair.first),
                 second: name(pair.second),
                 between: pair.between.clone(),
-                channels: first.outputs.channels(elements),
+                channels: first.outputs.channels(first.elements),
                 first_sqnr_db: both(&first.weight),
                 second_sqnr_db: both(&second.weight),
             }
@@ -208,9 +208,6 @@ fn write_back(model: &mut Model, values: HashMap<String, ArrayD<f32>>) {
         return;
     };
     for (name, value) in values {
-        let proto = TensorArray::Float32(value).to_proto(&name);
-        if let Some(t) = graph.initializer.iter_mut().find(|t| t.name() == name) {
-            *t = proto;
-        }
+        put_initializer(graph, TensorArray::Float32(value).to_proto(&name));
     }
 }

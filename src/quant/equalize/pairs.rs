@@ -4,7 +4,8 @@
 //! Relu), both weights (and the first one's bias) initializers nobody else reads.
 
 use super::channels::ChannelMap;
-use crate::model::{DataType, Graph, Model, Node, NodeId, TensorKind};
+use crate::model::attributes;
+use crate::model::{DataType, Graph, Model, Node, NodeId};
 
 /// Where a layer's channels sit in the activations it reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct Layer {
     pub node: NodeId,
     /// Its weight initializer.
     pub weight: String,
+    /// The weight's element count.
+    pub elements: usize,
     /// Its bias initializer (Conv/Gemm input 2, or the constant of the Add after a MatMul).
     pub bias: Option<String>,
     /// The tensor the layer's result is written to (the Add's output after a MatMul).
@@ -61,11 +64,8 @@ pub fn find(model: &Model, graph: &Graph) -> (Vec<Layer>, Vec<Pair>) {
             continue;
         };
         let fits = first.family == second.family
-            && first.bias.as_ref().is_none_or(|b| bias_fits(model, b))
             && second.inputs.is_some_and(|map| {
-                let elements = weight_len(model, &second.weight);
-                let outputs = weight_len(model, &first.weight);
-                map.channels(elements) == first.outputs.channels(outputs)
+                map.channels(second.elements) == first.outputs.channels(first.elements)
             });
         if !fits {
             continue;
@@ -100,30 +100,15 @@ fn weight_shape(model: &Model, name: &str) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// Elements of the initializer `name` (0 when unreadable).
-fn weight_len(model: &Model, name: &str) -> usize {
-    weight_shape(model, name).map_or(0, |s| s.iter().product())
-}
-
-/// A bias can be scaled per channel when it is float32 (any broadcastable shape is expanded
-/// by the caller).
-fn bias_fits(model: &Model, name: &str) -> bool {
-    model
-        .graph()
-        .initializer
-        .iter()
-        .any(|t| t.name() == name && t.data_type() == DataType::Float32.to_onnx())
-}
-
-/// True when `name` is a float32 initializer (not overridable) that only one node reads.
+/// True when `name` is a float32 initializer (not overridable) that only one node reads (a
+/// bias of any broadcastable shape is expanded by the caller).
 fn private_weight(graph: &Graph, model: &Model, name: &str) -> bool {
-    graph.tensor(name).is_some_and(|t| {
-        t.kind == TensorKind::Initializer && t.consumers.len() == 1 && !t.is_output
-    }) && model
-        .graph()
-        .initializer
-        .iter()
-        .any(|t| t.name() == name && t.data_type() == DataType::Float32.to_onnx())
+    graph.is_private_initializer(name)
+        && model
+            .graph()
+            .initializer
+            .iter()
+            .any(|t| t.name() == name && t.data_type() == DataType::Float32.to_onnx())
 }
 
 /// The node as an equalizable layer, when it is one.
@@ -182,6 +167,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
     let mut layer = Layer {
         node: node.id,
         weight: weight.clone(),
+        elements: shape.iter().product(),
         bias,
         output: node.outputs.first()?.clone(),
         outputs,
@@ -200,7 +186,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
 /// The Add right after a MatMul whose other input is a private initializer: its output and
 /// that initializer.
 fn bias_add(graph: &Graph, model: &Model, tensor: &str) -> Option<(String, String)> {
-    let add = graph.node(single_consumer(graph, tensor)?);
+    let add = graph.node(graph.sole_consumer(tensor)?);
     if add.op_type != "Add" || !add.domain.is_empty() || add.inputs.len() != 2 {
         return None;
     }
@@ -208,19 +194,10 @@ fn bias_add(graph: &Graph, model: &Model, tensor: &str) -> Option<(String, Strin
     private_weight(graph, model, other).then(|| (add.outputs[0].clone(), other.clone()))
 }
 
-/// The only node reading `tensor`, when it is not a graph output.
-fn single_consumer(graph: &Graph, tensor: &str) -> Option<NodeId> {
-    let info = graph.tensor(tensor)?;
-    match info.consumers.as_slice() {
-        [only] if !info.is_output => Some(*only),
-        _ => None,
-    }
-}
-
 /// The layer node that reads `tensor` (directly or through one homogeneous activation) as
 /// its data input, and that activation's op type.
 fn follower(model: &Model, graph: &Graph, tensor: &str) -> Option<(NodeId, Option<String>)> {
-    let next = graph.node(single_consumer(graph, tensor)?);
+    let next = graph.node(graph.sole_consumer(tensor)?);
     if next.inputs.first().map(String::as_str) != Some(tensor) {
         return None;
     }
@@ -230,7 +207,7 @@ fn follower(model: &Model, graph: &Graph, tensor: &str) -> Option<(NodeId, Optio
     if !homogeneous(model, next) {
         return None;
     }
-    let after = graph.node(single_consumer(graph, next.outputs.first()?)?);
+    let after = graph.node(graph.sole_consumer(next.outputs.first()?)?);
     (after.inputs.first() == next.outputs.first()
         && matches!(after.op_type.as_str(), "Conv" | "Gemm" | "MatMul"))
     .then(|| (after.id, Some(next.op_type.clone())))
@@ -270,20 +247,16 @@ fn clip_is_relu(model: &Model, node: &Node) -> bool {
             }
         }
     };
-    let attribute = |name: &str| {
-        proto
-            .attribute
-            .iter()
-            .find(|a| a.name() == name)
-            .map(|a| a.f())
-    };
     let (min, max) = if proto.input.len() > 1 {
         match (constant(1), constant(2)) {
             (Some(min), Some(max)) => (min, max),
             _ => return false,
         }
     } else {
-        (attribute("min"), attribute("max"))
+        (
+            attributes::float(proto, "min"),
+            attributes::float(proto, "max"),
+        )
     };
     min == Some(0.0) && max.is_none_or(|m| m == f32::INFINITY)
 }
