@@ -303,6 +303,12 @@ pub struct Recipe {
     /// `bias_correction` module; the statistics must be gathered with it on).
     #[serde(default)]
     pub bias_correction: bool,
+    /// GPTQ rounding: each quantized Conv/Gemm/MatMul weight rounded column by column, the
+    /// error of each column spread over the columns not yet rounded through the inverse of
+    /// the layer's input Hessian measured on the calibration data (see the quantizer's `gptq`
+    /// module; the statistics must be gathered with it on). Same scales, other integers.
+    #[serde(default)]
+    pub gptq: bool,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -356,6 +362,7 @@ impl Default for Recipe {
             smoothquant: false,
             smoothquant_alpha: None,
             bias_correction: false,
+            gptq: false,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,

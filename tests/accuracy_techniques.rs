@@ -1,7 +1,8 @@
 //! Accuracy techniques beyond onnxruntime's quantizer, checked in real ONNX Runtime sessions:
 //! cross-layer equalization leaves the float model's outputs as they were and evens out the
 //! weights' channel ranges; bias correction removes the mean output error that per-tensor
-//! weights cause; statistics gathered without either are refused by a recipe that needs them.
+//! weights cause; GPTQ's rounding lowers a layer's output error against rounding to
+//! nearest; statistics gathered without a technique are refused by a recipe that needs it.
 
 mod common;
 
@@ -11,7 +12,7 @@ use qdq_studio::calib::{CalibrationConfig, CalibrationStats};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Model, ModelBuilder, TensorArray};
 use qdq_studio::quant::{self, Prepared, QuantError};
-use qdq_studio::recipe::{Preprocessing, Recipe};
+use qdq_studio::recipe::{Preprocessing, QuantType, Recipe};
 use qdq_studio::runtime::{EpSpec, SessionOptions};
 
 use common::{asset, runtime, write_npz};
@@ -272,6 +273,15 @@ fn statistics_without_the_techniques_are_refused() {
         matches!(err, QuantError::StatsMismatch(ref m) if m.contains("cle")),
         "{err}"
     );
+    let gptq = Recipe {
+        gptq: true,
+        ..Recipe::default()
+    };
+    let err = quant::quantize(&model, Some(&stats), &gptq).unwrap_err();
+    assert!(
+        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("gptq")),
+        "{err}"
+    );
     // Calibrated with equalization, quantized without: refused too.
     let equalized = calibrate(&model, &cle, &data);
     let err = quant::quantize(&model, Some(&equalized), &Recipe::default()).unwrap_err();
@@ -299,4 +309,142 @@ fn cli_quantize_equalizes_and_corrects() {
     assert!(text.contains("bias correction:"), "{text}");
     let recipe = common::stamped_recipe(&Model::load(&out).unwrap());
     assert!(recipe.preprocessing.equalize && recipe.bias_correction);
+}
+
+/// x `[n, 16, 32]` whose 32 features mix 4 latent factors (correlated inputs, as real
+/// activations are) → MatMul by a `[32, 24]` weight → y.
+fn matmul_model() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 16, 32]);
+    b.initializer("w", tensor(31, &[32, 24]));
+    b.node("MatMul", &["x", "w"], &["y"]).name("matmul");
+    b.output("y", DataType::Float32, &[-1, 16, 24]);
+    b.build()
+}
+
+fn correlated_data(seed: u64, n: usize) -> ArrayD<f32> {
+    let latent = values(seed, n * 16 * 4);
+    let mixing = values(77, 4 * 32);
+    let noise = values(seed + 1, n * 16 * 32);
+    ArrayD::from_shape_fn(IxDyn(&[n, 16, 32]), |i| {
+        let row = i[0] * 16 + i[1];
+        let mixed: f32 = (0..4)
+            .map(|f| latent[row * 4 + f] * mixing[f * 32 + i[2]])
+            .sum();
+        mixed + 0.05 * noise[row * 32 + i[2]]
+    })
+}
+
+fn mean_squared_error(a: &ArrayD<f32>, b: &ArrayD<f32>) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(x - y).powi(2))
+        .sum::<f64>()
+        / a.len() as f64
+}
+
+/// The layer's output MSE on held-out data, in ONNX Runtime, with and without GPTQ.
+fn output_errors(
+    model: &Model,
+    base: &Recipe,
+    data: &std::path::Path,
+    x: &ArrayD<f32>,
+) -> (f64, f64) {
+    let gptq = Recipe {
+        gptq: true,
+        ..base.clone()
+    };
+    let stats = calibrate(model, &gptq, data);
+    assert!(!stats.input_hessians.is_empty());
+    let nearest = quant::quantize(model, Some(&stats), base).unwrap();
+    let rounded = quant::quantize(model, Some(&stats), &gptq).unwrap();
+    let report = rounded.gptq.as_ref().unwrap();
+    assert_eq!(report.rounded.len(), 1, "{report:?}");
+    assert!(report.rounded[0].gptq_sqnr_db > report.rounded[0].rtn_sqnr_db);
+    // The same scales: only the integers differ.
+    let scale = |q: &quant::Quantized| q.params.get("w").unwrap().params.clone();
+    assert_eq!(scale(&nearest), scale(&rounded));
+    let float = run(model, x);
+    let errors = (
+        mean_squared_error(&float, &run(&nearest.model, x)),
+        mean_squared_error(&float, &run(&rounded.model, x)),
+    );
+    eprintln!("output MSE: nearest {:e}, gptq {:e}", errors.0, errors.1);
+    errors
+}
+
+#[test]
+fn gptq_lowers_a_layers_output_error_against_rounding_to_nearest() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    write_npz(
+        &data,
+        &[("x", TensorArray::Float32(correlated_data(3, 64)))],
+    );
+    let model = matmul_model();
+    let held_out = correlated_data(1000, 32);
+    // 16-bit activations: the weights' rounding is what the output error is made of.
+    for (per_channel, weight_type) in [
+        (false, QuantType::Int8),
+        (true, QuantType::Int8),
+        (true, QuantType::Int4),
+    ] {
+        let base = Recipe {
+            per_channel,
+            weight_type,
+            activation_type: QuantType::Uint16,
+            ..Recipe::default()
+        };
+        let (nearest, gptq) = output_errors(&model, &base, &data, &held_out);
+        assert!(
+            gptq < 0.7 * nearest,
+            "{weight_type:?} per-channel {per_channel}: output MSE {nearest:e} nearest, {gptq:e} gptq"
+        );
+    }
+    // A Conv (its patches' Hessian, zero padding included).
+    let data = dir.path().join("positive.npz");
+    write_npz(&data, &[("x", TensorArray::Float32(positive_data(5, 64)))]);
+    let base = Recipe {
+        per_channel: false,
+        activation_type: QuantType::Uint16,
+        ..Recipe::default()
+    };
+    let (nearest, gptq) = output_errors(&biased_model(), &base, &data, &positive_data(99, 32));
+    assert!(
+        gptq < 0.7 * nearest,
+        "Conv output MSE {nearest:e} nearest, {gptq:e} gptq"
+    );
+}
+
+#[test]
+fn cli_gptq_rounds_from_a_statistics_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let text = common::run_ok(common::cli().args([
+        "calibrate",
+        "--onnx_path",
+        asset("ppocr_cls.onnx").to_str().unwrap(),
+        "--calibration_data_path",
+        asset("calib.npz").to_str().unwrap(),
+        "--gptq",
+        "--output_path",
+        stats.to_str().unwrap(),
+    ]));
+    assert!(!text.is_empty());
+    let out = dir.path().join("cls.qdq.onnx");
+    let text = common::run_ok(common::cli().args([
+        "quantize",
+        "--onnx_path",
+        asset("ppocr_cls.onnx").to_str().unwrap(),
+        "--calibration_cache_path",
+        stats.to_str().unwrap(),
+        "--per_tensor",
+        "--gptq",
+        "--output_path",
+        out.to_str().unwrap(),
+    ]));
+    assert!(text.contains("gptq: 54 layer(s) rounded"), "{text}");
+    assert!(text.contains("gptq-rounded layer"), "{text}");
+    let recipe = common::stamped_recipe(&Model::load(&out).unwrap());
+    assert!(recipe.gptq);
 }

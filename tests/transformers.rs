@@ -110,3 +110,18 @@ fn minilm_16_bit_activations_no_longer_turn_the_mask_into_nan() {
     let (_, cosine) = quantize_and_compare(dir.path(), "a16", &["--activation_type", "uint16"]);
     assert!(cosine >= 0.99, "16-bit activations: cosine {cosine}");
 }
+
+#[test]
+fn minilm_int4_weights_with_gptq_beat_round_to_nearest() {
+    let dir = tempfile::tempdir().unwrap();
+    let int4 = ["--quantize_mode", "int4", "--calibration_method", "rtn_dq"];
+    let (_, nearest) = quantize_and_compare(dir.path(), "rtn", &int4);
+    let (said, gptq) = quantize_and_compare(dir.path(), "gptq", &[&int4[..], &["--gptq"]].concat());
+    assert!(said.contains("gptq: 18 layer(s) rounded"), "{said}");
+    eprintln!("int4 cosine: nearest {nearest:.5}, gptq {gptq:.5}");
+    // GPTQ must close a real part of the gap to float, not just move the figure.
+    assert!(
+        1.0 - gptq < 0.8 * (1.0 - nearest),
+        "int4 cosine: gptq {gptq} against nearest {nearest}"
+    );
+}

@@ -59,6 +59,8 @@ pub enum Command {
     SetEqualize(bool),
     /// Turn bias correction on or off.
     SetBiasCorrection(bool),
+    /// Turn GPTQ rounding on or off.
+    SetGptq(bool),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

@@ -451,6 +451,23 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         commands.push(Command::SetBiasCorrection(on));
     }
     ui.end_row();
+    gptq_row(ui, recipe, commands);
+}
+
+/// The GPTQ switch (a grid row).
+fn gptq_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
+    ui.label("GPTQ");
+    let mut on = recipe.gptq;
+    if ui
+        .checkbox(&mut on, "round weights against the layer's inputs")
+        .on_hover_text(
+            "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least; same scales, other integers; needs a new calibration",
+        )
+        .changed()
+    {
+        commands.push(Command::SetGptq(on));
+    }
+    ui.end_row();
 }
 
 /// The recipe's mode and, for int4, its method and output form.
@@ -532,6 +549,9 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                     }
                 });
             ui.end_row();
+            if matches!(recipe.int4_method, Int4Method::RtnDq | Int4Method::Rtn) {
+                gptq_row(ui, recipe, commands);
+            }
         });
 }
 

@@ -389,6 +389,18 @@ impl Studio {
                     }
                 );
             }
+            Command::SetGptq(on) => {
+                doc.editor.change(|r| r.gptq = on);
+                self.window.status = format!(
+                    "GPTQ rounding {}{}",
+                    if on { "on" } else { "off" },
+                    if on {
+                        ": calibrate again to measure the layers' input Hessians"
+                    } else {
+                        ""
+                    }
+                );
+            }
             Command::SetInt4Output(form) => {
                 doc.editor.change(|r| r.int4_output = form);
                 self.window.status =

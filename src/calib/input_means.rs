@@ -77,28 +77,10 @@ impl InputMean {
         let Some(values) = x.as_slice() else { return };
         match geometry {
             Geometry::LastAxis => self.add_rows(values, x.shape()),
-            Geometry::Conv {
-                kernel,
-                strides,
-                dilations,
-                pads,
-            } => {
-                // A malformed kernel (a zero size) reads nothing.
-                if kernel.contains(&0) {
-                    return;
+            Geometry::Conv { .. } => {
+                if let Some((layout, conv)) = conv_layout(geometry, x.shape()) {
+                    self.add_conv(values, layout, &conv);
                 }
-                let (n, c, h, w) = match *x.shape() {
-                    [n, c, h, w] => (n, c, h, w),
-                    [n, c, w] => (n, c, 1, w),
-                    _ => return,
-                };
-                let conv = ConvTaps {
-                    kernel: *kernel,
-                    strides: *strides,
-                    dilations: *dilations,
-                    pads: pads.resolve([h, w], *kernel, *strides, *dilations),
-                };
-                self.add_conv(values, [n, c, h, w], &conv);
             }
         }
     }
@@ -159,13 +141,43 @@ impl InputMean {
     }
 }
 
+/// The layout `[n, c, h, w]` of a Conv's input of `shape` and the Conv's taps over it
+/// (`None` for `LastAxis`, a malformed kernel with a zero size, or an input that is not 3-D
+/// or 4-D).
+pub(super) fn conv_layout(geometry: &Geometry, shape: &[usize]) -> Option<([usize; 4], ConvTaps)> {
+    let Geometry::Conv {
+        kernel,
+        strides,
+        dilations,
+        pads,
+    } = geometry
+    else {
+        return None;
+    };
+    if kernel.contains(&0) {
+        return None;
+    }
+    let (n, c, h, w) = match *shape {
+        [n, c, h, w] => (n, c, h, w),
+        [n, c, w] => (n, c, 1, w),
+        _ => return None,
+    };
+    let conv = ConvTaps {
+        kernel: *kernel,
+        strides: *strides,
+        dilations: *dilations,
+        pads: pads.resolve([h, w], *kernel, *strides, *dilations),
+    };
+    Some(([n, c, h, w], conv))
+}
+
 fn finite(v: f32) -> f64 {
     if v.is_finite() { f64::from(v) } else { 0.0 }
 }
 
 /// A convolution's geometry with its padding resolved for one input size.
-struct ConvTaps {
-    kernel: [usize; 2],
+pub(super) struct ConvTaps {
+    pub(super) kernel: [usize; 2],
     strides: [usize; 2],
     dilations: [usize; 2],
     /// Top, left, bottom, right.
@@ -174,20 +186,24 @@ struct ConvTaps {
 
 impl ConvTaps {
     /// Output positions along `dim` (0: height, 1: width) for an input of `size`.
-    fn outputs(&self, dim: usize, size: usize) -> Option<usize> {
+    pub(super) fn outputs(&self, dim: usize, size: usize) -> Option<usize> {
         let span = (self.kernel[dim] - 1) * self.dilations[dim] + 1;
         let padded = size + self.pads[dim] + self.pads[dim + 2];
         (padded >= span).then(|| (padded - span) / self.strides[dim].max(1) + 1)
+    }
+
+    /// The input position along `dim` (of `size`) that output `o`'s tap `t` reads, `None`
+    /// in the padding.
+    pub(super) fn source(&self, dim: usize, o: usize, t: usize, size: usize) -> Option<usize> {
+        let at = o * self.strides[dim] + t * self.dilations[dim];
+        at.checked_sub(self.pads[dim]).filter(|&p| p < size)
     }
 
     /// The input positions along `dim` that tap `t` reads, one per output position inside the
     /// input (the others read padding, zero).
     fn taps(&self, dim: usize, t: usize, outputs: usize, size: usize) -> Vec<usize> {
         (0..outputs)
-            .filter_map(|o| {
-                let at = o * self.strides[dim] + t * self.dilations[dim];
-                at.checked_sub(self.pads[dim]).filter(|&p| p < size)
-            })
+            .filter_map(|o| self.source(dim, o, t, size))
             .collect()
     }
 }

@@ -9,6 +9,7 @@ pub mod channels;
 pub mod data;
 pub mod file;
 pub mod histogram;
+pub mod input_hessians;
 pub mod input_means;
 pub mod memory;
 pub mod range;
@@ -76,6 +77,9 @@ pub struct CalibrationConfig {
     /// Also gather the mean inputs of these layers (bias correction).
     #[serde(default)]
     pub input_means: Vec<input_means::MeanSpec>,
+    /// Also gather the input Hessians of these layers (data-aware weight rounding).
+    #[serde(default)]
+    pub input_hessians: Vec<input_hessians::HessianSpec>,
 }
 
 impl Default for CalibrationConfig {
@@ -91,6 +95,7 @@ impl Default for CalibrationConfig {
             memory_budget: None,
             channels: None,
             input_means: Vec::new(),
+            input_hessians: Vec::new(),
         }
     }
 }

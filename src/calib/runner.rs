@@ -11,6 +11,7 @@ use rayon::prelude::*;
 use super::channels::ChannelStats;
 use super::data::{BatchChoice, BatchSource, choose_batch, model_inputs, validate_source};
 use super::histogram::{AbsHistogram, Histogram};
+use super::input_hessians::InputHessian;
 use super::input_means::InputMean;
 use super::memory;
 use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats};
@@ -162,6 +163,11 @@ pub fn calibrate(
     let mut stats: Vec<TensorStats> = vec![TensorStats::default(); tensors.len()];
     let mut channels: Vec<Option<ChannelStats>> = vec![None; tensors.len()];
     let mut means: Vec<InputMean> = vec![InputMean::default(); config.input_means.len()];
+    let mut hessians: Vec<InputHessian> = config
+        .input_hessians
+        .iter()
+        .map(InputHessian::new)
+        .collect();
     // Untyped tensors are kept only if the session returns them as floats.
     let mut float_seen: Vec<bool> = tensors
         .iter()
@@ -218,6 +224,7 @@ pub fn calibrate(
                     stats: &mut stats,
                     channels: &mut channels,
                     means: &mut means,
+                    hessians: &mut hessians,
                     float_seen: &mut float_seen,
                 },
                 pass,
@@ -270,11 +277,19 @@ pub fn calibrate(
         .filter(|(_, m)| m.count > 0)
         .map(|(spec, m)| (spec.layer.clone(), m))
         .collect();
+    let input_hessians = config
+        .input_hessians
+        .iter()
+        .zip(hessians)
+        .filter(|(_, h)| h.count > 0)
+        .filter_map(|(spec, h)| Some((spec.layers.first()?.clone(), h)))
+        .collect();
     Ok(CalibrationStats {
         info,
         channels,
         smoothing: BTreeMap::new(),
         input_means,
+        input_hessians,
         tensors: tensors
             .into_iter()
             .zip(stats)
@@ -303,6 +318,8 @@ struct Folded<'a> {
     channels: &'a mut [Option<ChannelStats>],
     /// Mean inputs, for the layers [`CalibrationConfig::input_means`] names.
     means: &'a mut [InputMean],
+    /// Input Hessians, for the inputs [`CalibrationConfig::input_hessians`] names.
+    hessians: &'a mut [InputHessian],
     float_seen: &'a mut [bool],
 }
 
@@ -318,6 +335,7 @@ fn fold_outputs(
         stats,
         channels,
         means,
+        hessians,
         float_seen,
     } = into;
     // f32 outputs are read in place; other float types are converted once.
@@ -371,6 +389,19 @@ fn fold_outputs(
                     .and_then(|i| views[i].as_ref());
                 if let Some(view) = view {
                     mean.add(&spec.geometry, view);
+                }
+            });
+        config
+            .input_hessians
+            .par_iter()
+            .zip(hessians.par_iter_mut())
+            .for_each(|(spec, hessian)| {
+                let view = tensors
+                    .iter()
+                    .position(|t| *t == spec.tensor)
+                    .and_then(|i| views[i].as_ref());
+                if let Some(view) = view {
+                    hessian.add(&spec.geometry, view);
                 }
             });
     }

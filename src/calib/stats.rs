@@ -260,9 +260,20 @@ pub struct CalibrationStats {
     /// Layer (node name) → the mean of the inputs its weights multiply (bias correction).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub input_means: BTreeMap<String, super::input_means::InputMean>,
+    /// Input tensor (as the first layer reading it names it) → the Hessian of the inputs
+    /// its layers' weights multiply (GPTQ); [`CalibrationStats::hessian_of`] finds a layer's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_hessians: BTreeMap<String, super::input_hessians::InputHessian>,
 }
 
 impl CalibrationStats {
+    /// The input Hessian gathered for `layer` (node name), if any.
+    pub fn hessian_of(&self, layer: &str) -> Option<&super::input_hessians::InputHessian> {
+        self.input_hessians
+            .values()
+            .find(|h| h.layers.iter().any(|l| l == layer))
+    }
+
     /// The tensors in which calibration met NaN or ±Inf (never folded into ranges), by name.
     pub fn non_finite_tensors(&self) -> Vec<&str> {
         self.tensors

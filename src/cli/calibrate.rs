@@ -73,6 +73,9 @@ pub struct CalibrateArgs {
     /// Also gather the layers' mean inputs (for `quantize --bias_correction`).
     #[arg(long = "bias_correction", visible_alias = "bias-correction")]
     pub bias_correction: bool,
+    /// Also gather the layers' input Hessians (for `quantize --gptq`).
+    #[arg(long)]
+    pub gptq: bool,
     /// Where to write the statistics (qdq-studio format, re-usable by `quantize`).
     #[arg(short = 'o', long = "output_path", visible_alias = "output-path")]
     pub output: PathBuf,
@@ -130,6 +133,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let mut recipe = Recipe::default();
     recipe.preprocessing.equalize = args.cle;
     recipe.bias_correction = args.bias_correction;
+    recipe.gptq = args.gptq;
     let stats = calibrate::calibrate_for_recipe(&model, &recipe, &spec, &config, &runtime, &ctx);
     bar.finish_and_clear();
     let stats = stats?;

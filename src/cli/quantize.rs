@@ -154,6 +154,11 @@ pub struct QuantizeArgs {
     /// measured on the calibration data, from its bias.
     #[arg(long = "bias_correction", visible_alias = "bias-correction")]
     pub bias_correction: bool,
+    /// GPTQ rounding: round each Conv/Gemm/MatMul weight column by column, the rounding
+    /// error compensated through the layer's input Hessian from the calibration data (same
+    /// scales, other integers; INT8 and INT4).
+    #[arg(long)]
+    pub gptq: bool,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -263,6 +268,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if args.bias_correction {
         recipe.bias_correction = true;
+    }
+    if args.gptq {
+        recipe.gptq = true;
     }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;
@@ -394,6 +402,13 @@ fn print_saved(saved: &Saved) {
         if let Some(corrected) = &built.bias_correction {
             println!("{}", corrected.summary());
             let table = qdq_studio::report::bias_correction_table(corrected, 10);
+            if let Some(table) = super::common::text_table(&table) {
+                println!("{table}");
+            }
+        }
+        if let Some(gptq) = &built.gptq {
+            println!("{}", gptq.summary());
+            let table = qdq_studio::report::gptq_table(gptq, 10);
             if let Some(table) = super::common::text_table(&table) {
                 println!("{table}");
             }

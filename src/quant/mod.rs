@@ -4,7 +4,9 @@
 pub mod bias_correction;
 pub mod equalize;
 pub mod explain;
+pub mod gptq;
 pub mod int4;
+pub mod layers;
 pub mod memory;
 pub mod ops;
 pub mod opset;
@@ -129,6 +131,8 @@ pub struct Quantized {
     pub smoothing: Option<String>,
     /// What bias correction did, when the recipe asks for it.
     pub bias_correction: Option<bias_correction::BiasCorrectionReport>,
+    /// What GPTQ rounded, when the recipe asks for it.
+    pub gptq: Option<gptq::GptqReport>,
 }
 
 impl Quantized {
@@ -227,7 +231,12 @@ pub fn quantize_with(
     }
     prepared.graph.check()?;
     check_equalization(recipe, stats)?;
-    let bias_correction = bias_correction::apply(&mut prepared, recipe, stats)?;
+    let gptq::Rounded {
+        rounding,
+        report: gptq_report,
+    } = gptq::round(&prepared, recipe, stats, ctx)?.unwrap_or_default();
+    let gptq = recipe.gptq.then_some(gptq_report);
+    let bias_correction = bias_correction::apply(&mut prepared, recipe, stats, &rounding)?;
     let Guarded {
         recipe: effective,
         plan,
@@ -250,6 +259,7 @@ pub fn quantize_with(
     if !smoothed.scales.is_empty() {
         scaling = smoothed;
     }
+    scaling.rounding = rounding;
     let Prepared {
         model: mut work,
         graph,
@@ -288,6 +298,7 @@ pub fn quantize_with(
         int4: scaling.report,
         smoothing,
         bias_correction,
+        gptq,
     })
 }
 

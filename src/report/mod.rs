@@ -428,6 +428,32 @@ pub fn bias_correction_table(
     }
 }
 
+/// The `count` layers GPTQ helped most: each layer's output SQNR on the calibration data
+/// with its weight rounded to nearest and with GPTQ.
+pub fn gptq_table(report: &crate::quant::gptq::GptqReport, count: usize) -> TextTable {
+    TextTable {
+        header: vec![
+            "gptq-rounded layer",
+            "output SQNR, nearest (dB)",
+            "with gptq (dB)",
+            "gain (dB)",
+        ],
+        rows: report
+            .largest_gains()
+            .into_iter()
+            .take(count)
+            .map(|l| {
+                vec![
+                    l.layer.clone(),
+                    format!("{:.2}", l.rtn_sqnr_db),
+                    format!("{:.2}", l.gptq_sqnr_db),
+                    format!("{:+.2}", l.gptq_sqnr_db - l.rtn_sqnr_db),
+                ]
+            })
+            .collect(),
+    }
+}
+
 /// The table of the 10 worst weights.
 pub(crate) fn weight_table(tensors: &TensorErrors) -> TextTable {
     let mut worst: Vec<_> = tensors.weights.iter().collect();

@@ -121,32 +121,30 @@ pub fn config_for_recipe(
 ) -> CalibrationConfig {
     let mut config = config.clone();
     config.input_means = crate::quant::bias_correction::mean_specs(prepared, recipe);
-    if let Some(list) = config.tensors.as_mut() {
-        for spec in &config.input_means {
-            if !list.contains(&spec.tensor) {
-                list.push(spec.tensor.clone());
-            }
-        }
-    }
+    config.input_hessians = crate::quant::gptq::hessian_specs(prepared, recipe);
     let mut sampled = crate::quant::int4::activations_to_sample(prepared, recipe);
     sampled.extend(crate::quant::smooth::activations_to_smooth(
         prepared, recipe,
     ));
-    if sampled.is_empty() {
-        return config;
+    // Every tensor a technique reads (the layers' inputs, the sampled activations).
+    let mut needed: Vec<String> = sampled.clone();
+    let read = config.input_means.iter().map(|s| &s.tensor);
+    for tensor in read.chain(config.input_hessians.iter().map(|s| &s.tensor)) {
+        if !needed.contains(tensor) {
+            needed.push(tensor.clone());
+        }
     }
-    if recipe.mode == QuantMode::Int4 {
+    if recipe.mode == QuantMode::Int4 && !needed.is_empty() {
         // Nothing else is quantized, so nothing else needs a range.
-        config.tensors = Some(sampled.clone());
+        config.tensors = Some(needed);
         config.histogram_bins = 0;
         config.ort_parity = None;
     } else if let Some(list) = config.tensors.as_mut() {
-        let missing: Vec<String> = sampled
-            .iter()
-            .filter(|t| !list.contains(t))
-            .cloned()
-            .collect();
+        let missing: Vec<String> = needed.into_iter().filter(|t| !list.contains(t)).collect();
         list.extend(missing);
+    }
+    if sampled.is_empty() {
+        return config;
     }
     config.channels = Some(ChannelSampling {
         tensors: sampled,

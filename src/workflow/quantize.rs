@@ -17,9 +17,10 @@ use crate::report::CompareReport;
 use crate::runtime::Runtime;
 
 /// True when `recipe` needs calibration statistics: activation ranges (every mode but int4
-/// weight-only), or the activations an int4 search runs on (AWQ).
+/// weight-only), the activations an int4 search runs on (AWQ), or the layer inputs GPTQ
+/// rounds for.
 pub fn needs_statistics(recipe: &Recipe) -> bool {
-    recipe.mode != QuantMode::Int4 || recipe.int4_method.needs_activations()
+    recipe.mode != QuantMode::Int4 || recipe.int4_method.needs_activations() || recipe.gptq
 }
 
 /// The default path of the QDQ model: `<name>.qdq.onnx` beside the input; in the current
@@ -97,6 +98,8 @@ pub struct Built {
     pub smoothing: Option<String>,
     /// What bias correction did, when the recipe asks for it.
     pub bias_correction: Option<crate::quant::bias_correction::BiasCorrectionReport>,
+    /// What GPTQ rounded, when the recipe asks for it.
+    pub gptq: Option<crate::quant::gptq::GptqReport>,
 }
 
 /// Milliseconds each stage took.
@@ -170,6 +173,7 @@ pub fn quantize_and_save(
                 int4: q.int4.clone(),
                 smoothing: q.smoothing.clone(),
                 bias_correction: q.bias_correction.clone(),
+                gptq: q.gptq.clone(),
             };
             timings.quantize_ms = ms(started);
             (Arc::new(q.model), Some(built))

@@ -53,6 +53,7 @@ fn from_ranges(ranges: BTreeMap<String, Range>, path: &Path) -> CalibrationStats
         channels: BTreeMap::new(),
         smoothing: BTreeMap::new(),
         input_means: BTreeMap::new(),
+        input_hessians: BTreeMap::new(),
     }
 }
 

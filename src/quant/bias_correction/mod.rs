@@ -9,14 +9,15 @@
 //! The means are statistics of the float model, so they do not depend on the recipe:
 //! changing exclusions or weight settings after calibrating corrects for the new weights.
 //! Block-wise (int4) and FP8 weights, and MatMul weights SmoothQuant rescales, are left as
-//! they are (reported).
+//! they are (reported). With GPTQ, the shift is that of GPTQ's integers.
 
-mod layers;
+use std::collections::HashMap;
 
 use ndarray::ArrayD;
 use serde::Serialize;
 
 use super::QuantError;
+use super::layers::{self, Kind, Layer};
 use super::params::weight_quant;
 use super::plan::Plan;
 use super::prepare::Prepared;
@@ -26,7 +27,6 @@ use crate::calib::stats::CalibrationStats;
 use crate::model::graph::put_initializer;
 use crate::model::{DataType, Model, TensorArray};
 use crate::recipe::Recipe;
-use layers::{Kind, Layer};
 
 /// One layer whose bias was corrected.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,11 +95,13 @@ pub fn mean_specs(prepared: &Prepared, recipe: &Recipe) -> Vec<MeanSpec> {
 }
 
 /// Corrects the biases of `prepared` for the weights `recipe` quantizes (nothing unless it
-/// asks for bias correction), and re-indexes its graph.
+/// asks for bias correction), and re-indexes its graph. `rounding` holds GPTQ's values of
+/// the weights it rounded.
 pub fn apply(
     prepared: &mut Prepared,
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
+    rounding: &HashMap<String, ArrayD<f32>>,
 ) -> Result<Option<BiasCorrectionReport>, QuantError> {
     let Some(stats) = stats.filter(|_| recipe.bias_correction) else {
         return Ok(None);
@@ -117,7 +119,8 @@ pub fn apply(
     }
     let mut report = BiasCorrectionReport::default();
     for layer in &targets {
-        match correct(prepared, &effective, &plan, stats, layer)? {
+        let rounded = rounding.get(&layer.weight);
+        match correct(prepared, &effective, &plan, stats, layer, rounded)? {
             Ok(corrected) => report.corrected.push(corrected),
             Err(reason) => report.skipped.push((layer.name.clone(), reason.to_owned())),
         }
@@ -133,6 +136,7 @@ fn correct(
     plan: &Plan,
     stats: &CalibrationStats,
     layer: &Layer,
+    rounded: Option<&ArrayD<f32>>,
 ) -> Result<Result<CorrectedLayer, &'static str>, QuantError> {
     let Some(mean) = stats.input_means.get(&layer.name) else {
         return Ok(Err("its mean input was not gathered"));
@@ -151,7 +155,7 @@ fn correct(
     }
     let weight = weight.into_f32();
     let how = weight_quant(recipe, &layer.weight, role, weight.ndim());
-    let Some(dequantized) = how.and_then(|how| dequantized_weight(&weight, &how)) else {
+    let Some(dequantized) = how.and_then(|how| dequantized_weight(&weight, rounded, &how)) else {
         return Ok(Err("block-wise and FP8 weights are not corrected"));
     };
     let error = dequantized - &weight;

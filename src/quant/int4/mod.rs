@@ -62,6 +62,9 @@ pub struct Int4Choices {
     pub scales: Vec<ActivationScale>,
     /// What was searched, for the faces.
     pub report: Int4Report,
+    /// Weight name → GPTQ's values, quantized with the original weight's parameters (see
+    /// [`crate::quant::gptq`]; empty otherwise).
+    pub rounding: HashMap<String, ndarray::ArrayD<f32>>,
 }
 
 /// A summary of the searches.

@@ -114,9 +114,15 @@ pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
 }
 
 /// A float32 weight as the runtime reads it back after per-channel or per-tensor
-/// quantization (scales stored as float32, no bias adjustment): what bias correction and
-/// data-aware rounding measure against. Block-wise and FP8 weights are not handled (`None`).
-pub fn dequantized_weight(values: &ArrayD<f32>, how: &WeightQuant) -> Option<ArrayD<f32>> {
+/// quantization (scales stored as float32, no bias adjustment): what bias correction
+/// measures against. With `rounded` (GPTQ's values, same shape), those are quantized with
+/// the parameters of `values`, as the rewrite does. Block-wise and FP8 weights are not
+/// handled (`None`).
+pub fn dequantized_weight(
+    values: &ArrayD<f32>,
+    rounded: Option<&ArrayD<f32>>,
+    how: &WeightQuant,
+) -> Option<ArrayD<f32>> {
     if how.block_size.is_some() || how.qtype == QuantType::Float8e4m3fn {
         return None;
     }
@@ -127,7 +133,8 @@ pub fn dequantized_weight(values: &ArrayD<f32>, how: &WeightQuant) -> Option<Arr
         Some(axis) => (shape[axis], shape[axis + 1..].iter().product::<usize>()),
         None => (1, 1),
     };
-    let mut out = values.as_standard_layout().into_owned();
+    let source = rounded.filter(|r| r.shape() == shape).unwrap_or(values);
+    let mut out = source.as_standard_layout().into_owned();
     for (i, v) in out.iter_mut().enumerate() {
         let p = params[(i / inner.max(1)) % len.max(1)];
         *v = crate::quant::scale::dequantize(quantize_value(*v, p, how.qtype), p);
@@ -176,10 +183,12 @@ fn quantize_array(
 
 /// Per-channel (or per-tensor) quantization; `bias_adjust` is the input scale and the bias
 /// values when an int32 bias follows (onnxruntime's weight-scale adjustment). Scales are
-/// stored in `scale_type` and the values quantized with the stored scales.
+/// stored in `scale_type` and the values quantized with the stored scales: `rounded`'s
+/// (GPTQ's) when given, else `values`'.
 fn quantize_weight(
     name: &str,
     values: &ArrayD<f32>,
+    rounded: Option<&ArrayD<f32>>,
     how: &WeightQuant,
     bias_adjust: Option<(f32, Vec<f32>)>,
     scale_type: DataType,
@@ -205,7 +214,7 @@ fn quantize_weight(
     }
     store_scales(&mut params, scale_type, adjusted);
     Ok(QuantizedWeight {
-        values: quantize_array(values, &params, how.axis, qtype)
+        values: quantize_array(rounded.unwrap_or(values), &params, how.axis, qtype)
             .to_proto(&format!("{name}_quantized")),
         shape: values.shape().to_vec(),
         params,
@@ -244,10 +253,12 @@ pub(super) fn transformed<'v>(
 /// stored in `scale_type`: each block of rows gets one parameter per column ([`blocks`]),
 /// shrunk by AWQ-clip's ratios in `clip`; `values` come with the searches' transform
 /// applied. With `nbits`, the values are packed for MatMulNBits instead of stored as an
-/// int4 tensor.
+/// int4 tensor. `rounded` (GPTQ's values) are quantized instead of `values` when given,
+/// with `values`' parameters.
 fn quantize_blockwise(
     name: &str,
     values: &ArrayD<f32>,
+    rounded: Option<&ArrayD<f32>>,
     how: &WeightQuant,
     clip: Option<&[f32]>,
     scale_type: DataType,
@@ -265,6 +276,11 @@ fn quantize_blockwise(
     };
     let mut params = block_params(flat, k, n, spec, clip);
     store_scales(&mut params, scale_type, false);
+    let rounded = rounded.map(|r| r.as_standard_layout());
+    let flat = match rounded.as_ref().and_then(|r| r.as_slice()) {
+        Some(r) if r.len() == flat.len() => r,
+        _ => flat,
+    };
     let quantize = |row: usize, col: usize| {
         quantize_value(
             flat[row * n + col],
@@ -336,19 +352,27 @@ impl Rewriter<'_> {
             Some(_) => transformed(&values, transform).into_owned(),
             None => values,
         };
+        // GPTQ's values (never with a transform: GPTQ leaves rescaled weights alone).
+        let rounded = self.int4.rounding.get(name).filter(|_| transform.is_none());
         let q = match (how.block_size, role) {
             (Some(_), _) => quantize_blockwise(
                 name,
                 &values,
+                rounded,
                 &how,
                 transform.and_then(|t| t.clip.as_deref()),
                 scale_type,
                 self.nbits_readers(name).is_some(),
             )?,
-            (None, TensorRole::Weight { .. }) => {
-                quantize_weight(name, &values, &how, self.bias_adjust(name), scale_type)?
-            }
-            (None, _) => quantize_weight(name, &values, &how, None, scale_type)?,
+            (None, TensorRole::Weight { .. }) => quantize_weight(
+                name,
+                &values,
+                rounded,
+                &how,
+                self.bias_adjust(name),
+                scale_type,
+            )?,
+            (None, _) => quantize_weight(name, &values, None, &how, None, scale_type)?,
         };
         // The float weight has been read for good: its mapped pages need not stay resident.
         if let Some(tensor) = self.initializers.get(name) {

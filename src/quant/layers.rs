@@ -1,5 +1,6 @@
-//! The layers bias correction handles (quantized Conv, Gemm and MatMul with an initializer
-//! weight) and how each reads its input, which calibration needs to gather its mean input.
+//! The weighted layers bias correction and GPTQ handle (quantized Conv, Gemm and MatMul with
+//! an initializer weight) and how each reads its input, which calibration needs to gather
+//! their mean inputs and input Hessians.
 
 use crate::calib::input_means::{Geometry, MeanSpec, Padding};
 use crate::model::attributes;
@@ -28,7 +29,7 @@ pub enum Kind {
     MatMul,
 }
 
-/// One layer to correct.
+/// One quantized weighted layer.
 #[derive(Debug, Clone)]
 pub struct Layer {
     /// The node.
@@ -78,16 +79,20 @@ pub fn layers(graph: &Graph, model: &Model, plan: &Plan) -> Vec<Layer> {
         .collect()
 }
 
-/// What calibration gathers for `layer` (`None` for a Conv that is neither 1-D nor 2-D).
+/// How `layer` reads its input (`None` for a Conv that is neither 1-D nor 2-D).
+pub fn geometry(model: &Model, layer: &Layer) -> Option<Geometry> {
+    match layer.kind {
+        Kind::Conv { .. } => conv_geometry(model, layer),
+        Kind::Gemm { .. } | Kind::MatMul => Some(Geometry::LastAxis),
+    }
+}
+
+/// What calibration gathers for `layer`'s bias correction.
 pub fn mean_spec(model: &Model, layer: &Layer) -> Option<MeanSpec> {
-    let geometry = match layer.kind {
-        Kind::Conv { .. } => conv_geometry(model, layer)?,
-        Kind::Gemm { .. } | Kind::MatMul => Geometry::LastAxis,
-    };
     Some(MeanSpec {
         layer: layer.name.clone(),
         tensor: layer.input.clone(),
-        geometry,
+        geometry: geometry(model, layer)?,
     })
 }
 
