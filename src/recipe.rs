@@ -309,6 +309,12 @@ pub struct Recipe {
     /// module; the statistics must be gathered with it on). Same scales, other integers.
     #[serde(default)]
     pub gptq: bool,
+    /// Layer-wise range choice: each activation quantized with the range method (MinMax,
+    /// percentiles, entropy, MSE) whose quantization of it disturbs the outputs of the nodes
+    /// reading it least, measured on the calibration data (see the quantizer's `layerwise`
+    /// module; the statistics must be gathered with it on). A tensor's own method wins.
+    #[serde(default)]
+    pub layerwise_range: bool,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -363,6 +369,7 @@ impl Default for Recipe {
             smoothquant_alpha: None,
             bias_correction: false,
             gptq: false,
+            layerwise_range: false,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,

@@ -282,6 +282,15 @@ fn statistics_without_the_techniques_are_refused() {
         matches!(err, QuantError::StatsMismatch(ref m) if m.contains("gptq")),
         "{err}"
     );
+    let layerwise = Recipe {
+        layerwise_range: true,
+        ..Recipe::default()
+    };
+    let err = quant::quantize(&model, Some(&stats), &layerwise).unwrap_err();
+    assert!(
+        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("layerwise_range")),
+        "{err}"
+    );
     // Calibrated with equalization, quantized without: refused too.
     let equalized = calibrate(&model, &cle, &data);
     let err = quant::quantize(&model, Some(&equalized), &Recipe::default()).unwrap_err();
@@ -417,7 +426,7 @@ fn gptq_lowers_a_layers_output_error_against_rounding_to_nearest() {
 }
 
 #[test]
-fn cli_gptq_rounds_from_a_statistics_file() {
+fn cli_gptq_and_layerwise_ranges_from_a_statistics_file() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
     let text = common::run_ok(common::cli().args([
@@ -427,10 +436,11 @@ fn cli_gptq_rounds_from_a_statistics_file() {
         "--calibration_data_path",
         asset("calib.npz").to_str().unwrap(),
         "--gptq",
+        "--layerwise_range",
         "--output_path",
         stats.to_str().unwrap(),
     ]));
-    assert!(!text.is_empty());
+    assert!(text.contains("layer-wise ranges: "), "{text}");
     let out = dir.path().join("cls.qdq.onnx");
     let text = common::run_ok(common::cli().args([
         "quantize",
@@ -440,11 +450,118 @@ fn cli_gptq_rounds_from_a_statistics_file() {
         stats.to_str().unwrap(),
         "--per_tensor",
         "--gptq",
+        "--layerwise_range",
         "--output_path",
         out.to_str().unwrap(),
     ]));
     assert!(text.contains("gptq: 54 layer(s) rounded"), "{text}");
     assert!(text.contains("gptq-rounded layer"), "{text}");
     let recipe = common::stamped_recipe(&Model::load(&out).unwrap());
-    assert!(recipe.gptq);
+    assert!(recipe.gptq && recipe.layerwise_range);
+}
+
+/// Two inputs with one rare spike each: `a` feeds a Clip(-1, 1), which throws the spike away,
+/// then a MatMul; `b` feeds a MatMul, for which the spike counts.
+fn spiked_model() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("a", DataType::Float32, &[-1, 8, 64]);
+    b.input("b", DataType::Float32, &[-1, 8, 64]);
+    b.initializer(
+        "lo",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), -1.0)),
+    );
+    b.initializer(
+        "hi",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), 1.0)),
+    );
+    b.initializer("w1", tensor(41, &[64, 16]));
+    b.initializer("w2", tensor(42, &[64, 16]));
+    b.node("Clip", &["a", "lo", "hi"], &["clipped"])
+        .name("clip");
+    b.node("MatMul", &["clipped", "w1"], &["y1"])
+        .name("matmul_a");
+    b.node("MatMul", &["b", "w2"], &["y2"]).name("matmul_b");
+    b.output("y1", DataType::Float32, &[-1, 8, 16]);
+    b.output("y2", DataType::Float32, &[-1, 8, 16]);
+    b.build()
+}
+
+/// `n` samples in [-1, 1) with one value of 40 in the whole set.
+fn spiked(seed: u64, n: usize) -> ArrayD<f32> {
+    let mut v = values(seed, n * 8 * 64);
+    v[n * 8 * 64 / 3] = 40.0;
+    ArrayD::from_shape_vec(IxDyn(&[n, 8, 64]), v).unwrap()
+}
+
+/// Runs the two-input `model`; returns both outputs.
+fn run_two(model: &Model, a: &ArrayD<f32>, b: &ArrayD<f32>) -> (ArrayD<f32>, ArrayD<f32>) {
+    let bytes = model.to_bytes().unwrap();
+    let mut session = runtime()
+        .session_from_bytes(&bytes, &[EpSpec::Cpu], SessionOptions::default())
+        .unwrap();
+    let value = |x: &ArrayD<f32>| ort::value::Tensor::from_array(x.clone()).unwrap();
+    let outputs = session
+        .run(ort::inputs!["a" => value(a), "b" => value(b)])
+        .unwrap();
+    let take = |name: &str| outputs[name].try_extract_array::<f32>().unwrap().to_owned();
+    (take("y1"), take("y2"))
+}
+
+#[test]
+fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    let (a, b) = (spiked(1, 64), spiked(2, 64));
+    write_npz(
+        &data,
+        &[
+            ("a", TensorArray::Float32(a.clone())),
+            ("b", TensorArray::Float32(b.clone())),
+        ],
+    );
+    let model = spiked_model();
+    let layerwise = Recipe {
+        layerwise_range: true,
+        ..Recipe::default()
+    };
+    let stats = calibrate(&model, &layerwise, &data);
+    assert!(stats.info.layerwise_ranges);
+    let method = |t: &str| stats.range_choices.get(t).map(|c| c.method.label());
+    assert_eq!(
+        method("a").as_deref(),
+        Some("percentile 99.99"),
+        "{:?}",
+        stats.range_choices
+    );
+    assert_eq!(
+        method("b").as_deref(),
+        Some("minmax"),
+        "{:?}",
+        stats.range_choices
+    );
+    // Measured on the calibration data, each choice beats every uniform method on the output
+    // its activation reaches.
+    let errors = |recipe: &Recipe| {
+        let q = quant::quantize(&model, Some(&stats), recipe).unwrap();
+        let (f1, f2) = run_two(&model, &a, &b);
+        let (q1, q2) = run_two(&q.model, &a, &b);
+        (mean_squared_error(&f1, &q1), mean_squared_error(&f2, &q2))
+    };
+    let chosen = errors(&layerwise);
+    let minmax = errors(&Recipe::default());
+    let percentile = errors(&Recipe {
+        calibration_method: qdq_studio::calib::range::RangeMethod::Percentile {
+            percentile: 99.99,
+            symmetric: true,
+        },
+        ..Recipe::default()
+    });
+    assert!(
+        chosen.0 < 0.5 * minmax.0,
+        "y1: {chosen:?} vs minmax {minmax:?}"
+    );
+    assert!(
+        chosen.1 < 0.5 * percentile.1,
+        "y2: {chosen:?} vs percentile {percentile:?}"
+    );
 }

@@ -1041,3 +1041,39 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
         "a comparison of the recipe with both techniques"
     );
 }
+
+#[test]
+fn gptq_and_layerwise_ranges_are_recipe_switches_that_calibration_honours() {
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    press(&mut h, "round weights against the layer's inputs");
+    press(&mut h, "choose each activation's range method");
+    let chosen = recipe(&h);
+    assert!(chosen.gptq && chosen.layerwise_range);
+    assert!(
+        h.state().status().contains("Layer-wise ranges on"),
+        "{}",
+        h.state().status()
+    );
+    calibrate(&mut h);
+    no_notices(&h);
+    let stats = statistics(&h);
+    assert!(
+        stats.input_hessians.len() >= 50,
+        "input Hessians of the Convs: {}",
+        stats.input_hessians.len()
+    );
+    assert!(
+        stats.info.layerwise_ranges,
+        "the studio's calibration chose ranges"
+    );
+    assert!(!stats.range_choices.is_empty());
+    quantize_and_compare(&mut h, "quantize and compare");
+    no_notices(&h);
+    let results = &h.state().document().unwrap().work.results;
+    assert!(
+        results.fresh_comparison(&chosen).is_some(),
+        "a comparison of the recipe with both techniques"
+    );
+}

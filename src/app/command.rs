@@ -61,6 +61,8 @@ pub enum Command {
     SetBiasCorrection(bool),
     /// Turn GPTQ rounding on or off.
     SetGptq(bool),
+    /// Turn layer-wise range choice on or off.
+    SetLayerwiseRange(bool),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

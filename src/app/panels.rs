@@ -452,6 +452,18 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
     }
     ui.end_row();
     gptq_row(ui, recipe, commands);
+    ui.label("Layer-wise ranges");
+    let mut on = recipe.layerwise_range;
+    if ui
+        .checkbox(&mut on, "choose each activation's range method")
+        .on_hover_text(
+            "Tries MinMax and two percentiles on every activation and keeps, for each, the one whose quantization disturbs the outputs of the nodes reading it least, measured on the calibration data; needs a new calibration",
+        )
+        .changed()
+    {
+        commands.push(Command::SetLayerwiseRange(on));
+    }
+    ui.end_row();
 }
 
 /// The GPTQ switch (a grid row).

@@ -401,6 +401,18 @@ impl Studio {
                     }
                 );
             }
+            Command::SetLayerwiseRange(on) => {
+                doc.editor.change(|r| r.layerwise_range = on);
+                self.window.status = format!(
+                    "Layer-wise ranges {}{}",
+                    if on { "on" } else { "off" },
+                    if on {
+                        ": calibrate again to measure each activation's range methods"
+                    } else {
+                        ""
+                    }
+                );
+            }
             Command::SetInt4Output(form) => {
                 doc.editor.change(|r| r.int4_output = form);
                 self.window.status =

@@ -248,10 +248,8 @@ impl Studio {
             histogram_bins: settings.histogram_bins,
             ..CalibrationConfig::default()
         };
-        let config =
-            crate::workflow::calibrate::config_for_recipe(&config, &prepared, doc.editor.recipe());
         let ep = settings.ep.to_string();
-        let body = tasks::calibrate(prepared, data, config);
+        let body = tasks::calibrate(prepared, doc.editor.recipe().clone(), data, config);
         start(&mut doc.work, TaskKind::Calibrate, body)?;
         self.window.status = format!("Calibrating on {ep}…");
         self.remember_data();

@@ -111,6 +111,16 @@ impl RangeMethod {
         })
     }
 
+    /// The name with the parameter that tells two of a kind apart (`percentile 99.99`,
+    /// `entropy 128`), for reports.
+    pub fn label(&self) -> String {
+        match *self {
+            RangeMethod::Percentile { percentile, .. } => format!("percentile {percentile}"),
+            RangeMethod::Entropy { num_quantized_bins } => format!("entropy {num_quantized_bins}"),
+            _ => self.name().to_owned(),
+        }
+    }
+
     /// Every method with default parameters (what the studio draws on a histogram).
     pub fn all() -> [RangeMethod; 6] {
         [

@@ -264,6 +264,7 @@ pub fn calibrate(
         stats_seconds,
         notes: notes.into_iter().chain(fitter.notes).collect(),
         equalized: false,
+        layerwise_ranges: false,
     };
     let channels = tensors
         .iter()
@@ -290,6 +291,7 @@ pub fn calibrate(
         smoothing: BTreeMap::new(),
         input_means,
         input_hessians,
+        range_choices: BTreeMap::new(),
         tensors: tensors
             .into_iter()
             .zip(stats)

@@ -241,6 +241,10 @@ pub struct CalibrationInfo {
     /// activations differ from the original's; see the quantizer's `equalize` module).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub equalized: bool,
+    /// True when each activation's range method was chosen layer-wise
+    /// ([`CalibrationStats::range_choices`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub layerwise_ranges: bool,
 }
 
 /// The statistics of every calibrated tensor, as saved to and loaded from disk.
@@ -264,6 +268,38 @@ pub struct CalibrationStats {
     /// its layers' weights multiply (GPTQ); [`CalibrationStats::hessian_of`] finds a layer's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub input_hessians: BTreeMap<String, super::input_hessians::InputHessian>,
+    /// Activation → the range method chosen for it layer-wise (the one whose quantization
+    /// of it disturbed the outputs of the nodes reading it least, measured).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub range_choices: BTreeMap<String, RangeChoice>,
+}
+
+/// One activation's layer-wise range choice.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RangeChoice {
+    /// The method chosen.
+    pub method: super::range::RangeMethod,
+    /// Each method tried and the squared error its quantization of the activation caused in
+    /// the outputs of the nodes reading it, summed over the calibration data (the recipe's
+    /// method first).
+    pub errors: Vec<(super::range::RangeMethod, f64)>,
+}
+
+impl RangeChoice {
+    /// How much lower the chosen method's error is than the first (the recipe's), in dB.
+    pub fn gain_db(&self) -> f64 {
+        let first = self.errors.first().map_or(0.0, |e| e.1);
+        let chosen = self
+            .errors
+            .iter()
+            .find(|e| e.0 == self.method)
+            .map_or(first, |e| e.1);
+        if chosen <= 0.0 || first <= 0.0 {
+            0.0
+        } else {
+            10.0 * (first / chosen).log10()
+        }
+    }
 }
 
 impl CalibrationStats {

@@ -76,6 +76,10 @@ pub struct CalibrateArgs {
     /// Also gather the layers' input Hessians (for `quantize --gptq`).
     #[arg(long)]
     pub gptq: bool,
+    /// Also choose each activation's range method layer-wise (for
+    /// `quantize --layerwise_range`), against `--calibration_method`.
+    #[arg(long = "layerwise_range", visible_alias = "layerwise-range")]
+    pub layerwise_range: bool,
     /// Where to write the statistics (qdq-studio format, re-usable by `quantize`).
     #[arg(short = 'o', long = "output_path", visible_alias = "output-path")]
     pub output: PathBuf,
@@ -134,11 +138,14 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     recipe.preprocessing.equalize = args.cle;
     recipe.bias_correction = args.bias_correction;
     recipe.gptq = args.gptq;
+    recipe.layerwise_range = args.layerwise_range;
+    recipe.calibration_method = method;
     let stats = calibrate::calibrate_for_recipe(&model, &recipe, &spec, &config, &runtime, &ctx);
     bar.finish_and_clear();
     let stats = stats?;
     statistics::save(&stats, &args.output)?;
     println!("{}", calibrate::summary(&stats));
+    super::common::print_range_choices(&stats);
     for note in &stats.info.notes {
         println!("note: {note}");
     }

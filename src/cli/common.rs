@@ -259,3 +259,15 @@ pub fn text_table(t: &qdq_studio::report::TextTable) -> Option<comfy_table::Tabl
     }
     Some(table)
 }
+
+/// Prints the layer-wise range choices of `stats` (a line and the 10 largest gains), when
+/// there are any.
+pub fn print_range_choices(stats: &qdq_studio::calib::CalibrationStats) {
+    let Some(line) = qdq_studio::report::range_choice_summary(stats) else {
+        return;
+    };
+    println!("{line}");
+    if let Some(table) = text_table(&qdq_studio::report::range_choice_table(stats, 10)) {
+        println!("{table}");
+    }
+}

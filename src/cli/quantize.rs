@@ -159,6 +159,11 @@ pub struct QuantizeArgs {
     /// scales, other integers; INT8 and INT4).
     #[arg(long)]
     pub gptq: bool,
+    /// Layer-wise ranges: each activation gets the range method (MinMax, percentiles,
+    /// entropy, MSE) whose quantization of it disturbs the nodes reading it least, measured
+    /// on the calibration data.
+    #[arg(long = "layerwise_range", visible_alias = "layerwise-range")]
+    pub layerwise_range: bool,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -272,6 +277,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     if args.gptq {
         recipe.gptq = true;
     }
+    if args.layerwise_range {
+        recipe.layerwise_range = true;
+    }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;
         recipe.preprocessing.fold_batchnorm = false;
@@ -346,6 +354,7 @@ fn statistics_for(
     for note in &stats.info.notes {
         eprintln!("note: {note}");
     }
+    super::common::print_range_choices(&stats);
     Ok(Some(stats))
 }
 

@@ -6,6 +6,7 @@ pub mod alternatives;
 pub mod kernels;
 pub mod local_error;
 pub mod output_kind;
+pub mod range_choice;
 pub mod reference;
 pub mod sensitivity;
 pub mod switchable;
@@ -92,6 +93,9 @@ pub enum EvalError {
     /// The local errors cannot be measured on this pair of models.
     #[error(transparent)]
     LocalUnavailable(#[from] local_error::LocalUnavailable),
+    /// The layer-wise range choice cannot be measured on this model.
+    #[error("layer-wise ranges cannot be measured on this model: {0}")]
+    RangeChoice(String),
     /// Cancelled.
     #[error("the comparison was cancelled")]
     Cancelled,

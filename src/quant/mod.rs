@@ -7,6 +7,7 @@ pub mod explain;
 pub mod gptq;
 pub mod int4;
 pub mod layers;
+pub mod layerwise;
 pub mod memory;
 pub mod ops;
 pub mod opset;
@@ -231,6 +232,7 @@ pub fn quantize_with(
     }
     prepared.graph.check()?;
     check_equalization(recipe, stats)?;
+    check_layerwise(recipe, stats)?;
     let gptq::Rounded {
         rounding,
         report: gptq_report,
@@ -320,6 +322,18 @@ fn check_equalization(recipe: &Recipe, stats: Option<&CalibrationStats>) -> Resu
     }
 }
 
+/// An error when the recipe chooses ranges layer-wise and the statistics hold no choice.
+fn check_layerwise(recipe: &Recipe, stats: Option<&CalibrationStats>) -> Result<(), QuantError> {
+    match stats {
+        Some(stats) if recipe.layerwise_range && !stats.info.layerwise_ranges => {
+            Err(QuantError::StatsMismatch(
+                "layer-wise ranges need statistics calibrated with them on (each activation's measured choice): calibrate again with layerwise_range".to_owned(),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What automatic precision does to a recipe for one model.
 #[derive(Debug, Clone)]
 pub struct Guarded {
@@ -336,6 +350,7 @@ pub struct Guarded {
 /// The recipe with automatic precision applied: the tensors it keeps in float, then the
 /// saturation guard's 7-bit weights among what is still quantized.
 pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Guarded {
+    let recipe = &layerwise::with_chosen_ranges(recipe, stats);
     let mut kept = precision::kept_in_float(prepared, recipe, stats);
     let unguarded = prepared.plan(recipe, stats);
     // Only what would be quantized like an activation: a weight holding Inf stays an error.

@@ -454,6 +454,65 @@ pub fn gptq_table(report: &crate::quant::gptq::GptqReport, count: usize) -> Text
     }
 }
 
+/// One line on the layer-wise range choices in `stats`, when there are any.
+pub fn range_choice_summary(stats: &crate::calib::CalibrationStats) -> Option<String> {
+    if !stats.info.layerwise_ranges {
+        return None;
+    }
+    let changed: Vec<&crate::calib::stats::RangeChoice> = stats
+        .range_choices
+        .values()
+        .filter(|c| c.errors.first().is_some_and(|e| e.0 != c.method))
+        .collect();
+    let mut by_method: std::collections::BTreeMap<String, usize> = Default::default();
+    for c in &changed {
+        *by_method.entry(c.method.label()).or_default() += 1;
+    }
+    let methods: Vec<String> = by_method.iter().map(|(m, n)| format!("{m} ×{n}")).collect();
+    Some(format!(
+        "layer-wise ranges: {} of {} activation(s) measured take another method than the recipe's{}",
+        changed.len(),
+        stats.range_choices.len(),
+        if methods.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", methods.join(", "))
+        }
+    ))
+}
+
+/// The `count` activations whose layer-wise range choice lowers the error they cause most:
+/// the method chosen and how much less error it causes where the activation is read than
+/// the recipe's method.
+pub fn range_choice_table(stats: &crate::calib::CalibrationStats, count: usize) -> TextTable {
+    let mut list: Vec<(&String, &crate::calib::stats::RangeChoice)> = stats
+        .range_choices
+        .iter()
+        .filter(|(_, c)| c.gain_db() > 0.0)
+        .collect();
+    list.sort_by(|a, b| b.1.gain_db().total_cmp(&a.1.gain_db()));
+    TextTable {
+        header: vec![
+            "activation",
+            "recipe's method",
+            "chosen",
+            "error where read, lower by (dB)",
+        ],
+        rows: list
+            .into_iter()
+            .take(count)
+            .map(|(tensor, c)| {
+                vec![
+                    tensor.clone(),
+                    c.errors.first().map_or("-".to_owned(), |e| e.0.label()),
+                    c.method.label(),
+                    format!("{:.2}", c.gain_db()),
+                ]
+            })
+            .collect(),
+    }
+}
+
 /// The table of the 10 worst weights.
 pub(crate) fn weight_table(tensors: &TensorErrors) -> TextTable {
     let mut worst: Vec<_> = tensors.weights.iter().collect();

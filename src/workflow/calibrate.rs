@@ -163,9 +163,23 @@ pub fn calibrate_for_recipe(
     ctx: &JobContext,
 ) -> Result<CalibrationStats, WorkflowError> {
     let prepared = Prepared::new(model, &recipe.preprocessing)?;
-    let first = config_for_recipe(config, &prepared, recipe);
-    let mut stats = calibrate_prepared(&prepared, data, &first, runtime, ctx)?;
-    let smoothing = crate::quant::smooth::search(&prepared, recipe, &stats, ctx)?;
+    calibrate_prepared_for_recipe(&prepared, recipe, data, config, runtime, ctx)
+}
+
+/// Calibrates a model already prepared with `recipe`'s pre-processing, for `recipe`: what
+/// its techniques need gathered (see [`config_for_recipe`]), SmoothQuant's search and second
+/// pass, the layer-wise range choice. The CLI and the studio both calibrate through it.
+pub fn calibrate_prepared_for_recipe(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    data: &DataSpec,
+    config: &CalibrationConfig,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<CalibrationStats, WorkflowError> {
+    let first = config_for_recipe(config, prepared, recipe);
+    let mut stats = calibrate_prepared(prepared, data, &first, runtime, ctx)?;
+    let smoothing = crate::quant::smooth::search(prepared, recipe, &stats, ctx)?;
     if !smoothing.is_empty() {
         // The smoothed activations have new values: a second pass observes them.
         let float_type = |name: &str| {
@@ -192,7 +206,44 @@ pub fn calibrate_for_recipe(
         let observed = crate::calib::calibrate(&observing, source.as_mut(), runtime, &second, ctx)?;
         crate::quant::smooth::merge(&mut stats, observed, smoothing);
     }
+    if recipe.layerwise_range {
+        choose_ranges(prepared, recipe, &mut stats, data, config, runtime, ctx)?;
+    }
     Ok(stats)
+}
+
+/// Chooses each activation's range method layer-wise (see
+/// [`crate::eval::range_choice`]) and records the choices in `stats`.
+fn choose_ranges(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    stats: &mut CalibrationStats,
+    data: &DataSpec,
+    config: &CalibrationConfig,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<(), WorkflowError> {
+    let candidates = crate::quant::layerwise::candidates(prepared, recipe, stats);
+    let ranks =
+        |tensor: &str| -> Option<usize> { stats.tensors.get(tensor)?.shapes.first().map(Vec::len) };
+    let how = crate::eval::range_choice::Measurement {
+        runtime,
+        eps: &config.execution_providers,
+        batch_size: config.batch_size.max(1),
+        ranks: &ranks,
+    };
+    let mut source = data.open(&model_inputs(&prepared.graph))?;
+    let choices = crate::eval::range_choice::choose(
+        &prepared.model,
+        &prepared.graph,
+        &candidates,
+        source.as_mut(),
+        &how,
+        ctx,
+    )?;
+    stats.range_choices = choices.into_iter().collect();
+    stats.info.layerwise_ranges = true;
+    Ok(())
 }
 
 /// Calibrates a model already prepared.

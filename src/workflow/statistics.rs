@@ -54,6 +54,7 @@ fn from_ranges(ranges: BTreeMap<String, Range>, path: &Path) -> CalibrationStats
         smoothing: BTreeMap::new(),
         input_means: BTreeMap::new(),
         input_hessians: BTreeMap::new(),
+        range_choices: BTreeMap::new(),
     }
 }
 

@@ -10,6 +10,7 @@ use crate::eval::sensitivity::{Granularity, Target};
 use crate::eval::switched_scan::ScanMethod;
 use crate::model::Model;
 use crate::quant::Prepared;
+use crate::recipe::Recipe;
 use crate::runtime::Flavor;
 use crate::workflow::calibrate as calibration;
 use crate::workflow::compare::{self, CompareRequest};
@@ -19,12 +20,19 @@ use crate::workflow::runtime::{install, runtime_for_job};
 use crate::workflow::sensitivity::{self, Scanned};
 
 /// Calibrates the model as the quantizer sees it (`prepared` with the recipe's
-/// pre-processing).
-pub fn calibrate(prepared: Prepared, data: DataSpec, config: CalibrationConfig) -> TaskWork {
+/// pre-processing), for `recipe`.
+pub fn calibrate(
+    prepared: Prepared,
+    recipe: Recipe,
+    data: DataSpec,
+    config: CalibrationConfig,
+) -> TaskWork {
     Box::new(move |ctx| {
         let runtime = runtime_for_job(&ctx)?;
-        calibration::calibrate_prepared(&prepared, &data, &config, &runtime, &ctx)
-            .map(|stats| TaskOutput::Calibrated(Box::new(stats)))
+        calibration::calibrate_prepared_for_recipe(
+            &prepared, &recipe, &data, &config, &runtime, &ctx,
+        )
+        .map(|stats| TaskOutput::Calibrated(Box::new(stats)))
     })
 }
 

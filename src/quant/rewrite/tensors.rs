@@ -66,7 +66,7 @@ fn shape_or_default(shape: Option<Vec<usize>>, len: usize) -> Vec<usize> {
 }
 
 /// Zero points as a tensor of the quantized type.
-pub(super) fn zero_point_tensor(
+pub(crate) fn zero_point_tensor(
     name: &str,
     params: &[ScaleZp],
     qtype: QuantType,
@@ -80,7 +80,7 @@ pub(super) fn zero_point_tensor(
 
 /// Scales as a tensor of `float_type` (float32, float16 or bfloat16; the scales are already
 /// values of that type, see [`crate::quant::scale::stored_scale`]).
-pub(super) fn scale_tensor(
+pub(crate) fn scale_tensor(
     name: &str,
     params: &[ScaleZp],
     shape: Option<Vec<usize>>,
@@ -94,7 +94,7 @@ pub(super) fn scale_tensor(
 }
 
 /// A node of the default domain.
-pub(super) fn node(
+pub(crate) fn node(
     op: &str,
     name: &str,
     inputs: Vec<String>,
@@ -112,7 +112,7 @@ pub(super) fn node(
 }
 
 /// An integer attribute.
-pub(super) fn int_attr(name: &str, value: i64) -> AttributeProto {
+pub(crate) fn int_attr(name: &str, value: i64) -> AttributeProto {
     AttributeProto {
         name: Some(name.to_owned()),
         r#type: Some(AttributeType::Int as i32),
