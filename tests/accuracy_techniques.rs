@@ -565,3 +565,133 @@ fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
         "y2: {chosen:?} vs percentile {percentile:?}"
     );
 }
+
+/// Quantizes the sample with `flags` into `dir/name`.
+fn quantize_sample(dir: &std::path::Path, name: &str, flags: &[&str]) -> std::path::PathBuf {
+    let out = dir.join(name);
+    common::run_ok(
+        common::cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .args(flags)
+            .arg("--output_path")
+            .arg(&out),
+    );
+    out
+}
+
+#[test]
+fn compare_against_a_baseline_shows_each_layers_gain() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = quantize_sample(dir.path(), "per_tensor.onnx", &["--per_tensor"]);
+    let after = quantize_sample(dir.path(), "per_channel.onnx", &["--per_channel"]);
+    let report = dir.path().join("report.md");
+    let done = common::compare_cmd(&after, &asset("eval.npz"))
+        .arg("--baseline")
+        .arg(&before)
+        .args(["--latency_runs", "0", "--json", "--report"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let layers = value["baseline"]["layers"].as_array().unwrap();
+    assert!(layers.len() > 20, "{} layers joined", layers.len());
+    // Per-channel weights help the own (local) error of the layers with weights (the other
+    // tensors' local errors stay as they were: the activations' ranges are the same
+    // statistics'), and hardly any loses.
+    let gains: Vec<f64> = layers
+        .iter()
+        .filter_map(|l| Some(l["local_after_db"].as_f64()? - l["local_before_db"].as_f64()?))
+        .collect();
+    assert!(gains.len() > 20, "local errors measured in both");
+    let gained = gains.iter().filter(|&&g| g > 0.05).count();
+    let lost = gains.iter().filter(|&&g| g < -0.05).count();
+    assert!(
+        gained >= 30 && lost * 10 < gained,
+        "{gained} gained, {lost} lost"
+    );
+    let out_before = value["baseline"]["outputs"][0]["sqnr_db"].as_f64().unwrap();
+    let out_after = value["outputs"][0]["sqnr_db"].as_f64().unwrap();
+    assert!(out_before.is_finite() && out_after.is_finite());
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(page.contains("## Against the baseline"), "{page}");
+    assert!(page.contains("layers that gained most"), "{page}");
+    // The table the CLI prints, from the same report.
+    let text = common::run_ok(
+        common::compare_cmd(&after, &asset("eval.npz"))
+            .arg("--baseline")
+            .arg(&before)
+            .args(["--latency_runs", "0", "--per_tensor"]),
+    );
+    assert!(text.contains("baseline SQNR dB"), "{text}");
+    assert!(text.contains("layers compared"), "{text}");
+}
+
+#[test]
+fn a_baseline_of_another_model_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let after = quantize_sample(dir.path(), "cls.onnx", &["--per_tensor"]);
+    let other = dir.path().join("other.onnx");
+    matmul_model()
+        .save(&other, &qdq_studio::model::SaveOptions::default())
+        .unwrap();
+    let out = common::compare_cmd(&after, &asset("eval.npz"))
+        .arg("--baseline")
+        .arg(&other)
+        .args(["--latency_runs", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("other.onnx"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn compare_sets_aside_the_activations_equalization_rescaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let equalized = quantize_sample(dir.path(), "cle.onnx", &["--per_tensor", "--cle"]);
+    let done = common::compare_cmd(&equalized, &asset("eval.npz"))
+        .args(["--latency_runs", "0", "--per_tensor", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let tensors = &value["tensors"];
+    let rescaled: Vec<&str> = tensors["rescaled"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(rescaled.len() >= 6, "{rescaled:?}");
+    // Compared by name with the float model, a rescaled channel reads as an error of the
+    // whole tensor (-1 dB here before they were set aside); none is left of that.
+    let worst = |key: &str, field: &str| {
+        tensors[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t[field].as_f64().unwrap_or(f64::INFINITY))
+            .fold(f64::INFINITY, f64::min)
+    };
+    assert!(worst("activations", "xmodel_sqnr_db") > 10.0);
+    assert!(worst("local", "sqnr_db") > 15.0);
+    for key in ["activations", "local"] {
+        for t in tensors[key].as_array().unwrap() {
+            let name = t["tensor"].as_str().unwrap();
+            assert!(!rescaled.contains(&name), "{name} is rescaled");
+        }
+    }
+}

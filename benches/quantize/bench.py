@@ -64,7 +64,8 @@ def sqnr(ref, q):
 
 def prepare(label, model, calib, binary, work=WORK):
     """The model pre-processed by qdq-studio (opset raised to 13 for onnxruntime's per-channel
-    output), its input's name, and the calibration data saved for qdq-studio."""
+    output), its first input's name, and the calibration data saved for qdq-studio (`calib` is
+    the first input's array, or a dict of arrays by input name)."""
     pre = work / f"{label}.pre.onnx"
     subprocess.run([binary, "preprocess", "--onnx_path", str(model), "-o", str(pre)], check=True, capture_output=True)
     m = onnx.load(pre)
@@ -72,7 +73,7 @@ def prepare(label, model, calib, binary, work=WORK):
         onnx.save(version_converter.convert_version(m, 13), pre)
     name = onnx.load(pre).graph.input[0].name
     calib_path = work / f"{label}.calib.npz"
-    np.savez(calib_path, **{name: calib})
+    np.savez(calib_path, **(calib if isinstance(calib, dict) else {name: calib}))
     return pre, name, calib_path
 
 

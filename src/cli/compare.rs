@@ -20,6 +20,11 @@ pub struct CompareArgs {
     /// The QDQ model (qdq-studio's, onnxruntime's or ModelOpt's).
     #[arg(long = "quant")]
     pub quant: PathBuf,
+    /// Another QDQ model of the same float model (quantized without a technique, say, or by
+    /// another tool), measured on the same data: each output's SQNR before and after and, with
+    /// `--per_tensor`, the layers the compared model moved most.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     /// Evaluation data (.npz/.npy, an image folder or ONNX Runtime test data).
     #[arg(long = "data")]
     pub data: PathBuf,
@@ -68,6 +73,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     }
     let float = Model::load(&args.float)?;
     let quant = Model::load(&args.quant)?;
+    let baseline = args.baseline.as_deref().map(Model::load).transpose()?;
+    let baseline_label = args.baseline.as_ref().map(|p| p.display().to_string());
     let request = CompareFiles {
         labels: (
             args.float.display().to_string(),
@@ -86,12 +93,21 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     RunFiles::new()
         .model("the float model", &float)
         .model("the quantized model", &quant)
+        .model_if("the baseline", baseline.as_ref())
         .data("the evaluation data", &request.data)
         .input_if("the character list", args.task.charset.as_deref())
         .output_if("the report", args.report.as_deref())
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
-    let report = compare_files(&float, &quant, &request, &runtime, &JobContext::silent())?;
+    let baseline = baseline_label.as_deref().zip(baseline.as_ref());
+    let report = compare_files(
+        &float,
+        &quant,
+        baseline,
+        &request,
+        &runtime,
+        &JobContext::silent(),
+    )?;
     if let Some(path) = &args.report {
         let written = report.write(path)?;
         eprintln!(
@@ -104,10 +120,12 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         );
     }
     let task = report::task_table(&report);
+    let against_baseline = report::baseline::baseline_output_table(&report);
     let CompareReport {
         outputs: metrics,
         tensors,
         latency,
+        baseline,
         ..
     } = report;
     if args.json {
@@ -115,6 +133,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             "outputs": metrics,
             "tensors": tensors,
             "latency": latency,
+            "baseline": baseline,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -146,6 +165,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         if let Some(reason) = &tensors.local_unavailable {
             println!("local errors not measured: {reason}");
         }
+        if let Some(note) = report::rescaled_note(tensors) {
+            println!("{note}");
+        }
         if !tensors.unmatched.is_empty() {
             println!(
                 "could not match {} Q/DQ pair(s) to float tensors: {}",
@@ -154,6 +176,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             );
         }
     }
+    if let (Some(baseline), Some(outputs)) = (&baseline, &against_baseline) {
+        print_baseline(baseline, outputs);
+    }
     if let Some(latency) = &latency {
         println!("latency {}", latency_line(latency));
         if let Some(kernels) = &latency.quantized.kernels {
@@ -161,6 +186,24 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The baseline's outputs beside the compared model's, and the layers that moved most.
+fn print_baseline(baseline: &report::Baseline, outputs: &report::TextTable) {
+    use report::baseline::{Change, layer_effect_summary, layer_effect_table};
+    if let Some(table) = super::common::text_table(outputs) {
+        println!("{table}");
+    }
+    if let Some(line) = layer_effect_summary(baseline) {
+        println!("{line}");
+    }
+    for (change, count) in [(Change::Gained, 10), (Change::Lost, 5)] {
+        if let Some(table) =
+            super::common::text_table(&layer_effect_table(&baseline.layers, count, change))
+        {
+            println!("{table}");
+        }
+    }
 }
 
 /// The weight-only quantized layers (int4), worst first, each with its weight's error; `None`

@@ -4,6 +4,7 @@
 mod accumulator;
 pub mod alternatives;
 pub mod kernels;
+pub mod layer_effect;
 pub mod local_error;
 pub mod output_kind;
 pub mod range_choice;
@@ -45,8 +46,13 @@ pub enum EvalError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
     /// The two models do not have the same interface.
-    #[error("the models cannot be compared: {}", .0.join("; "))]
-    Mismatch(Vec<String>),
+    #[error("{model} cannot be compared with the float model: {}", .problems.join("; "))]
+    Mismatch {
+        /// The model compared with the float one, as given.
+        model: String,
+        /// What differs.
+        problems: Vec<String>,
+    },
     /// The "quantized" model has no QuantizeLinear/DequantizeLinear (or MatMulNBits) node.
     #[error(
         "{0} has no QuantizeLinear, DequantizeLinear or MatMulNBits node: it is not a QDQ model"
@@ -210,20 +216,23 @@ pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Resu
     };
     if inputs(&fg) != inputs(&qg) {
         problems.push(format!(
-            "inputs differ (float: {}; quantized: {})",
+            "inputs differ (float: {}; this one: {})",
             fg.inputs().join(", "),
             qg.inputs().join(", ")
         ));
     }
     if fg.outputs() != qg.outputs() {
         problems.push(format!(
-            "outputs differ (float: {}; quantized: {})",
+            "outputs differ (float: {}; this one: {})",
             fg.outputs().join(", "),
             qg.outputs().join(", ")
         ));
     }
     if !problems.is_empty() {
-        return Err(EvalError::Mismatch(problems));
+        return Err(EvalError::Mismatch {
+            model: quant_label.to_owned(),
+            problems,
+        });
     }
     // Q/DQ nodes (any domain), or ONNX Runtime's int4 MatMulNBits.
     let has_qdq = qg.nodes().iter().any(|n| {
@@ -303,7 +312,8 @@ impl OutputMetrics {
     }
 }
 
-/// Runs both models on `source` batch by batch and accumulates each output's metrics.
+/// Runs both models on `source` (from its first sample) batch by batch and accumulates each
+/// output's metrics.
 #[allow(clippy::too_many_arguments)] // the two models, where and how they run, the task
 pub fn compare_outputs(
     float: &Model,
@@ -316,6 +326,7 @@ pub fn compare_outputs(
     ctx: &JobContext,
 ) -> Result<Vec<OutputMetrics>, EvalError> {
     check_comparable(float, quant, "the quantized model")?;
+    source.rewind()?;
     let EvalData {
         outputs,
         batch_size,

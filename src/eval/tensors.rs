@@ -23,6 +23,7 @@ use crate::calib::data::BatchSource;
 use crate::calib::histogram::Histogram;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, NodeId};
+use crate::quant::rescaled::rescaled_in;
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime};
 
@@ -73,6 +74,10 @@ pub struct TensorErrors {
     /// another tool that cannot be cut; the cumulative errors stand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_unavailable: Option<String>,
+    /// Activations the quantizer rescaled on purpose (equalization, AWQ, SmoothQuant): they
+    /// differ from the float model's by design, so they are not measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rescaled: Vec<String>,
 }
 
 /// Error of a layer whose weight alone is quantized: its output in the QDQ model (everything
@@ -511,6 +516,7 @@ pub fn tensor_errors_against(
     }
     errors.weights = weight_errors(quant, &qg, float, &fg)?;
     errors.unmatched = unmatched;
+    set_aside_rescaled(&mut errors, quant, &fg);
     Ok(errors)
 }
 
@@ -531,7 +537,12 @@ pub fn local_errors(
     let targets = local_targets(&pairs, &layers);
     let local = local_model(float, &fg, quant, &qg, &targets, source, runtime, eps)?;
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
-    Ok(sums.finish(&float_order(&fg)))
+    let mut errors = TensorErrors {
+        local: sums.finish(&float_order(&fg)),
+        ..TensorErrors::default()
+    };
+    set_aside_rescaled(&mut errors, quant, &fg);
+    Ok(errors.local)
 }
 
 /// What a per-tensor comparison measures in a QDQ model: its activation Q/DQ pairs (and those
@@ -542,16 +553,65 @@ struct Measured {
     layers: Vec<(String, String, Option<String>)>,
 }
 
-/// Finds what [`Measured`] holds.
+/// Finds what [`Measured`] holds. The tensors the quantizer rescaled on purpose
+/// ([`rescaled_in`]: equalization, AWQ, SmoothQuant) are not measured: they differ from the
+/// float model's by design, not by error.
 fn measured(quant: &Model, qg: &Graph, fg: &Graph) -> Measured {
-    let (pairs, unmatched) = pairs(quant, qg, fg);
+    let rescaled = rescaled_in(quant);
+    let (mut pairs, unmatched) = pairs(quant, qg, fg);
+    pairs.retain(|p| !rescaled.contains(&p.float));
     let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
-    let layers = weight_only_layers(qg, fg, &covered);
+    let mut layers = weight_only_layers(qg, fg, &covered);
+    layers.retain(|(_, tensor, _)| !rescaled.contains(tensor));
     Measured {
         pairs,
         unmatched,
         layers,
     }
+}
+
+/// The tensor `tensor` quantizes: traced back through its DequantizeLinear and QuantizeLinear.
+fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
+    while let Some(node) = qg
+        .tensor(tensor)
+        .and_then(|t| t.producer)
+        .map(|id| qg.node(id))
+    {
+        match (node.op_type.as_str(), node.inputs.first()) {
+            ("QuantizeLinear" | "DequantizeLinear", Some(input)) => tensor = input,
+            _ => break,
+        }
+    }
+    tensor
+}
+
+/// Sets aside what a rescaling falsifies in `errors`: the local error of a node reading a
+/// rescaled tensor (the local model feeds it the float tensor, which its rescaled weights do
+/// not expect); records the rescaled activations. (A rescaled weight's error is measured with
+/// the factors fitted out, see [`super::weight_error`].)
+fn set_aside_rescaled(errors: &mut TensorErrors, quant: &Model, fg: &Graph) {
+    let rescaled = rescaled_in(quant);
+    if rescaled.is_empty() {
+        return;
+    }
+    // In the QDQ graph (the float one may still hold the batch norms the quantizer folded),
+    // each input traced back through its Q/DQ pair to the tensor quantized.
+    let qg = Graph::build(quant);
+    let reads_rescaled = |tensor: &str| {
+        qg.tensor(tensor)
+            .and_then(|t| t.producer)
+            .is_some_and(|id| {
+                qg.node(id)
+                    .inputs
+                    .iter()
+                    .any(|i| rescaled.contains(unquantized(&qg, i)))
+            })
+    };
+    errors.local.retain(|l| !reads_rescaled(&l.tensor));
+    errors.rescaled = rescaled
+        .into_iter()
+        .filter(|t| fg.tensor(t).is_some_and(|t| t.producer.is_some()))
+        .collect();
 }
 
 /// The local model of `targets` (see [`LocalModel::build`]); when raising the float model's

@@ -16,6 +16,7 @@ pub mod plan;
 pub mod precision;
 pub mod prepare;
 pub mod preprocess;
+pub mod rescaled;
 pub mod rewrite;
 pub mod saturation;
 pub mod scale;
@@ -282,6 +283,10 @@ pub fn quantize_with(
         raised => raised?,
     };
     stamp_recipe(&mut work, user_recipe);
+    rescaled::stamp(
+        &mut work,
+        &rescaled::rescaled_tensors(&graph, &preprocess.equalized, &scaling.scales),
+    );
     let name = |id: &crate::model::NodeId| graph.node(*id).name.clone();
     Ok(Quantized {
         model: work,

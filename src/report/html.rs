@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::baseline::{Change, baseline_output_table, layer_effect_summary, layer_effect_table};
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
     output_table, summary_items, task_table, weight_table,
@@ -68,12 +69,37 @@ fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors)
         out.push_str("<h3>Where the error is made</h3>\n<p class=\"note\">The tensors whose own node loses most with float inputs: fix these (exclude them, widen their range, raise their precision) before the nodes that only carry their error.</p>\n");
         table(out, &local);
     }
+    if let Some(note) = super::rescaled_note(tensors) {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&note));
+    }
     if let Some(reason) = &tensors.local_unavailable {
         let _ = writeln!(
             out,
             "<p class=\"note\">Local errors were not measured: {}</p>",
             esc(reason)
         );
+    }
+}
+
+/// The baseline's outputs beside the compared model's and the layers that moved most.
+fn baseline_section(out: &mut String, report: &CompareReport) {
+    let (Some(baseline), Some(outputs)) = (&report.baseline, baseline_output_table(report)) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "<h2>Against the baseline</h2>\n<p class=\"note\">{} is another QDQ model of the same float model, measured on the same data: the gain is how much this model's SQNR rose over it (a technique's effect, when the baseline was quantized without it).</p>",
+        esc(&baseline.model)
+    );
+    table(out, &outputs);
+    if let Some(line) = layer_effect_summary(baseline) {
+        let _ = writeln!(out, "<p>{}</p>", esc(&line));
+    }
+    for change in [Change::Gained, Change::Lost] {
+        let layers = layer_effect_table(&baseline.layers, 15, change);
+        if !layers.rows.is_empty() {
+            table(out, &layers);
+        }
     }
 }
 
@@ -109,6 +135,7 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
             );
         }
     }
+    baseline_section(&mut out, report);
     let Some(tensors) = &report.tensors else {
         out.push_str("<p class=\"note\">Per-tensor errors were not computed.</p></body></html>\n");
         return out;

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::baseline::{Change, baseline_output_table, layer_effect_summary, layer_effect_table};
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
     output_table, summary_items, task_table, weight_table,
@@ -52,8 +53,33 @@ fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors)
         out.push_str("### Where the error is made\n\nThe tensors whose own node loses most with float inputs: fix these (exclude them, widen their range, raise their precision) before the nodes that only carry their error.\n\n");
         table(out, &local);
     }
+    if let Some(note) = super::rescaled_note(tensors) {
+        let _ = writeln!(out, "{}\n", cell(&note));
+    }
     if let Some(reason) = &tensors.local_unavailable {
         let _ = writeln!(out, "Local errors were not measured: {}\n", cell(reason));
+    }
+}
+
+/// The baseline's outputs beside the compared model's and the layers that moved most.
+fn baseline_section(out: &mut String, report: &CompareReport) {
+    let (Some(baseline), Some(outputs)) = (&report.baseline, baseline_output_table(report)) else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "## Against the baseline\n\n`{}` is another QDQ model of the same float model, measured on the same data: the gain is how much this model's SQNR rose over it (a technique's effect, when the baseline was quantized without it).\n",
+        baseline.model
+    );
+    table(out, &outputs);
+    if let Some(line) = layer_effect_summary(baseline) {
+        let _ = writeln!(out, "{}\n", cell(&line));
+    }
+    for change in [Change::Gained, Change::Lost] {
+        let layers = layer_effect_table(&baseline.layers, 15, change);
+        if !layers.rows.is_empty() {
+            table(out, &layers);
+        }
     }
 }
 
@@ -75,6 +101,7 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> 
             let _ = writeln!(out, "Kernels of the quantized model: {}\n", kernels.line());
         }
     }
+    baseline_section(&mut out, report);
     let Some(tensors) = &report.tensors else {
         out.push_str("Per-tensor errors were not computed.\n");
         return out;

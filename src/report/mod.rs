@@ -2,6 +2,7 @@
 //! as SVG) or a Markdown page with its charts as SVG files beside it. The charts come from
 //! [`charts`], the same functions the studio draws with.
 
+pub mod baseline;
 pub mod charts;
 mod html;
 mod markdown;
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::eval::layer_effect::LayerEffect;
 use crate::eval::tensors::{ActivationError, TensorErrors};
 use crate::eval::{Latency, OutputMetrics};
 
@@ -82,6 +84,21 @@ pub struct CompareReport {
     pub tensors: Option<TensorErrors>,
     /// Latency, when measured.
     pub latency: Option<LatencyPair>,
+    /// A second QDQ model of the same float model measured alongside, when one was given.
+    pub baseline: Option<Baseline>,
+}
+
+/// A baseline: another QDQ model of the same float model (quantized without a technique, say,
+/// or by another tool), measured against the float model on the same data, so that the
+/// compared model's gain shows output by output and layer by layer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Baseline {
+    /// Its path as given.
+    pub model: String,
+    /// Its outputs against the float model's.
+    pub outputs: Vec<OutputMetrics>,
+    /// Every tensor measured in both models, in graph order (empty without per-tensor errors).
+    pub layers: Vec<LayerEffect>,
 }
 
 /// The report formats.
@@ -539,6 +556,22 @@ pub(crate) fn charts_named<'a>(charts: &'a [Chart], stem: &str) -> Vec<&'a Chart
             }
         })
         .collect()
+}
+
+/// One line on the activations the quantizer rescaled on purpose and the comparison set
+/// aside; `None` when there are none.
+pub fn rescaled_note(tensors: &TensorErrors) -> Option<String> {
+    let names = &tensors.rescaled;
+    (!names.is_empty()).then(|| {
+        let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
+        let more = names.len().saturating_sub(shown.len());
+        format!(
+            "{} activation(s) rescaled on purpose (cross-layer equalization, AWQ, SmoothQuant) are not compared with the float model's, which they differ from by design: {}{}",
+            names.len(),
+            shown.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        )
+    })
 }
 
 /// Formats a dB figure (∞ for an exact match).

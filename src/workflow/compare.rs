@@ -10,6 +10,7 @@ use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
 use crate::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
+use crate::eval::layer_effect::layer_effects;
 use crate::eval::reference::OutputPair;
 use crate::eval::task::TaskOptions;
 use crate::eval::tensors::{
@@ -22,7 +23,7 @@ use crate::jobs::{JobContext, Progress};
 use crate::model::{Graph, Model};
 use crate::quant;
 use crate::recipe::Recipe;
-use crate::report::{CompareReport, LatencyPair};
+use crate::report::{Baseline, CompareReport, LatencyPair};
 use crate::runtime::{EpSpec, Runtime};
 
 /// How many runs time each model.
@@ -101,6 +102,7 @@ fn report(
         outputs,
         tensors,
         latency,
+        baseline: None,
     }
 }
 
@@ -124,15 +126,20 @@ pub struct CompareFiles {
 }
 
 /// Compares a float and a QDQ model on the evaluation data (streaming: memory bounded by one
-/// batch).
+/// batch); with a `baseline` (its label and model: another QDQ model of the same float model),
+/// measures it on the same data too, output by output and, per tensor, layer by layer.
 pub fn compare_files(
     float: &Model,
     quant: &Model,
+    baseline: Option<(&str, &Model)>,
     request: &CompareFiles,
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<CompareReport, WorkflowError> {
     check_comparable(float, quant, &request.labels.1)?;
+    if let Some((label, model)) = baseline {
+        check_comparable(float, model, label)?;
+    }
     let mut source = request.data.open(&model_inputs(&Graph::build(float)))?;
     let (eps, batch) = (&request.eps, request.batch_size);
     let outputs = compare_outputs(
@@ -169,7 +176,19 @@ pub fn compare_files(
         )?),
         None => None,
     };
-    Ok(report(
+    let baseline = match baseline {
+        Some((label, model)) => Some(measure_baseline(
+            float,
+            (label, model),
+            tensors.as_ref(),
+            request,
+            source.as_mut(),
+            runtime,
+            ctx,
+        )?),
+        None => None,
+    };
+    let mut report = report(
         (&request.labels.0, &request.labels.1),
         &request.data,
         source.samples(),
@@ -177,7 +196,45 @@ pub fn compare_files(
         outputs,
         tensors,
         latency,
-    ))
+    );
+    report.baseline = baseline;
+    Ok(report)
+}
+
+/// The baseline's outputs against the float model's and, when the compared model's tensors
+/// were measured, each layer's SQNR in the baseline beside the compared model's.
+fn measure_baseline(
+    float: &Model,
+    (label, model): (&str, &Model),
+    compared: Option<&TensorErrors>,
+    request: &CompareFiles,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<Baseline, WorkflowError> {
+    let (eps, batch) = (&request.eps, request.batch_size);
+    let outputs = compare_outputs(
+        float,
+        model,
+        source,
+        runtime,
+        eps,
+        batch,
+        &request.task,
+        ctx,
+    )?;
+    let layers = match compared {
+        Some(after) => {
+            let before = tensor_errors(float, model, source, runtime, eps, batch, ctx)?;
+            layer_effects(&before, after)
+        }
+        None => Vec::new(),
+    };
+    Ok(Baseline {
+        model: label.to_owned(),
+        outputs,
+        layers,
+    })
 }
 
 /// What quantize & compare needs: the evaluation set-up, latency or not, and the sample

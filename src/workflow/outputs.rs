@@ -94,6 +94,14 @@ impl RunFiles {
         self
     }
 
+    /// A model that may be absent.
+    pub fn model_if(self, role: &str, model: Option<&Model>) -> Self {
+        match model {
+            Some(model) => self.model(role, model),
+            None => self,
+        }
+    }
+
     /// The file or folder data is read from (none for random data).
     pub fn data(self, role: &str, data: &DataSpec) -> Self {
         match data {

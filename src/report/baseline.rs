@@ -1,0 +1,174 @@
+//! What a comparison against a baseline shows: the outputs of both QDQ models against the
+//! float model's, and the layers whose SQNR the compared model moved most, up and down. One set
+//! of tables for the CLI and both report formats.
+
+use super::{Baseline, CompareReport, TextTable, db};
+use crate::eval::layer_effect::{LayerEffect, sqnr_gain_db};
+
+/// Which end of the layer effects a table lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The layers that gained most.
+    Gained,
+    /// The layers that lost most (only those that lost).
+    Lost,
+}
+
+/// Each output's SQNR and cosine in the baseline beside the compared model's; `None` without a
+/// baseline.
+pub fn baseline_output_table(report: &CompareReport) -> Option<TextTable> {
+    let baseline = report.baseline.as_ref()?;
+    let rows = report
+        .outputs
+        .iter()
+        .filter_map(|after| {
+            let before = baseline.outputs.iter().find(|b| b.name == after.name)?;
+            Some(vec![
+                after.name.clone(),
+                db(before.sqnr_db),
+                db(after.sqnr_db),
+                signed_db(sqnr_gain_db(before.sqnr_db, after.sqnr_db)),
+                format!("{:.5}", before.cosine),
+                format!("{:.5}", after.cosine),
+            ])
+        })
+        .collect();
+    Some(TextTable {
+        header: vec![
+            "output",
+            "baseline SQNR dB",
+            "SQNR dB",
+            "gain dB",
+            "baseline cosine",
+            "cosine",
+        ],
+        rows,
+    })
+}
+
+/// The `count` layers that moved most in the direction `change` says, by their own (local)
+/// SQNR where measured, else by the cumulative one.
+pub fn layer_effect_table(layers: &[LayerEffect], count: usize, change: Change) -> TextTable {
+    let mut chosen: Vec<&LayerEffect> = layers
+        .iter()
+        .filter(|l| match change {
+            Change::Gained => l.gain_db() > 0.0,
+            Change::Lost => l.gain_db() < 0.0,
+        })
+        .collect();
+    chosen.sort_by(|a, b| match change {
+        Change::Gained => b.gain_db().total_cmp(&a.gain_db()),
+        Change::Lost => a.gain_db().total_cmp(&b.gain_db()),
+    });
+    let title = match change {
+        Change::Gained => "layers that gained most",
+        Change::Lost => "layers that lost most",
+    };
+    let optional = |v: Option<f64>| v.map_or_else(|| "-".into(), db);
+    TextTable {
+        header: vec![
+            title,
+            "local before dB",
+            "local after dB",
+            "float vs QDQ before dB",
+            "float vs QDQ after dB",
+            "gain dB",
+        ],
+        rows: chosen
+            .into_iter()
+            .take(count)
+            .map(|l| {
+                vec![
+                    l.tensor.clone(),
+                    optional(l.local_before_db),
+                    optional(l.local_after_db),
+                    db(l.cumulative_before_db),
+                    db(l.cumulative_after_db),
+                    signed_db(l.gain_db()),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// One line: how many layers were compared, how many gained and lost, and the median gain.
+pub fn layer_effect_summary(baseline: &Baseline) -> Option<String> {
+    let layers = &baseline.layers;
+    if layers.is_empty() {
+        return None;
+    }
+    let mut gains: Vec<f64> = layers
+        .iter()
+        .map(LayerEffect::gain_db)
+        .filter(|g| g.is_finite())
+        .collect();
+    gains.sort_by(f64::total_cmp);
+    let median = gains.get(gains.len() / 2).copied().unwrap_or(0.0);
+    let gained = layers.iter().filter(|l| l.gain_db() > 0.05).count();
+    let lost = layers.iter().filter(|l| l.gain_db() < -0.05).count();
+    let local = layers.iter().any(|l| l.local_gain_db().is_some());
+    Some(format!(
+        "against {}: {} layers compared, {gained} gained and {lost} lost more than 0.05 dB, median gain {} ({} SQNR)",
+        baseline.model,
+        layers.len(),
+        signed_db(median),
+        if local { "local" } else { "float vs QDQ" },
+    ))
+}
+
+/// A dB change with its sign.
+fn signed_db(v: f64) -> String {
+    if v.is_infinite() {
+        if v > 0.0 {
+            "+∞".into()
+        } else {
+            "-∞".into()
+        }
+    } else {
+        format!("{v:+.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn effect(tensor: &str, local: Option<(f64, f64)>, cumulative: (f64, f64)) -> LayerEffect {
+        LayerEffect {
+            tensor: tensor.into(),
+            cumulative_before_db: cumulative.0,
+            cumulative_after_db: cumulative.1,
+            local_before_db: local.map(|l| l.0),
+            local_after_db: local.map(|l| l.1),
+        }
+    }
+
+    #[test]
+    fn tables_list_the_largest_moves_each_way() {
+        let layers = [
+            effect("small", Some((30.0, 31.0)), (20.0, 20.5)),
+            effect("big", Some((20.0, 28.0)), (18.0, 19.0)),
+            effect("worse", Some((40.0, 37.5)), (25.0, 26.0)),
+            effect("no_local", None, (10.0, 12.0)),
+        ];
+        let gained = layer_effect_table(&layers, 2, Change::Gained);
+        let names: Vec<&str> = gained.rows.iter().map(|r| r[0].as_str()).collect();
+        assert_eq!(names, ["big", "no_local"]);
+        assert_eq!(gained.rows[0][5], "+8.00");
+        let lost = layer_effect_table(&layers, 10, Change::Lost);
+        assert_eq!(lost.rows.len(), 1);
+        assert_eq!(lost.rows[0][0], "worse");
+        assert_eq!(lost.rows[0][5], "-2.50");
+        let baseline = Baseline {
+            model: "rtn.onnx".into(),
+            outputs: Vec::new(),
+            layers: layers.to_vec(),
+        };
+        let line = layer_effect_summary(&baseline).unwrap();
+        assert!(
+            line.contains("4 layers compared, 3 gained and 1 lost"),
+            "{line}"
+        );
+        assert!(line.contains("median gain +2.00"), "{line}");
+    }
+}
