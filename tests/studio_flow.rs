@@ -1036,9 +1036,25 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
     quantize_and_compare(&mut h, "quantize and compare");
     no_notices(&h);
     let results = &h.state().document().unwrap().work.results;
+    let comparison = results
+        .fresh_comparison(&chosen)
+        .expect("a comparison of the recipe with both techniques");
+    // The activations equalization rescaled are set aside, not drawn as -1 dB of error.
+    let rescaled = comparison.tensors.rescaled.clone();
+    assert!(rescaled.len() >= 6, "{rescaled:?}");
     assert!(
-        results.fresh_comparison(&chosen).is_some(),
-        "a comparison of the recipe with both techniques"
+        comparison
+            .tensors
+            .activations
+            .iter()
+            .all(|a| !rescaled.contains(&a.tensor) && a.xmodel_sqnr_db > 10.0),
+        "no rescaled activation is measured"
+    );
+    h.run_steps(2);
+    assert!(
+        h.query_by_label_contains("rescaled activation(s) not measured")
+            .is_some(),
+        "the Results tab says so"
     );
 }
 

@@ -255,6 +255,22 @@ fn heat_controls(
     ui.add_space(4.0);
     worst_layers(ui, &comparison.tensors, commands);
     worst_tensors(ui, &comparison.tensors, panel.heat_kind, commands);
+    rescaled_note(ui, &comparison.tensors);
+}
+
+/// Says which activations the heat map leaves uncoloured because the quantizer rescaled them
+/// on purpose (equalization, AWQ, SmoothQuant); nothing when none was.
+fn rescaled_note(ui: &mut Ui, tensors: &TensorErrors) {
+    if let Some(note) = crate::report::rescaled_note(tensors) {
+        ui.label(
+            RichText::new(format!(
+                "{} rescaled activation(s) not measured",
+                tensors.rescaled.len()
+            ))
+            .weak(),
+        )
+        .on_hover_text(note);
+    }
 }
 
 /// The switch between cumulative and local error (local disabled, saying why, when it was
