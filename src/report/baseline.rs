@@ -14,6 +14,36 @@ pub enum Change {
     Lost,
 }
 
+/// What a report shows of a baseline, in reading order; both formats render it.
+pub(crate) struct BaselineSection {
+    /// The baseline model, as given.
+    pub model: String,
+    /// Each output before and after.
+    pub outputs: TextTable,
+    /// How many layers gained and lost.
+    pub summary: Option<String>,
+    /// The layers that gained most, then those that lost most (tables with rows only).
+    pub layers: Vec<TextTable>,
+}
+
+/// The baseline section of `report`; `None` without a baseline.
+pub(crate) fn baseline_section(report: &CompareReport) -> Option<BaselineSection> {
+    let baseline = report.baseline.as_ref()?;
+    Some(BaselineSection {
+        model: baseline.model.clone(),
+        outputs: baseline_output_table(report)?,
+        summary: layer_effect_summary(baseline),
+        layers: [Change::Gained, Change::Lost]
+            .into_iter()
+            .map(|change| layer_effect_table(&baseline.layers, 15, change))
+            .filter(|t| !t.rows.is_empty())
+            .collect(),
+    })
+}
+
+/// What the gain means, for the section's first paragraph.
+pub(crate) const BASELINE_NOTE: &str = "is another QDQ model of the same float model, measured on the same data: the gain is how much this model's SQNR rose over it (a technique's effect, when the baseline was quantized without it).";
+
 /// Each output's SQNR and cosine in the baseline beside the compared model's; `None` without a
 /// baseline.
 pub fn baseline_output_table(report: &CompareReport) -> Option<TextTable> {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::baseline::{Change, baseline_output_table, layer_effect_summary, layer_effect_table};
+use super::baseline::BASELINE_NOTE;
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
     output_table, summary_items, task_table, weight_table,
@@ -83,23 +83,21 @@ fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors)
 
 /// The baseline's outputs beside the compared model's and the layers that moved most.
 fn baseline_section(out: &mut String, report: &CompareReport) {
-    let (Some(baseline), Some(outputs)) = (&report.baseline, baseline_output_table(report)) else {
+    let Some(section) = super::baseline::baseline_section(report) else {
         return;
     };
     let _ = writeln!(
         out,
-        "<h2>Against the baseline</h2>\n<p class=\"note\">{} is another QDQ model of the same float model, measured on the same data: the gain is how much this model's SQNR rose over it (a technique's effect, when the baseline was quantized without it).</p>",
-        esc(&baseline.model)
+        "<h2>Against the baseline</h2>\n<p class=\"note\"><code>{}</code> {}</p>",
+        esc(&section.model),
+        esc(BASELINE_NOTE)
     );
-    table(out, &outputs);
-    if let Some(line) = layer_effect_summary(baseline) {
-        let _ = writeln!(out, "<p>{}</p>", esc(&line));
+    table(out, &section.outputs);
+    if let Some(line) = &section.summary {
+        let _ = writeln!(out, "<p>{}</p>", esc(line));
     }
-    for change in [Change::Gained, Change::Lost] {
-        let layers = layer_effect_table(&baseline.layers, 15, change);
-        if !layers.rows.is_empty() {
-            table(out, &layers);
-        }
+    for layers in &section.layers {
+        table(out, layers);
     }
 }
 

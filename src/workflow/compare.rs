@@ -142,26 +142,10 @@ pub fn compare_files(
     }
     let mut source = request.data.open(&model_inputs(&Graph::build(float)))?;
     let (eps, batch) = (&request.eps, request.batch_size);
-    let outputs = compare_outputs(
-        float,
-        quant,
-        source.as_mut(),
-        runtime,
-        eps,
-        batch,
-        &request.task,
-        ctx,
-    )?;
+    let models = (float, quant);
+    let outputs = outputs_of(models, request, source.as_mut(), runtime, ctx)?;
     let tensors = match request.per_tensor {
-        true => Some(tensor_errors(
-            float,
-            quant,
-            source.as_mut(),
-            runtime,
-            eps,
-            batch,
-            ctx,
-        )?),
+        true => Some(tensors_of(models, request, source.as_mut(), runtime, ctx)?),
         false => None,
     };
     let latency = match request.latency {
@@ -201,6 +185,39 @@ pub fn compare_files(
     Ok(report)
 }
 
+/// The output metrics of a (float, QDQ) pair of models as `request` asks for them.
+fn outputs_of(
+    (float, quant): (&Model, &Model),
+    request: &CompareFiles,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<Vec<OutputMetrics>, EvalError> {
+    let (eps, batch) = (&request.eps, request.batch_size);
+    compare_outputs(
+        float,
+        quant,
+        source,
+        runtime,
+        eps,
+        batch,
+        &request.task,
+        ctx,
+    )
+}
+
+/// The per-tensor errors of a (float, QDQ) pair of models.
+fn tensors_of(
+    (float, quant): (&Model, &Model),
+    request: &CompareFiles,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<TensorErrors, EvalError> {
+    let (eps, batch) = (&request.eps, request.batch_size);
+    tensor_errors(float, quant, source, runtime, eps, batch, ctx)
+}
+
 /// The baseline's outputs against the float model's and, when the compared model's tensors
 /// were measured, each layer's SQNR in the baseline beside the compared model's.
 fn measure_baseline(
@@ -212,20 +229,10 @@ fn measure_baseline(
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<Baseline, WorkflowError> {
-    let (eps, batch) = (&request.eps, request.batch_size);
-    let outputs = compare_outputs(
-        float,
-        model,
-        source,
-        runtime,
-        eps,
-        batch,
-        &request.task,
-        ctx,
-    )?;
+    let outputs = outputs_of((float, model), request, source, runtime, ctx)?;
     let layers = match compared {
         Some(after) => {
-            let before = tensor_errors(float, model, source, runtime, eps, batch, ctx)?;
+            let before = tensors_of((float, model), request, source, runtime, ctx)?;
             layer_effects(&before, after)
         }
         None => Vec::new(),
