@@ -1093,3 +1093,44 @@ fn gptq_and_layerwise_ranges_are_recipe_switches_that_calibration_honours() {
         "a comparison of the recipe with both techniques"
     );
 }
+
+#[test]
+fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    // The sample declares no value_info: a batch norm's output has no type or shape in the
+    // file; the type is inferred at once, the shape is known once calibration has seen it.
+    let conv = {
+        let doc = h.state().document().unwrap();
+        let node = doc
+            .graph
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "BatchNormalization")
+            .unwrap();
+        let output = node.outputs[0].clone();
+        assert!(doc.graph.tensor(&output).unwrap().elem_type.is_none());
+        assert_eq!(
+            doc.tensor_type_and_shape(&output),
+            ("float32".into(), "?".into())
+        );
+        (node.id, output)
+    };
+    calibrate(&mut h);
+    no_notices(&h);
+    let (dtype, shape) = h.state().document().unwrap().tensor_type_and_shape(&conv.1);
+    assert_eq!(dtype, "float32");
+    assert!(
+        shape.ends_with("(seen in calibration)") && shape.starts_with('[') && !shape.contains("[?"),
+        "{shape}"
+    );
+    // The inspector shows it.
+    h.state_mut().document_mut().unwrap().selection = vec![conv.0];
+    h.run_steps(3);
+    assert!(
+        h.query_by_label(&shape).is_some(),
+        "the inspector lists {} as {shape}",
+        conv.1
+    );
+}

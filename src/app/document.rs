@@ -87,6 +87,9 @@ pub struct Loaded {
     /// The model as the quantizer sees it (default pre-processing), or why it cannot be
     /// prepared.
     pub prepared: Result<Prepared, String>,
+    /// Every tensor's element type, declared or inferred (most files declare only the graph's
+    /// inputs and outputs).
+    pub types: HashMap<String, i32>,
     /// How long it took.
     pub timings: OpenTimings,
 }
@@ -134,12 +137,14 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
     let layout_time = started.elapsed();
     ctx.checkpoint()?;
     let prepared = Prepared::new(&model, &Preprocessing::default()).map_err(|e| e.to_string());
+    let types = crate::model::infer::elem_types(&model, &graph);
     Ok(Loaded {
         source,
         model,
         graph,
         layout,
         prepared,
+        types,
         timings: OpenTimings {
             read,
             index,
@@ -156,6 +161,8 @@ pub struct Document {
     pub model: Model,
     /// Its graph index.
     pub graph: Graph,
+    /// Every tensor's element type, declared or inferred.
+    pub types: HashMap<String, i32>,
     /// Its layout.
     pub layout: GraphLayout,
     /// The recipe being edited.
@@ -222,6 +229,7 @@ impl Document {
             layout: loaded.layout,
             editor: RecipeEditor::new(recipe),
             prepared: loaded.prepared,
+            types: loaded.types,
             plan: Explanation::default(),
             planned_for: None,
             states: Vec::new(),
@@ -245,6 +253,18 @@ impl Document {
     /// The recipe as it stands.
     pub fn recipe(&self) -> &Recipe {
         self.editor.recipe()
+    }
+
+    /// `tensor`'s element type and shape as the views show them: declared, else inferred
+    /// (the type) or seen in calibration (the shape); see [`crate::workflow::tensor_facts`].
+    pub fn tensor_type_and_shape(&self, tensor: &str) -> (String, String) {
+        use crate::workflow::tensor_facts::{shape_text, type_text};
+        let inferred = self.types.get(tensor).copied();
+        let stats = self.work.results.stats.as_deref();
+        (
+            type_text(&self.graph, inferred, tensor),
+            shape_text(&self.graph, stats, tensor),
+        )
     }
 
     /// Re-plans when the recipe or the statistics changed since the last plan: the model is

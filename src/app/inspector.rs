@@ -10,7 +10,7 @@ use crate::app::command::Command;
 use crate::app::document::Document;
 use crate::app::states::NodeState;
 use crate::app::weights::{self, WeightSummary};
-use crate::model::{NodeId, TensorKind, format_shape};
+use crate::model::{NodeId, TensorKind};
 
 /// A weight's statistics with its histogram texture, cached while the model is open.
 struct WeightView {
@@ -306,8 +306,9 @@ fn tensors(
                         }
                         match info {
                             Some(t) => {
-                                ui.label(t.type_name());
-                                ui.label(format_shape(t.shape.as_deref()));
+                                let (dtype, shape) = doc.tensor_type_and_shape(name);
+                                ui.label(dtype);
+                                ui.label(shape);
                                 if t.kind == TensorKind::Missing {
                                     ui.colored_label(
                                         Color32::from_rgb(220, 40, 40),

@@ -734,16 +734,10 @@ pub fn central(
                     });
                 }
                 Some(Hover::Edge { tensor }) => {
-                    let info = doc.graph.tensor(tensor);
+                    let (dtype, shape) = doc.tensor_type_and_shape(tensor);
                     response.clone().on_hover_ui_at_pointer(|ui| {
                         ui.label(RichText::new(tensor).monospace());
-                        if let Some(t) = info {
-                            ui.label(format!(
-                                "{} {}",
-                                t.type_name(),
-                                crate::model::format_shape(t.shape.as_deref())
-                            ));
-                        }
+                        ui.label(format!("{dtype} {shape}"));
                     });
                 }
                 None => {}

@@ -160,6 +160,23 @@ impl BatchSummary {
 }
 
 impl TensorStats {
+    /// The shape calibration observed: each dim that was the same in every batch, `?` for one
+    /// that varied (the batch dim of a short last batch, a sequence length); `None` when no
+    /// shape was recorded.
+    pub fn observed_shape(&self) -> Option<Vec<crate::model::Dim>> {
+        let (first, rest) = self.shapes.split_first()?;
+        Some(
+            first
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| match rest.iter().all(|s| s.get(i) == Some(&d)) {
+                    true => crate::model::Dim::Fixed(i64::try_from(d).unwrap_or(i64::MAX)),
+                    false => crate::model::Dim::Unknown,
+                })
+                .collect(),
+        )
+    }
+
     /// Folds one batch in: counts, extremes, shapes, and (when enabled) the histogram.
     pub fn add_batch(&mut self, values: &[f32], shape: &[usize], histogram_bins: Option<usize>) {
         let summary = BatchSummary::of(values);

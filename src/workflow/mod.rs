@@ -14,5 +14,6 @@ pub mod reference;
 pub mod runtime;
 pub mod sensitivity;
 pub mod statistics;
+pub mod tensor_facts;
 
 pub use error::WorkflowError;

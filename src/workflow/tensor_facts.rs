@@ -1,0 +1,140 @@
+//! What the views say of a tensor's type and shape: as the file declares them, else as they
+//! are otherwise known: the element type inferred from the graph ([`crate::model::infer`]),
+//! the shape observed in calibration. Most exported models declare no `value_info`, so
+//! without this every inner tensor reads "? ?".
+
+use crate::calib::CalibrationStats;
+use crate::model::dtype::onnx_type_name;
+use crate::model::graph::{Dim, Graph, format_shape};
+
+/// Where a shape comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShapeSource {
+    /// The model file declares it (graph inputs and outputs, `value_info`, initializers).
+    Declared,
+    /// Calibration saw it (dims that varied between batches are `?`).
+    Observed,
+}
+
+/// A tensor's shape and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnownShape {
+    /// The dims.
+    pub dims: Vec<Dim>,
+    /// Their source.
+    pub source: ShapeSource,
+}
+
+impl KnownShape {
+    /// `[1, 3, 48, 192]`, marked when calibration observed it.
+    pub fn text(&self) -> String {
+        match self.source {
+            ShapeSource::Declared => format_shape(Some(&self.dims)),
+            ShapeSource::Observed => {
+                format!("{} (seen in calibration)", format_shape(Some(&self.dims)))
+            }
+        }
+    }
+}
+
+/// `tensor`'s shape: the declared one when it is complete (every dim a value or a name), else
+/// the one calibration observed, else whatever part was declared.
+pub fn known_shape(
+    graph: &Graph,
+    stats: Option<&CalibrationStats>,
+    tensor: &str,
+) -> Option<KnownShape> {
+    let declared = graph.tensor(tensor).and_then(|t| t.shape.clone());
+    let complete = declared
+        .as_ref()
+        .is_some_and(|dims| !dims.iter().any(|d| matches!(d, Dim::Unknown)));
+    let observed = || {
+        stats?
+            .tensors
+            .get(tensor)?
+            .observed_shape()
+            .map(|dims| KnownShape {
+                dims,
+                source: ShapeSource::Observed,
+            })
+    };
+    let declared = declared.map(|dims| KnownShape {
+        dims,
+        source: ShapeSource::Declared,
+    });
+    if complete {
+        declared
+    } else {
+        observed().or(declared)
+    }
+}
+
+/// `tensor`'s shape as text, `?` when nothing is known.
+pub fn shape_text(graph: &Graph, stats: Option<&CalibrationStats>, tensor: &str) -> String {
+    known_shape(graph, stats, tensor).map_or_else(|| "?".to_owned(), |s| s.text())
+}
+
+/// `tensor`'s element type name: declared, else `inferred` (see
+/// [`crate::model::infer::elem_types`]), else `?`.
+pub fn type_text(graph: &Graph, inferred: Option<i32>, tensor: &str) -> String {
+    graph
+        .tensor(tensor)
+        .and_then(|t| t.elem_type)
+        .or(inferred)
+        .map_or_else(|| "?".to_owned(), onnx_type_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calib::stats::TensorStats;
+    use crate::model::{DataType, ModelBuilder};
+
+    /// x [N, 4] → Relu → y, declared; the Relu's output `h` → Neg → y has no value_info.
+    fn graph() -> Graph {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[-1, 4]);
+        b.node("Relu", &["x"], &["h"]);
+        b.node("Neg", &["h"], &["y"]);
+        b.output("y", DataType::Float32, &[-1, 4]);
+        Graph::build(&b.build())
+    }
+
+    fn stats(tensor: &str, shapes: &[&[usize]]) -> CalibrationStats {
+        let mut stats = CalibrationStats::default();
+        let mut t = TensorStats::default();
+        for shape in shapes {
+            let n = shape.iter().product();
+            t.add_batch(&vec![1.0; n], shape, None);
+        }
+        stats.tensors.insert(tensor.to_owned(), t);
+        stats
+    }
+
+    #[test]
+    fn an_undeclared_shape_is_the_one_calibration_saw_with_varying_dims_unknown() {
+        let g = graph();
+        assert_eq!(shape_text(&g, None, "h"), "?");
+        let seen = stats("h", &[&[4, 4], &[4, 4], &[2, 4]]);
+        assert_eq!(
+            shape_text(&g, Some(&seen), "h"),
+            "[?, 4] (seen in calibration)"
+        );
+        let seen = stats("h", &[&[1, 4]]);
+        assert_eq!(
+            known_shape(&g, Some(&seen), "h").map(|s| s.source),
+            Some(ShapeSource::Observed)
+        );
+    }
+
+    #[test]
+    fn a_declared_shape_stands_and_types_fall_back_to_the_inferred_one() {
+        let g = graph();
+        let seen = stats("x", &[&[4, 4]]);
+        let x = known_shape(&g, Some(&seen), "x").unwrap();
+        assert_eq!(x.source, ShapeSource::Declared, "{}", x.text());
+        assert_eq!(type_text(&g, None, "h"), "?");
+        assert_eq!(type_text(&g, Some(1), "h"), "float32");
+        assert_eq!(type_text(&g, Some(7), "x"), "float32", "declared first");
+    }
+}
