@@ -1096,12 +1096,14 @@ fn gptq_and_layerwise_ranges_are_recipe_switches_that_calibration_honours() {
 
 #[test]
 fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
+    use qdq_studio::workflow::tensor_facts::ShapeSource;
     let mut h = harness();
     h.state_mut().open(Source::Sample);
     settle(&mut h, "opening");
     // The sample declares no value_info: a batch norm's output has no type or shape in the
     // file; the type is inferred at once, the shape is known once calibration has seen it.
-    let conv = {
+    // Its scale, a Constant node's value, has its dims at once.
+    let (id, output) = {
         let doc = h.state().document().unwrap();
         let node = doc
             .graph
@@ -1111,26 +1113,35 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
             .unwrap();
         let output = node.outputs[0].clone();
         assert!(doc.graph.tensor(&output).unwrap().elem_type.is_none());
-        assert_eq!(
-            doc.tensor_type_and_shape(&output),
-            ("float32".into(), "?".into())
-        );
+        assert_eq!(doc.tensor_type(&output), "float32");
+        assert_eq!(doc.tensor_shape(&output), None);
+        let scale = doc
+            .tensor_shape(&node.inputs[1])
+            .expect("the Constant's dims");
+        assert_eq!(scale.source, ShapeSource::Declared);
+        assert_eq!(scale.dims.len(), 1, "{}", scale.text());
         (node.id, output)
     };
     calibrate(&mut h);
     no_notices(&h);
-    let (dtype, shape) = h.state().document().unwrap().tensor_type_and_shape(&conv.1);
-    assert_eq!(dtype, "float32");
+    let shape = h
+        .state()
+        .document()
+        .unwrap()
+        .tensor_shape(&output)
+        .expect("seen in calibration");
+    assert_eq!(shape.source, ShapeSource::Observed);
     assert!(
-        shape.ends_with("(seen in calibration)") && shape.starts_with('[') && !shape.contains("[?"),
-        "{shape}"
+        shape.dims.len() == 4 && !shape.dims_text().contains('?'),
+        "{}",
+        shape.text()
     );
     // The inspector shows it.
-    h.state_mut().document_mut().unwrap().selection = vec![conv.0];
+    h.state_mut().document_mut().unwrap().selection = vec![id];
     h.run_steps(3);
     assert!(
-        h.query_by_label(&shape).is_some(),
-        "the inspector lists {} as {shape}",
-        conv.1
+        h.query_by_label(&shape.dims_text()).is_some(),
+        "the inspector lists {output} as {}",
+        shape.dims_text()
     );
 }

@@ -2,6 +2,8 @@
 //! edited, the selection and the search, and the loading job that produces it.
 
 use std::collections::{HashMap, HashSet};
+
+use crate::workflow::tensor_facts::{KnownShape, known_shape};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -255,16 +257,20 @@ impl Document {
         self.editor.recipe()
     }
 
-    /// `tensor`'s element type and shape as the views show them: declared, else inferred
-    /// (the type) or seen in calibration (the shape); see [`crate::workflow::tensor_facts`].
-    pub fn tensor_type_and_shape(&self, tensor: &str) -> (String, String) {
-        use crate::workflow::tensor_facts::{shape_text, type_text};
-        let inferred = self.types.get(tensor).copied();
-        let stats = self.work.results.stats.as_deref();
-        (
-            type_text(&self.graph, inferred, tensor),
-            shape_text(&self.graph, stats, tensor),
+    /// `tensor`'s element type as the views show it: declared, else inferred.
+    pub fn tensor_type(&self, tensor: &str) -> String {
+        crate::workflow::tensor_facts::type_text(
+            &self.graph,
+            self.types.get(tensor).copied(),
+            tensor,
         )
+    }
+
+    /// `tensor`'s shape as the views show it: declared, else seen in calibration; see
+    /// [`crate::workflow::tensor_facts`].
+    pub fn tensor_shape(&self, tensor: &str) -> Option<KnownShape> {
+        let stats = self.work.results.stats.as_deref();
+        known_shape(&self.graph, stats, tensor)
     }
 
     /// Re-plans when the recipe or the statistics changed since the last plan: the model is

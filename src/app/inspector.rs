@@ -11,6 +11,7 @@ use crate::app::document::Document;
 use crate::app::states::NodeState;
 use crate::app::weights::{self, WeightSummary};
 use crate::model::{NodeId, TensorKind};
+use crate::workflow::tensor_facts::{KnownShape, ShapeSource};
 
 /// A weight's statistics with its histogram texture, cached while the model is open.
 struct WeightView {
@@ -306,9 +307,8 @@ fn tensors(
                         }
                         match info {
                             Some(t) => {
-                                let (dtype, shape) = doc.tensor_type_and_shape(name);
-                                ui.label(dtype);
-                                ui.label(shape);
+                                ui.label(doc.tensor_type(name));
+                                shape_label(ui, doc.tensor_shape(name).as_ref());
                                 if t.kind == TensorKind::Missing {
                                     ui.colored_label(
                                         Color32::from_rgb(220, 40, 40),
@@ -487,4 +487,21 @@ fn format_attribute(a: &crate::model::proto::AttributeProto) -> String {
         return list(&strings);
     }
     "(empty)".to_owned()
+}
+
+/// A tensor's shape: plain when declared, weak with a note when calibration saw it, `?` when
+/// unknown.
+fn shape_label(ui: &mut Ui, shape: Option<&KnownShape>) {
+    match shape {
+        Some(s) if s.source == ShapeSource::Observed => {
+            ui.label(RichText::new(s.dims_text()).weak())
+                .on_hover_text("Seen in calibration: the file declares no shape for it");
+        }
+        Some(s) => {
+            ui.label(s.dims_text());
+        }
+        None => {
+            ui.label("?");
+        }
+    }
 }

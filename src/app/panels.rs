@@ -734,7 +734,10 @@ pub fn central(
                     });
                 }
                 Some(Hover::Edge { tensor }) => {
-                    let (dtype, shape) = doc.tensor_type_and_shape(tensor);
+                    let dtype = doc.tensor_type(tensor);
+                    let shape = crate::workflow::tensor_facts::shape_text(
+                        doc.tensor_shape(tensor).as_ref(),
+                    );
                     response.clone().on_hover_ui_at_pointer(|ui| {
                         ui.label(RichText::new(tensor).monospace());
                         ui.label(format!("{dtype} {shape}"));

@@ -34,6 +34,31 @@ pub fn constant_tensor(node: &NodeProto) -> Option<TensorProto> {
     Some(array.to_proto(&name))
 }
 
+/// The element type code and dims of the tensor a Constant node outputs, read from its
+/// attribute without copying the values; `None` where [`constant_tensor`] gives none.
+pub fn constant_type_and_dims(node: &NodeProto) -> Option<(i32, Vec<i64>)> {
+    if node.op_type() != "Constant" {
+        return None;
+    }
+    let attribute = node.attribute.first()?;
+    let (float, int) = (
+        super::DataType::Float32.to_onnx(),
+        super::DataType::Int64.to_onnx(),
+    );
+    let length = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    match attribute.name() {
+        "value" => attribute
+            .t
+            .as_ref()
+            .map(|t| (t.data_type(), t.dims.clone())),
+        "value_float" => Some((float, Vec::new())),
+        "value_floats" => Some((float, vec![length(attribute.floats.len())])),
+        "value_int" => Some((int, Vec::new())),
+        "value_ints" => Some((int, vec![length(attribute.ints.len())])),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

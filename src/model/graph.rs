@@ -469,6 +469,14 @@ impl Graph {
                 }
                 let info = self.tensor_mut(output, kind);
                 info.producer = Some(NodeId(i));
+                // A Constant's type and dims are as declared as an initializer's.
+                if let Some((elem, dims)) = super::constant::constant_type_and_dims(proto) {
+                    info.elem_type = info.elem_type.or(Some(elem));
+                    info.shape = info
+                        .shape
+                        .take()
+                        .or_else(|| Some(dims.into_iter().map(Dim::Fixed).collect()));
+                }
             }
         }
         for (i, proto) in graph.node.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! What the views say of a tensor's type and shape: as the file declares them, else as they
-//! are otherwise known: the element type inferred from the graph ([`crate::model::infer`]),
-//! the shape observed in calibration. Most exported models declare no `value_info`, so
-//! without this every inner tensor reads "? ?".
+//! are otherwise known: the element type inferred from the graph ([`crate::model::infer`]), the
+//! shape observed in calibration. Most exported models declare no `value_info`, so without this every inner
+//! tensor reads "? ?".
 
 use crate::calib::CalibrationStats;
 use crate::model::dtype::onnx_type_name;
@@ -10,7 +10,7 @@ use crate::model::graph::{Dim, Graph, format_shape};
 /// Where a shape comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShapeSource {
-    /// The model file declares it (graph inputs and outputs, `value_info`, initializers).
+    /// The model declares it (graph inputs and outputs, `value_info`, initializers, Constants).
     Declared,
     /// Calibration saw it (dims that varied between batches are `?`).
     Observed,
@@ -26,52 +26,56 @@ pub struct KnownShape {
 }
 
 impl KnownShape {
+    /// `[1, 3, 48, 192]`.
+    pub fn dims_text(&self) -> String {
+        format_shape(Some(&self.dims))
+    }
+
     /// `[1, 3, 48, 192]`, marked when calibration observed it.
     pub fn text(&self) -> String {
         match self.source {
-            ShapeSource::Declared => format_shape(Some(&self.dims)),
-            ShapeSource::Observed => {
-                format!("{} (seen in calibration)", format_shape(Some(&self.dims)))
-            }
+            ShapeSource::Declared => self.dims_text(),
+            ShapeSource::Observed => format!("{} (seen in calibration)", self.dims_text()),
         }
     }
 }
 
-/// `tensor`'s shape: the declared one when it is complete (every dim a value or a name), else
-/// the one calibration observed, else whatever part was declared.
+/// True when every dim is a value or a name.
+fn complete(dims: &[Dim]) -> bool {
+    !dims.iter().any(|d| matches!(d, Dim::Unknown))
+}
+
+/// `tensor`'s shape: the declared one when it is complete (an initializer's or a Constant's
+/// dims included), else the one calibration observed, else whatever part was declared.
 pub fn known_shape(
     graph: &Graph,
     stats: Option<&CalibrationStats>,
     tensor: &str,
 ) -> Option<KnownShape> {
-    let declared = graph.tensor(tensor).and_then(|t| t.shape.clone());
-    let complete = declared
-        .as_ref()
-        .is_some_and(|dims| !dims.iter().any(|d| matches!(d, Dim::Unknown)));
-    let observed = || {
-        stats?
-            .tensors
-            .get(tensor)?
-            .observed_shape()
-            .map(|dims| KnownShape {
-                dims,
-                source: ShapeSource::Observed,
-            })
-    };
-    let declared = declared.map(|dims| KnownShape {
+    let declared_in = |g: &Graph| g.tensor(tensor).and_then(|t| t.shape.clone());
+    let declared = |dims: Vec<Dim>| KnownShape {
         dims,
         source: ShapeSource::Declared,
-    });
-    if complete {
-        declared
-    } else {
-        observed().or(declared)
+    };
+    let full = declared_in(graph).filter(|d| complete(d));
+    if let Some(dims) = full {
+        return Some(declared(dims));
+    }
+    let observed = stats
+        .and_then(|s| s.tensors.get(tensor))
+        .and_then(|t| t.observed_shape());
+    match observed {
+        Some(dims) => Some(KnownShape {
+            dims,
+            source: ShapeSource::Observed,
+        }),
+        None => declared_in(graph).map(declared),
     }
 }
 
-/// `tensor`'s shape as text, `?` when nothing is known.
-pub fn shape_text(graph: &Graph, stats: Option<&CalibrationStats>, tensor: &str) -> String {
-    known_shape(graph, stats, tensor).map_or_else(|| "?".to_owned(), |s| s.text())
+/// A shape's text, `?` when nothing is known.
+pub fn shape_text(shape: Option<&KnownShape>) -> String {
+    shape.map_or_else(|| "?".to_owned(), KnownShape::text)
 }
 
 /// `tensor`'s element type name: declared, else `inferred` (see
@@ -114,10 +118,10 @@ mod tests {
     #[test]
     fn an_undeclared_shape_is_the_one_calibration_saw_with_varying_dims_unknown() {
         let g = graph();
-        assert_eq!(shape_text(&g, None, "h"), "?");
+        assert_eq!(shape_text(known_shape(&g, None, "h").as_ref()), "?");
         let seen = stats("h", &[&[4, 4], &[4, 4], &[2, 4]]);
         assert_eq!(
-            shape_text(&g, Some(&seen), "h"),
+            shape_text(known_shape(&g, Some(&seen), "h").as_ref()),
             "[?, 4] (seen in calibration)"
         );
         let seen = stats("h", &[&[1, 4]]);
