@@ -139,7 +139,11 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
     // An idle window settles: nothing asks for frames when nothing happens.
     h.try_run().expect("an idle studio stops repainting");
 
-    // Uncheck Conv in the op-type panel.
+    // Uncheck Conv in the op-type panel (scrolled to first, as a user would: the recipe
+    // summary above the list leaves it at the panel's edge; the list scrolls over a few
+    // frames).
+    h.get_by_label("Conv (53)").scroll_to_me();
+    h.run_steps(30);
     h.get_by_label("Conv (53)").click();
     h.run_steps(2);
     assert_eq!(recipe(&h).op_types_to_exclude, ["Conv"]);

@@ -2,7 +2,7 @@
 //! range method for every activation, each activation gets the method whose quantization of
 //! it disturbs the outputs of the nodes reading it least. The quantizer says what each
 //! method would do to each activation ([`candidates`]: its range and scale); calibration
-//! measures the disturbance in ONNX Runtime (see [`crate::eval::range_choice`]) and keeps the
+//! measures the disturbance in ONNX Runtime (the evaluation layer's range choice) and keeps the
 //! winners in the statistics; the quantizer applies them as the activations' own methods
 //! ([`with_chosen_ranges`]) unless the recipe sets one for a tensor.
 

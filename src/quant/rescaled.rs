@@ -18,8 +18,8 @@ pub const RESCALED_KEY: &str = "qdq_studio.rescaled";
 
 /// The activations `pairs` (equalization) and `scales` (activation scaling folded into a
 /// producer) left at another scale than the float model's, sorted. `graph` is the
-/// pre-processed model's. (Their weights are rescaled too; the weight comparison fits such
-/// factors out, see [`crate::eval::weight_error`].)
+/// pre-processed model's. (Their weights are rescaled too; the comparison's weight errors fit
+/// such factors out.)
 pub(crate) fn rescaled_tensors(
     graph: &Graph,
     pairs: &[EqualizedPair],
