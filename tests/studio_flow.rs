@@ -1103,7 +1103,7 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
     // The sample declares no value_info: a batch norm's output has no type or shape in the
     // file; the type is inferred at once, the shape is known once calibration has seen it.
     // Its scale, a Constant node's value, has its dims at once.
-    let (id, output) = {
+    let conv = {
         let doc = h.state().document().unwrap();
         let node = doc
             .graph
@@ -1120,8 +1120,9 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
             .expect("the Constant's dims");
         assert_eq!(scale.source, ShapeSource::Declared);
         assert_eq!(scale.dims.len(), 1, "{}", scale.text());
-        (node.id, output)
+        (node.id, output, node.inputs[0].clone())
     };
+    let (id, output, conv_output) = conv;
     calibrate(&mut h);
     no_notices(&h);
     let shape = h
@@ -1136,12 +1137,17 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
         "{}",
         shape.text()
     );
+    // The Conv's output before the batch norm is folded away, never calibrated: it has the
+    // batch norm's shape.
+    let before = h.state().document().unwrap().tensor_shape(&conv_output);
+    assert_eq!(before, Some(shape.clone()), "{conv_output}");
     // The inspector shows it.
     h.state_mut().document_mut().unwrap().selection = vec![id];
     h.run_steps(3);
-    assert!(
-        h.query_by_label(&shape.dims_text()).is_some(),
-        "the inspector lists {output} as {}",
+    assert_eq!(
+        h.query_all_by_label(&shape.dims_text()).count(),
+        2,
+        "the inspector lists {conv_output} and {output} as {}",
         shape.dims_text()
     );
 }

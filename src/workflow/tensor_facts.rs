@@ -45,32 +45,105 @@ fn complete(dims: &[Dim]) -> bool {
     !dims.iter().any(|d| matches!(d, Dim::Unknown))
 }
 
+/// Ops whose output has their first input's shape (elementwise, one data input): across
+/// them a shape known on one side is known on the other. Batch normalization is the case that
+/// matters: pre-processing folds it, so a Conv's output before it is never calibrated.
+const SHAPE_KEEPING: &[&str] = &[
+    "BatchNormalization",
+    "Relu",
+    "LeakyRelu",
+    "PRelu",
+    "Clip",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "Elu",
+    "Selu",
+    "Softplus",
+    "Identity",
+    "Dropout",
+    "Cast",
+    "Neg",
+    "Abs",
+    "Erf",
+];
+
+/// How many shape-keeping ops a shape is carried across, at most.
+const CARRIED_ACROSS: usize = 4;
+
 /// `tensor`'s shape: the declared one when it is complete (an initializer's or a Constant's
-/// dims included), else the one calibration observed, else whatever part was declared.
+/// dims included), else the one calibration observed (on it, or carried across shape-keeping
+/// ops from a neighbour), else whatever part was declared.
 pub fn known_shape(
     graph: &Graph,
     stats: Option<&CalibrationStats>,
     tensor: &str,
 ) -> Option<KnownShape> {
-    let declared_in = |g: &Graph| g.tensor(tensor).and_then(|t| t.shape.clone());
-    let declared = |dims: Vec<Dim>| KnownShape {
-        dims,
-        source: ShapeSource::Declared,
-    };
-    let full = declared_in(graph).filter(|d| complete(d));
-    if let Some(dims) = full {
-        return Some(declared(dims));
+    let declared = graph.tensor(tensor).and_then(|t| t.shape.clone());
+    if let Some(dims) = declared.clone().filter(|d| complete(d)) {
+        return Some(KnownShape {
+            dims,
+            source: ShapeSource::Declared,
+        });
     }
-    let observed = stats
-        .and_then(|s| s.tensors.get(tensor))
-        .and_then(|t| t.observed_shape());
-    match observed {
+    let observed = |name: &str| {
+        stats
+            .and_then(|s| s.tensors.get(name))
+            .and_then(|t| t.observed_shape())
+    };
+    let found = std::iter::once(tensor.to_owned())
+        .chain(shape_keeping_neighbours(graph, tensor))
+        .find_map(|name| observed(&name));
+    match found {
         Some(dims) => Some(KnownShape {
             dims,
             source: ShapeSource::Observed,
         }),
-        None => declared_in(graph).map(declared),
+        None => declared.map(|dims| KnownShape {
+            dims,
+            source: ShapeSource::Declared,
+        }),
     }
+}
+
+/// The tensors that have `tensor`'s shape through up to [`CARRIED_ACROSS`] shape-keeping ops,
+/// upstream and downstream, nearest first.
+fn shape_keeping_neighbours(graph: &Graph, tensor: &str) -> Vec<String> {
+    let keeps = |id: crate::model::NodeId| SHAPE_KEEPING.contains(&graph.node(id).op_type.as_str());
+    let mut out = Vec::new();
+    // Upstream: through the producer's first input.
+    let mut at = tensor.to_owned();
+    for _ in 0..CARRIED_ACROSS {
+        let Some(id) = graph
+            .tensor(&at)
+            .and_then(|t| t.producer)
+            .filter(|&id| keeps(id))
+        else {
+            break;
+        };
+        let Some(input) = graph.node(id).inputs.first().cloned() else {
+            break;
+        };
+        out.push(input.clone());
+        at = input;
+    }
+    // Downstream: through a consumer reading it as its first input.
+    let mut at = tensor.to_owned();
+    for _ in 0..CARRIED_ACROSS {
+        let next = graph.tensor(&at).and_then(|t| {
+            t.consumers
+                .iter()
+                .copied()
+                .find(|&id| keeps(id) && graph.node(id).inputs.first().is_some_and(|i| *i == at))
+        });
+        let Some(output) = next.and_then(|id| graph.node(id).outputs.first().cloned()) else {
+            break;
+        };
+        out.push(output.clone());
+        at = output;
+    }
+    out
 }
 
 /// A shape's text, `?` when nothing is known.
@@ -128,6 +201,30 @@ mod tests {
         assert_eq!(
             known_shape(&g, Some(&seen), "h").map(|s| s.source),
             Some(ShapeSource::Observed)
+        );
+    }
+
+    #[test]
+    fn a_shape_is_carried_across_shape_keeping_ops() {
+        // h (Relu's output) was calibrated; x → Relu → h → Neg → y: `y` is declared, but a
+        // tensor before a folded batch norm, say, has only its neighbour's observed shape.
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[-1, 4]);
+        b.node("Relu", &["x"], &["h"]);
+        b.node("Sigmoid", &["h"], &["s"]);
+        b.node("Neg", &["s"], &["y"]);
+        b.output("y", DataType::Float32, &[-1, 4]);
+        let g = Graph::build(&b.build());
+        let seen = stats("s", &[&[2, 4]]);
+        let h = known_shape(&g, Some(&seen), "h").unwrap();
+        assert_eq!(
+            (h.dims_text(), h.source),
+            ("[2, 4]".into(), ShapeSource::Observed)
+        );
+        let seen = stats("h", &[&[3, 4]]);
+        assert_eq!(
+            known_shape(&g, Some(&seen), "s").unwrap().dims_text(),
+            "[3, 4]"
         );
     }
 
