@@ -257,40 +257,39 @@ fn statistics_without_the_techniques_are_refused() {
     write_npz(&data, &[("x", TensorArray::Float32(positive_data(5, 16)))]);
     let model = biased_model();
     let stats = calibrate(&model, &Recipe::default(), &data);
-    let bias = Recipe {
-        bias_correction: true,
-        ..Recipe::default()
-    };
-    let err = quant::quantize(&model, Some(&stats), &bias).unwrap_err();
-    assert!(
-        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("bias correction")),
-        "{err}"
-    );
     let mut cle = Recipe::default();
     cle.preprocessing.equalize = true;
-    let err = quant::quantize(&model, Some(&stats), &cle).unwrap_err();
-    assert!(
-        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("cle")),
-        "{err}"
-    );
-    let gptq = Recipe {
-        gptq: true,
-        ..Recipe::default()
-    };
-    let err = quant::quantize(&model, Some(&stats), &gptq).unwrap_err();
-    assert!(
-        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("gptq")),
-        "{err}"
-    );
-    let layerwise = Recipe {
-        layerwise_range: true,
-        ..Recipe::default()
-    };
-    let err = quant::quantize(&model, Some(&stats), &layerwise).unwrap_err();
-    assert!(
-        matches!(err, QuantError::StatsMismatch(ref m) if m.contains("layerwise_range")),
-        "{err}"
-    );
+    let needing = [
+        (
+            Recipe {
+                bias_correction: true,
+                ..Recipe::default()
+            },
+            "bias correction",
+        ),
+        (cle.clone(), "cle"),
+        (
+            Recipe {
+                gptq: true,
+                ..Recipe::default()
+            },
+            "gptq",
+        ),
+        (
+            Recipe {
+                layerwise_range: true,
+                ..Recipe::default()
+            },
+            "layerwise_range",
+        ),
+    ];
+    for (recipe, named) in &needing {
+        let err = quant::quantize(&model, Some(&stats), recipe).unwrap_err();
+        assert!(
+            matches!(err, QuantError::StatsMismatch(ref m) if m.contains(named)),
+            "{named}: {err}"
+        );
+    }
     // Calibrated with equalization, quantized without: refused too.
     let equalized = calibrate(&model, &cle, &data);
     let err = quant::quantize(&model, Some(&equalized), &Recipe::default()).unwrap_err();
