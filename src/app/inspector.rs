@@ -323,7 +323,11 @@ fn tensors(
                         }
                         let kept = doc.plan.kept_float.get(name);
                         match (doc.plan.tensor(name), kept) {
-                            (Some(planned), _) => ui.label(planned.describe()),
+                            // Elided at the panel's edge (whole on hover): a long plan
+                            // would otherwise widen the panel over the graph.
+                            (Some(planned), _) => {
+                                ui.add(egui::Label::new(planned.describe()).truncate())
+                            }
                             (None, Some(reason)) => ui
                                 .label(
                                     RichText::new(format!("float (kept: {})", reason.label()))
