@@ -309,7 +309,10 @@ fn chart(
 ) {
     let stats = view.tensor;
     let width = (ui.available_width() * 0.55).clamp(260.0, 760.0);
-    let (rect, _) = ui.allocate_exact_size(vec2(width, 170.0), Sense::hover());
+    // The chart, and under it a strip for the axis' end values (drawn in the chart's top
+    // corners they sat under the range handles).
+    let (whole, _) = ui.allocate_exact_size(vec2(width, 170.0 + AXIS_STRIP), Sense::hover());
+    let rect = Rect::from_min_size(whole.min, vec2(width, 170.0));
     let effective = planned.and_then(|p| p.range.as_ref().ok().map(|r| (*r, p)));
     // The data and the range in use set the extent; other methods' lines beyond it (power-of-
     // two ranges can be far wider) are cut at the edge.
@@ -340,12 +343,13 @@ fn chart(
     if let Some((r, p)) = effective {
         range_handles(ui, &painter, &axis, view, r, p, commands);
     }
+    let strip = ui.painter_at(whole);
     for (value, x, align) in [
         (axis.lo, rect.left() + 2.0, egui::Align2::LEFT_TOP),
         (axis.hi, rect.right() - 2.0, egui::Align2::RIGHT_TOP),
     ] {
-        painter.text(
-            pos2(x, rect.top() + 2.0),
+        strip.text(
+            pos2(x, rect.bottom() + 1.0),
             align,
             format!("{value:.4}"),
             egui::FontId::proportional(11.0),
@@ -353,6 +357,9 @@ fn chart(
         );
     }
 }
+
+/// Height of the strip under the chart holding the axis' end values.
+const AXIS_STRIP: f32 = 14.0;
 
 /// The chart's value ↔ pixel mapping.
 struct Axis {
