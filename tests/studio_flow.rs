@@ -236,6 +236,11 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
         let doc = h.state().document().unwrap();
         let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
         assert_eq!(comparison.recipe, *doc.recipe());
+        assert_eq!(
+            doc.counts.quantized,
+            comparison.quantized_nodes.len(),
+            "the recipe panel and Results count the same quantized nodes"
+        );
         assert!(doc.panel.heat_map, "the graph shows the heat map");
         let heat = doc.heat.as_ref().expect("per-node SQNR");
         assert!(heat.iter().flatten().count() > 20, "measured nodes");
@@ -388,6 +393,14 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     assert_eq!(
         saved.to_bytes().unwrap(),
         expected.model.to_bytes().unwrap()
+    );
+    // The recipe panel's count is the saved model's.
+    let quantized = expected.quantized_nodes.len();
+    assert_eq!(h.state().document().unwrap().counts.quantized, quantized);
+    assert!(
+        h.query_by_label(&format!("Quantized: {quantized}"))
+            .is_some(),
+        "the recipe panel says {quantized} quantized"
     );
     // ...which leaves the auto-excluded nodes and every Mul in float.
     for name in &result.excluded {
