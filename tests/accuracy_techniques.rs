@@ -568,16 +568,7 @@ fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
 /// Quantizes the sample with `flags` into `dir/name`.
 fn quantize_sample(dir: &std::path::Path, name: &str, flags: &[&str]) -> std::path::PathBuf {
     let out = dir.join(name);
-    common::run_ok(
-        common::cli()
-            .args(["quantize", "--onnx_path"])
-            .arg(asset("ppocr_cls.onnx"))
-            .arg("--calibration_data_path")
-            .arg(asset("calib.npz"))
-            .args(flags)
-            .arg("--output_path")
-            .arg(&out),
-    );
+    common::quantize_calibrated(&asset("ppocr_cls.onnx"), &asset("calib.npz"), flags, &out);
     out
 }
 
@@ -587,19 +578,13 @@ fn compare_against_a_baseline_shows_each_layers_gain() {
     let before = quantize_sample(dir.path(), "per_tensor.onnx", &["--per_tensor"]);
     let after = quantize_sample(dir.path(), "per_channel.onnx", &["--per_channel"]);
     let report = dir.path().join("report.md");
-    let done = common::compare_cmd(&after, &asset("eval.npz"))
-        .arg("--baseline")
-        .arg(&before)
-        .args(["--latency_runs", "0", "--json", "--report"])
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
+    let value = common::run_json(
+        common::compare_cmd(&after, &asset("eval.npz"))
+            .arg("--baseline")
+            .arg(&before)
+            .args(["--latency_runs", "0", "--json", "--report"])
+            .arg(&report),
     );
-    let value: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
     let layers = value["baseline"]["layers"].as_array().unwrap();
     assert!(layers.len() > 20, "{} layers joined", layers.len());
     // Per-channel weights help the own (local) error of the layers with weights (the other
@@ -657,16 +642,12 @@ fn a_baseline_of_another_model_is_refused_before_any_work() {
 fn compare_sets_aside_the_activations_equalization_rescaled() {
     let dir = tempfile::tempdir().unwrap();
     let equalized = quantize_sample(dir.path(), "cle.onnx", &["--per_tensor", "--cle"]);
-    let done = common::compare_cmd(&equalized, &asset("eval.npz"))
-        .args(["--latency_runs", "0", "--per_tensor", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        done.status.success(),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
-    let value: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let value = common::run_json(common::compare_cmd(&equalized, &asset("eval.npz")).args([
+        "--latency_runs",
+        "0",
+        "--per_tensor",
+        "--json",
+    ]));
     let tensors = &value["tensors"];
     let rescaled: Vec<&str> = tensors["rescaled"]
         .as_array()

@@ -114,16 +114,13 @@ fn a_model_against_itself_has_no_error_and_non_qdq_models_are_refused() {
 fn the_cli_prints_the_table_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let quant = quantized_sample(dir.path());
-    let out = compare_cmd(&quant, &asset("eval.npz"))
-        .args(["--batch_size", "8", "--latency_runs", "3", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = common::run_json(compare_cmd(&quant, &asset("eval.npz")).args([
+        "--batch_size",
+        "8",
+        "--latency_runs",
+        "3",
+        "--json",
+    ]));
     assert!(value["outputs"][0]["sqnr_db"].as_f64().unwrap() > 30.0);
     assert!(value["latency"]["quantized"]["median_ms"].as_f64().unwrap() > 0.0);
     // Comparing against a non-QDQ model is one line and a failure.
@@ -139,20 +136,17 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
     let dir = tempfile::tempdir().unwrap();
     let quant = quantized_sample(dir.path());
     let compare = |extra: &[&str]| {
-        compare_cmd(&quant, &asset("eval.npz"))
-            .args(["--batch_size", "8", "--latency_runs", "2"])
-            .args(extra)
-            .output()
-            .unwrap()
+        let mut cmd = compare_cmd(&quant, &asset("eval.npz"));
+        cmd.args(["--batch_size", "8", "--latency_runs", "2"])
+            .args(extra);
+        cmd
     };
     let html = dir.path().join("report.html");
-    let out = compare(&["--json", "--report", html.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = common::run_json(&mut compare(&[
+        "--json",
+        "--report",
+        html.to_str().unwrap(),
+    ]));
     let activations = value["tensors"]["activations"].as_array().unwrap();
     // Every activation of qdq-studio's model has a constant per-tensor scale: a range, and an
     // exact clipped share.
@@ -186,12 +180,7 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
     assert!(page.contains("Latency") && page.contains("speed-up"));
 
     let md = dir.path().join("report.md");
-    let out = compare(&["--report", md.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_ok(&mut compare(&["--report", md.to_str().unwrap()]));
     let text = std::fs::read_to_string(&md).unwrap();
     let charts: Vec<&str> = text
         .lines()
@@ -206,7 +195,9 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
     assert!(text.contains("| worst activations |"));
 
     // A report name without a known extension is refused before any work, in one line.
-    let out = compare(&["--report", dir.path().join("report.pdf").to_str().unwrap()]);
+    let out = compare(&["--report", dir.path().join("report.pdf").to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

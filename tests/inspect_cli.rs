@@ -14,17 +14,7 @@ fn inspect_counts_match_python_onnx() {
     let fixture: Value = serde_json::from_str(include_str!("fixtures/inspect_ppocr.json")).unwrap();
     for name in PPOCR_ALL {
         let expected = &fixture[name];
-        let out = cli()
-            .args(["inspect", "--json"])
-            .arg(ppocr(name))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let got = common::run_json(cli().args(["inspect", "--json"]).arg(ppocr(name)));
 
         assert_eq!(got["ir_version"], expected["ir_version"], "{name}");
         assert_eq!(got["node_count"], expected["node_count"], "{name}");
@@ -101,17 +91,7 @@ fn inspect_prints_tables_for_humans() {
 fn inspect_plan_tells_what_quantize_does() {
     let dir = tempfile::tempdir().unwrap();
     let model = common::asset("ppocr_cls.onnx");
-    let out = cli()
-        .args(["inspect", "--plan", "--json"])
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = common::run_json(cli().args(["inspect", "--plan", "--json"]).arg(&model));
     let planned = plan["nodes"]
         .as_object()
         .unwrap()

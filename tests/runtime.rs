@@ -59,13 +59,7 @@ fn asking_for_a_provider_the_library_lacks_is_a_clear_error() {
 
 #[test]
 fn the_cli_reports_the_runtime() {
-    let out = cli().args(["runtime", "--json"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = common::run_json(cli().args(["runtime", "--json"]));
     assert!(
         value["runtime"]["version"]
             .as_str()

@@ -117,6 +117,18 @@ pub fn run_text(cmd: &mut std::process::Command) -> (bool, String) {
     (done.status.success(), text)
 }
 
+/// Runs `cmd` and parses what it printed to stdout as JSON; fails the test, showing stderr,
+/// when it fails.
+pub fn run_json(cmd: &mut std::process::Command) -> serde_json::Value {
+    let done = cmd.output().unwrap();
+    assert!(
+        done.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    serde_json::from_slice(&done.stdout).unwrap()
+}
+
 /// Runs `cmd` and returns its stdout and stderr; fails the test, showing them, when it fails.
 pub fn run_ok(cmd: &mut std::process::Command) -> String {
     let (ok, text) = run_text(cmd);
