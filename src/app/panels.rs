@@ -424,60 +424,64 @@ fn method_hint(method: Int4Method) -> &'static str {
     }
 }
 
-/// The accuracy techniques of per-channel or per-tensor modes: cross-layer equalization and
-/// bias correction (both need statistics calibrated with them on).
+/// The accuracy techniques of per-channel or per-tensor modes: cross-layer equalization, bias
+/// correction, GPTQ and layer-wise ranges (all need statistics calibrated with them on).
 fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
-    ui.label("Equalization");
-    let mut on = recipe.preprocessing.equalize;
-    if ui
-        .checkbox(&mut on, "even out weight channel ranges")
-        .on_hover_text(
-            "Cross-layer equalization: rescales Conv/Gemm/MatMul pairs (through Relu or nothing) so each channel's weights span the same range; float outputs unchanged, per-tensor weights gain most; needs a new calibration",
-        )
-        .changed()
-    {
-        commands.push(Command::SetEqualize(on));
-    }
-    ui.end_row();
-    ui.label("Bias correction");
-    let mut on = recipe.bias_correction;
-    if ui
-        .checkbox(&mut on, "remove the mean error of quantized weights")
-        .on_hover_text(
-            "Subtracts each layer's mean output shift from weight quantization, measured on the calibration data, from its bias (adds a bias where there is none); needs a new calibration",
-        )
-        .changed()
-    {
-        commands.push(Command::SetBiasCorrection(on));
-    }
-    ui.end_row();
+    switch_row(
+        ui,
+        ("Equalization", "even out weight channel ranges"),
+        "Cross-layer equalization: rescales Conv/Gemm/MatMul pairs (through Relu or nothing) so each channel's weights span the same range; float outputs unchanged, per-tensor weights gain most; needs a new calibration",
+        recipe.preprocessing.equalize,
+        Command::SetEqualize,
+        commands,
+    );
+    switch_row(
+        ui,
+        (
+            "Bias correction",
+            "remove the mean error of quantized weights",
+        ),
+        "Subtracts each layer's mean output shift from weight quantization, measured on the calibration data, from its bias (adds a bias where there is none); needs a new calibration",
+        recipe.bias_correction,
+        Command::SetBiasCorrection,
+        commands,
+    );
     gptq_row(ui, recipe, commands);
-    ui.label("Layer-wise ranges");
-    let mut on = recipe.layerwise_range;
-    if ui
-        .checkbox(&mut on, "choose each activation's range method")
-        .on_hover_text(
-            "Tries MinMax and two percentiles on every activation and keeps, for each, the one whose quantization disturbs the outputs of the nodes reading it least, measured on the calibration data; needs a new calibration",
-        )
-        .changed()
-    {
-        commands.push(Command::SetLayerwiseRange(on));
-    }
-    ui.end_row();
+    switch_row(
+        ui,
+        ("Layer-wise ranges", "choose each activation's range method"),
+        "Tries MinMax and two percentiles on every activation and keeps, for each, the one whose quantization disturbs the outputs of the nodes reading it least, measured on the calibration data; needs a new calibration",
+        recipe.layerwise_range,
+        Command::SetLayerwiseRange,
+        commands,
+    );
 }
 
-/// The GPTQ switch (a grid row).
+/// The GPTQ switch (a grid row; int4's round-to-nearest methods show it too).
 fn gptq_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
-    ui.label("GPTQ");
-    let mut on = recipe.gptq;
-    if ui
-        .checkbox(&mut on, "round weights against the layer's inputs")
-        .on_hover_text(
-            "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least; same scales, other integers; needs a new calibration",
-        )
-        .changed()
-    {
-        commands.push(Command::SetGptq(on));
+    switch_row(
+        ui,
+        ("GPTQ", "round weights against the layer's inputs"),
+        "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least; same scales, other integers; needs a new calibration",
+        recipe.gptq,
+        Command::SetGptq,
+        commands,
+    );
+}
+
+/// One grid row of a recipe switch: its name, a checkbox saying what it does (`hover`
+/// explains), and the command a change sends.
+fn switch_row(
+    ui: &mut Ui,
+    (name, does): (&str, &str),
+    hover: &str,
+    mut on: bool,
+    command: fn(bool) -> Command,
+    commands: &mut Vec<Command>,
+) {
+    ui.label(name);
+    if ui.checkbox(&mut on, does).on_hover_text(hover).changed() {
+        commands.push(command(on));
     }
     ui.end_row();
 }

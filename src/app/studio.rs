@@ -379,39 +379,18 @@ impl Studio {
             }
             Command::SetBiasCorrection(on) => {
                 doc.editor.change(|r| r.bias_correction = on);
-                self.window.status = format!(
-                    "Bias correction {}{}",
-                    if on { "on" } else { "off" },
-                    if on {
-                        ": calibrate again to measure the layers' mean inputs"
-                    } else {
-                        ""
-                    }
-                );
+                self.window.status =
+                    technique_status("Bias correction", on, "the layers' mean inputs");
             }
             Command::SetGptq(on) => {
                 doc.editor.change(|r| r.gptq = on);
-                self.window.status = format!(
-                    "GPTQ rounding {}{}",
-                    if on { "on" } else { "off" },
-                    if on {
-                        ": calibrate again to measure the layers' input Hessians"
-                    } else {
-                        ""
-                    }
-                );
+                self.window.status =
+                    technique_status("GPTQ rounding", on, "the layers' input Hessians");
             }
             Command::SetLayerwiseRange(on) => {
                 doc.editor.change(|r| r.layerwise_range = on);
-                self.window.status = format!(
-                    "Layer-wise ranges {}{}",
-                    if on { "on" } else { "off" },
-                    if on {
-                        ": calibrate again to measure each activation's range methods"
-                    } else {
-                        ""
-                    }
-                );
+                self.window.status =
+                    technique_status("Layer-wise ranges", on, "each activation's range methods");
             }
             Command::SetInt4Output(form) => {
                 doc.editor.change(|r| r.int4_output = form);
@@ -848,5 +827,14 @@ impl eframe::App for Studio {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+}
+
+/// The status line after a technique that needs statistics of its own is switched: on, it asks
+/// for a calibration that measures `measures`.
+fn technique_status(name: &str, on: bool, measures: &str) -> String {
+    match on {
+        true => format!("{name} on: calibrate again to measure {measures}"),
+        false => format!("{name} off"),
     }
 }
