@@ -57,7 +57,8 @@ pub enum Target {
 }
 
 impl Target {
-    fn float(&self) -> &str {
+    /// The float model's name of the tensor.
+    pub(crate) fn float(&self) -> &str {
         match self {
             Target::Pair { float, .. } => float,
             Target::Output(name) => name,

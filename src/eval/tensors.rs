@@ -7,7 +7,7 @@
 //! from onnxruntime, ModelOpt or qdq-studio all work; pairs that cannot be matched to a float
 //! tensor are listed rather than dropped silently.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -457,6 +457,7 @@ pub fn tensor_errors_against(
         pairs,
         unmatched,
         layers,
+        rescaled,
     } = measured(quant, &qg, &fg);
     let float_names = unique(
         pairs
@@ -499,7 +500,7 @@ pub fn tensor_errors_against(
     drop((quant_session, float_side));
     let order = float_order(&fg);
     let mut errors = sums.finish(&order);
-    let targets = local_targets(&pairs, &layers);
+    let targets = local_targets(&pairs, &layers, &qg, &rescaled);
     let local = match local_model(float, &fg, quant, &qg, &targets, source, runtime, eps) {
         Ok(local) => match local_pass(&local, source, runtime, eps, batch_size, ctx) {
             Ok(sums) => Ok(sums.finish(&order)),
@@ -516,7 +517,10 @@ pub fn tensor_errors_against(
     }
     errors.weights = weight_errors(quant, &qg, float, &fg)?;
     errors.unmatched = unmatched;
-    set_aside_rescaled(&mut errors, quant, &fg);
+    errors.rescaled = rescaled
+        .into_iter()
+        .filter(|t| fg.tensor(t).is_some_and(|t| t.producer.is_some()))
+        .collect();
     Ok(errors)
 }
 
@@ -533,16 +537,16 @@ pub fn local_errors(
 ) -> Result<Vec<LocalError>, EvalError> {
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
-    let Measured { pairs, layers, .. } = measured(quant, &qg, &fg);
-    let targets = local_targets(&pairs, &layers);
+    let Measured {
+        pairs,
+        layers,
+        rescaled,
+        ..
+    } = measured(quant, &qg, &fg);
+    let targets = local_targets(&pairs, &layers, &qg, &rescaled);
     let local = local_model(float, &fg, quant, &qg, &targets, source, runtime, eps)?;
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
-    let mut errors = TensorErrors {
-        local: sums.finish(&float_order(&fg)),
-        ..TensorErrors::default()
-    };
-    set_aside_rescaled(&mut errors, quant, &fg);
-    Ok(errors.local)
+    Ok(sums.finish(&float_order(&fg)))
 }
 
 /// What a per-tensor comparison measures in a QDQ model: its activation Q/DQ pairs (and those
@@ -551,6 +555,8 @@ struct Measured {
     pairs: Vec<Pair>,
     unmatched: Vec<String>,
     layers: Vec<(String, String, Option<String>)>,
+    /// The activations the quantizer rescaled on purpose ([`rescaled_in`]).
+    rescaled: BTreeSet<String>,
 }
 
 /// Finds what [`Measured`] holds. The tensors the quantizer rescaled on purpose
@@ -567,6 +573,7 @@ fn measured(quant: &Model, qg: &Graph, fg: &Graph) -> Measured {
         pairs,
         unmatched,
         layers,
+        rescaled,
     }
 }
 
@@ -583,35 +590,6 @@ fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
         }
     }
     tensor
-}
-
-/// Sets aside what a rescaling falsifies in `errors`: the local error of a node reading a
-/// rescaled tensor (the local model feeds it the float tensor, which its rescaled weights do
-/// not expect); records the rescaled activations. (A rescaled weight's error is measured with
-/// the factors fitted out, see [`super::weight_error`].)
-fn set_aside_rescaled(errors: &mut TensorErrors, quant: &Model, fg: &Graph) {
-    let rescaled = rescaled_in(quant);
-    if rescaled.is_empty() {
-        return;
-    }
-    // In the QDQ graph (the float one may still hold the batch norms the quantizer folded),
-    // each input traced back through its Q/DQ pair to the tensor quantized.
-    let qg = Graph::build(quant);
-    let reads_rescaled = |tensor: &str| {
-        qg.tensor(tensor)
-            .and_then(|t| t.producer)
-            .is_some_and(|id| {
-                qg.node(id)
-                    .inputs
-                    .iter()
-                    .any(|i| rescaled.contains(unquantized(&qg, i)))
-            })
-    };
-    errors.local.retain(|l| !reads_rescaled(&l.tensor));
-    errors.rescaled = rescaled
-        .into_iter()
-        .filter(|t| fg.tensor(t).is_some_and(|t| t.producer.is_some()))
-        .collect();
 }
 
 /// The local model of `targets` (see [`LocalModel::build`]); when raising the float model's
@@ -657,7 +635,15 @@ fn observed_ranks(
 }
 
 /// What the local model measures: every Q/DQ pair and every weight-only layer's output.
-fn local_targets(pairs: &[Pair], layers: &[(String, String, Option<String>)]) -> Vec<Target> {
+/// The tensors whose local error is measured: every pair and weight-only layer, except those
+/// whose node reads a `rescaled` activation (the local model would feed it the float tensor,
+/// which its rescaled weights do not expect).
+fn local_targets(
+    pairs: &[Pair],
+    layers: &[(String, String, Option<String>)],
+    qg: &Graph,
+    rescaled: &BTreeSet<String>,
+) -> Vec<Target> {
     pairs
         .iter()
         .map(|p| Target::Pair {
@@ -666,7 +652,23 @@ fn local_targets(pairs: &[Pair], layers: &[(String, String, Option<String>)]) ->
             dq: p.dq,
         })
         .chain(layers.iter().map(|(_, t, _)| Target::Output(t.clone())))
+        .filter(|target| !reads_rescaled(qg, rescaled, target.float()))
         .collect()
+}
+
+/// True when the node writing `tensor` in the QDQ graph reads a `rescaled` activation (each
+/// input traced back through its Q/DQ pair to the tensor quantized).
+fn reads_rescaled(qg: &Graph, rescaled: &BTreeSet<String>, tensor: &str) -> bool {
+    !rescaled.is_empty()
+        && qg
+            .tensor(tensor)
+            .and_then(|t| t.producer)
+            .is_some_and(|id| {
+                qg.node(id)
+                    .inputs
+                    .iter()
+                    .any(|i| rescaled.contains(unquantized(qg, i)))
+            })
 }
 
 /// The local model's pass over `source`: its session run on every batch.
