@@ -120,7 +120,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         );
     }
     let task = report::task_table(&report);
-    let against_baseline = report::baseline::baseline_output_table(&report);
+    // Shorter than the report's lists: a terminal's worth.
+    let against_baseline = report::baseline::baseline_section(&report, (10, 5));
     let CompareReport {
         outputs: metrics,
         tensors,
@@ -176,8 +177,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if let (Some(baseline), Some(outputs)) = (&baseline, &against_baseline) {
-        print_baseline(baseline, outputs);
+    if let Some(section) = &against_baseline {
+        print_baseline(section);
     }
     if let Some(latency) = &latency {
         println!("latency {}", latency_line(latency));
@@ -189,20 +190,15 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
 }
 
 /// The baseline's outputs beside the compared model's, and the layers that moved most.
-fn print_baseline(baseline: &report::Baseline, outputs: &report::TextTable) {
-    use report::baseline::{Change, layer_effect_summary, layer_effect_table};
-    if let Some(table) = super::common::text_table(outputs) {
-        println!("{table}");
+fn print_baseline(section: &report::baseline::BaselineSection) {
+    if let Some(outputs) = super::common::text_table(&section.outputs) {
+        println!("{outputs}");
     }
-    if let Some(line) = layer_effect_summary(baseline) {
+    if let Some(line) = &section.summary {
         println!("{line}");
     }
-    for (change, count) in [(Change::Gained, 10), (Change::Lost, 5)] {
-        if let Some(table) =
-            super::common::text_table(&layer_effect_table(&baseline.layers, count, change))
-        {
-            println!("{table}");
-        }
+    for table in section.layers.iter().filter_map(super::common::text_table) {
+        println!("{table}");
     }
 }
 

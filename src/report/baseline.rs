@@ -14,8 +14,8 @@ pub enum Change {
     Lost,
 }
 
-/// What a report shows of a baseline, in reading order; both formats render it.
-pub(crate) struct BaselineSection {
+/// What a report (and the CLI) shows of a baseline, in reading order.
+pub struct BaselineSection {
     /// The baseline model, as given.
     pub model: String,
     /// Each output before and after.
@@ -26,20 +26,27 @@ pub(crate) struct BaselineSection {
     pub layers: Vec<TextTable>,
 }
 
-/// The baseline section of `report`; `None` without a baseline.
-pub(crate) fn baseline_section(report: &CompareReport) -> Option<BaselineSection> {
+/// The baseline section of `report`, listing at most `gained` and `lost` layers; `None`
+/// without a baseline.
+pub fn baseline_section(
+    report: &CompareReport,
+    (gained, lost): (usize, usize),
+) -> Option<BaselineSection> {
     let baseline = report.baseline.as_ref()?;
     Some(BaselineSection {
         model: baseline.model.clone(),
         outputs: baseline_output_table(report)?,
         summary: layer_effect_summary(baseline),
-        layers: [Change::Gained, Change::Lost]
+        layers: [(Change::Gained, gained), (Change::Lost, lost)]
             .into_iter()
-            .map(|change| layer_effect_table(&baseline.layers, 15, change))
+            .map(|(change, count)| layer_effect_table(&baseline.layers, count, change))
             .filter(|t| !t.rows.is_empty())
             .collect(),
     })
 }
+
+/// How many layers each way a report lists.
+pub(crate) const REPORT_LAYERS: (usize, usize) = (15, 15);
 
 /// What the gain means, for the section's first paragraph.
 pub(crate) const BASELINE_NOTE: &str = "is another QDQ model of the same float model, measured on the same data: the gain is how much this model's SQNR rose over it (a technique's effect, when the baseline was quantized without it).";

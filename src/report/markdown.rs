@@ -63,7 +63,8 @@ fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors)
 
 /// The baseline's outputs beside the compared model's and the layers that moved most.
 fn baseline_section(out: &mut String, report: &CompareReport) {
-    let Some(section) = super::baseline::baseline_section(report) else {
+    let Some(section) = super::baseline::baseline_section(report, super::baseline::REPORT_LAYERS)
+    else {
         return;
     };
     let _ = writeln!(
