@@ -1164,3 +1164,117 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
         shape.dims_text()
     );
 }
+
+/// The float model onnxruntime's QDQ fixture was made from: the sample pre-processed
+/// (Constant weights as initializers, batch norms folded) with its nodes named.
+fn sample_preprocessed(dir: &Path) -> std::path::PathBuf {
+    let float = Model::load(&common::asset("ppocr_cls.onnx")).unwrap();
+    let (mut float, _) =
+        qdq_studio::quant::preprocess::preprocess(&float, &Default::default()).unwrap();
+    qdq_studio::quant::name_nodes(&mut float);
+    let path = dir.join("float.onnx");
+    float.save(&path, &Default::default()).unwrap();
+    path
+}
+
+#[test]
+fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_float_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ort_qdq_sample_pt.onnx");
+    let mut h = harness();
+    h.state_mut().open(Source::File(fixture));
+    settle(&mut h, "opening");
+    no_notices(&h);
+    {
+        let doc = h.state().document().unwrap();
+        assert!(doc.is_quantized());
+        let graph = &doc.graph;
+        // Every Q/DQ pair is folded: no QuantizeLinear/DequantizeLinear box is drawn, and
+        // every other node is.
+        for node in graph.nodes() {
+            let drawn = doc.layout.positions[node.id.0].is_some();
+            let qdq = matches!(
+                node.op_type.as_str(),
+                "QuantizeLinear" | "DequantizeLinear" | "Constant"
+            );
+            assert_eq!(drawn, !qdq, "{} ({})", node.name, node.op_type);
+        }
+        // Each activation pair is a u8 tag on an edge from the float tensor's producer to the
+        // consumer of the DequantizeLinear.
+        let tags = doc.canvas.edge_tags();
+        assert!(tags.len() >= 150, "{} tags", tags.len());
+        assert!(tags.iter().all(|(_, t)| t == "u8"), "{tags:?}");
+        for edge in &doc.layout.edges {
+            let source = doc.qdq.source_of(&edge.tensor);
+            assert_eq!(
+                graph.tensor(source).and_then(|t| t.producer),
+                Some(edge.from),
+                "{}",
+                edge.tensor
+            );
+        }
+        // Each Conv shows its int8 per-tensor weight on its box, and runs quantized.
+        let conv = graph.nodes().iter().find(|n| n.op_type == "Conv").unwrap();
+        assert_eq!(doc.canvas.node_tag(conv.id).as_deref(), Some("W i8"));
+        let counts = doc.counts;
+        assert_eq!(
+            counts.quantized + counts.not_quantizable,
+            doc.canvas.node_count()
+        );
+        assert!(counts.quantized > 150, "{counts:?}");
+    }
+    assert!(h.query_by_label("Quantized model").is_some());
+    assert!(
+        h.query_by_label("Histograms").is_none(),
+        "no calibration here"
+    );
+    // The inspector lists a Conv's Q/DQ parameters.
+    let (conv, weight_text) = {
+        let doc = h.state().document().unwrap();
+        let conv = doc
+            .graph
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "Conv")
+            .unwrap();
+        let (_, weight) = doc
+            .qdq
+            .quantized_inputs(conv)
+            .find(|(_, r)| r.constant)
+            .unwrap();
+        (conv.id, weight.params.describe())
+    };
+    assert!(weight_text.starts_with("int8 · scale "), "{weight_text}");
+    h.state_mut().document_mut().unwrap().selection = vec![conv];
+    h.run_steps(3);
+    assert!(h.query_by_label("Quantization in this model").is_some());
+    assert!(h.query_by_label(&weight_text).is_some(), "{weight_text}");
+    // Comparing needs the float model first: said, nothing runs.
+    quantize_and_compare(&mut h, "a refused comparison");
+    assert_eq!(h.state().notices().len(), 1);
+    assert_eq!(h.state().notices()[0].title, "Choose the float model first");
+    h.state_mut().dismiss(0);
+    // The float model is chosen through the path field (no native dialogs in tests).
+    press(&mut h, "Float model…");
+    let float = sample_preprocessed(dir.path());
+    replace_text(&mut h, "Path", &float.display().to_string());
+    no_notices(&h);
+    assert!(h.query_by_label(&float.display().to_string()).is_some());
+    quantize_and_compare(&mut h, "comparing with the float model");
+    no_notices(&h);
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().expect("compared");
+    assert!(
+        comparison.tensors.unmatched.is_empty(),
+        "{:?}",
+        comparison.tensors.unmatched
+    );
+    assert!(comparison.tensors.activations.len() >= 150);
+    assert_eq!(comparison.quantized_nodes.len(), doc.counts.quantized);
+    // The heat map colours the QDQ model's own nodes.
+    let heat = doc.heat.as_ref().expect("a heat map");
+    let coloured = heat.iter().filter(|h| h.is_some()).count();
+    assert!(coloured >= 100, "{coloured} nodes coloured");
+    assert!(heat[conv.0].is_some(), "the Conv's output was measured");
+}

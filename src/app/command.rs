@@ -28,6 +28,10 @@ pub enum Command {
     Open(PathBuf),
     /// Open the bundled sample.
     OpenSample,
+    /// Pick the float model an open quantized model is compared against (native dialog).
+    ChooseFloatModel,
+    /// Compare the open quantized model against this float model.
+    SetFloatModel(PathBuf),
     /// File ▸ Save recipe…
     SaveRecipeDialog,
     /// Save the recipe to this file.

@@ -75,6 +75,7 @@ fn path_prompt(ctx: &egui::Context, open: &mut Option<PathPrompt>, commands: &mu
         PathPurpose::LoadStatistics => ("Load calibration statistics", "Load"),
         PathPurpose::CalibrationData => ("Calibration data", "Use"),
         PathPurpose::EvaluationData => ("Evaluation data", "Use"),
+        PathPurpose::FloatModel => ("The float model to compare against", "Use"),
     };
     let mut done: Option<Option<PathBuf>> = None;
     egui::Window::new(title)
@@ -131,6 +132,7 @@ fn path_prompt(ctx: &egui::Context, open: &mut Option<PathPrompt>, commands: &mu
                 evaluation: true,
                 path,
             },
+            PathPurpose::FloatModel => Command::SetFloatModel(path),
         });
     }
 }

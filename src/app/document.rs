@@ -12,9 +12,10 @@ use crate::app::edit::RecipeEditor;
 use crate::app::layout::{self, GraphLayout, LayoutError};
 use crate::app::panel_state::PanelState;
 use crate::app::search::Search;
-use crate::app::states::{Counts, NodeState, node_states};
+use crate::app::states::{Counts, NodeState, node_states, quantized_states};
 use crate::app::work::{Work, heat};
 use crate::jobs::{Cancelled, JobContext, Progress};
+use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, Model, ModelError, NodeId};
 use crate::quant::{Explanation, Prepared, explain_prepared};
 use crate::recipe::{Preprocessing, Recipe};
@@ -92,6 +93,8 @@ pub struct Loaded {
     /// Every tensor's element type, declared or inferred (most files declare only the graph's
     /// inputs and outputs).
     pub types: HashMap<String, i32>,
+    /// Its Q/DQ structure (empty for a float model).
+    pub qdq: QdqStructure,
     /// How long it took.
     pub timings: OpenTimings,
 }
@@ -126,6 +129,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
     );
     let started = Instant::now();
     let graph = Graph::build(&model);
+    let qdq = QdqStructure::read(&model, &graph);
     let index = started.elapsed();
     ctx.checkpoint()?;
     stage(
@@ -135,7 +139,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
         format!("{} nodes", graph.nodes().len()),
     );
     let started = Instant::now();
-    let layout = layout::layout(&graph)?;
+    let layout = layout::layout(&graph, &qdq)?;
     let layout_time = started.elapsed();
     ctx.checkpoint()?;
     let prepared = Prepared::new(&model, &Preprocessing::default()).map_err(|e| e.to_string());
@@ -147,6 +151,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
         layout,
         prepared,
         types,
+        qdq,
         timings: OpenTimings {
             read,
             index,
@@ -165,6 +170,9 @@ pub struct Document {
     pub graph: Graph,
     /// Every tensor's element type, declared or inferred.
     pub types: HashMap<String, i32>,
+    /// Its Q/DQ structure: for a model that is quantized already, what every view draws in
+    /// place of the recipe's plan.
+    pub qdq: QdqStructure,
     /// Its layout.
     pub layout: GraphLayout,
     /// The recipe being edited.
@@ -221,7 +229,7 @@ impl Document {
         for e in &loaded.layout.cycle_edges {
             flagged.insert(e.to);
         }
-        let canvas = GraphCanvas::new(&loaded.graph, &loaded.layout, &flagged);
+        let canvas = GraphCanvas::new(&loaded.graph, &loaded.layout, &loaded.qdq, &flagged);
         let neighbours = layout::neighbours(&loaded.layout);
         let work = Work::new(&loaded.graph, sample_data(&loaded.source));
         let mut doc = Document {
@@ -232,6 +240,7 @@ impl Document {
             editor: RecipeEditor::new(recipe),
             prepared: loaded.prepared,
             types: loaded.types,
+            qdq: loaded.qdq,
             plan: Explanation::default(),
             planned_for: None,
             states: Vec::new(),
@@ -248,6 +257,10 @@ impl Document {
             neighbours,
             dark,
         };
+        if doc.is_quantized() {
+            // Its float model is chosen there: the first thing to do with it.
+            doc.panel.tab = crate::app::panel_state::WorkTab::Results;
+        }
         doc.refresh();
         doc
     }
@@ -298,8 +311,12 @@ impl Document {
             Ok(prepared) => explain_prepared(&self.graph, prepared, recipe, stats.map(|s| &**s)),
             Err(_) => Explanation::default(),
         };
-        self.states = node_states(&self.graph, &self.plan);
-        self.counts = Counts::of(&self.states, &self.graph);
+        self.states = if self.qdq.is_quantized() {
+            quantized_states(&self.graph, &self.qdq)
+        } else {
+            node_states(&self.graph, &self.plan)
+        };
+        self.counts = Counts::of(&self.states, &self.graph, &self.qdq);
         self.planned_for = Some(key);
     }
 
@@ -415,9 +432,15 @@ impl Document {
         crate::model::legacy::default_opset(self.model.proto())
     }
 
-    /// Number of Constant nodes folded into their consumers in the view.
-    pub fn folded_constants(&self) -> usize {
+    /// Number of nodes the view folds into edges and boxes (Constants, Q/DQ pairs).
+    pub fn folded_nodes(&self) -> usize {
         self.layout.positions.iter().filter(|p| p.is_none()).count()
+    }
+
+    /// True when the open model is quantized already (Q/DQ pairs or integer ops): the views
+    /// then show what it does rather than what a recipe would do to it.
+    pub fn is_quantized(&self) -> bool {
+        self.qdq.is_quantized()
     }
 }
 

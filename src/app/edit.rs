@@ -242,7 +242,11 @@ mod tests {
     }
 
     fn counts(editor: &RecipeEditor, model: &Model) -> Counts {
-        Counts::of(&states(editor, model), &Graph::build(model))
+        Counts::of(
+            &states(editor, model),
+            &Graph::build(model),
+            &Default::default(),
+        )
     }
 
     #[test]

@@ -122,6 +122,79 @@ fn node(
         );
     }
     ui.add_space(6.0);
+    if doc.is_quantized() {
+        in_model(ui, doc, node, commands);
+    } else {
+        actions(ui, doc, id, state, commands);
+    }
+    facts(ui, doc, id);
+    tensors(ui, doc, "Inputs", &node.inputs, commands);
+    tensors(ui, doc, "Outputs", &node.outputs, commands);
+    measured_error(ui, doc, node);
+    let weights: Vec<&str> = node
+        .inputs
+        .iter()
+        .map(|t| doc.qdq.source_of(t))
+        .filter(|t| {
+            doc.graph
+                .tensor(t)
+                .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
+        })
+        .collect();
+    for name in weights {
+        weight(ui, doc, name, cache);
+    }
+}
+
+/// For a model that is quantized already: how this node's inputs and outputs are quantized
+/// (the Q/DQ pairs the graph folds into tags).
+fn in_model(ui: &mut Ui, doc: &Document, node: &crate::model::Node, commands: &mut Vec<Command>) {
+    let inputs: Vec<(&str, &str, String)> = doc
+        .qdq
+        .quantized_inputs(node)
+        .map(|(_, read)| {
+            let role = if read.constant { "constant" } else { "input" };
+            (read.source.as_str(), role, read.params.describe())
+        })
+        .collect();
+    let outputs: Vec<(&str, &str, String)> = node
+        .outputs
+        .iter()
+        .filter_map(|t| {
+            let params = doc.qdq.quantization_of(t)?;
+            Some((t.as_str(), "output", params.describe()))
+        })
+        .collect();
+    if inputs.is_empty() && outputs.is_empty() {
+        ui.label(RichText::new("No Q/DQ pair on this node's tensors.").weak());
+        return;
+    }
+    egui::CollapsingHeader::new("Quantization in this model")
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::Grid::new("in_model_quantization")
+                .num_columns(3)
+                .striped(true)
+                .show(ui, |ui| {
+                    for (tensor, role, text) in inputs.into_iter().chain(outputs) {
+                        if ui
+                            .link(RichText::new(tensor).monospace())
+                            .on_hover_text("Find this tensor's producer and consumers")
+                            .clicked()
+                        {
+                            commands.push(Command::Search(tensor.to_owned()));
+                        }
+                        ui.label(role);
+                        ui.add(egui::Label::new(text).wrap());
+                        ui.end_row();
+                    }
+                });
+        });
+}
+
+/// The buttons that change what the recipe does to the node.
+fn actions(ui: &mut Ui, doc: &Document, id: NodeId, state: NodeState, commands: &mut Vec<Command>) {
+    let node = doc.graph.node(id);
     ui.horizontal_wrapped(|ui| {
         if state == NodeState::ExcludedByNode {
             if ui.button("Include this node").clicked() {
@@ -157,6 +230,11 @@ fn node(
             commands.push(Command::SubgraphEnd(None));
         }
     });
+}
+
+/// The node's domain, subgraphs and attributes.
+fn facts(ui: &mut Ui, doc: &Document, id: NodeId) {
+    let node = doc.graph.node(id);
     ui.separator();
     egui::Grid::new("node_facts")
         .num_columns(2)
@@ -196,21 +274,6 @@ fn node(
                         }
                     });
             });
-    }
-    tensors(ui, doc, "Inputs", &node.inputs, commands);
-    tensors(ui, doc, "Outputs", &node.outputs, commands);
-    measured_error(ui, doc, node);
-    let weights: Vec<&String> = node
-        .inputs
-        .iter()
-        .filter(|t| {
-            doc.graph
-                .tensor(t)
-                .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
-        })
-        .collect();
-    for name in weights {
-        weight(ui, doc, name, cache);
     }
 }
 
@@ -320,6 +383,20 @@ fn tensors(
                                 ui.label("?");
                                 ui.label("");
                             }
+                        }
+                        if doc.is_quantized() {
+                            // What the model does is in "Quantization in this model": no
+                            // recipe applies to a model that is quantized already.
+                            match doc.qdq.read_of(name) {
+                                Some(read) => ui.label(format!(
+                                    "{} of {}",
+                                    read.params.short_type(),
+                                    read.source
+                                )),
+                                None => ui.label(""),
+                            };
+                            ui.end_row();
+                            continue;
                         }
                         let kept = doc.plan.kept_float.get(name);
                         match (doc.plan.tensor(name), kept) {

@@ -1,13 +1,16 @@
 //! The layered top-to-bottom layout of a model's graph for the studio's graph view.
 //!
 //! Constant nodes are folded into their consumers, as Netron does (initializers are not nodes
-//! at all): otherwise hundreds of one-edge vertices pull the layout sideways. Positions come
+//! at all): otherwise hundreds of one-edge vertices pull the layout sideways. In a quantized
+//! model the Q/DQ pairs are folded too ([`QdqStructure`]): an edge then runs from the producer
+//! of the quantized tensor to its consumer, and the view draws the pair as a badge on it. Positions come
 //! from `rust-sugiyama` (layering, crossing minimisation, coordinate assignment: a library of
 //! the field; only the folding and the packing of disconnected parts are ours). Large graphs
 //! take seconds, so the studio runs this as a job.
 
 use std::collections::HashMap;
 
+use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, NodeId};
 
 /// Vertical distance between layers and horizontal spacing between boxes, in layout units
@@ -30,7 +33,8 @@ pub struct LayoutEdge {
     pub from: NodeId,
     /// The consumer.
     pub to: NodeId,
-    /// The tensor's name.
+    /// The tensor's name: the one the consumer reads (a folded DequantizeLinear's output when
+    /// the tensor is quantized on the way).
     pub tensor: String,
 }
 
@@ -61,10 +65,10 @@ pub const SIMPLE_LAYOUT_ABOVE: usize = 10_000;
 #[error("the graph could not be laid out: {0}")]
 pub struct LayoutError(String);
 
-/// Lays `graph` out top to bottom.
-pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
+/// Lays `graph` out top to bottom, with the nodes of `qdq`'s Q/DQ pairs folded into edges.
+pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutError> {
     let nodes = graph.nodes();
-    let folded = |id: NodeId| nodes[id.0].op_type == "Constant";
+    let folded = |id: NodeId| is_folded(graph, qdq, id);
     // Rank of each node in topological order: an edge that goes backwards closes a cycle.
     let mut rank = vec![usize::MAX; nodes.len()];
     for (i, &id) in graph.topological_order().iter().enumerate() {
@@ -78,7 +82,8 @@ pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
             continue;
         }
         for input in &node.inputs {
-            let Some(from) = graph.tensor(input).and_then(|t| t.producer) else {
+            let source = qdq.source_of(input);
+            let Some(from) = graph.tensor(source).and_then(|t| t.producer) else {
                 continue;
             };
             if folded(from) || from == to {
@@ -96,9 +101,9 @@ pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
             }
         }
     }
-    let drawn = nodes.iter().filter(|n| n.op_type != "Constant").count();
+    let drawn = (0..nodes.len()).filter(|&i| !folded(NodeId(i))).count();
     if drawn > SIMPLE_LAYOUT_ABOVE {
-        return Ok(simple_layout(graph, edges, cycle_edges));
+        return Ok(simple_layout(graph, qdq, edges, cycle_edges));
     }
     // The library numbers vertices by insertion order whatever ids it is given: use compact
     // indices and map them back.
@@ -184,6 +189,7 @@ pub fn layout(graph: &Graph) -> Result<GraphLayout, LayoutError> {
 /// input, each layer ordered once by the mean position of its producers. Linear time.
 fn simple_layout(
     graph: &Graph,
+    qdq: &QdqStructure,
     edges: Vec<LayoutEdge>,
     cycle_edges: Vec<LayoutEdge>,
 ) -> GraphLayout {
@@ -201,7 +207,7 @@ fn simple_layout(
             .unwrap_or(0);
     }
     let drawn: Vec<usize> = (0..nodes.len())
-        .filter(|&i| nodes[i].op_type != "Constant")
+        .filter(|&i| !is_folded(graph, qdq, NodeId(i)))
         .collect();
     let layers = drawn.iter().map(|&i| depth[i]).max().map_or(0, |d| d + 1);
     let mut by_layer: Vec<Vec<usize>> = vec![Vec::new(); layers];
@@ -242,6 +248,12 @@ fn simple_layout(
     }
 }
 
+/// True when `node` is not drawn as a box: a Constant (folded into its consumers) or a node of
+/// a folded Q/DQ pair.
+pub fn is_folded(graph: &Graph, qdq: &QdqStructure, node: NodeId) -> bool {
+    graph.node(node).op_type == "Constant" || qdq.is_folded(node)
+}
+
 /// Index from node id to its neighbours in the layout, for emphasising a selection.
 pub fn neighbours(layout: &GraphLayout) -> HashMap<NodeId, Vec<NodeId>> {
     let mut out: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
@@ -274,7 +286,7 @@ mod tests {
         b.output("y", DataType::Float32, &[1, 4]);
         b.output("w", DataType::Float32, &[1, 4]);
         let graph = Graph::build(&b.build());
-        let l = layout(&graph).unwrap();
+        let l = layout(&graph, &QdqStructure::default()).unwrap();
         let pos = |name: &str| {
             let id = graph.nodes().iter().position(|n| n.name == name).unwrap();
             l.positions[id]
@@ -317,7 +329,7 @@ mod tests {
         }
         b.output(&current, DataType::Float32, &[1, 4]);
         let graph = Graph::build(&b.build());
-        let l = layout(&graph).unwrap();
+        let l = layout(&graph, &QdqStructure::default()).unwrap();
         assert!(l.simplified);
         assert!(l.positions.iter().all(Option::is_some));
         for e in &l.edges {

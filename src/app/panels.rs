@@ -25,6 +25,9 @@ const LEGEND: [NodeState; 7] = [
     NodeState::Folded,
 ];
 
+/// Legend entries for a model that is quantized already.
+const QUANTIZED_LEGEND: [NodeState; 2] = [NodeState::QuantizedInModel, NodeState::FloatInModel];
+
 /// What the menus need to know to enable their items.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MenuState {
@@ -265,18 +268,30 @@ pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &s
                     }
                 }
                 ui.separator();
+                let folded = if doc.is_quantized() {
+                    "Constant and Q/DQ"
+                } else {
+                    "Constant"
+                };
                 ui.label(format!(
-                    "{} nodes ({} drawn, {} Constant folded)",
+                    "{} nodes ({} drawn, {} {folded} folded)",
                     doc.graph.nodes().len(),
                     doc.canvas.node_count(),
-                    doc.folded_constants()
+                    doc.folded_nodes()
                 ));
                 ui.separator();
                 let c = doc.counts;
-                let mut counts = format!(
-                    "{} quantized · {} excluded · {} not quantizable",
-                    c.quantized, c.excluded, c.not_quantizable
-                );
+                let mut counts = if doc.is_quantized() {
+                    format!(
+                        "{} quantized · {} float (in this model)",
+                        c.quantized, c.not_quantizable
+                    )
+                } else {
+                    format!(
+                        "{} quantized · {} excluded · {} not quantizable",
+                        c.quantized, c.excluded, c.not_quantizable
+                    )
+                };
                 if c.folded > 0 {
                     counts.push_str(&format!(" · {} folded", c.folded));
                 }
@@ -302,6 +317,10 @@ pub fn left_panel(ui: &mut Ui, doc: &Document, filter: &mut String, commands: &m
         .resizable(true)
         .default_size(250.0)
         .show(ui, |ui| {
+            if doc.is_quantized() {
+                quantized_summary(ui, doc);
+                return;
+            }
             recipe_summary(ui, doc, commands);
             ui.separator();
             ui.heading("Op types");
@@ -321,6 +340,46 @@ pub fn left_panel(ui: &mut Ui, doc: &Document, filter: &mut String, commands: &m
                     }
                 });
         });
+}
+
+/// In place of the recipe for a model that is quantized already: what it holds and how to
+/// measure it.
+fn quantized_summary(ui: &mut Ui, doc: &Document) {
+    ui.heading("Quantized model");
+    let c = doc.counts;
+    egui::Grid::new("quantized_counts")
+        .num_columns(2)
+        .show(ui, |ui| {
+            for (state, count) in [
+                (NodeState::QuantizedInModel, c.quantized),
+                (NodeState::FloatInModel, c.not_quantizable),
+            ] {
+                swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                ui.label(format!("{}: {count}", capitalised(state.label())));
+                ui.end_row();
+            }
+        });
+    ui.label(format!(
+        "{} quantized activation(s) and {} quantized constant(s): each Q/DQ pair is a tag on \
+         the edge it sits on; a quantized weight, a tag on its node.",
+        doc.qdq.activation_pairs(),
+        doc.qdq.quantized_constants()
+    ));
+    ui.add_space(6.0);
+    ui.label(
+        RichText::new(
+            "This model is not quantized again. To measure it, choose its float model in \
+             Results and compare (F5).",
+        )
+        .weak(),
+    );
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
 }
 
 /// The recipe's counts (from the plan), its file, and its buttons.
@@ -738,13 +797,18 @@ pub fn central(
                     });
                 }
                 Some(Hover::Edge { tensor }) => {
-                    let dtype = doc.tensor_type(tensor);
-                    let shape = crate::workflow::tensor_facts::shape_text(
-                        doc.tensor_shape(tensor).as_ref(),
-                    );
+                    // A quantized tensor is shown as the float tensor it stands for.
+                    let read = doc.qdq.read_of(tensor);
+                    let shown = doc.qdq.source_of(tensor);
+                    let dtype = doc.tensor_type(shown);
+                    let shape =
+                        crate::workflow::tensor_facts::shape_text(doc.tensor_shape(shown).as_ref());
                     response.clone().on_hover_ui_at_pointer(|ui| {
-                        ui.label(RichText::new(tensor).monospace());
+                        ui.label(RichText::new(shown).monospace());
                         ui.label(format!("{dtype} {shape}"));
+                        if let Some(read) = read {
+                            ui.label(format!("quantized: {}", read.params.describe()));
+                        }
                     });
                 }
                 None => {}
@@ -766,7 +830,18 @@ pub fn central(
             });
             let heat = (doc.panel.heat_map && doc.heat.is_some())
                 .then_some((doc.panel.heat_kind, doc.panel.heat_threshold_db));
-            legend(ui, doc.layout.simplified, !doc.flagged.is_empty(), heat);
+            let states: &[NodeState] = if doc.is_quantized() {
+                &QUANTIZED_LEGEND
+            } else {
+                &LEGEND
+            };
+            legend(
+                ui,
+                states,
+                doc.layout.simplified,
+                !doc.flagged.is_empty(),
+                heat,
+            );
         } else if opening.is_none() {
             empty_state(ui, commands);
         }
@@ -920,6 +995,7 @@ pub fn node_menu(
 
 fn legend(
     ui: &mut Ui,
+    states: &[NodeState],
     simplified: bool,
     flagged: bool,
     heat: Option<(crate::eval::tensors::ErrorKind, f32)>,
@@ -935,10 +1011,16 @@ fn legend(
                     heat_legend(ui, kind, f64::from(threshold));
                     return;
                 }
-                for state in LEGEND {
+                for &state in states {
                     ui.horizontal(|ui| {
                         swatch(ui, state_fill(state, ui.visuals().dark_mode));
                         ui.label(state.label());
+                    });
+                }
+                if states.contains(&NodeState::QuantizedInModel) {
+                    ui.horizontal(|ui| {
+                        swatch(ui, crate::app::canvas::shapes::TAG_FILL);
+                        ui.label("Q/DQ pair (u8, i8 …; W: a quantized weight)");
                     });
                 }
                 if flagged {

@@ -1,6 +1,7 @@
 //! Find in graph (Ctrl+F): nodes by name, op type or the tensors they read and write, with
 //! next and previous.
 
+use crate::app::layout::GraphLayout;
 use crate::model::{Graph, NodeId};
 
 /// The search bar's state.
@@ -17,10 +18,12 @@ pub struct Search {
 }
 
 impl Search {
-    /// Runs `query` against `graph`; the first match becomes current.
-    pub fn set_query(&mut self, graph: &Graph, query: &str) {
+    /// Runs `query` against the nodes of `graph` drawn in `layout`; the first match becomes
+    /// current.
+    pub fn set_query(&mut self, graph: &Graph, layout: &GraphLayout, query: &str) {
         query.clone_into(&mut self.query);
-        self.matches = find(graph, query);
+        let drawn = |id: NodeId| layout.positions.get(id.0).is_some_and(Option::is_some);
+        self.matches = find(graph, query, &drawn);
         self.position = 0;
     }
 
@@ -53,10 +56,11 @@ impl Search {
     }
 }
 
-/// Nodes matching `query` (case-insensitive), in topological order: the op type equal to it,
-/// or the name or one of its input/output tensor names containing it. Exact name matches come
-/// first, so typing a full node name lands on that node.
-pub fn find(graph: &Graph, query: &str) -> Vec<NodeId> {
+/// The `drawn` nodes matching `query` (case-insensitive), in topological order: the op type
+/// equal to it, or the name or one of its input/output tensor names containing it. Exact name
+/// matches come first, so typing a full node name lands on that node. Nodes the view folds
+/// away (Constants, Q/DQ pairs) cannot be shown, so they are not matches.
+pub fn find(graph: &Graph, query: &str, drawn: &dyn Fn(NodeId) -> bool) -> Vec<NodeId> {
     let q = query.trim().to_lowercase();
     if q.is_empty() {
         return Vec::new();
@@ -69,10 +73,10 @@ pub fn find(graph: &Graph, query: &str) -> Vec<NodeId> {
     let mut exact = Vec::new();
     let mut others = Vec::new();
     for id in order {
-        let node = graph.node(id);
-        if node.op_type == "Constant" {
+        if !drawn(id) {
             continue;
         }
+        let node = graph.node(id);
         let name = node.name.to_lowercase();
         if name == q {
             exact.push(id);
@@ -105,22 +109,31 @@ mod tests {
         b.node("Relu", &["gate"], &["y"]).name("head_relu");
         b.output("y", DataType::Float32, &[1, 4]);
         let graph = Graph::build(&b.build());
+        let drawn = |_: NodeId| true;
         let names = |ids: Vec<NodeId>| -> Vec<String> {
             ids.into_iter()
                 .map(|i| graph.node(i).name.clone())
                 .collect()
         };
-        assert_eq!(names(find(&graph, "relu")), ["stem_relu", "head_relu"]);
-        assert_eq!(names(find(&graph, "SIGMOID")), ["gate_act"]);
         assert_eq!(
-            names(find(&graph, "features")),
+            names(find(&graph, "relu", &drawn)),
+            ["stem_relu", "head_relu"]
+        );
+        assert_eq!(names(find(&graph, "SIGMOID", &drawn)), ["gate_act"]);
+        assert_eq!(
+            names(find(&graph, "features", &drawn)),
             ["stem_relu", "gate_act"],
             "producer and consumer of the tensor"
         );
-        assert_eq!(names(find(&graph, "head_relu")), ["head_relu"]);
-        assert!(find(&graph, "  ").is_empty());
+        assert_eq!(names(find(&graph, "head_relu", &drawn)), ["head_relu"]);
+        assert!(find(&graph, "  ", &drawn).is_empty());
+        assert!(
+            find(&graph, "SIGMOID", &|_| false).is_empty(),
+            "a node the view does not draw is no match"
+        );
+        let layout = crate::app::layout::layout(&graph, &Default::default()).unwrap();
         let mut s = Search::default();
-        s.set_query(&graph, "relu");
+        s.set_query(&graph, &layout, "relu");
         assert_eq!(s.current(), Some(NodeId(0)));
         assert_eq!(s.next_match(), Some(NodeId(2)));
         assert_eq!(s.next_match(), Some(NodeId(0)), "wraps");

@@ -3,6 +3,7 @@
 //! are read off the plan.
 
 use crate::model::Graph;
+use crate::model::qdq::QdqStructure;
 use crate::quant::explain::{Explanation, NodeDecision};
 use crate::quant::plan::Exclusion;
 
@@ -26,6 +27,11 @@ pub enum NodeState {
     /// Selected, but every tensor it would quantize stays float (automatic precision or the
     /// recipe's `keep_float` overrides).
     KeptFloat,
+    /// In a model that is quantized already: the node computes on quantized values (it reads
+    /// a dequantized tensor, or is an integer op).
+    QuantizedInModel,
+    /// In a model that is quantized already: the node computes in float.
+    FloatInModel,
 }
 
 impl NodeState {
@@ -57,6 +63,8 @@ impl NodeState {
             NodeState::NotQuantizable => "not quantizable",
             NodeState::Folded => "folded by pre-processing",
             NodeState::KeptFloat => "kept in float (its tensors stay float)",
+            NodeState::QuantizedInModel => "quantized in this model",
+            NodeState::FloatInModel => "float in this model",
         }
     }
 
@@ -78,6 +86,21 @@ pub fn node_states(graph: &Graph, plan: &Explanation) -> Vec<NodeState> {
         .collect()
 }
 
+/// The state of every node of a model that is quantized already, read off its Q/DQ structure.
+pub fn quantized_states(graph: &Graph, qdq: &QdqStructure) -> Vec<NodeState> {
+    graph
+        .nodes()
+        .iter()
+        .map(|n| {
+            if qdq.runs_quantized(n) {
+                NodeState::QuantizedInModel
+            } else {
+                NodeState::FloatInModel
+            }
+        })
+        .collect()
+}
+
 /// Node counts under the current recipe, for the always-visible summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -94,19 +117,19 @@ pub struct Counts {
 }
 
 impl Counts {
-    /// Counts `states` (indexed by node id of `graph`). Constant nodes are left out: the view
-    /// folds them into their consumers and they are never quantized as nodes, so counting
-    /// them would drown the numbers users act on.
-    pub fn of(states: &[NodeState], graph: &Graph) -> Counts {
+    /// Counts `states` (indexed by node id of `graph`). Constant nodes and the Q/DQ pairs of
+    /// `qdq` are left out: the view folds them into edges and boxes and they are never
+    /// quantized as nodes, so counting them would drown the numbers users act on.
+    pub fn of(states: &[NodeState], graph: &Graph, qdq: &QdqStructure) -> Counts {
         let mut c = Counts::default();
         for (state, _) in states
             .iter()
             .zip(graph.nodes())
-            .filter(|(_, n)| n.op_type != "Constant")
+            .filter(|(_, n)| n.op_type != "Constant" && !qdq.is_folded(n.id))
         {
             match state {
-                NodeState::Quantized => c.quantized += 1,
-                NodeState::NotQuantizable => c.not_quantizable += 1,
+                NodeState::Quantized | NodeState::QuantizedInModel => c.quantized += 1,
+                NodeState::NotQuantizable | NodeState::FloatInModel => c.not_quantizable += 1,
                 NodeState::Folded => c.folded += 1,
                 NodeState::KeptFloat => c.kept_float += 1,
                 _ => c.excluded += 1,

@@ -465,7 +465,7 @@ impl Studio {
             }
             Command::Search(query) => {
                 doc.search.open = true;
-                doc.search.set_query(&doc.graph, &query);
+                doc.search.set_query(&doc.graph, &doc.layout, &query);
                 if let Some(node) = doc.search.current() {
                     doc.canvas.centre_on(node);
                 }

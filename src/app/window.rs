@@ -29,6 +29,8 @@ pub enum PathPurpose {
     CalibrationData,
     /// The evaluation data file or folder.
     EvaluationData,
+    /// The float model a quantized model is compared against.
+    FloatModel,
 }
 
 /// The path field window (fallback for native dialogs, and File ▸ Open path…).

@@ -13,7 +13,7 @@ use crate::app::studio::Studio;
 use crate::app::window::PathPurpose;
 use crate::app::work::data::{DataCheck, DataKind};
 use crate::app::work::task::TaskWork;
-use crate::app::work::{TaskError, TaskKind, TaskOutput, Work, heat, tasks};
+use crate::app::work::{FloatModel, TaskError, TaskKind, TaskOutput, Work, heat, tasks};
 use crate::app::work_panel::{SaveDialog, WorkTab};
 use crate::calib::CalibrationConfig;
 use crate::runtime::EpState;
@@ -53,11 +53,48 @@ pub fn is_work_command(command: &Command) -> bool {
             | Command::RevealNodes(_)
             | Command::BrowseData { .. }
             | Command::SetDataPath { .. }
+            | Command::ChooseFloatModel
+            | Command::SetFloatModel(_)
     )
 }
 
 fn no_model() -> Failure {
     ("No model is open".into(), "Open a model first.".into())
+}
+
+/// The float model runs are measured against: the open model, or for a model that is
+/// quantized already the float model chosen for it.
+fn float_model(doc: &Document) -> Result<&crate::model::Model, Failure> {
+    if !doc.is_quantized() {
+        return Ok(&doc.model);
+    }
+    doc.work
+        .float_model
+        .as_ref()
+        .map(|f| &f.model)
+        .ok_or_else(|| {
+            (
+                "Choose the float model first".into(),
+                "This model is quantized already: it is compared against the float model it was \
+             made from. Choose that model in Results (Float model…)."
+                    .into(),
+            )
+        })
+}
+
+/// Refuses work that quantizes the open model when it is quantized already.
+fn float_only(doc: &Document, what: &str) -> Result<(), Failure> {
+    if doc.is_quantized() {
+        return Err((
+            format!("{what} needs a float model"),
+            format!(
+                "{} is quantized already. {what} works on the float model: open that one to \
+                 quantize it again.",
+                doc.source.label()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Starts `work` as the open model's task.
@@ -106,6 +143,11 @@ impl Studio {
                 self.browse_data(evaluation, folder);
                 Ok(())
             }
+            Command::ChooseFloatModel => {
+                self.choose_float_model();
+                Ok(())
+            }
+            Command::SetFloatModel(path) => self.set_float_model(path),
             other => {
                 self.edit_work(other);
                 Ok(())
@@ -220,6 +262,7 @@ impl Studio {
     fn calibrate(&mut self) -> Result<(), Failure> {
         let ep_problem = self.ep_problem();
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        float_only(doc, "Calibration")?;
         doc.panel.tab = WorkTab::Calibrate;
         if let Some(problem) = ep_problem {
             return Err(("Calibration cannot run on this provider".into(), problem));
@@ -282,7 +325,9 @@ impl Studio {
         let recipe = doc.editor.recipe().clone();
         let stats = match &work.results.stats {
             Some(stats) => stats.clone(),
-            None if !needs_statistics(&recipe) => Arc::new(Default::default()),
+            None if !needs_statistics(&recipe) || doc.is_quantized() => {
+                Arc::new(Default::default())
+            }
             None => {
                 return Err((
                     "Calibrate first".into(),
@@ -302,7 +347,7 @@ impl Studio {
             .spec()
             .map_err(|e| ("The evaluation data is not set".to_owned(), e))?;
         Ok(EvalSetup {
-            model: doc.model.clone(),
+            model: float_model(doc)?.clone(),
             stats,
             recipe,
             data,
@@ -319,16 +364,22 @@ impl Studio {
         }
         let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        let given = doc.is_quantized().then(|| Arc::new(doc.model.clone()));
+        self.window.status = match given {
+            Some(_) => "Comparing the quantized model with its float model…",
+            None => "Quantizing from the cached statistics and comparing…",
+        }
+        .to_owned();
         let request = CompareRequest {
             setup,
             latency: doc.work.settings.measure_latency.then_some(STUDIO_LATENCY),
             sample: doc.panel.sample,
+            given,
         };
         let body = tasks::quantize_and_compare(request);
         start(&mut doc.work, TaskKind::Compare, body)?;
         self.compare_started();
         self.remember_data();
-        self.window.status = "Quantizing from the cached statistics and comparing…".to_owned();
         Ok(())
     }
 
@@ -342,7 +393,7 @@ impl Studio {
             return Ok(());
         }
         let body = tasks::sample_outputs(
-            doc.model.clone(),
+            float_model(doc)?.clone(),
             comparison.quantized.clone(),
             comparison.reference.clone(),
             sample,
@@ -351,6 +402,10 @@ impl Studio {
     }
 
     fn scan_sensitivity(&mut self) -> Result<(), Failure> {
+        float_only(
+            self.doc.as_ref().ok_or_else(no_model)?,
+            "A sensitivity scan",
+        )?;
         let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         doc.panel.tab = WorkTab::Sensitivity;
@@ -358,6 +413,7 @@ impl Studio {
     }
 
     fn auto_exclude(&mut self) -> Result<(), Failure> {
+        float_only(self.doc.as_ref().ok_or_else(no_model)?, "Auto-exclude")?;
         let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         doc.panel.tab = WorkTab::Sensitivity;
@@ -458,6 +514,7 @@ impl Studio {
 
     fn open_save_window(&mut self, then_quit: bool) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        float_only(doc, "Saving a quantized model")?;
         let path = doc
             .work
             .results
@@ -509,6 +566,34 @@ impl Studio {
         if let Some(path) = picked {
             self.push(Command::SetDataPath { evaluation, path });
         }
+    }
+
+    fn choose_float_model(&mut self) {
+        let picked = self.native_dialog(PathPurpose::FloatModel, || {
+            rfd::FileDialog::new()
+                .set_title("The float model this quantized model was made from")
+                .add_filter("ONNX model", &["onnx"])
+                .pick_file()
+        });
+        if let Some(path) = picked {
+            self.push(Command::SetFloatModel(path));
+        }
+    }
+
+    /// Reads the float model an open quantized model is compared against, checks the two fit
+    /// (same inputs and outputs) and forgets results measured against another one.
+    fn set_float_model(&mut self, path: std::path::PathBuf) -> Result<(), Failure> {
+        let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        let refused = |e: String| ("This float model cannot be used".to_owned(), e);
+        let model = crate::model::Model::load(&path).map_err(|e| refused(e.to_string()))?;
+        crate::eval::check_comparable(&model, &doc.model, &doc.source.label())
+            .map_err(|e| refused(e.to_string()))?;
+        let label = crate::app::document::Source::File(path.clone()).label();
+        doc.work.float_model = Some(FloatModel { path, model });
+        doc.work.results.comparison = None;
+        doc.heat = None;
+        self.window.status = format!("{label} is the float model: compare with F5");
+        Ok(())
     }
 
     fn install_runtime(&mut self, flavor: crate::runtime::Flavor) {
@@ -566,8 +651,13 @@ impl Studio {
                 status
             }
             TaskOutput::Compared(comparison) => {
+                let verb = if doc.is_quantized() {
+                    "Compared"
+                } else {
+                    "Quantized"
+                };
                 let status = format!(
-                    "Quantized {} nodes · worst output SQNR {:.2} dB · {:.0} ms",
+                    "{verb} {} nodes · worst output SQNR {:.2} dB · {:.0} ms",
                     comparison.quantized_nodes.len(),
                     comparison
                         .outputs
@@ -806,6 +896,17 @@ fn first_tensor(doc: &Document) -> Option<String> {
 /// Each node's SQNR in the last comparison, of the kind the heat map shows.
 fn node_heat(doc: &Document) -> Option<Vec<Option<f64>>> {
     let comparison = doc.work.results.comparison.as_ref()?;
+    if doc.is_quantized() {
+        // The tensors are named as in the open model: its nodes write them.
+        let plain = crate::quant::Explanation::default();
+        return Some(heat::node_sqnr(
+            &doc.graph,
+            &doc.graph,
+            &comparison.tensors,
+            doc.panel.heat_kind,
+            &plain,
+        ));
+    }
     let prepared = doc.prepared.as_ref().map_or(&doc.graph, |p| &p.graph);
     Some(heat::node_sqnr(
         &doc.graph,

@@ -13,6 +13,7 @@ pub mod infer;
 pub mod legacy;
 mod onnx_model;
 pub mod proto;
+pub mod qdq;
 pub mod save;
 mod session_model;
 pub mod tensor;

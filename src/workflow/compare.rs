@@ -254,6 +254,45 @@ pub struct CompareRequest {
     pub latency: Option<LatencyRuns>,
     /// The sample shown side by side.
     pub sample: usize,
+    /// A QDQ model made already (by any tool) to measure instead of quantizing the setup's
+    /// model with its recipe: the setup's model is then its float model.
+    pub given: Option<Arc<Model>>,
+}
+
+/// What is measured: the QDQ model and the nodes it quantizes.
+struct Candidate {
+    model: Arc<Model>,
+    quantized_nodes: Vec<String>,
+}
+
+/// The QDQ model a comparison measures: `given` (checked against the float model, its
+/// quantized nodes read off its Q/DQ structure), else the setup's model quantized with its
+/// recipe from the cached statistics.
+fn candidate(
+    setup: &EvalSetup,
+    given: Option<Arc<Model>>,
+    ctx: &JobContext,
+) -> Result<Candidate, WorkflowError> {
+    if let Some(model) = given {
+        check_comparable(&setup.model, &model, "the quantized model")?;
+        let graph = Graph::build(&model);
+        let qdq = crate::model::qdq::QdqStructure::read(&model, &graph);
+        let quantized_nodes = graph
+            .nodes()
+            .iter()
+            .filter(|n| qdq.runs_quantized(n))
+            .map(|n| n.name.clone())
+            .collect();
+        return Ok(Candidate {
+            model,
+            quantized_nodes,
+        });
+    }
+    let built = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
+    Ok(Candidate {
+        model: Arc::new(built.model),
+        quantized_nodes: built.quantized_nodes,
+    })
 }
 
 /// Milliseconds each stage of quantize & compare took.
@@ -399,6 +438,7 @@ pub fn quantize_and_compare(
         setup,
         latency,
         sample,
+        given,
     } = request;
     let started = Instant::now();
     let mut timings = CompareTimings::default();
@@ -412,9 +452,13 @@ pub fn quantize_and_compare(
         timings.reference_ms = elapsed_ms(t);
     }
     ctx.checkpoint()?;
-    stage(ctx, "Quantizing", 1, steps);
+    let step = match given {
+        Some(_) => "Checking the quantized model",
+        None => "Quantizing",
+    };
+    stage(ctx, step, 1, steps);
     let t = Instant::now();
-    let quantized = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
+    let quantized = candidate(&setup, given, ctx)?;
     timings.quantize_ms = elapsed_ms(t);
     ctx.checkpoint()?;
     stage(ctx, "Comparing outputs", 2, steps);
@@ -474,7 +518,7 @@ pub fn quantize_and_compare(
     timings.total_ms = elapsed_ms(started);
     Ok(Comparison {
         recipe: setup.recipe,
-        quantized: Arc::new(quantized.model),
+        quantized: quantized.model,
         quantized_nodes: quantized.quantized_nodes,
         outputs,
         tensors,

@@ -18,6 +18,7 @@ use egui_graphs::{DisplayEdge, DisplayNode, DrawContext, MetadataFrame, Settings
 use petgraph::stable_graph::{EdgeIndex, NodeIndex};
 
 use crate::app::layout::{GraphLayout, NODE_HEIGHT, node_width};
+use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, NodeId};
 pub use shapes::{
     Emphasis, NodeLook, OpNode, TensorEdge, ViewGraph, state_fill, state_text, text_on,
@@ -103,10 +104,31 @@ impl std::fmt::Debug for GraphCanvas {
     }
 }
 
+/// The tag of `node`'s quantized weight: the first quantized constant it reads past its
+/// first input (`W i8`, `W i8/ch` per channel, `W i4/b32` block-wise).
+fn weight_tag(qdq: &QdqStructure, node: &crate::model::Node) -> Option<String> {
+    let (_, read) = qdq
+        .quantized_inputs(node)
+        .find(|(i, r)| *i > 0 && r.constant)?;
+    let p = &read.params;
+    let granularity = match (p.per_channel(), p.block_size) {
+        (false, _) => String::new(),
+        (true, Some(b)) => format!("/b{b}"),
+        (true, None) => "/ch".to_owned(),
+    };
+    Some(format!("W {}{granularity}", p.short_type()))
+}
+
 impl GraphCanvas {
     /// Builds the view of `graph` at the positions of `layout`; `flagged` nodes get a warning
-    /// badge (dangling inputs, cycles).
-    pub fn new(graph: &Graph, layout: &GraphLayout, flagged: &HashSet<NodeId>) -> Self {
+    /// badge (dangling inputs, cycles); the Q/DQ pairs of `qdq` are tags on their edges and
+    /// a node's quantized weight a tag on its box.
+    pub fn new(
+        graph: &Graph,
+        layout: &GraphLayout,
+        qdq: &QdqStructure,
+        flagged: &HashSet<NodeId>,
+    ) -> Self {
         let mut view = ViewGraph::new();
         let mut index = vec![None; graph.nodes().len()];
         let mut bounds = Rect::NOTHING;
@@ -126,6 +148,7 @@ impl GraphCanvas {
                     flagged: flagged.contains(&node.id),
                     ..NodeLook::default()
                 },
+                badge: weight_tag(qdq, node),
             };
             let idx = view.add_node_custom(payload, |n| {
                 n.set_location(centre);
@@ -144,6 +167,7 @@ impl GraphCanvas {
                             cycle,
                             emphasised: false,
                             dimmed: false,
+                            badge: qdq.read_of(&e.tensor).map(|r| r.params.short_type()),
                         },
                     );
                 }
@@ -186,6 +210,24 @@ impl GraphCanvas {
     /// Number of boxes drawn.
     pub fn node_count(&self) -> usize {
         self.graph.node_count()
+    }
+
+    /// The tags drawn on edges: (the tensor the consumer reads, the tag), for tests and
+    /// tooltips.
+    pub fn edge_tags(&self) -> Vec<(String, String)> {
+        self.graph
+            .edges_iter()
+            .filter_map(|(_, e)| {
+                let payload = e.payload();
+                Some((payload.tensor.clone(), payload.badge.clone()?))
+            })
+            .collect()
+    }
+
+    /// The tag drawn on `node`'s box (its quantized weight), if any.
+    pub fn node_tag(&self, node: NodeId) -> Option<String> {
+        let idx = (*self.index.get(node.0)?)?;
+        self.graph.node(idx)?.payload().badge.clone()
     }
 
     /// The current zoom (1 = layout units are points).
@@ -493,7 +535,7 @@ impl GraphCanvas {
             if !span.intersects(visible) {
                 continue;
             }
-            let mut link = *edge.display();
+            let mut link = edge.display().clone();
             shapes.extend(link.shapes(start, end, &context));
         }
         painter.extend(shapes);

@@ -59,6 +59,8 @@ pub struct OpNode {
     pub size: Vec2,
     /// Current look.
     pub look: NodeLook,
+    /// How the model quantizes its weight (a folded DequantizeLinear), as a short tag.
+    pub badge: Option<String>,
 }
 
 /// The payload of a graph-view edge: the tensor it carries.
@@ -72,6 +74,8 @@ pub struct TensorEdge {
     pub emphasised: bool,
     /// Something is selected and this edge does not touch it.
     pub dimmed: bool,
+    /// The quantized type of a folded Q/DQ pair on the edge (`u8`, `i8` …).
+    pub badge: Option<String>,
 }
 
 /// The graph type behind the view.
@@ -80,12 +84,16 @@ pub type ViewGraph = egui_graphs::Graph<OpNode, TensorEdge, Directed, u32, OpBox
 /// Fill colour of a node in each state; the legend uses the same colours.
 pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
     match (state, dark) {
-        (NodeState::Quantized, _) => Color32::from_rgb(38, 150, 105),
+        (NodeState::Quantized | NodeState::QuantizedInModel, _) => Color32::from_rgb(38, 150, 105),
         (NodeState::ExcludedByOpType, _) => Color32::from_rgb(205, 135, 35),
         (NodeState::ExcludedByNode, _) => Color32::from_rgb(200, 70, 75),
         (NodeState::OutsideSubgraph, _) => Color32::from_rgb(125, 100, 190),
-        (NodeState::NotQuantizable, true) => Color32::from_rgb(82, 86, 92),
-        (NodeState::NotQuantizable, false) => Color32::from_rgb(205, 208, 212),
+        (NodeState::NotQuantizable | NodeState::FloatInModel, true) => {
+            Color32::from_rgb(82, 86, 92)
+        }
+        (NodeState::NotQuantizable | NodeState::FloatInModel, false) => {
+            Color32::from_rgb(205, 208, 212)
+        }
         (NodeState::Folded, true) => Color32::from_rgb(45, 62, 88),
         (NodeState::Folded, false) => Color32::from_rgb(196, 210, 232),
         (NodeState::KeptFloat, _) => Color32::from_rgb(40, 130, 170),
@@ -95,8 +103,12 @@ pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
 /// Label colour readable on [`state_fill`].
 pub fn state_text(state: NodeState, dark: bool) -> Color32 {
     match (state, dark) {
-        (NodeState::NotQuantizable | NodeState::Folded, false) => Color32::from_rgb(30, 30, 30),
-        (NodeState::NotQuantizable | NodeState::Folded, true) => Color32::from_rgb(225, 225, 225),
+        (NodeState::NotQuantizable | NodeState::FloatInModel | NodeState::Folded, false) => {
+            Color32::from_rgb(30, 30, 30)
+        }
+        (NodeState::NotQuantizable | NodeState::FloatInModel | NodeState::Folded, true) => {
+            Color32::from_rgb(225, 225, 225)
+        }
         _ => Color32::WHITE,
     }
 }
@@ -133,6 +145,7 @@ pub struct OpBox {
     look: NodeLook,
     selected: bool,
     hovered: bool,
+    badge: Option<String>,
 }
 
 impl OpBox {
@@ -152,9 +165,40 @@ impl From<NodeProps<OpNode>> for OpBox {
             look: props.payload.look,
             selected: props.selected,
             hovered: props.hovered,
+            badge: props.payload.badge.clone(),
         }
     }
 }
+
+/// A small tag (a Q/DQ pair's type) centred on `at`, drawn from `font_px` up.
+fn tag(ctx: &DrawContext, at: Pos2, text: &str, font_px: f32, alpha: f32) -> Vec<Shape> {
+    if font_px < MIN_LABEL_PX {
+        return vec![Shape::circle_filled(
+            at,
+            (font_px * 0.4).max(1.5),
+            TAG_FILL.gamma_multiply(alpha),
+        )];
+    }
+    ctx.ctx.fonts_mut(|fonts| {
+        let galley = fonts.layout_no_wrap(
+            text.to_owned(),
+            FontId::monospace(font_px),
+            Color32::WHITE.gamma_multiply(alpha),
+        );
+        let rect = Rect::from_center_size(at, galley.size() + Vec2::new(font_px * 0.6, 0.0));
+        vec![
+            Shape::rect_filled(rect, font_px * 0.4, TAG_FILL.gamma_multiply(alpha)),
+            Shape::galley(
+                at - galley.size() / 2.0,
+                galley,
+                Color32::WHITE.gamma_multiply(alpha),
+            ),
+        ]
+    })
+}
+
+/// Fill of the Q/DQ tags: a violet apart from every state colour.
+pub const TAG_FILL: Color32 = Color32::from_rgb(118, 78, 170);
 
 /// Shortens `text` to about `max_chars` characters with an ellipsis.
 fn elide(text: &str, max_chars: usize) -> String {
@@ -238,6 +282,10 @@ impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
                 }
             });
         }
+        if let Some(badge) = &self.badge {
+            let at = rect.right_bottom() - Vec2::new(0.0, rect.height() * 0.1);
+            out.extend(tag(ctx, at, badge, 9.0 * zoom, alpha));
+        }
         if look.flagged {
             let r = (5.0 * zoom).max(3.0);
             let at = rect.right_top();
@@ -268,6 +316,9 @@ impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
         if self.name != props.payload.name {
             self.name.clone_from(&props.payload.name);
         }
+        if self.badge != props.payload.badge {
+            self.badge.clone_from(&props.payload.badge);
+        }
     }
 
     fn is_inside(&self, pos: Pos2) -> bool {
@@ -276,12 +327,14 @@ impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
 }
 
 /// The display of a tensor edge (egui_graphs' [`DisplayEdge`]): a vertical cubic curve from
-/// the producer's bottom to the consumer's top with an arrow head.
-#[derive(Debug, Clone, Copy, Default)]
+/// the producer's bottom to the consumer's top with an arrow head, and the tag of a Q/DQ
+/// pair folded into it.
+#[derive(Debug, Clone, Default)]
 pub struct TensorLink {
     cycle: bool,
     emphasised: bool,
     dimmed: bool,
+    badge: Option<String>,
 }
 
 impl From<EdgeProps<TensorEdge>> for TensorLink {
@@ -290,6 +343,7 @@ impl From<EdgeProps<TensorEdge>> for TensorLink {
             cycle: props.payload.cycle,
             emphasised: props.payload.emphasised,
             dimmed: props.payload.dimmed,
+            badge: props.payload.badge.clone(),
         }
     }
 }
@@ -379,6 +433,16 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
                 Stroke::NONE,
             ));
         }
+        if let Some(badge) = &self.badge {
+            let bezier = CubicBezierShape::from_points_stroke(
+                curve,
+                false,
+                Color32::TRANSPARENT,
+                Stroke::NONE,
+            );
+            let alpha = if self.dimmed { 0.3 } else { 1.0 };
+            out.extend(tag(ctx, bezier.sample(0.5), badge, 8.5 * zoom, alpha));
+        }
         out
     }
 
@@ -386,6 +450,9 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
         self.cycle = props.payload.cycle;
         self.emphasised = props.payload.emphasised;
         self.dimmed = props.payload.dimmed;
+        if self.badge != props.payload.badge {
+            self.badge.clone_from(&props.payload.badge);
+        }
     }
 
     fn is_inside(
@@ -418,6 +485,7 @@ mod tests {
             look: NodeLook::default(),
             selected: false,
             hovered: false,
+            badge: None,
         };
         let curve = edge_curve(&boxed(0.0), &boxed(100.0));
         assert_eq!(curve[0], Pos2::new(0.0, 15.0));

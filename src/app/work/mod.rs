@@ -52,6 +52,17 @@ pub struct Work {
     pub results: WorkResults,
     /// The running task.
     pub task: TaskSlot,
+    /// For a model that is quantized already: the float model it is compared against.
+    pub float_model: Option<FloatModel>,
+}
+
+/// The float model an open quantized model is measured against.
+#[derive(Debug, Clone)]
+pub struct FloatModel {
+    /// Its file.
+    pub path: std::path::PathBuf,
+    /// The model.
+    pub model: crate::model::Model,
 }
 
 impl std::fmt::Debug for Work {
@@ -78,6 +89,7 @@ impl Work {
             checks: DataChecks::default(),
             results: WorkResults::default(),
             task: TaskSlot::default(),
+            float_model: None,
         }
     }
 

@@ -31,10 +31,15 @@ pub(super) fn show(
     commands: &mut Vec<Command>,
 ) {
     let method = doc.editor.recipe().calibration_method;
+    let quantized = doc.is_quantized();
     let work = &mut doc.work;
     ui.columns(4, |columns| {
         let ui = &mut columns[0];
-        ui.heading("Calibration data");
+        ui.heading(if quantized {
+            "Data"
+        } else {
+            "Calibration data"
+        });
         data_editor(ui, "calib", &mut work.settings.calibration, false, commands);
         check_line(ui, &work.checks.calibration);
 
@@ -61,7 +66,14 @@ pub(super) fn show(
 
         let ui = &mut columns[3];
         ui.heading("Run");
-        run_column(ui, work, &method, commands);
+        if quantized {
+            batch_size_row(ui, &mut work.settings.batch_size);
+            ui.label(
+                RichText::new("This model is quantized already: nothing is calibrated.").weak(),
+            );
+        } else {
+            run_column(ui, work, &method, commands);
+        }
     });
 }
 
@@ -97,6 +109,14 @@ fn ground_truth(ui: &mut Ui, task: &mut TaskOptions) {
 }
 
 /// Batch size, samples, bins and method; the Run button; the statistics and their files.
+/// Samples per run.
+fn batch_size_row(ui: &mut Ui, batch_size: &mut usize) {
+    ui.horizontal(|ui| {
+        ui.label("Batch size");
+        ui.add(egui::DragValue::new(batch_size).range(1..=4096));
+    });
+}
+
 fn run_column(ui: &mut Ui, work: &mut Work, method: &RangeMethod, commands: &mut Vec<Command>) {
     let settings = &mut work.settings;
     egui::Grid::new("calib-settings")

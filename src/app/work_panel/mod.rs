@@ -24,18 +24,28 @@ pub fn show(ui: &mut Ui, doc: &mut Document, runtime: &RuntimeStatus, commands: 
         .default_size(330.0)
         .min_size(160.0)
         .show(ui, |ui| {
+            let quantized = doc.is_quantized();
+            if quantized && matches!(doc.panel.tab, WorkTab::Histogram | WorkTab::Sensitivity) {
+                doc.panel.tab = WorkTab::Results;
+            }
             ui.horizontal(|ui| {
-                for (tab, label) in [
-                    (WorkTab::Calibrate, "Calibration"),
-                    (WorkTab::Histogram, "Histograms"),
-                    (WorkTab::Results, "Results"),
-                    (WorkTab::Sensitivity, "Sensitivity"),
-                ] {
+                let tabs: &[(WorkTab, &str)] = if quantized {
+                    &[(WorkTab::Calibrate, "Data"), (WorkTab::Results, "Results")]
+                } else {
+                    &[
+                        (WorkTab::Calibrate, "Calibration"),
+                        (WorkTab::Histogram, "Histograms"),
+                        (WorkTab::Results, "Results"),
+                        (WorkTab::Sensitivity, "Sensitivity"),
+                    ]
+                };
+                for &(tab, label) in tabs {
                     ui.selectable_value(&mut doc.panel.tab, tab, label);
                 }
                 ui.separator();
                 match doc.work.task.running() {
                     Some(task) => task_progress(ui, task, commands),
+                    None if quantized => compare_action(ui, commands),
                     None => quick_actions(ui, commands),
                 }
             });
@@ -63,6 +73,17 @@ fn quick_actions(ui: &mut Ui, commands: &mut Vec<Command>) {
     if ui
         .button("Quantize & compare")
         .on_hover_text("F5: build the QDQ model from the cached statistics and compare it")
+        .clicked()
+    {
+        commands.push(Command::QuantizeCompare);
+    }
+}
+
+/// The one action on a model that is quantized already.
+fn compare_action(ui: &mut Ui, commands: &mut Vec<Command>) {
+    if ui
+        .button("Compare with the float model")
+        .on_hover_text("F5: measure this model against its float model (Results ▸ Float model…)")
         .clicked()
     {
         commands.push(Command::QuantizeCompare);

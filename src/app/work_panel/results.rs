@@ -16,6 +16,10 @@ use crate::eval::task::TaskOptions;
 use crate::workflow::compare::{Comparison, TENSOR_SAMPLES};
 
 pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+    if doc.is_quantized() {
+        float_model_row(ui, doc, commands);
+    }
+    let quantized = doc.is_quantized();
     let Document {
         work,
         editor,
@@ -24,10 +28,14 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         ..
     } = doc;
     let Some(comparison) = work.results.comparison.as_ref() else {
-        ui.label("Quantize & compare (F5) builds the QDQ model from the cached statistics and measures it against the float model on the evaluation data.");
+        ui.label(if quantized {
+            "Compare (F5) measures this quantized model against its float model on the evaluation data: outputs, every quantized tensor (the heat map), latency."
+        } else {
+            "Quantize & compare (F5) builds the QDQ model from the cached statistics and measures it against the float model on the evaluation data."
+        });
         return;
     };
-    if &comparison.recipe != editor.recipe() {
+    if !quantized && &comparison.recipe != editor.recipe() {
         ui.colored_label(
             ui.visuals().warn_fg_color,
             "These results are for an earlier recipe: press Quantize & compare (F5) to update them.",
@@ -68,6 +76,29 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                 ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
             });
         });
+}
+
+/// For a model that is quantized already: the float model it is compared against.
+fn float_model_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+    ui.horizontal(|ui| {
+        ui.label("Float model");
+        match &doc.work.float_model {
+            Some(float) => {
+                ui.label(RichText::new(float.path.display().to_string()).monospace());
+            }
+            None => {
+                ui.colored_label(ui.visuals().warn_fg_color, "not chosen yet");
+            }
+        }
+        if ui
+            .button("Float model…")
+            .on_hover_text("The float model this quantized model was made from")
+            .clicked()
+        {
+            commands.push(Command::ChooseFloatModel);
+        }
+    });
+    ui.separator();
 }
 
 /// The fidelity columns of the outputs table, shown for every output; the agreement columns
