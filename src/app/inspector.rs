@@ -169,26 +169,23 @@ fn in_model(ui: &mut Ui, doc: &Document, node: &crate::model::Node, commands: &m
         ui.label(RichText::new("No Q/DQ pair on this node's tensors.").weak());
         return;
     }
+    // One entry under the other, not a grid: a long tensor name would leave a grid's last
+    // column no width to wrap in.
     egui::CollapsingHeader::new("Quantization in this model")
         .default_open(true)
         .show(ui, |ui| {
-            egui::Grid::new("in_model_quantization")
-                .num_columns(3)
-                .striped(true)
-                .show(ui, |ui| {
-                    for (tensor, role, text) in inputs.into_iter().chain(outputs) {
-                        if ui
-                            .link(RichText::new(tensor).monospace())
-                            .on_hover_text("Find this tensor's producer and consumers")
-                            .clicked()
-                        {
-                            commands.push(Command::Search(tensor.to_owned()));
-                        }
-                        ui.label(role);
-                        ui.add(egui::Label::new(text).wrap());
-                        ui.end_row();
-                    }
+            for (tensor, role, text) in inputs.into_iter().chain(outputs) {
+                if ui
+                    .link(RichText::new(tensor).monospace())
+                    .on_hover_text("Find this tensor's producer and consumers")
+                    .clicked()
+                {
+                    commands.push(Command::Search(tensor.to_owned()));
+                }
+                ui.indent(tensor, |ui| {
+                    ui.label(format!("{role}: {text}"));
                 });
+            }
         });
 }
 

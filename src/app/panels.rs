@@ -729,7 +729,9 @@ pub fn inspector_panel(
         .resizable(true)
         .default_size(330.0)
         .show(ui, |ui| {
-            egui::ScrollArea::vertical()
+            // Both ways: a row wider than the panel (a long tensor name, a Q/DQ description)
+            // scrolls instead of widening the panel over the graph.
+            egui::ScrollArea::both()
                 .auto_shrink([false, false])
                 .show(ui, |ui| match doc {
                     Some(doc) => inspector::show(ui, doc, state, commands),
