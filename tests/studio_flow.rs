@@ -1249,7 +1249,8 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     h.state_mut().document_mut().unwrap().selection = vec![conv];
     h.run_steps(3);
     assert!(h.query_by_label("Quantization in this model").is_some());
-    assert!(h.query_by_label(&weight_text).is_some(), "{weight_text}");
+    let weight_row = format!("constant: {weight_text}");
+    assert!(h.query_by_label(&weight_row).is_some(), "{weight_row}");
     // Comparing needs the float model first: said, nothing runs.
     quantize_and_compare(&mut h, "a refused comparison");
     assert_eq!(h.state().notices().len(), 1);

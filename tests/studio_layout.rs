@@ -14,7 +14,7 @@ fn pp_ocr_det_lays_out_top_down_with_constants_folded() {
     let model = Model::load(&ppocr(PPOCR_DET)).unwrap();
     let graph = Graph::build(&model);
     let started = std::time::Instant::now();
-    let l = layout(&graph, &Default::default()).unwrap();
+    let l = layout(&graph, &Default::default(), &[]).unwrap();
     eprintln!(
         "PP-OCR det: {} nodes laid out in {:.0} ms",
         l.positions.iter().flatten().count(),
@@ -39,9 +39,7 @@ fn pp_ocr_det_lays_out_top_down_with_constants_folded() {
         .nodes()
         .iter()
         .zip(&l.positions)
-        .filter_map(|(n, p)| {
-            p.map(|(x, y)| (x, y, qdq_studio::app::layout::node_width(&n.op_type)))
-        })
+        .filter_map(|(n, p)| p.map(|(x, y)| (x, y, l.widths[n.id.0])))
         .collect();
     placed.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
     for w in placed.windows(2) {
@@ -70,7 +68,7 @@ fn a_graph_with_a_cycle_is_laid_out_with_the_cycle_flagged() {
     b.output("b", DataType::Float32, &[1, 4]);
     let graph = Graph::build(&b.build());
     assert!(graph.check().is_err(), "the index reports the cycle");
-    let l = layout(&graph, &Default::default()).unwrap();
+    let l = layout(&graph, &Default::default(), &[]).unwrap();
     assert_eq!(l.positions.iter().flatten().count(), 2);
     assert_eq!(l.edges.len() + l.cycle_edges.len(), 2);
     assert!(!l.cycle_edges.is_empty());

@@ -14,7 +14,7 @@ fn main() {
     for size in [330, 1000, 2000, 5000] {
         let graph = Graph::build(&common::synthetic(size));
         let started = Instant::now();
-        let l = layout(&graph, &Default::default()).expect("lays out");
+        let l = layout(&graph, &Default::default(), &[]).expect("lays out");
         println!(
             "layout of {} nodes ({} edges): {:.0} ms",
             l.positions.iter().flatten().count(),

@@ -95,6 +95,8 @@ pub struct Loaded {
     pub types: HashMap<String, i32>,
     /// Its Q/DQ structure (empty for a float model).
     pub qdq: QdqStructure,
+    /// Each node's detail line (by node id).
+    pub details: Vec<Option<String>>,
     /// How long it took.
     pub timings: OpenTimings,
 }
@@ -139,7 +141,8 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
         format!("{} nodes", graph.nodes().len()),
     );
     let started = Instant::now();
-    let layout = layout::layout(&graph, &qdq)?;
+    let details = crate::app::canvas::detail::node_details(&model, &graph, &qdq);
+    let layout = layout::layout(&graph, &qdq, &details)?;
     let layout_time = started.elapsed();
     ctx.checkpoint()?;
     let prepared = Prepared::new(&model, &Preprocessing::default()).map_err(|e| e.to_string());
@@ -152,6 +155,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
         prepared,
         types,
         qdq,
+        details,
         timings: OpenTimings {
             read,
             index,
@@ -229,7 +233,13 @@ impl Document {
         for e in &loaded.layout.cycle_edges {
             flagged.insert(e.to);
         }
-        let canvas = GraphCanvas::new(&loaded.graph, &loaded.layout, &loaded.qdq, &flagged);
+        let canvas = GraphCanvas::new(
+            &loaded.graph,
+            &loaded.layout,
+            &loaded.qdq,
+            &loaded.details,
+            &flagged,
+        );
         let neighbours = layout::neighbours(&loaded.layout);
         let work = Work::new(&loaded.graph, sample_data(&loaded.source));
         let mut doc = Document {

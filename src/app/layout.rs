@@ -16,14 +16,17 @@ use crate::model::{Graph, NodeId};
 /// Vertical distance between layers and horizontal spacing between boxes, in layout units
 /// (the view's points at zoom 1).
 const SPACING: f64 = 28.0;
-/// Height of a node box.
-pub const NODE_HEIGHT: f32 = 30.0;
+/// Height of a node box: its op type, a detail line and (zoomed in) its name.
+pub const NODE_HEIGHT: f32 = 34.0;
 /// Gap between disconnected parts placed side by side.
 const PART_GAP: f32 = 60.0;
 
-/// Width of a node's box: room for its op type.
-pub fn node_width(op_type: &str) -> f32 {
-    (op_type.chars().count() as f32 * 7.5 + 24.0).max(56.0)
+/// Width of a node's box: room for its op type and its detail line (see
+/// [`crate::app::canvas::detail`]).
+pub fn node_width(op_type: &str, detail: Option<&str>) -> f32 {
+    let op = op_type.chars().count() as f32 * 7.5 + 24.0;
+    let detail = detail.map_or(0.0, |d| d.chars().count() as f32 * 5.4 + 16.0);
+    op.max(detail).max(56.0)
 }
 
 /// An edge of the laid-out graph: a tensor from one node to another.
@@ -53,6 +56,112 @@ pub struct GraphLayout {
     /// True when the graph was too big for crossing minimisation and got the simple layered
     /// layout (see [`SIMPLE_LAYOUT_ABOVE`]).
     pub simplified: bool,
+    /// The graph's inputs (above their first consumer) and outputs (below their producer).
+    pub terminals: Vec<Terminal>,
+    /// Width of each node's box, by node id.
+    pub widths: Vec<f32>,
+}
+
+/// A graph input or output, drawn as a pill linked to the nodes that read it or the node
+/// that writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Terminal {
+    /// The tensor's name.
+    pub name: String,
+    /// True for an input, false for an output.
+    pub input: bool,
+    /// Centre of its pill.
+    pub centre: (f32, f32),
+    /// Width of its pill.
+    pub width: f32,
+    /// The drawn nodes it links to, each with the tensor name that node reads or writes (a
+    /// folded DequantizeLinear's output when the input is quantized on the way).
+    pub links: Vec<(NodeId, String)>,
+}
+
+/// Width of a terminal's pill: room for its name, up to [`MAX_TERMINAL_CHARS`].
+pub fn terminal_width(name: &str) -> f32 {
+    (name.chars().count().min(MAX_TERMINAL_CHARS) as f32 * 6.5 + 20.0).max(48.0)
+}
+
+/// Longest name a terminal's pill makes room for (longer ones are elided).
+pub const MAX_TERMINAL_CHARS: usize = 28;
+
+/// The drawn nodes linked to each graph input and output, and where their pills go: an input
+/// one layer above its topmost reader, an output one layer below its producer; pills on the
+/// same row are pushed apart so none overlap.
+fn place_terminals(
+    graph: &Graph,
+    qdq: &QdqStructure,
+    positions: &[Option<(f32, f32)>],
+) -> Vec<Terminal> {
+    let step = NODE_HEIGHT + SPACING as f32;
+    let at = |id: NodeId| positions.get(id.0).copied().flatten();
+    let mut terminals = Vec::new();
+    for name in graph.inputs() {
+        let links: Vec<(NodeId, String)> = graph
+            .nodes()
+            .iter()
+            .filter(|n| at(n.id).is_some())
+            .flat_map(|n| {
+                n.inputs
+                    .iter()
+                    .filter(|t| qdq.source_of(t) == name.as_str())
+                    .map(move |t| (n.id, t.clone()))
+            })
+            .collect();
+        let anchors: Vec<(f32, f32)> = links.iter().filter_map(|(id, _)| at(*id)).collect();
+        let Some(top) = anchors.iter().map(|p| p.1).reduce(f32::min) else {
+            continue;
+        };
+        let x = anchors.iter().map(|p| p.0).sum::<f32>() / anchors.len() as f32;
+        terminals.push(Terminal {
+            name: name.clone(),
+            input: true,
+            centre: (x, top - step),
+            width: terminal_width(name),
+            links,
+        });
+    }
+    for name in graph.outputs() {
+        let source = qdq.source_of(name);
+        let producer = graph
+            .tensor(name)
+            .and_then(|t| t.producer)
+            .filter(|&p| at(p).is_some())
+            .or_else(|| graph.tensor(source).and_then(|t| t.producer));
+        let Some((producer, (x, y))) = producer.and_then(|p| at(p).map(|xy| (p, xy))) else {
+            continue;
+        };
+        terminals.push(Terminal {
+            name: name.clone(),
+            input: false,
+            centre: (x, y + step),
+            width: terminal_width(name),
+            links: vec![(producer, name.clone())],
+        });
+    }
+    spread(&mut terminals);
+    terminals
+}
+
+/// Pushes pills on one row apart, left to right, so that none overlaps the next.
+fn spread(terminals: &mut [Terminal]) {
+    let mut order: Vec<usize> = (0..terminals.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (pa, pb) = (terminals[a].centre, terminals[b].centre);
+        pa.1.total_cmp(&pb.1).then(pa.0.total_cmp(&pb.0))
+    });
+    for pair in order.windows(2) {
+        let (a, b) = (&terminals[pair[0]], &terminals[pair[1]]);
+        if a.centre.1 != b.centre.1 {
+            continue;
+        }
+        let least = a.centre.0 + (a.width + b.width) / 2.0 + SPACING as f32 / 2.0;
+        if b.centre.0 < least {
+            terminals[pair[1]].centre.0 = least;
+        }
+    }
 }
 
 /// Above this many drawn nodes the layout is the simple one: layers by longest path, one
@@ -65,9 +174,18 @@ pub const SIMPLE_LAYOUT_ABOVE: usize = 10_000;
 #[error("the graph could not be laid out: {0}")]
 pub struct LayoutError(String);
 
-/// Lays `graph` out top to bottom, with the nodes of `qdq`'s Q/DQ pairs folded into edges.
-pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutError> {
+/// Lays `graph` out top to bottom, with the nodes of `qdq`'s Q/DQ pairs folded into edges;
+/// each box is as wide as its op type and its line of `details` (by node id, may be empty).
+pub fn layout(
+    graph: &Graph,
+    qdq: &QdqStructure,
+    details: &[Option<String>],
+) -> Result<GraphLayout, LayoutError> {
     let nodes = graph.nodes();
+    let widths: Vec<f32> = nodes
+        .iter()
+        .map(|n| node_width(&n.op_type, details.get(n.id.0).and_then(|d| d.as_deref())))
+        .collect();
     let folded = |id: NodeId| is_folded(graph, qdq, id);
     // Rank of each node in topological order: an edge that goes backwards closes a cycle.
     let mut rank = vec![usize::MAX; nodes.len()];
@@ -103,7 +221,7 @@ pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutEr
     }
     let drawn = (0..nodes.len()).filter(|&i| !folded(NodeId(i))).count();
     if drawn > SIMPLE_LAYOUT_ABOVE {
-        return Ok(simple_layout(graph, qdq, edges, cycle_edges));
+        return Ok(simple_layout(graph, qdq, widths, edges, cycle_edges));
     }
     // The library numbers vertices by insertion order whatever ids it is given: use compact
     // indices and map them back.
@@ -114,15 +232,7 @@ pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutEr
     }
     let vertices: Vec<(u32, (f64, f64))> = laid_out
         .iter()
-        .map(|&i| {
-            (
-                compact[i],
-                (
-                    f64::from(node_width(&nodes[i].op_type)),
-                    f64::from(NODE_HEIGHT),
-                ),
-            )
-        })
+        .map(|&i| (compact[i], (f64::from(widths[i]), f64::from(NODE_HEIGHT))))
         .collect();
     let mut pairs: Vec<(u32, u32)> = edges
         .iter()
@@ -161,9 +271,7 @@ pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutEr
                 f64::NEG_INFINITY,
             ),
             |(a, b, c, d), &(k, (x, y))| {
-                let width = laid_out
-                    .get(k)
-                    .map_or(56.0, |&i| node_width(&nodes[i].op_type));
+                let width = laid_out.get(k).map_or(56.0, |&i| widths[i]);
                 let half = f64::from(width) / 2.0;
                 (a.min(x - half), b.max(x + half), c.min(y), d.max(y))
             },
@@ -176,12 +284,15 @@ pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutEr
         x_offset += (max_x - min_x) as f32 + PART_GAP;
         height = height.max((max_y - min_y) as f32 + NODE_HEIGHT);
     }
+    let terminals = place_terminals(graph, qdq, &positions);
     Ok(GraphLayout {
         positions,
         edges,
         size: ((x_offset - PART_GAP).max(0.0), height),
         cycle_edges,
         simplified: false,
+        terminals,
+        widths,
     })
 }
 
@@ -190,6 +301,7 @@ pub fn layout(graph: &Graph, qdq: &QdqStructure) -> Result<GraphLayout, LayoutEr
 fn simple_layout(
     graph: &Graph,
     qdq: &QdqStructure,
+    widths: Vec<f32>,
     edges: Vec<LayoutEdge>,
     cycle_edges: Vec<LayoutEdge>,
 ) -> GraphLayout {
@@ -233,18 +345,21 @@ fn simple_layout(
         let y = layer as f32 * (NODE_HEIGHT + SPACING as f32) + NODE_HEIGHT / 2.0;
         let mut x = 0f32;
         for (_, i) in keyed {
-            let w = node_width(&nodes[i].op_type);
+            let w = widths[i];
             positions[i] = Some((x + w / 2.0, y));
             x += w + SPACING as f32;
         }
         width = width.max(x);
     }
+    let terminals = place_terminals(graph, qdq, &positions);
     GraphLayout {
         positions,
         edges,
         size: (width, layers as f32 * (NODE_HEIGHT + SPACING as f32)),
         cycle_edges,
         simplified: true,
+        terminals,
+        widths,
     }
 }
 
@@ -286,7 +401,7 @@ mod tests {
         b.output("y", DataType::Float32, &[1, 4]);
         b.output("w", DataType::Float32, &[1, 4]);
         let graph = Graph::build(&b.build());
-        let l = layout(&graph, &QdqStructure::default()).unwrap();
+        let l = layout(&graph, &QdqStructure::default(), &[]).unwrap();
         let pos = |name: &str| {
             let id = graph.nodes().iter().position(|n| n.name == name).unwrap();
             l.positions[id]
@@ -309,6 +424,57 @@ mod tests {
         assert!(l.cycle_edges.is_empty());
         assert!(l.size.0 > 0.0 && l.size.1 >= 3.0 * NODE_HEIGHT);
         assert_eq!(neighbours(&l)[&NodeId(4)].len(), 2, "mul has two inputs");
+        // The inputs sit above their readers, the outputs below their producers, apart.
+        let terminal = |name: &str| l.terminals.iter().find(|t| t.name == name).unwrap();
+        let (x, z, y, w) = (terminal("x"), terminal("z"), terminal("y"), terminal("w"));
+        assert!(x.input && z.input && !y.input && !w.input);
+        assert_eq!(x.links, [(NodeId(1), "x".to_owned())]);
+        assert!(x.centre.1 < pos("add").unwrap().1);
+        assert_eq!(y.links, [(NodeId(4), "y".to_owned())]);
+        assert!(y.centre.1 > pos("mul").unwrap().1);
+        assert!(w.centre.1 > pos("separate").unwrap().1);
+        let rows: Vec<&Terminal> = l
+            .terminals
+            .iter()
+            .filter(|t| t.centre.1 == x.centre.1)
+            .collect();
+        for (a, b) in rows.iter().zip(rows.iter().skip(1)) {
+            assert!(
+                (a.centre.0 - b.centre.0).abs() >= (a.width + b.width) / 2.0,
+                "pills overlap"
+            );
+        }
+    }
+
+    #[test]
+    fn a_quantized_input_links_through_its_folded_pair() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4]);
+        b.initializer(
+            "s",
+            TensorArray::Float32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), 0.1)),
+        );
+        b.node("QuantizeLinear", &["x", "s"], &["x_q"]).name("q");
+        b.node("DequantizeLinear", &["x_q", "s"], &["x_dq"])
+            .name("dq");
+        b.node("Relu", &["x_dq"], &["y"]).name("relu");
+        b.output("y", DataType::Float32, &[1, 4]);
+        let model = b.build();
+        let graph = Graph::build(&model);
+        let qdq = QdqStructure::read(&model, &graph);
+        let l = layout(&graph, &qdq, &[]).unwrap();
+        let relu = graph.node_by_name("relu").unwrap().id;
+        assert_eq!(
+            l.positions.iter().filter(|p| p.is_some()).count(),
+            1,
+            "only the Relu"
+        );
+        let x = l.terminals.iter().find(|t| t.input).unwrap();
+        assert_eq!(
+            x.links,
+            [(relu, "x_dq".to_owned())],
+            "read through the pair"
+        );
     }
 
     #[test]
@@ -329,7 +495,7 @@ mod tests {
         }
         b.output(&current, DataType::Float32, &[1, 4]);
         let graph = Graph::build(&b.build());
-        let l = layout(&graph, &QdqStructure::default()).unwrap();
+        let l = layout(&graph, &QdqStructure::default(), &[]).unwrap();
         assert!(l.simplified);
         assert!(l.positions.iter().all(Option::is_some));
         for e in &l.edges {

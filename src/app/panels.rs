@@ -799,19 +799,19 @@ pub fn central(
                     });
                 }
                 Some(Hover::Edge { tensor }) => {
-                    // A quantized tensor is shown as the float tensor it stands for.
-                    let read = doc.qdq.read_of(tensor);
-                    let shown = doc.qdq.source_of(tensor);
-                    let dtype = doc.tensor_type(shown);
-                    let shape =
-                        crate::workflow::tensor_facts::shape_text(doc.tensor_shape(shown).as_ref());
-                    response.clone().on_hover_ui_at_pointer(|ui| {
-                        ui.label(RichText::new(shown).monospace());
-                        ui.label(format!("{dtype} {shape}"));
-                        if let Some(read) = read {
-                            ui.label(format!("quantized: {}", read.params.describe()));
-                        }
-                    });
+                    response
+                        .clone()
+                        .on_hover_ui_at_pointer(|ui| tensor_tooltip(ui, doc, tensor, None));
+                }
+                Some(Hover::Terminal { tensor, input }) => {
+                    let role = if *input {
+                        "graph input"
+                    } else {
+                        "graph output"
+                    };
+                    response
+                        .clone()
+                        .on_hover_ui_at_pointer(|ui| tensor_tooltip(ui, doc, tensor, Some(role)));
                 }
                 None => {}
             }
@@ -865,6 +865,26 @@ pub fn central(
             );
         }
     });
+}
+
+/// What the view knows of `tensor`: its name, type and shape, its role, and for a tensor
+/// quantized on the way, the float tensor it stands for and how it is quantized.
+fn tensor_tooltip(ui: &mut Ui, doc: &Document, tensor: &str, role: Option<&str>) {
+    let read = doc.qdq.read_of(tensor);
+    let shown = doc.qdq.source_of(tensor);
+    let dtype = doc.tensor_type(shown);
+    let shape = crate::workflow::tensor_facts::shape_text(doc.tensor_shape(shown).as_ref());
+    if let Some(role) = role {
+        ui.label(RichText::new(role).weak());
+    }
+    ui.label(RichText::new(shown).monospace());
+    ui.label(format!("{dtype} {shape}"));
+    let quantized = read
+        .map(|r| &r.params)
+        .or_else(|| doc.qdq.quantization_of(tensor));
+    if let Some(params) = quantized {
+        ui.label(format!("quantized: {}", params.describe()));
+    }
 }
 
 fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focus: bool) {

@@ -131,7 +131,7 @@ mod tests {
             find(&graph, "SIGMOID", &|_| false).is_empty(),
             "a node the view does not draw is no match"
         );
-        let layout = crate::app::layout::layout(&graph, &Default::default()).unwrap();
+        let layout = crate::app::layout::layout(&graph, &Default::default(), &[]).unwrap();
         let mut s = Search::default();
         s.set_query(&graph, &layout, "relu");
         assert_eq!(s.current(), Some(NodeId(0)));

@@ -6,6 +6,7 @@
 //! edge whatever the zoom. The canvas keeps egui_graphs' graph type and display traits (the
 //! shapes in [`shapes`]), draws only what is on screen, and repaints only on input.
 
+pub mod detail;
 pub mod shapes;
 
 use std::collections::HashSet;
@@ -17,13 +18,15 @@ use egui::{
 use egui_graphs::{DisplayEdge, DisplayNode, DrawContext, MetadataFrame, SettingsStyle};
 use petgraph::stable_graph::{EdgeIndex, NodeIndex};
 
-use crate::app::layout::{GraphLayout, NODE_HEIGHT, node_width};
+use crate::app::layout::{GraphLayout, NODE_HEIGHT};
 use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, NodeId};
 pub use shapes::{
     Emphasis, NodeLook, OpNode, TensorEdge, ViewGraph, state_fill, state_text, text_on,
 };
 
+/// Height of a graph input's or output's pill.
+const TERMINAL_HEIGHT: f32 = 22.0;
 /// Zoom limits.
 const MIN_ZOOM: f32 = 0.01;
 const MAX_ZOOM: f32 = 4.0;
@@ -40,6 +43,24 @@ pub enum Hover {
         /// The tensor's name.
         tensor: String,
     },
+    /// A graph input or output.
+    Terminal {
+        /// The tensor's name.
+        tensor: String,
+        /// True for an input.
+        input: bool,
+    },
+}
+
+/// A graph input or output as the view draws it.
+#[derive(Debug, Clone)]
+struct TerminalView {
+    /// The pill in layout coordinates.
+    rect: Rect,
+    name: String,
+    input: bool,
+    /// The linked boxes and the tag of a Q/DQ pair on the link.
+    links: Vec<(NodeIndex<u32>, Option<String>)>,
 }
 
 /// What happened in the view this frame, for the studio to act on.
@@ -80,6 +101,7 @@ pub struct GraphCanvas {
     hovered: Option<NodeIndex<u32>>,
     minimap: Option<TextureHandle>,
     minimap_dirty: bool,
+    terminals: Vec<TerminalView>,
 }
 
 /// A camera move asked for before the view knew its size.
@@ -127,6 +149,7 @@ impl GraphCanvas {
         graph: &Graph,
         layout: &GraphLayout,
         qdq: &QdqStructure,
+        details: &[Option<String>],
         flagged: &HashSet<NodeId>,
     ) -> Self {
         let mut view = ViewGraph::new();
@@ -136,7 +159,8 @@ impl GraphCanvas {
             let Some(Some((x, y))) = layout.positions.get(i) else {
                 continue;
             };
-            let size = Vec2::new(node_width(&node.op_type), NODE_HEIGHT);
+            let width = layout.widths.get(i).copied().unwrap_or(56.0);
+            let size = Vec2::new(width, NODE_HEIGHT);
             let centre = Pos2::new(*x, *y);
             bounds = bounds.union(Rect::from_center_size(centre, size));
             let payload = OpNode {
@@ -149,6 +173,7 @@ impl GraphCanvas {
                     ..NodeLook::default()
                 },
                 badge: weight_tag(qdq, node),
+                detail: details.get(i).cloned().flatten(),
             };
             let idx = view.add_node_custom(payload, |n| {
                 n.set_location(centre);
@@ -175,6 +200,30 @@ impl GraphCanvas {
         };
         add_edges(&layout.edges, false);
         add_edges(&layout.cycle_edges, true);
+        let terminals: Vec<TerminalView> = layout
+            .terminals
+            .iter()
+            .map(|t| TerminalView {
+                rect: Rect::from_center_size(
+                    Pos2::new(t.centre.0, t.centre.1),
+                    Vec2::new(t.width, TERMINAL_HEIGHT),
+                ),
+                name: t.name.clone(),
+                input: t.input,
+                links: t
+                    .links
+                    .iter()
+                    .filter_map(|(id, tensor)| {
+                        let idx = index.get(id.0).copied().flatten()?;
+                        let tag = qdq.read_of(tensor).map(|r| r.params.short_type());
+                        Some((idx, tag))
+                    })
+                    .collect(),
+            })
+            .collect();
+        for t in &terminals {
+            bounds = bounds.union(t.rect);
+        }
         if bounds == Rect::NOTHING {
             bounds = Rect::from_min_size(Pos2::ZERO, Vec2::splat(100.0));
         }
@@ -185,6 +234,11 @@ impl GraphCanvas {
             .filter_map(|idx| view.node(idx).map(|n| n.display().rect()))
             .take(24)
             .fold(Rect::NOTHING, Rect::union);
+        // The inputs above the first nodes are where a reader starts.
+        let start = terminals
+            .iter()
+            .filter(|t| t.input && start.x_range().intersects(t.rect.x_range()))
+            .fold(start, |r, t| r.union(t.rect));
         let start = if start == Rect::NOTHING {
             bounds
         } else {
@@ -204,6 +258,7 @@ impl GraphCanvas {
             hovered: None,
             minimap: None,
             minimap_dirty: true,
+            terminals,
         }
     }
 
@@ -407,6 +462,16 @@ impl GraphCanvas {
             .last()
     }
 
+    fn terminal_at(&self, canvas: Pos2) -> Option<Hover> {
+        self.terminals
+            .iter()
+            .find(|t| t.rect.contains(canvas))
+            .map(|t| Hover::Terminal {
+                tensor: t.name.clone(),
+                input: t.input,
+            })
+    }
+
     fn edge_at(&self, canvas: Pos2) -> Option<EdgeIndex<u32>> {
         let tolerance = 4.0 / self.zoom;
         self.graph.edges_iter().find_map(|(i, _)| {
@@ -453,13 +518,16 @@ impl GraphCanvas {
         let hovered_node = pointer.and_then(|p| self.node_at(self.to_canvas(rect, p)));
         let hovered = match hovered_node {
             Some(i) => self.graph.node(i).map(|n| Hover::Node(n.payload().id)),
-            None => pointer
-                .filter(|_| !response.dragged())
-                .and_then(|p| self.edge_at(self.to_canvas(rect, p)))
-                .and_then(|e| self.graph.edge(e))
-                .map(|e| Hover::Edge {
-                    tensor: e.payload().tensor.clone(),
-                }),
+            None => pointer.filter(|_| !response.dragged()).and_then(|p| {
+                let at = self.to_canvas(rect, p);
+                self.terminal_at(at).or_else(|| {
+                    self.edge_at(at)
+                        .and_then(|e| self.graph.edge(e))
+                        .map(|e| Hover::Edge {
+                            tensor: e.payload().tensor.clone(),
+                        })
+                })
+            }),
         };
         let node_id = |i: NodeIndex<u32>| self.graph.node(i).map(|n| n.payload().id);
         let modifiers = ui.input(|i| i.modifiers);
@@ -539,6 +607,7 @@ impl GraphCanvas {
             shapes.extend(link.shapes(start, end, &context));
         }
         painter.extend(shapes);
+        self.draw_terminals(&context, visible);
         // Plain nodes first, emphasised ones on top.
         let mut on_top = Vec::new();
         let bound = petgraph::visit::NodeIndexable::node_bound(g);
@@ -565,6 +634,33 @@ impl GraphCanvas {
         }
         painter.extend(shapes);
         painter.extend(on_top);
+    }
+
+    /// The graph's inputs and outputs: a pill each, linked to the boxes that read or write
+    /// them.
+    fn draw_terminals(&self, ctx: &DrawContext, visible: Rect) {
+        let mut out = Vec::new();
+        for t in &self.terminals {
+            for (idx, tag) in &t.links {
+                let Some(node) = self.graph.node(*idx) else {
+                    continue;
+                };
+                let boxed = node.display().rect();
+                if !boxed.union(t.rect).intersects(visible) {
+                    continue;
+                }
+                let (from, to) = if t.input {
+                    (t.rect.center_bottom(), boxed.center_top())
+                } else {
+                    (boxed.center_bottom(), t.rect.center_top())
+                };
+                out.extend(shapes::link_shapes(ctx, from, to, tag.as_deref()));
+            }
+            if t.rect.intersects(visible) {
+                out.extend(shapes::terminal_shapes(ctx, t.rect, &t.name, t.input));
+            }
+        }
+        ctx.painter.extend(out);
     }
 
     /// The overview in the bottom-right corner when the graph does not fit the view; click or

@@ -61,6 +61,8 @@ pub struct OpNode {
     pub look: NodeLook,
     /// How the model quantizes its weight (a folded DequantizeLinear), as a short tag.
     pub badge: Option<String>,
+    /// Its key facts (weight shape, strides, axis …) under the op type.
+    pub detail: Option<String>,
 }
 
 /// The payload of a graph-view edge: the tensor it carries.
@@ -146,6 +148,7 @@ pub struct OpBox {
     selected: bool,
     hovered: bool,
     badge: Option<String>,
+    detail: Option<String>,
 }
 
 impl OpBox {
@@ -153,7 +156,53 @@ impl OpBox {
     pub fn rect(&self) -> Rect {
         Rect::from_center_size(self.centre, self.size)
     }
+
+    /// The lines of text in the box (`rect` on screen), stacked about its centre: the op type,
+    /// the detail line from [`DETAIL_ZOOM`], the name from [`NAME_ZOOM`].
+    fn labels(&self, ctx: &DrawContext, rect: Rect, text: Color32) -> Vec<Shape> {
+        let zoom = ctx.meta.zoom;
+        let mut lines = vec![(
+            self.op_type.clone(),
+            FontId::proportional(12.0 * zoom),
+            text,
+        )];
+        if let Some(detail) = self.detail.as_ref().filter(|_| zoom >= DETAIL_ZOOM) {
+            lines.push((
+                detail.clone(),
+                FontId::proportional(8.5 * zoom),
+                text.gamma_multiply(0.85),
+            ));
+        }
+        if zoom >= NAME_ZOOM && !self.name.is_empty() {
+            let px = 8.0 * zoom;
+            let max_chars = (rect.width() / (px * 0.62)).max(4.0) as usize;
+            lines.push((
+                elide(&self.name, max_chars),
+                FontId::monospace(px),
+                text.gamma_multiply(0.7),
+            ));
+        }
+        ctx.ctx.fonts_mut(|fonts| {
+            let galleys: Vec<_> = lines
+                .into_iter()
+                .map(|(line, font, colour)| (fonts.layout_no_wrap(line, font, colour), colour))
+                .collect();
+            let total: f32 = galleys.iter().map(|(g, _)| g.size().y).sum();
+            let mut top = rect.center().y - total / 2.0;
+            galleys
+                .into_iter()
+                .map(|(galley, colour)| {
+                    let at = Pos2::new(rect.center().x - galley.size().x / 2.0, top);
+                    top += galley.size().y;
+                    Shape::galley(at, galley, colour)
+                })
+                .collect()
+        })
+    }
 }
+
+/// Zoom from which a box shows its detail line under the op type.
+const DETAIL_ZOOM: f32 = 0.75;
 
 impl From<NodeProps<OpNode>> for OpBox {
     fn from(props: NodeProps<OpNode>) -> Self {
@@ -166,6 +215,7 @@ impl From<NodeProps<OpNode>> for OpBox {
             selected: props.selected,
             hovered: props.hovered,
             badge: props.payload.badge.clone(),
+            detail: props.payload.detail.clone(),
         }
     }
 }
@@ -256,31 +306,8 @@ impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
             outline,
             StrokeKind::Outside,
         )));
-        let font_px = 12.0 * zoom;
-        if font_px >= MIN_LABEL_PX {
-            let text = look.text.gamma_multiply(alpha);
-            let with_name = zoom >= NAME_ZOOM && !self.name.is_empty();
-            let op_centre = if with_name {
-                rect.center() - Vec2::new(0.0, rect.height() * 0.18)
-            } else {
-                rect.center()
-            };
-            ctx.ctx.fonts_mut(|fonts| {
-                let galley =
-                    fonts.layout_no_wrap(self.op_type.clone(), FontId::proportional(font_px), text);
-                out.push(Shape::galley(op_centre - galley.size() / 2.0, galley, text));
-                if with_name {
-                    let name_px = 8.0 * zoom;
-                    let max_chars = (rect.width() / (name_px * 0.55)).max(4.0) as usize;
-                    let galley = fonts.layout_no_wrap(
-                        elide(&self.name, max_chars),
-                        FontId::monospace(name_px),
-                        text.gamma_multiply(0.85),
-                    );
-                    let at = rect.center() + Vec2::new(0.0, rect.height() * 0.22);
-                    out.push(Shape::galley(at - galley.size() / 2.0, galley, text));
-                }
-            });
+        if 12.0 * zoom >= MIN_LABEL_PX {
+            out.extend(self.labels(ctx, rect, look.text.gamma_multiply(alpha)));
         }
         if let Some(badge) = &self.badge {
             let at = rect.right_bottom() - Vec2::new(0.0, rect.height() * 0.1);
@@ -318,6 +345,9 @@ impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
         }
         if self.badge != props.payload.badge {
             self.badge.clone_from(&props.payload.badge);
+        }
+        if self.detail != props.payload.detail {
+            self.detail.clone_from(&props.payload.detail);
         }
     }
 
@@ -357,9 +387,115 @@ pub fn edge_curve(start: &OpBox, end: &OpBox) -> [Pos2; 4] {
         // A cycle edge goes back up: enter from below.
         end.closest_boundary_point(Vec2::DOWN)
     };
+    curve_between(a, b)
+}
+
+/// A vertical S-curve from `a` to `b`.
+fn curve_between(a: Pos2, b: Pos2) -> [Pos2; 4] {
     let bend = ((b.y - a.y).abs() * 0.5).max(20.0);
     let down = if b.y >= a.y { bend } else { -bend };
     [a, a + Vec2::new(0.0, bend), b - Vec2::new(0.0, down), b]
+}
+
+/// A link drawn along `curve` (screen coordinates): the curve (dashed for a cycle), its
+/// arrow head, and a Q/DQ tag with its opacity at the middle.
+fn link(
+    ctx: &DrawContext,
+    curve: [Pos2; 4],
+    stroke: Stroke,
+    dashed: bool,
+    tagged: Option<(&str, f32)>,
+) -> Vec<Shape> {
+    let zoom = ctx.meta.zoom;
+    // Zoomed far out, curves and arrow heads are invisible detail: a straight segment is
+    // a fraction of the tessellation work on a graph of thousands of edges.
+    if zoom < 0.35 {
+        return vec![Shape::line_segment([curve[0], curve[3]], stroke)];
+    }
+    let mut out = Vec::with_capacity(3);
+    let bezier = CubicBezierShape::from_points_stroke(curve, false, Color32::TRANSPARENT, stroke);
+    if dashed {
+        out.extend(Shape::dashed_line(
+            &bezier.flatten(Some(1.0)),
+            stroke,
+            6.0,
+            4.0,
+        ));
+    } else {
+        out.push(Shape::CubicBezier(bezier.clone()));
+    }
+    // Arrow head pointing along the curve's last tangent.
+    let tip = curve[3];
+    let dir = (curve[3] - curve[2]).normalized();
+    let size = (6.0 * zoom).clamp(2.0, 10.0);
+    if size > 2.5 {
+        let side = Vec2::new(-dir.y, dir.x) * size * 0.5;
+        let back = tip - dir * size;
+        out.push(Shape::convex_polygon(
+            vec![tip, back + side, back - side],
+            stroke.color,
+            Stroke::NONE,
+        ));
+    }
+    if let Some((text, alpha)) = tagged {
+        out.extend(tag(ctx, bezier.sample(0.5), text, 8.5 * zoom, alpha));
+    }
+    out
+}
+
+/// The link from a graph input's pill to a box reading it, or from a box to an output's
+/// pill (`from`, `to` in layout coordinates), with the tag of a Q/DQ pair on it.
+pub fn link_shapes(ctx: &DrawContext, from: Pos2, to: Pos2, tagged: Option<&str>) -> Vec<Shape> {
+    let curve = curve_between(from, to).map(|p| ctx.meta.canvas_to_screen_pos(p));
+    let colour = ctx
+        .ctx
+        .global_style()
+        .visuals
+        .widgets
+        .noninteractive
+        .fg_stroke
+        .color
+        .gamma_multiply(0.7);
+    let stroke = Stroke::new(ctx.meta.zoom.clamp(0.5, 1.5), colour);
+    link(ctx, curve, stroke, false, tagged.map(|t| (t, 1.0)))
+}
+
+/// A graph input's or output's pill (`rect` in layout coordinates): its name, elided to
+/// the pill, on the panel's colour with an outline.
+pub fn terminal_shapes(ctx: &DrawContext, rect: Rect, name: &str, input: bool) -> Vec<Shape> {
+    let zoom = ctx.meta.zoom;
+    let rect = Rect::from_min_max(
+        ctx.meta.canvas_to_screen_pos(rect.min),
+        ctx.meta.canvas_to_screen_pos(rect.max),
+    );
+    let visuals = &ctx.ctx.global_style().visuals;
+    let fill = if input {
+        visuals.widgets.inactive.bg_fill
+    } else {
+        visuals.faint_bg_color
+    };
+    let mut out = vec![Shape::Rect(egui::epaint::RectShape::new(
+        rect,
+        rect.height() / 2.0,
+        fill,
+        Stroke::new(1.0, visuals.widgets.noninteractive.fg_stroke.color),
+        StrokeKind::Inside,
+    ))];
+    let font_px = 10.0 * zoom;
+    if font_px >= MIN_LABEL_PX && rect.height() >= 3.0 {
+        let max_chars = crate::app::layout::MAX_TERMINAL_CHARS;
+        let colour = visuals.strong_text_color();
+        ctx.ctx.fonts_mut(|fonts| {
+            let galley =
+                fonts.layout_no_wrap(elide(name, max_chars), FontId::monospace(font_px), colour);
+            out.push(Shape::galley(
+                rect.center() - galley.size() / 2.0,
+                galley,
+                colour,
+            ));
+        });
+    }
+    out
 }
 
 /// Shortest distance from `pos` to the curve, sampled.
@@ -400,50 +536,14 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
             base
         };
         let width = if self.emphasised { 2.0 } else { 1.0 } * zoom.clamp(0.5, 1.5);
-        let stroke = Stroke::new(width, colour);
-        // Zoomed far out, curves and arrow heads are invisible detail: a straight segment is
-        // a fraction of the tessellation work on a graph of thousands of edges.
-        if zoom < 0.35 {
-            return vec![Shape::line_segment([curve[0], curve[3]], stroke)];
-        }
-        let mut out = Vec::with_capacity(2);
-        if self.cycle {
-            let points =
-                CubicBezierShape::from_points_stroke(curve, false, Color32::TRANSPARENT, stroke)
-                    .flatten(Some(1.0));
-            out.extend(Shape::dashed_line(&points, stroke, 6.0, 4.0));
-        } else {
-            out.push(Shape::CubicBezier(CubicBezierShape::from_points_stroke(
-                curve,
-                false,
-                Color32::TRANSPARENT,
-                stroke,
-            )));
-        }
-        // Arrow head pointing along the curve's last tangent.
-        let tip = curve[3];
-        let dir = (curve[3] - curve[2]).normalized();
-        let size = (6.0 * zoom).clamp(2.0, 10.0);
-        if size > 2.5 {
-            let side = Vec2::new(-dir.y, dir.x) * size * 0.5;
-            let back = tip - dir * size;
-            out.push(Shape::convex_polygon(
-                vec![tip, back + side, back - side],
-                colour,
-                Stroke::NONE,
-            ));
-        }
-        if let Some(badge) = &self.badge {
-            let bezier = CubicBezierShape::from_points_stroke(
-                curve,
-                false,
-                Color32::TRANSPARENT,
-                Stroke::NONE,
-            );
-            let alpha = if self.dimmed { 0.3 } else { 1.0 };
-            out.extend(tag(ctx, bezier.sample(0.5), badge, 8.5 * zoom, alpha));
-        }
-        out
+        let alpha = if self.dimmed { 0.3 } else { 1.0 };
+        link(
+            ctx,
+            curve,
+            Stroke::new(width, colour),
+            self.cycle,
+            self.badge.as_deref().map(|b| (b, alpha)),
+        )
     }
 
     fn update(&mut self, props: &EdgeProps<TensorEdge>) {
@@ -486,6 +586,7 @@ mod tests {
             selected: false,
             hovered: false,
             badge: None,
+            detail: None,
         };
         let curve = edge_curve(&boxed(0.0), &boxed(100.0));
         assert_eq!(curve[0], Pos2::new(0.0, 15.0));
