@@ -8,7 +8,7 @@
 //! the field; only the folding and the packing of disconnected parts are ours). Large graphs
 //! take seconds, so the studio runs this as a job.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, NodeId};
@@ -39,6 +39,9 @@ pub struct LayoutEdge {
     /// The tensor's name: the one the consumer reads (a folded DequantizeLinear's output when
     /// the tensor is quantized on the way).
     pub tensor: String,
+    /// Where the edge runs down when a straight curve would cross boxes between its ends (a
+    /// residual connection skipping layers): this x, right of every box in the way.
+    pub detour: Option<f32>,
 }
 
 /// Where every node goes.
@@ -74,9 +77,20 @@ pub struct Terminal {
     pub centre: (f32, f32),
     /// Width of its pill.
     pub width: f32,
-    /// The drawn nodes it links to, each with the tensor name that node reads or writes (a
-    /// folded DequantizeLinear's output when the input is quantized on the way).
-    pub links: Vec<(NodeId, String)>,
+    /// The drawn nodes it links to.
+    pub links: Vec<TerminalLink>,
+}
+
+/// A link between a terminal and a box.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TerminalLink {
+    /// The box.
+    pub node: NodeId,
+    /// The tensor name the box reads or writes (a folded DequantizeLinear's output when the
+    /// input is quantized on the way).
+    pub tensor: String,
+    /// Where it runs down when a straight curve would cross boxes (see [`LayoutEdge::detour`]).
+    pub detour: Option<f32>,
 }
 
 /// Width of a terminal's pill: room for its name, up to [`MAX_TERMINAL_CHARS`].
@@ -99,7 +113,7 @@ fn place_terminals(
     let at = |id: NodeId| positions.get(id.0).copied().flatten();
     let mut terminals = Vec::new();
     for name in graph.inputs() {
-        let links: Vec<(NodeId, String)> = graph
+        let links: Vec<TerminalLink> = graph
             .nodes()
             .iter()
             .filter(|n| at(n.id).is_some())
@@ -107,10 +121,14 @@ fn place_terminals(
                 n.inputs
                     .iter()
                     .filter(|t| qdq.source_of(t) == name.as_str())
-                    .map(move |t| (n.id, t.clone()))
+                    .map(move |t| TerminalLink {
+                        node: n.id,
+                        tensor: t.clone(),
+                        detour: None,
+                    })
             })
             .collect();
-        let anchors: Vec<(f32, f32)> = links.iter().filter_map(|(id, _)| at(*id)).collect();
+        let anchors: Vec<(f32, f32)> = links.iter().filter_map(|l| at(l.node)).collect();
         let Some(top) = anchors.iter().map(|p| p.1).reduce(f32::min) else {
             continue;
         };
@@ -138,7 +156,11 @@ fn place_terminals(
             input: false,
             centre: (x, y + step),
             width: terminal_width(name),
-            links: vec![(producer, name.clone())],
+            links: vec![TerminalLink {
+                node: producer,
+                tensor: name.clone(),
+                detour: None,
+            }],
         });
     }
     spread(&mut terminals);
@@ -211,6 +233,7 @@ pub fn layout(
                 from,
                 to,
                 tensor: input.clone(),
+                detour: None,
             };
             if rank[from.0] < rank[to.0] && rank[to.0] != usize::MAX {
                 edges.push(edge);
@@ -284,7 +307,9 @@ pub fn layout(
         x_offset += (max_x - min_x) as f32 + PART_GAP;
         height = height.max((max_y - min_y) as f32 + NODE_HEIGHT);
     }
-    let terminals = place_terminals(graph, qdq, &positions);
+    let mut terminals = place_terminals(graph, qdq, &positions);
+    let mut edges = edges;
+    Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
     Ok(GraphLayout {
         positions,
         edges,
@@ -351,7 +376,9 @@ fn simple_layout(
         }
         width = width.max(x);
     }
-    let terminals = place_terminals(graph, qdq, &positions);
+    let mut terminals = place_terminals(graph, qdq, &positions);
+    let mut edges = edges;
+    Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
     GraphLayout {
         positions,
         edges,
@@ -361,6 +388,103 @@ fn simple_layout(
         terminals,
         widths,
     }
+}
+
+/// Finds detours for links whose straight curve would cross boxes on the rows between their
+/// ends: an x right of those boxes, where the link runs down instead (residual connections
+/// in a deep network otherwise run through every box they skip).
+struct Router {
+    /// Each row of boxes (by y), as x extents sorted left to right.
+    rows: BTreeMap<i64, Vec<(f32, f32)>>,
+}
+
+impl Router {
+    fn new(positions: &[Option<(f32, f32)>], widths: &[f32]) -> Self {
+        let mut rows: BTreeMap<i64, Vec<(f32, f32)>> = BTreeMap::new();
+        for (i, p) in positions.iter().enumerate() {
+            if let Some((x, y)) = p {
+                let half = widths.get(i).copied().unwrap_or(56.0) / 2.0;
+                rows.entry(row_key(*y))
+                    .or_default()
+                    .push((x - half, x + half));
+            }
+        }
+        for row in rows.values_mut() {
+            row.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Router { rows }
+    }
+
+    /// The detour of a link from a box (or pill) centred at `a` down to one centred at `b`.
+    fn detour(&self, a: (f32, f32), b: (f32, f32)) -> Option<f32> {
+        if row_key(b.1) <= row_key(a.1) + 1 {
+            return None; // adjacent rows (or a cycle): nothing in between
+        }
+        let between = || {
+            self.rows
+                .range(row_key(a.1) + 1..row_key(b.1))
+                .map(|(_, r)| r)
+        };
+        let band = (a.0.min(b.0) - 2.0, a.0.max(b.0) + 2.0);
+        let mut x = between()
+            .filter_map(|row| rightmost_in(row, band))
+            .reduce(f32::max)?;
+        // Past the boxes in the way; then past any box the vertical run itself would cross.
+        x += SPACING as f32 / 2.0;
+        for _ in 0..16 {
+            let Some(right) = between()
+                .filter_map(|row| rightmost_in(row, (x - 4.0, x + 4.0)))
+                .reduce(f32::max)
+            else {
+                break;
+            };
+            x = right + SPACING as f32 / 2.0;
+        }
+        Some(x)
+    }
+
+    /// Routes every edge and every terminal link.
+    fn route(
+        &self,
+        edges: &mut [LayoutEdge],
+        terminals: &mut [Terminal],
+        positions: &[Option<(f32, f32)>],
+    ) {
+        let at = |id: NodeId| positions.get(id.0).copied().flatten();
+        for edge in edges.iter_mut() {
+            if let (Some(a), Some(b)) = (at(edge.from), at(edge.to)) {
+                edge.detour = self.detour(a, b);
+            }
+        }
+        for t in terminals.iter_mut() {
+            for link in &mut t.links {
+                let Some(node) = at(link.node) else {
+                    continue;
+                };
+                let (a, b) = if t.input {
+                    (t.centre, node)
+                } else {
+                    (node, t.centre)
+                };
+                link.detour = self.detour(a, b);
+            }
+        }
+    }
+}
+
+/// A row's key: its y to the nearest point.
+fn row_key(y: f32) -> i64 {
+    y.round() as i64
+}
+
+/// The right edge of the rightmost box of `row` (sorted extents) overlapping `band`.
+fn rightmost_in(row: &[(f32, f32)], band: (f32, f32)) -> Option<f32> {
+    let first = row.partition_point(|&(_, right)| right < band.0);
+    row[first..]
+        .iter()
+        .take_while(|&&(left, _)| left <= band.1)
+        .map(|&(_, right)| right)
+        .reduce(f32::max)
 }
 
 /// True when `node` is not drawn as a box: a Constant (folded into its consumers) or a node of
@@ -428,9 +552,12 @@ mod tests {
         let terminal = |name: &str| l.terminals.iter().find(|t| t.name == name).unwrap();
         let (x, z, y, w) = (terminal("x"), terminal("z"), terminal("y"), terminal("w"));
         assert!(x.input && z.input && !y.input && !w.input);
-        assert_eq!(x.links, [(NodeId(1), "x".to_owned())]);
+        let linked = |t: &Terminal| -> Vec<(NodeId, String)> {
+            t.links.iter().map(|l| (l.node, l.tensor.clone())).collect()
+        };
+        assert_eq!(linked(x), [(NodeId(1), "x".to_owned())]);
         assert!(x.centre.1 < pos("add").unwrap().1);
-        assert_eq!(y.links, [(NodeId(4), "y".to_owned())]);
+        assert_eq!(linked(y), [(NodeId(4), "y".to_owned())]);
         assert!(y.centre.1 > pos("mul").unwrap().1);
         assert!(w.centre.1 > pos("separate").unwrap().1);
         let rows: Vec<&Terminal> = l
@@ -470,9 +597,10 @@ mod tests {
             "only the Relu"
         );
         let x = l.terminals.iter().find(|t| t.input).unwrap();
+        assert_eq!(x.links.len(), 1);
         assert_eq!(
-            x.links,
-            [(relu, "x_dq".to_owned())],
+            (x.links[0].node, x.links[0].tensor.as_str()),
+            (relu, "x_dq"),
             "read through the pair"
         );
     }
@@ -485,7 +613,7 @@ mod tests {
         let mut current = "x".to_owned();
         for i in 0..SIMPLE_LAYOUT_ABOVE + 10 {
             let out = format!("t{i}");
-            if i % 100 == 99 {
+            if i % 100 == 0 {
                 b.node("Neg", &[&current], &[&format!("{out}_side")]);
                 b.node("Add", &[&current, &format!("{out}_side")], &[&out]);
             } else {
@@ -506,5 +634,57 @@ mod tests {
             l.size.1 > SIMPLE_LAYOUT_ABOVE as f32 * NODE_HEIGHT,
             "one layer per step"
         );
+        // The residual edges (into each Add, past its Neg) run beside the boxes they skip;
+        // the first reads the graph input.
+        let detoured = l.edges.iter().filter(|e| e.detour.is_some()).count();
+        assert_eq!(detoured, (SIMPLE_LAYOUT_ABOVE + 10) / 100);
+        let input = l.terminals.iter().find(|t| t.input).unwrap();
+        assert_eq!(input.links.len(), 2, "the first Neg and Add");
+        assert_eq!(input.links.iter().filter(|k| k.detour.is_some()).count(), 1);
+        assert_no_edge_crosses_a_box(&l);
+    }
+
+    /// Every edge's vertical run (its detour, or the band between its ends) misses every box
+    /// on the rows between its ends.
+    fn assert_no_edge_crosses_a_box(l: &GraphLayout) {
+        let boxes: Vec<(f32, f32, f32)> = l
+            .positions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.map(|(x, y)| (x - l.widths[i] / 2.0, x + l.widths[i] / 2.0, y)))
+            .collect();
+        let mut links: Vec<((f32, f32), (f32, f32), Option<f32>, &str)> = l
+            .edges
+            .iter()
+            .map(|e| {
+                let (a, b) = (l.positions[e.from.0].unwrap(), l.positions[e.to.0].unwrap());
+                (a, b, e.detour, e.tensor.as_str())
+            })
+            .collect();
+        for t in &l.terminals {
+            for k in &t.links {
+                let node = l.positions[k.node.0].unwrap();
+                let (a, b) = if t.input {
+                    (t.centre, node)
+                } else {
+                    (node, t.centre)
+                };
+                links.push((a, b, k.detour, t.name.as_str()));
+            }
+        }
+        for (a, b, detour, tensor) in links {
+            let (lo, hi) = match detour {
+                Some(x) => (x, x),
+                None => (a.0.min(b.0), a.0.max(b.0)),
+            };
+            for &(left, right, y) in &boxes {
+                if y > a.1 + 1.0 && y < b.1 - 1.0 {
+                    assert!(
+                        right < lo || left > hi,
+                        "{tensor} crosses the box at ({left}..{right}, {y})"
+                    );
+                }
+            }
+        }
     }
 }

@@ -59,8 +59,8 @@ struct TerminalView {
     rect: Rect,
     name: String,
     input: bool,
-    /// The linked boxes and the tag of a Q/DQ pair on the link.
-    links: Vec<(NodeIndex<u32>, Option<String>)>,
+    /// The linked boxes, the tag of a Q/DQ pair on the link and its detour.
+    links: Vec<(NodeIndex<u32>, Option<String>, Option<f32>)>,
 }
 
 /// What happened in the view this frame, for the studio to act on.
@@ -193,6 +193,7 @@ impl GraphCanvas {
                             emphasised: false,
                             dimmed: false,
                             badge: qdq.read_of(&e.tensor).map(|r| r.params.short_type()),
+                            detour: e.detour,
                         },
                     );
                 }
@@ -213,10 +214,10 @@ impl GraphCanvas {
                 links: t
                     .links
                     .iter()
-                    .filter_map(|(id, tensor)| {
-                        let idx = index.get(id.0).copied().flatten()?;
-                        let tag = qdq.read_of(tensor).map(|r| r.params.short_type());
-                        Some((idx, tag))
+                    .filter_map(|link| {
+                        let idx = index.get(link.node.0).copied().flatten()?;
+                        let tag = qdq.read_of(&link.tensor).map(|r| r.params.short_type());
+                        Some((idx, tag, link.detour))
                     })
                     .collect(),
             })
@@ -485,8 +486,9 @@ impl GraphCanvas {
             if !span.contains(canvas) {
                 return None;
             }
-            let curve = shapes::edge_curve(a.display(), b.display());
-            (shapes::distance_to_curve(curve, canvas) < tolerance).then_some(i)
+            let detour = self.graph.edge(i)?.payload().detour;
+            let path = shapes::edge_path(a.display(), b.display(), detour);
+            (shapes::distance_to_path(&path, canvas) < tolerance).then_some(i)
         })
     }
 
@@ -641,7 +643,7 @@ impl GraphCanvas {
     fn draw_terminals(&self, ctx: &DrawContext, visible: Rect) {
         let mut out = Vec::new();
         for t in &self.terminals {
-            for (idx, tag) in &t.links {
+            for (idx, tag, detour) in &t.links {
                 let Some(node) = self.graph.node(*idx) else {
                     continue;
                 };
@@ -654,7 +656,7 @@ impl GraphCanvas {
                 } else {
                     (boxed.center_bottom(), t.rect.center_top())
                 };
-                out.extend(shapes::link_shapes(ctx, from, to, tag.as_deref()));
+                out.extend(shapes::link_shapes(ctx, from, to, *detour, tag.as_deref()));
             }
             if t.rect.intersects(visible) {
                 out.extend(shapes::terminal_shapes(ctx, t.rect, &t.name, t.input));

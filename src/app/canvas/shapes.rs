@@ -78,6 +78,8 @@ pub struct TensorEdge {
     pub dimmed: bool,
     /// The quantized type of a folded Q/DQ pair on the edge (`u8`, `i8` …).
     pub badge: Option<String>,
+    /// The x it runs down at, right of the boxes it would otherwise cross.
+    pub detour: Option<f32>,
 }
 
 /// The graph type behind the view.
@@ -365,6 +367,7 @@ pub struct TensorLink {
     emphasised: bool,
     dimmed: bool,
     badge: Option<String>,
+    detour: Option<f32>,
 }
 
 impl From<EdgeProps<TensorEdge>> for TensorLink {
@@ -374,8 +377,38 @@ impl From<EdgeProps<TensorEdge>> for TensorLink {
             emphasised: props.payload.emphasised,
             dimmed: props.payload.dimmed,
             badge: props.payload.badge.clone(),
+            detour: props.payload.detour,
         }
     }
+}
+
+/// The path of an edge between two boxes in layout coordinates, as cubic segments: one
+/// curve, or with a `detour`, a bend out to that x, a run down it and a bend back in.
+pub fn edge_path(start: &OpBox, end: &OpBox, detour: Option<f32>) -> Vec<[Pos2; 4]> {
+    let curve = edge_curve(start, end);
+    path_between(curve, detour)
+}
+
+/// `curve`, or with a `detour` (and going down), the detour from its start to its end.
+fn path_between(curve: [Pos2; 4], detour: Option<f32>) -> Vec<[Pos2; 4]> {
+    let (a, b) = (curve[0], curve[3]);
+    let Some(x) = detour.filter(|_| b.y > a.y) else {
+        return vec![curve];
+    };
+    let bend = ((b.y - a.y) / 4.0).min(20.0);
+    let (top, bottom) = (Pos2::new(x, a.y + bend), Pos2::new(x, b.y - bend));
+    vec![
+        [a, a + Vec2::new(0.0, bend), Pos2::new(x, a.y), top],
+        [top, top, bottom, bottom],
+        [bottom, Pos2::new(x, b.y), b - Vec2::new(0.0, bend), b],
+    ]
+}
+
+/// Shortest distance from `pos` to a path of cubic segments.
+pub fn distance_to_path(path: &[[Pos2; 4]], pos: Pos2) -> f32 {
+    path.iter()
+        .map(|c| distance_to_curve(*c, pos))
+        .fold(f32::INFINITY, f32::min)
 }
 
 /// The curve of an edge between two boxes, in layout coordinates.
@@ -397,36 +430,45 @@ fn curve_between(a: Pos2, b: Pos2) -> [Pos2; 4] {
     [a, a + Vec2::new(0.0, bend), b - Vec2::new(0.0, down), b]
 }
 
-/// A link drawn along `curve` (screen coordinates): the curve (dashed for a cycle), its
-/// arrow head, and a Q/DQ tag with its opacity at the middle.
+/// A link drawn along `path` (cubic segments, screen coordinates): the curves (dashed for a
+/// cycle), the arrow head, and a Q/DQ tag with its opacity at the middle.
 fn link(
     ctx: &DrawContext,
-    curve: [Pos2; 4],
+    path: &[[Pos2; 4]],
     stroke: Stroke,
     dashed: bool,
     tagged: Option<(&str, f32)>,
 ) -> Vec<Shape> {
     let zoom = ctx.meta.zoom;
-    // Zoomed far out, curves and arrow heads are invisible detail: a straight segment is
-    // a fraction of the tessellation work on a graph of thousands of edges.
+    let Some(last) = path.last() else {
+        return Vec::new();
+    };
+    // Zoomed far out, curves and arrow heads are invisible detail: straight segments are a
+    // fraction of the tessellation work on a graph of thousands of edges.
     if zoom < 0.35 {
-        return vec![Shape::line_segment([curve[0], curve[3]], stroke)];
+        return path
+            .iter()
+            .map(|c| Shape::line_segment([c[0], c[3]], stroke))
+            .collect();
     }
-    let mut out = Vec::with_capacity(3);
-    let bezier = CubicBezierShape::from_points_stroke(curve, false, Color32::TRANSPARENT, stroke);
-    if dashed {
-        out.extend(Shape::dashed_line(
-            &bezier.flatten(Some(1.0)),
-            stroke,
-            6.0,
-            4.0,
-        ));
-    } else {
-        out.push(Shape::CubicBezier(bezier.clone()));
+    let mut out = Vec::with_capacity(path.len() + 2);
+    for curve in path {
+        let bezier =
+            CubicBezierShape::from_points_stroke(*curve, false, Color32::TRANSPARENT, stroke);
+        if dashed {
+            out.extend(Shape::dashed_line(
+                &bezier.flatten(Some(1.0)),
+                stroke,
+                6.0,
+                4.0,
+            ));
+        } else {
+            out.push(Shape::CubicBezier(bezier));
+        }
     }
-    // Arrow head pointing along the curve's last tangent.
-    let tip = curve[3];
-    let dir = (curve[3] - curve[2]).normalized();
+    // Arrow head pointing along the last segment's last tangent.
+    let tip = last[3];
+    let dir = (last[3] - last[2]).normalized();
     let size = (6.0 * zoom).clamp(2.0, 10.0);
     if size > 2.5 {
         let side = Vec2::new(-dir.y, dir.x) * size * 0.5;
@@ -438,6 +480,9 @@ fn link(
         ));
     }
     if let Some((text, alpha)) = tagged {
+        let middle = path[path.len() / 2];
+        let bezier =
+            CubicBezierShape::from_points_stroke(middle, false, Color32::TRANSPARENT, stroke);
         out.extend(tag(ctx, bezier.sample(0.5), text, 8.5 * zoom, alpha));
     }
     out
@@ -445,8 +490,17 @@ fn link(
 
 /// The link from a graph input's pill to a box reading it, or from a box to an output's
 /// pill (`from`, `to` in layout coordinates), with the tag of a Q/DQ pair on it.
-pub fn link_shapes(ctx: &DrawContext, from: Pos2, to: Pos2, tagged: Option<&str>) -> Vec<Shape> {
-    let curve = curve_between(from, to).map(|p| ctx.meta.canvas_to_screen_pos(p));
+pub fn link_shapes(
+    ctx: &DrawContext,
+    from: Pos2,
+    to: Pos2,
+    detour: Option<f32>,
+    tagged: Option<&str>,
+) -> Vec<Shape> {
+    let path: Vec<[Pos2; 4]> = path_between(curve_between(from, to), detour)
+        .into_iter()
+        .map(|c| c.map(|p| ctx.meta.canvas_to_screen_pos(p)))
+        .collect();
     let colour = ctx
         .ctx
         .global_style()
@@ -457,7 +511,7 @@ pub fn link_shapes(ctx: &DrawContext, from: Pos2, to: Pos2, tagged: Option<&str>
         .color
         .gamma_multiply(0.7);
     let stroke = Stroke::new(ctx.meta.zoom.clamp(0.5, 1.5), colour);
-    link(ctx, curve, stroke, false, tagged.map(|t| (t, 1.0)))
+    link(ctx, &path, stroke, false, tagged.map(|t| (t, 1.0)))
 }
 
 /// A graph input's or output's pill (`rect` in layout coordinates): its name, elided to
@@ -515,8 +569,10 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
         ctx: &DrawContext,
     ) -> Vec<Shape> {
         let zoom = ctx.meta.zoom;
-        let curve =
-            edge_curve(start.display(), end.display()).map(|p| ctx.meta.canvas_to_screen_pos(p));
+        let path: Vec<[Pos2; 4]> = edge_path(start.display(), end.display(), self.detour)
+            .into_iter()
+            .map(|c| c.map(|p| ctx.meta.canvas_to_screen_pos(p)))
+            .collect();
         let visuals = &ctx.ctx.global_style().visuals;
         let base = if self.cycle {
             Color32::from_rgb(220, 50, 50)
@@ -539,7 +595,7 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
         let alpha = if self.dimmed { 0.3 } else { 1.0 };
         link(
             ctx,
-            curve,
+            &path,
             Stroke::new(width, colour),
             self.cycle,
             self.badge.as_deref().map(|b| (b, alpha)),
@@ -553,6 +609,7 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
         if self.badge != props.payload.badge {
             self.badge.clone_from(&props.payload.badge);
         }
+        self.detour = props.payload.detour;
     }
 
     fn is_inside(
@@ -561,7 +618,7 @@ impl DisplayEdge<OpNode, TensorEdge, Directed, u32, OpBox> for TensorLink {
         end: &Node<OpNode, TensorEdge, Directed, u32, OpBox>,
         pos: Pos2,
     ) -> bool {
-        distance_to_curve(edge_curve(start.display(), end.display()), pos) < 4.0
+        distance_to_path(&edge_path(start.display(), end.display(), self.detour), pos) < 4.0
     }
 }
 
