@@ -308,7 +308,6 @@ pub fn layout(
         height = height.max((max_y - min_y) as f32 + NODE_HEIGHT);
     }
     let mut terminals = place_terminals(graph, qdq, &positions);
-    let mut edges = edges;
     Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
     Ok(GraphLayout {
         positions,
@@ -653,7 +652,9 @@ mod tests {
             .enumerate()
             .filter_map(|(i, p)| p.map(|(x, y)| (x - l.widths[i] / 2.0, x + l.widths[i] / 2.0, y)))
             .collect();
-        let mut links: Vec<((f32, f32), (f32, f32), Option<f32>, &str)> = l
+        /// A link's ends, detour and tensor.
+        type Link<'a> = ((f32, f32), (f32, f32), Option<f32>, &'a str);
+        let mut links: Vec<Link> = l
             .edges
             .iter()
             .map(|e| {
