@@ -516,3 +516,62 @@ fn the_mode_choice_offers_the_int4_methods_and_output_forms() {
         )
     );
 }
+
+#[test]
+fn a_small_window_keeps_the_graph_visible_and_every_panel_within_the_window() {
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1024.0, 700.0))
+        .build_ui_state(|ui, studio: &mut Studio| studio.ui(ui), studio());
+    open(&mut h, Source::Sample);
+    // The legend starts folded to its title: it would cover a third of a small graph view.
+    assert!(h.query_by_label("will be quantized").is_none());
+    h.get_by_label("Legend").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("will be quantized").is_some(), "unfolded");
+    h.run_steps(4);
+    h.get_by_label("Hide legend").click();
+    h.run_steps(2);
+    assert!(
+        h.query_by_label("will be quantized").is_none(),
+        "folded again: {:?} {:?}",
+        h.query_by_label("Legend").is_some(),
+        h.state().document().unwrap().panel.legend_open
+    );
+    // The op types are reached by scrolling the left panel, not pushed off it.
+    h.get_by_label("Conv (53)").scroll_to_me();
+    h.run_steps(30);
+    let conv = h.get_by_label("Conv (53)").rect();
+    assert!(conv.max.y < 700.0 && conv.min.y > 0.0, "{conv:?}");
+    // A node with a very long tensor name selected: the inspector does not widen over the
+    // graph (its rows scroll sideways).
+    let dir = tempfile::tempdir().unwrap();
+    let long =
+        "encoder.layer.11.attention.output.dense.weight_quantized_DequantizeLinear_Output_long";
+    let path = dir.path().join("long_names.onnx");
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4]);
+    b.node("Relu", &["x"], &[long]).name("relu");
+    b.node("Neg", &[long], &["y"]).name("neg");
+    b.output("y", DataType::Float32, &[1, 4]);
+    b.build().save(&path, &Default::default()).unwrap();
+    open(&mut h, Source::File(path));
+    h.run_steps(4);
+    let view_before = h.state().document().unwrap().canvas.view_rect().unwrap();
+    let node = h
+        .state()
+        .document()
+        .unwrap()
+        .graph
+        .node_by_name("relu")
+        .unwrap()
+        .id;
+    h.state_mut().document_mut().unwrap().selection = vec![node];
+    h.state_mut().document_mut().unwrap().refresh();
+    h.run_steps(4);
+    assert!(h.query_by_label(long).is_some(), "the inspector lists it");
+    let view_after = h.state().document().unwrap().canvas.view_rect().unwrap();
+    assert!(
+        (view_after.width() - view_before.width()).abs() < 1.0 && view_after.width() > 250.0,
+        "graph view {view_before:?} -> {view_after:?}"
+    );
+}

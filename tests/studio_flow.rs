@@ -1016,7 +1016,7 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
     h.state_mut().open(Source::Sample);
     settle(&mut h, "opening");
     press(&mut h, "even out weight channel ranges");
-    press(&mut h, "remove the mean error of quantized weights");
+    press(&mut h, "remove the weights' mean error");
     let chosen = recipe(&h);
     assert!(chosen.preprocessing.equalize && chosen.bias_correction);
     assert!(
@@ -1076,8 +1076,8 @@ fn gptq_and_layerwise_ranges_are_recipe_switches_that_calibration_honours() {
     let mut h = harness();
     h.state_mut().open(Source::Sample);
     settle(&mut h, "opening");
-    press(&mut h, "round weights against the layer's inputs");
-    press(&mut h, "choose each activation's range method");
+    press(&mut h, "round weights against inputs");
+    press(&mut h, "a range method per tensor");
     let chosen = recipe(&h);
     assert!(chosen.gptq && chosen.layerwise_range);
     assert!(

@@ -63,6 +63,8 @@ pub struct PanelState {
     pub output_images: Option<OutputImages>,
     /// The save window, while open.
     pub save_dialog: Option<SaveDialog>,
+    /// The graph's legend shown whole (`None`: whole when the graph view has room for it).
+    pub legend_open: Option<bool>,
 }
 
 impl Default for PanelState {
@@ -79,6 +81,7 @@ impl Default for PanelState {
             sample: 0,
             output_images: None,
             save_dialog: None,
+            legend_open: None,
         }
     }
 }

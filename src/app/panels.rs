@@ -246,69 +246,81 @@ fn view_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
 /// Model, opset, node counts, the recipe's counts, runtime and the last message.
 pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &str) {
     egui::Panel::bottom("status_bar").show(ui, |ui| {
-        ui.horizontal(|ui| {
+        // Right to left: the zoom and the message keep their room (the message up to a
+        // share of the bar); the model's facts fill the rest and are cut first from the end.
+        ui.with_layout(Layout::right_to_left(Align::Center), |ui| {
             if let Some(doc) = doc {
-                ui.label(RichText::new(doc.source.label()).strong());
-                ui.separator();
-                let opset = doc.opset().map_or("?".to_owned(), |v| v.to_string());
-                match doc.model.legacy_opset() {
-                    Some(legacy @ LegacyOpset::Upgraded { from, .. }) => {
-                        ui.label(format!("opset {opset} (from {from})"))
-                            .on_hover_text(legacy.describe());
-                    }
-                    Some(legacy @ LegacyOpset::Kept { .. }) => {
-                        ui.label(
-                            RichText::new(format!("opset {opset}"))
-                                .color(ui.visuals().warn_fg_color),
-                        )
-                        .on_hover_text(legacy.describe());
-                    }
-                    None => {
-                        ui.label(format!("opset {opset}"));
-                    }
-                }
-                ui.separator();
-                let folded = if doc.is_quantized() {
-                    "Constant and Q/DQ"
-                } else {
-                    "Constant"
-                };
-                ui.label(format!(
-                    "{} nodes ({} drawn, {} {folded} folded)",
-                    doc.graph.nodes().len(),
-                    doc.canvas.node_count(),
-                    doc.folded_nodes()
-                ));
-                ui.separator();
-                let c = doc.counts;
-                let mut counts = if doc.is_quantized() {
-                    format!(
-                        "{} quantized · {} float (in this model)",
-                        c.quantized, c.not_quantizable
-                    )
-                } else {
-                    format!(
-                        "{} quantized · {} excluded · {} not quantizable",
-                        c.quantized, c.excluded, c.not_quantizable
-                    )
-                };
-                if c.folded > 0 {
-                    counts.push_str(&format!(" · {} folded", c.folded));
-                }
-                ui.label(counts);
+                ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
                 ui.separator();
             }
-            ui.label(runtime);
-            ui.separator();
-            ui.with_layout(Layout::right_to_left(Align::Center), |ui| {
-                if let Some(doc) = doc {
-                    ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
-                    ui.separator();
-                }
+            let share = (ui.available_width() * 0.45).max(160.0);
+            ui.scope(|ui| {
+                ui.set_max_width(share);
                 ui.add(egui::Label::new(status).truncate());
+            });
+            ui.separator();
+            ui.with_layout(Layout::left_to_right(Align::Center), |ui| {
+                if let Some(doc) = doc {
+                    model_facts(ui, doc);
+                }
+                ui.add(egui::Label::new(runtime).truncate());
             });
         });
     });
+}
+
+/// The status bar's facts about the open model: name, opset, node counts, plan counts.
+fn model_facts(ui: &mut Ui, doc: &Document) {
+    ui.add(egui::Label::new(RichText::new(doc.source.label()).strong()).truncate());
+    ui.separator();
+    let opset = doc.opset().map_or("?".to_owned(), |v| v.to_string());
+    match doc.model.legacy_opset() {
+        Some(legacy @ LegacyOpset::Upgraded { from, .. }) => {
+            ui.add(egui::Label::new(format!("opset {opset} (from {from})")).truncate())
+                .on_hover_text(legacy.describe());
+        }
+        Some(legacy @ LegacyOpset::Kept { .. }) => {
+            let text = RichText::new(format!("opset {opset}")).color(ui.visuals().warn_fg_color);
+            ui.add(egui::Label::new(text).truncate())
+                .on_hover_text(legacy.describe());
+        }
+        None => {
+            ui.add(egui::Label::new(format!("opset {opset}")).truncate());
+        }
+    }
+    ui.separator();
+    let folded = if doc.is_quantized() {
+        "Constant and Q/DQ"
+    } else {
+        "Constant"
+    };
+    ui.add(
+        egui::Label::new(format!(
+            "{} nodes ({} drawn, {} {folded} folded)",
+            doc.graph.nodes().len(),
+            doc.canvas.node_count(),
+            doc.folded_nodes()
+        ))
+        .truncate(),
+    );
+    ui.separator();
+    let c = doc.counts;
+    let mut counts = if doc.is_quantized() {
+        format!(
+            "{} quantized · {} float (in this model)",
+            c.quantized, c.not_quantizable
+        )
+    } else {
+        format!(
+            "{} quantized · {} excluded · {} not quantizable",
+            c.quantized, c.excluded, c.not_quantizable
+        )
+    };
+    if c.folded > 0 {
+        counts.push_str(&format!(" · {} folded", c.folded));
+    }
+    ui.add(egui::Label::new(counts).truncate());
+    ui.separator();
 }
 
 /// The recipe summary and the op-type list.
@@ -321,18 +333,20 @@ pub fn left_panel(ui: &mut Ui, doc: &Document, filter: &mut String, commands: &m
                 quantized_summary(ui, doc);
                 return;
             }
-            recipe_summary(ui, doc, commands);
-            ui.separator();
-            ui.heading("Op types");
-            ui.add(
-                egui::TextEdit::singleline(filter)
-                    .hint_text("Filter op types")
-                    .desired_width(f32::INFINITY),
-            );
-            let needle = filter.to_lowercase();
+            // One scroll for the recipe and the op types: in a short window the op types are
+            // reached by scrolling rather than pushed off the panel.
             egui::ScrollArea::vertical()
                 .auto_shrink([false, false])
                 .show(ui, |ui| {
+                    recipe_summary(ui, doc, commands);
+                    ui.separator();
+                    ui.heading("Op types");
+                    ui.add(
+                        egui::TextEdit::singleline(filter)
+                            .hint_text("Filter op types")
+                            .desired_width(f32::INFINITY),
+                    );
+                    let needle = filter.to_lowercase();
                     for (op_type, plan) in &doc.plan.op_types {
                         if needle.is_empty() || op_type.to_lowercase().contains(&needle) {
                             op_type_row(ui, op_type, plan, commands);
@@ -496,10 +510,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
     );
     switch_row(
         ui,
-        (
-            "Bias correction",
-            "remove the mean error of quantized weights",
-        ),
+        ("Bias correction", "remove the weights' mean error"),
         "Subtracts each layer's mean output shift from weight quantization, measured on the calibration data, from its bias (adds a bias where there is none); needs a new calibration",
         recipe.bias_correction,
         Command::SetBiasCorrection,
@@ -508,7 +519,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
     gptq_row(ui, recipe, commands);
     switch_row(
         ui,
-        ("Layer-wise ranges", "choose each activation's range method"),
+        ("Layer-wise ranges", "a range method per tensor"),
         "Tries MinMax and two percentiles on every activation and keeps, for each, the one whose quantization disturbs the outputs of the nodes reading it least, measured on the calibration data; needs a new calibration",
         recipe.layerwise_range,
         Command::SetLayerwiseRange,
@@ -520,7 +531,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
 fn gptq_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
     switch_row(
         ui,
-        ("GPTQ", "round weights against the layer's inputs"),
+        ("GPTQ", "round weights against inputs"),
         "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least; same scales, other integers; needs a new calibration",
         recipe.gptq,
         Command::SetGptq,
@@ -569,7 +580,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                 ui.label("SmoothQuant");
                 let mut on = recipe.smoothquant;
                 if ui
-                    .checkbox(&mut on, "move activation outliers into the weights")
+                    .checkbox(&mut on, "move outliers into the weights")
                     .on_hover_text(
                         "Divides each MatMul input's large channels by s and multiplies the weight rows by s, folded into the norm or op that made the input; needs a new calibration",
                     )
@@ -837,13 +848,13 @@ pub fn central(
             } else {
                 &LEGEND
             };
-            legend(
-                ui,
+            let facts = LegendFacts {
                 states,
-                doc.layout.simplified,
-                !doc.flagged.is_empty(),
+                simplified: doc.layout.simplified,
+                flagged: !doc.flagged.is_empty(),
                 heat,
-            );
+            };
+            legend(ui, &facts, &mut doc.panel.legend_open);
         } else if opening.is_none() {
             empty_state(ui, commands);
         }
@@ -1015,47 +1026,73 @@ pub fn node_menu(
     item(ui, "Zoom to".to_owned(), Command::SelectNodes(vec![id]));
 }
 
-fn legend(
-    ui: &mut Ui,
-    states: &[NodeState],
+/// What the graph's legend explains.
+struct LegendFacts<'a> {
+    /// The node states drawn.
+    states: &'a [NodeState],
+    /// The simplified layout is in use.
     simplified: bool,
+    /// Some node has a structural problem.
     flagged: bool,
+    /// The heat map is on: its kind and threshold.
     heat: Option<(crate::eval::tensors::ErrorKind, f32)>,
-) {
+}
+
+/// Below this width or height the graph view starts with its legend folded to one line.
+const ROOM_FOR_LEGEND: egui::Vec2 = egui::vec2(640.0, 420.0);
+
+/// The legend in the graph's bottom-left corner; its title folds and unfolds it (`open`:
+/// the user's choice, else unfolded when the view has room).
+fn legend(ui: &mut Ui, facts: &LegendFacts, open: &mut Option<bool>) {
     let rect = ui.max_rect();
+    let roomy = rect.width() >= ROOM_FOR_LEGEND.x && rect.height() >= ROOM_FOR_LEGEND.y;
+    let shown = open.unwrap_or(roomy);
     egui::Area::new(egui::Id::new("graph-legend"))
         .fixed_pos(rect.left_bottom() + egui::vec2(10.0, -10.0))
         .pivot(egui::Align2::LEFT_BOTTOM)
-        .interactable(false)
         .show(ui.ctx(), |ui| {
             egui::Frame::popup(ui.style()).show(ui, |ui| {
-                if let Some((kind, threshold)) = heat {
-                    heat_legend(ui, kind, f64::from(threshold));
-                    return;
+                let title = if shown { "Hide legend" } else { "Legend" };
+                if ui
+                    .add(egui::Label::new(RichText::new(title).weak()).sense(egui::Sense::click()))
+                    .on_hover_text("Click to fold or unfold the legend")
+                    .clicked()
+                {
+                    *open = Some(!shown);
                 }
-                for &state in states {
-                    ui.horizontal(|ui| {
-                        swatch(ui, state_fill(state, ui.visuals().dark_mode));
-                        ui.label(state.label());
-                    });
-                }
-                if states.contains(&NodeState::QuantizedInModel) {
-                    ui.horizontal(|ui| {
-                        swatch(ui, crate::app::canvas::shapes::TAG_FILL);
-                        ui.label("Q/DQ pair (u8, i8 …; W: a quantized weight)");
-                    });
-                }
-                if flagged {
-                    ui.horizontal(|ui| {
-                        swatch(ui, Color32::from_rgb(220, 40, 40));
-                        ui.label("structural problem (!)");
-                    });
-                }
-                if simplified {
-                    ui.label(RichText::new("Very large graph: simplified layout").weak());
+                if shown {
+                    legend_body(ui, facts);
                 }
             });
         });
+}
+
+fn legend_body(ui: &mut Ui, facts: &LegendFacts) {
+    if let Some((kind, threshold)) = facts.heat {
+        heat_legend(ui, kind, f64::from(threshold));
+        return;
+    }
+    for &state in facts.states {
+        ui.horizontal(|ui| {
+            swatch(ui, state_fill(state, ui.visuals().dark_mode));
+            ui.label(state.label());
+        });
+    }
+    if facts.states.contains(&NodeState::QuantizedInModel) {
+        ui.horizontal(|ui| {
+            swatch(ui, crate::app::canvas::shapes::TAG_FILL);
+            ui.label("Q/DQ pair (u8, i8 …; W: a quantized weight)");
+        });
+    }
+    if facts.flagged {
+        ui.horizontal(|ui| {
+            swatch(ui, Color32::from_rgb(220, 40, 40));
+            ui.label("structural problem (!)");
+        });
+    }
+    if facts.simplified {
+        ui.label(RichText::new("Very large graph: simplified layout").weak());
+    }
 }
 
 /// The heat map's scale: SQNR from red (under the threshold) to green.

@@ -58,8 +58,9 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         ))
         .weak(),
     );
-    // A narrow window scrolls sideways rather than cutting the heat map and side-by-side
-    // columns off.
+    // Three columns where they fit; in a narrower window the side-by-side outputs go under
+    // the other two, and what is still too wide scrolls sideways rather than being cut.
+    let wide = ui.available_width() >= THREE_COLUMNS_FROM;
     egui::ScrollArea::horizontal()
         .id_salt("results-columns")
         .show(ui, |ui| {
@@ -72,11 +73,20 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                 });
                 ui.separator();
                 ui.vertical(|ui| heat_controls(ui, comparison, heat.as_deref(), panel, commands));
-                ui.separator();
-                ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
+                if wide {
+                    ui.separator();
+                    ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
+                }
             });
+            if !wide {
+                ui.separator();
+                side_by_side(ui, panel, comparison, commands);
+            }
         });
 }
+
+/// Width from which the Results tab shows its three columns side by side.
+const THREE_COLUMNS_FROM: f32 = 1250.0;
 
 /// For a model that is quantized already: the float model it is compared against.
 fn float_model_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
