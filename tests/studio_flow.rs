@@ -1279,3 +1279,136 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     assert!(coloured >= 100, "{coloured} nodes coloured");
     assert!(heat[conv.0].is_some(), "the Conv's output was measured");
 }
+
+#[test]
+fn on_a_trained_transformer_every_count_is_the_saved_models() {
+    use qdq_studio::app::command::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let calib = dir.path().join("sentences.npz");
+    common::sentences(&calib, 8, 1);
+    let mut h = harness();
+    h.state_mut().open(Source::File(common::minilm()));
+    settle(&mut h, "opening");
+    h.state_mut().push(Command::SetDataPath {
+        evaluation: false,
+        path: calib,
+    });
+    h.run_steps(2);
+    settle(&mut h, "checking");
+    calibrate(&mut h);
+    quantize_and_compare(&mut h, "quantize & compare");
+    no_notices(&h);
+    let before = counts_are_the_saved_models(&h);
+    // The attention's Reshape/Transpose the saved model wraps in Q/DQ are drawn quantized;
+    // unchecking Reshape takes them out of the count and the model alike.
+    let reshapes = before
+        .iter()
+        .filter(|n| n.ends_with("/Reshape") || n.contains("/Reshape_"))
+        .count();
+    assert!(reshapes > 0, "some Reshape run quantized");
+    h.state_mut().push(Command::SetOpType {
+        op_type: "Reshape".into(),
+        quantize: false,
+    });
+    h.run_steps(2);
+    quantize_and_compare(&mut h, "quantize & compare without Reshape");
+    no_notices(&h);
+    // Fewer Reshapes are wrapped DQ → Reshape → Q: those left sit between two quantized
+    // neighbours (the attention's context Reshape, between a quantized Transpose and the
+    // output projection), whose pairs surround it whatever the recipe says of it. None is
+    // drawn quantized, and the counts still agree.
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().unwrap();
+    let saved = Graph::build(&comparison.quantized);
+    let wrapped = |n: &qdq_studio::model::Node| {
+        fed_by_dequantize(&saved, &n.name)
+            && n.outputs.iter().any(|o| {
+                saved.tensor(o).is_some_and(|t| {
+                    t.consumers
+                        .iter()
+                        .any(|&c| saved.node(c).op_type == "QuantizeLinear")
+                })
+            })
+    };
+    let wrapped_reshapes = saved
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "Reshape" && wrapped(n))
+        .count();
+    assert!(
+        wrapped_reshapes < reshapes,
+        "{wrapped_reshapes} of {reshapes}"
+    );
+    assert!(doc.graph.nodes().iter().all(|n| {
+        n.op_type != "Reshape" || doc.state(n.id) != qdq_studio::app::states::NodeState::Quantized
+    }));
+    assert_eq!(doc.counts.quantized, comparison.quantized_nodes.len());
+    assert!(
+        doc.counts.quantized < before.len(),
+        "{} -> {}",
+        before.len(),
+        doc.counts.quantized
+    );
+}
+
+/// Checks that the nodes the graph draws quantized, the recipe panel's count and Results'
+/// count are the nodes the model Save writes (the comparison's) runs quantized; returns them.
+fn counts_are_the_saved_models(h: &Harness<'_, Studio>) -> Vec<String> {
+    use qdq_studio::app::states::NodeState;
+    use qdq_studio::model::qdq::QdqStructure;
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().expect("compared");
+    let saved = &comparison.quantized;
+    let saved_graph = Graph::build(saved);
+    let qdq = QdqStructure::read(
+        saved,
+        &saved_graph,
+        qdq_studio::quant::ops::is_quantizable_by_default,
+    );
+    let runs_quantized: std::collections::BTreeSet<&str> = saved_graph
+        .nodes()
+        .iter()
+        .filter(|n| qdq.runs_quantized(n))
+        .map(|n| n.name.as_str())
+        .collect();
+    let shown: std::collections::BTreeSet<&str> = doc
+        .graph
+        .nodes()
+        .iter()
+        .filter(|n| doc.state(n.id) == NodeState::Quantized)
+        .map(|n| n.name.as_str())
+        .collect();
+    assert_eq!(
+        shown.difference(&runs_quantized).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "shown quantized, not quantized in the saved model"
+    );
+    assert_eq!(
+        runs_quantized.difference(&shown).collect::<Vec<_>>(),
+        Vec::<&&str>::new(),
+        "quantized in the saved model, not shown so"
+    );
+    assert_eq!(
+        doc.counts.quantized,
+        runs_quantized.len(),
+        "the recipe panel"
+    );
+    assert_eq!(
+        comparison.quantized_nodes.len(),
+        runs_quantized.len(),
+        "Results"
+    );
+    assert!(
+        h.query_by_label(&format!("Quantized: {}", runs_quantized.len()))
+            .is_some(),
+        "the recipe panel's line"
+    );
+    assert!(
+        shown.iter().all(|n| {
+            let id = doc.graph.node_by_name(n).unwrap().id;
+            doc.state(id).excludable()
+        }),
+        "every quantized node can be excluded"
+    );
+    runs_quantized.into_iter().map(str::to_owned).collect()
+}

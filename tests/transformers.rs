@@ -7,49 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use ndarray::{ArrayD, IxDyn};
-use qdq_studio::model::TensorArray;
-
-use common::{compared_output, minilm, quantize_calibrated, write_npz};
-
-/// Tokens per sentence (padded).
-const SEQUENCE: usize = 32;
-/// BERT's [CLS] and [SEP] ids in the uncased WordPiece vocabulary.
-const CLS: i64 = 101;
-const SEP: i64 = 102;
-/// Ids of ordinary whole words in that vocabulary (its frequent-word block).
-const WORDS: std::ops::Range<i64> = 1996..8000;
-
-/// `count` sentences of 6 to 29 word ids between [CLS] and [SEP], padded with 0 and masked,
-/// from a fixed seed: `input_ids` and `attention_mask`, each [count, 32].
-fn sentences(path: &Path, count: usize, seed: u64) {
-    let mut state = seed;
-    let mut next = |below: u64| {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (state >> 33) % below
-    };
-    let mut ids = vec![0i64; count * SEQUENCE];
-    let mut mask = vec![0i64; count * SEQUENCE];
-    for s in 0..count {
-        let words = 6 + next(24) as usize;
-        let row = &mut ids[s * SEQUENCE..(s + 1) * SEQUENCE];
-        row[0] = CLS;
-        for id in &mut row[1..=words] {
-            *id = WORDS.start + next((WORDS.end - WORDS.start) as u64) as i64;
-        }
-        row[words + 1] = SEP;
-        mask[s * SEQUENCE..s * SEQUENCE + words + 2].fill(1);
-    }
-    let array = |v: Vec<i64>| {
-        TensorArray::Int64(ArrayD::from_shape_vec(IxDyn(&[count, SEQUENCE]), v).unwrap())
-    };
-    write_npz(
-        path,
-        &[("input_ids", array(ids)), ("attention_mask", array(mask))],
-    );
-}
+use common::{compared_output, minilm, quantize_calibrated, sentences};
 
 /// Quantizes MiniLM with `args`, compares it with the float model on held-out sentences, and
 /// returns `quantize`'s output and the sentence embedding's (output `461`) cosine to float.

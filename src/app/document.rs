@@ -131,7 +131,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
     );
     let started = Instant::now();
     let graph = Graph::build(&model);
-    let qdq = QdqStructure::read(&model, &graph);
+    let qdq = QdqStructure::read(&model, &graph, crate::quant::ops::is_quantizable_by_default);
     let index = started.elapsed();
     ctx.checkpoint()?;
     stage(

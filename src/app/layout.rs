@@ -587,7 +587,7 @@ mod tests {
         b.output("y", DataType::Float32, &[1, 4]);
         let model = b.build();
         let graph = Graph::build(&model);
-        let qdq = QdqStructure::read(&model, &graph);
+        let qdq = QdqStructure::read(&model, &graph, |_, _| true);
         let l = layout(&graph, &qdq, &[]).unwrap();
         let relu = graph.node_by_name("relu").unwrap().id;
         assert_eq!(

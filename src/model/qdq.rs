@@ -7,7 +7,7 @@
 //! them as a badge on the edge or node they sit on, as Netron draws initializers. Anything else
 //! (a Q feeding an integer op, a DQ of an integer graph input) stays an ordinary node.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{DataType, Graph, Model, Node, NodeId, TensorKind};
 
@@ -118,6 +118,8 @@ pub struct QdqStructure {
     reads: HashMap<String, QuantizedRead>,
     /// Folded nodes, by node id.
     folded: Vec<bool>,
+    /// Nodes that compute on quantized values, by node id (see [`QdqStructure::runs_quantized`]).
+    quantized: Vec<bool>,
     /// Nodes that run on integers themselves (QLinearConv, MatMulInteger, MatMulNBits …).
     integer_ops: usize,
 }
@@ -139,11 +141,18 @@ fn is_constant(graph: &Graph, tensor: &str) -> bool {
 }
 
 impl QdqStructure {
-    /// Reads the Q/DQ structure of `model` (indexed as `graph`).
-    pub fn read(model: &Model, graph: &Graph) -> QdqStructure {
+    /// Reads the Q/DQ structure of `model` (indexed as `graph`); `has_qdq_form(domain,
+    /// op_type)` says which op types count as quantized nodes when they read or write a
+    /// quantized tensor (the quantizer's op list).
+    pub fn read(
+        model: &Model,
+        graph: &Graph,
+        has_qdq_form: fn(&str, &str) -> bool,
+    ) -> QdqStructure {
         let mut structure = QdqStructure {
             reads: HashMap::new(),
             folded: vec![false; graph.nodes().len()],
+            quantized: Vec::new(),
             integer_ops: graph.nodes().iter().filter(|n| is_integer_op(n)).count(),
         };
         for dq in graph
@@ -168,7 +177,40 @@ impl QdqStructure {
             };
             structure.reads.insert(output.clone(), read);
         }
+        let written: HashSet<&str> = structure
+            .reads
+            .values()
+            .filter(|r| !r.constant)
+            .map(|r| r.source.as_str())
+            .collect();
+        let quantized = graph
+            .nodes()
+            .iter()
+            .map(|n| structure.computes_quantized(n, &written, has_qdq_form))
+            .collect();
+        structure.quantized = quantized;
         structure
+    }
+
+    /// True when `node` computes on quantized values: an integer op, or a node of an op type
+    /// with a QDQ form (`has_qdq_form`: the quantizer's list) that reads a dequantized tensor
+    /// or writes a quantized one. A node that merely reads a quantized tensor another
+    /// consumer needed (a Shape, a Div, a ReduceSum) computes in float.
+    fn computes_quantized(
+        &self,
+        node: &Node,
+        written: &HashSet<&str>,
+        has_qdq_form: fn(&str, &str) -> bool,
+    ) -> bool {
+        if self.is_folded(node.id) {
+            return false;
+        }
+        if is_integer_op(node) {
+            return true;
+        }
+        has_qdq_form(&node.domain, &node.op_type)
+            && (self.quantized_inputs(node).next().is_some()
+                || node.outputs.iter().any(|o| written.contains(o.as_str())))
     }
 
     /// True when the model is quantized: it has folded Q/DQ pairs or integer ops.
@@ -210,11 +252,13 @@ impl QdqStructure {
             .filter_map(|(i, t)| self.reads.get(t).map(|r| (i, r)))
     }
 
-    /// True when `node` computes on quantized values: it reads a dequantized tensor or is an
-    /// integer op. Folded nodes are not counted.
+    /// True when `node` computes on quantized values (see `computes_quantized`). Folded nodes
+    /// are not counted.
     pub fn runs_quantized(&self, node: &Node) -> bool {
-        !self.is_folded(node.id)
-            && (is_integer_op(node) || self.quantized_inputs(node).next().is_some())
+        match self.quantized.get(node.id.0) {
+            Some(&quantized) => quantized,
+            None => is_integer_op(node) && !self.is_folded(node.id),
+        }
     }
 
     /// Folded activation pairs (QuantizeLinear → DequantizeLinear over a computed tensor).
@@ -330,7 +374,7 @@ mod tests {
     fn pairs_and_weights_fold_and_carry_their_parameters() {
         let model = qdq_model();
         let graph = Graph::build(&model);
-        let s = QdqStructure::read(&model, &graph);
+        let s = QdqStructure::read(&model, &graph, |_, op| op != "QuantizeLinear");
         let id = |name: &str| graph.node_by_name(name).unwrap().id;
         assert!(s.is_quantized());
         assert_eq!((s.activation_pairs(), s.quantized_constants()), (2, 1));
@@ -367,7 +411,7 @@ mod tests {
         b.node("Relu", &["x"], &["y"]);
         b.output("y", DataType::Float32, &[1, 4]);
         let model = b.build();
-        let s = QdqStructure::read(&model, &Graph::build(&model));
+        let s = QdqStructure::read(&model, &Graph::build(&model), |_, _| true);
         assert!(!s.is_quantized());
         assert_eq!(s.source_of("x"), "x");
     }

@@ -276,7 +276,11 @@ fn candidate(
     if let Some(model) = given {
         check_comparable(&setup.model, &model, "the quantized model")?;
         let graph = Graph::build(&model);
-        let qdq = crate::model::qdq::QdqStructure::read(&model, &graph);
+        let qdq = crate::model::qdq::QdqStructure::read(
+            &model,
+            &graph,
+            quant::ops::is_quantizable_by_default,
+        );
         let quantized_nodes = graph
             .nodes()
             .iter()
