@@ -1278,6 +1278,49 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     let coloured = heat.iter().filter(|h| h.is_some()).count();
     assert!(coloured >= 100, "{coloured} nodes coloured");
     assert!(heat[conv.0].is_some(), "the Conv's output was measured");
+    // Side by side: the float model drawn where this one has the same nodes, on one camera,
+    // a click on it selecting this model's node of the same name.
+    h.state_mut()
+        .push(qdq_studio::app::command::Command::ToggleSideBySide);
+    h.run_steps(3);
+    let (side_conv, conv_rect) = {
+        let doc = h.state().document().unwrap();
+        let side = doc.side.as_ref().expect("the side view");
+        assert!(side.label.starts_with("float model"), "{}", side.label);
+        let name = &doc.graph.node(conv).name;
+        let side_conv = side.graph.node_by_name(name).unwrap().id;
+        assert_eq!(side.to_doc[side_conv.0], Some(conv));
+        (side_conv, doc.canvas.screen_rect_of(conv).unwrap())
+    };
+    h.state_mut()
+        .push(qdq_studio::app::command::Command::ZoomIn);
+    h.run_steps(3);
+    let doc = h.state().document().unwrap();
+    let side = doc.side.as_ref().unwrap();
+    assert_eq!(side.canvas.camera(), doc.canvas.camera(), "one camera");
+    let (main_rect, side_rect) = (
+        doc.canvas.screen_rect_of(conv).unwrap(),
+        side.canvas.screen_rect_of(side_conv).unwrap(),
+    );
+    assert!(main_rect.width() > conv_rect.width(), "zoomed in");
+    assert!((main_rect.width() - side_rect.width()).abs() < 0.5);
+    let offset = side.canvas.view_rect().unwrap().min - doc.canvas.view_rect().unwrap().min;
+    assert!(
+        ((side_rect.min - main_rect.min) - offset).length() < 0.5,
+        "same place in each half"
+    );
+    let at = side_rect.center();
+    h.event(egui::Event::PointerMoved(at));
+    for pressed in [true, false] {
+        h.event(egui::Event::PointerButton {
+            pos: at,
+            button: egui::PointerButton::Primary,
+            pressed,
+            modifiers: Modifiers::NONE,
+        });
+    }
+    h.run_steps(3);
+    assert_eq!(h.state().document().unwrap().selection, [conv]);
 }
 
 #[test]

@@ -103,6 +103,8 @@ pub enum Command {
     Fit,
     /// Zoom to the selection.
     ZoomToSelection,
+    /// Show or hide the other model of the float/QDQ pair beside the graph.
+    ToggleSideBySide,
     /// Zoom in.
     ZoomIn,
     /// Zoom out.

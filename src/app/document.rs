@@ -12,6 +12,7 @@ use crate::app::edit::RecipeEditor;
 use crate::app::layout::{self, GraphLayout, LayoutError};
 use crate::app::panel_state::PanelState;
 use crate::app::search::Search;
+use crate::app::side_view::SideView;
 use crate::app::states::{Counts, NodeState, node_states, quantized_states};
 use crate::app::work::{Work, heat};
 use crate::jobs::{Cancelled, JobContext, Progress};
@@ -210,6 +211,8 @@ pub struct Document {
     pub panel: PanelState,
     /// Each node's SQNR in the last comparison (by node id), for the heat map.
     pub heat: Option<Vec<Option<f64>>>,
+    /// The other model of the float/QDQ pair, drawn beside the graph when asked.
+    pub side: Option<SideView>,
     neighbours: HashMap<NodeId, Vec<NodeId>>,
     dark: bool,
 }
@@ -264,6 +267,7 @@ impl Document {
             work,
             panel: PanelState::default(),
             heat: None,
+            side: None,
             neighbours,
             dark,
         };
@@ -389,6 +393,54 @@ impl Document {
             })
             .collect();
         self.canvas.restyle(&looks, &selected);
+        self.update_side();
+        if let Some(side) = self.side.as_mut() {
+            let plain = NodeLook {
+                fill: state_fill(NodeState::NotQuantizable, self.dark),
+                text: state_text(NodeState::NotQuantizable, self.dark),
+                accent,
+                ..NodeLook::default()
+            };
+            side.restyle(&looks, &selected, plain);
+        }
+    }
+
+    /// The other model of the float/QDQ pair: for a float model the last comparison's QDQ
+    /// model, for a quantized one the float model chosen for it; with its label and identity.
+    pub fn counterpart(&self) -> Option<(&Model, String, usize)> {
+        if self.is_quantized() {
+            let float = self.work.float_model.as_ref()?;
+            let name = Source::File(float.path.clone()).label();
+            let key = std::ptr::from_ref(&float.model) as usize;
+            Some((&float.model, format!("float model · {name}"), key))
+        } else {
+            let comparison = self.work.results.comparison.as_ref()?;
+            let key = std::sync::Arc::as_ptr(&comparison.quantized) as usize;
+            let label = "QDQ model of the last comparison".to_owned();
+            Some((&*comparison.quantized, label, key))
+        }
+    }
+
+    /// Builds the side view when it is asked for and its model changed; drops it otherwise.
+    fn update_side(&mut self) {
+        if !self.panel.side_by_side {
+            self.side = None;
+            return;
+        }
+        let Some((model, label, key)) = self.counterpart() else {
+            self.side = None;
+            return;
+        };
+        if self.side.as_ref().is_some_and(|s| s.source == key) {
+            return;
+        }
+        self.side = Some(SideView::build(
+            model,
+            label,
+            key,
+            &self.graph,
+            &self.layout,
+        ));
     }
 
     /// Follows the window's theme.

@@ -186,38 +186,28 @@ fn spread(terminals: &mut [Terminal]) {
     }
 }
 
-/// Above this many drawn nodes the layout is the simple one: layers by longest path, one
-/// barycentre pass to order each layer. Crossing minimisation is super-linear and a
-/// 50,000-node graph would keep the user waiting for minutes.
-pub const SIMPLE_LAYOUT_ABOVE: usize = 10_000;
-
-/// The layout library failed on this graph.
-#[derive(Debug, thiserror::Error)]
-#[error("the graph could not be laid out: {0}")]
-pub struct LayoutError(String);
-
-/// Lays `graph` out top to bottom, with the nodes of `qdq`'s Q/DQ pairs folded into edges;
-/// each box is as wide as its op type and its line of `details` (by node id, may be empty).
-pub fn layout(
-    graph: &Graph,
-    qdq: &QdqStructure,
-    details: &[Option<String>],
-) -> Result<GraphLayout, LayoutError> {
-    let nodes = graph.nodes();
-    let widths: Vec<f32> = nodes
+/// Each node's box width (by node id): its op type and its line of `details`.
+fn box_widths(graph: &Graph, details: &[Option<String>]) -> Vec<f32> {
+    graph
+        .nodes()
         .iter()
         .map(|n| node_width(&n.op_type, details.get(n.id.0).and_then(|d| d.as_deref())))
-        .collect();
+        .collect()
+}
+
+/// The edges between drawn nodes (through folded Q/DQ pairs), and apart from them the
+/// edges that close a cycle (a valid ONNX graph has none).
+fn graph_edges(graph: &Graph, qdq: &QdqStructure) -> (Vec<LayoutEdge>, Vec<LayoutEdge>) {
     let folded = |id: NodeId| is_folded(graph, qdq, id);
     // Rank of each node in topological order: an edge that goes backwards closes a cycle.
-    let mut rank = vec![usize::MAX; nodes.len()];
+    let mut rank = vec![usize::MAX; graph.nodes().len()];
     for (i, &id) in graph.topological_order().iter().enumerate() {
         rank[id.0] = i;
     }
     let mut edges = Vec::new();
     let mut cycle_edges = Vec::new();
-    for (i, node) in nodes.iter().enumerate() {
-        let to = NodeId(i);
+    for node in graph.nodes() {
+        let to = node.id;
         if folded(to) {
             continue;
         }
@@ -242,6 +232,79 @@ pub fn layout(
             }
         }
     }
+    (edges, cycle_edges)
+}
+
+/// Lays `graph` out where `reference` placed the nodes of the same name (a float model beside
+/// its QDQ model: the same picture twice). A node the reference lacks (a BatchNormalization
+/// the QDQ model has folded) goes beside its first placed producer, else above the first
+/// placed node it feeds.
+pub fn layout_like(
+    graph: &Graph,
+    qdq: &QdqStructure,
+    details: &[Option<String>],
+    reference: &HashMap<&str, (f32, f32)>,
+) -> GraphLayout {
+    let widths = box_widths(graph, details);
+    let (mut edges, cycle_edges) = graph_edges(graph, qdq);
+    let mut positions: Vec<Option<(f32, f32)>> = vec![None; graph.nodes().len()];
+    for node in graph.nodes() {
+        if !is_folded(graph, qdq, node.id) {
+            positions[node.id.0] = reference.get(node.name.as_str()).copied();
+        }
+    }
+    let step = SPACING as f32 + NODE_HEIGHT;
+    for &id in graph.topological_order() {
+        if positions[id.0].is_some() || is_folded(graph, qdq, id) {
+            continue;
+        }
+        let beside_producer = edges
+            .iter()
+            .filter(|e| e.to == id)
+            .find_map(|e| positions[e.from.0])
+            .map(|(x, y)| (x + widths[id.0] + SPACING as f32, y + step / 2.0));
+        positions[id.0] = beside_producer.or(Some((0.0, 0.0)));
+    }
+    let size = positions
+        .iter()
+        .flatten()
+        .fold((0f32, 0f32), |(w, h), &(x, y)| {
+            (w.max(x), h.max(y + NODE_HEIGHT))
+        });
+    let mut terminals = place_terminals(graph, qdq, &positions);
+    Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
+    GraphLayout {
+        positions,
+        edges,
+        size,
+        cycle_edges,
+        simplified: false,
+        terminals,
+        widths,
+    }
+}
+
+/// Above this many drawn nodes the layout is the simple one: layers by longest path, one
+/// barycentre pass to order each layer. Crossing minimisation is super-linear and a
+/// 50,000-node graph would keep the user waiting for minutes.
+pub const SIMPLE_LAYOUT_ABOVE: usize = 10_000;
+
+/// The layout library failed on this graph.
+#[derive(Debug, thiserror::Error)]
+#[error("the graph could not be laid out: {0}")]
+pub struct LayoutError(String);
+
+/// Lays `graph` out top to bottom, with the nodes of `qdq`'s Q/DQ pairs folded into edges;
+/// each box is as wide as its op type and its line of `details` (by node id, may be empty).
+pub fn layout(
+    graph: &Graph,
+    qdq: &QdqStructure,
+    details: &[Option<String>],
+) -> Result<GraphLayout, LayoutError> {
+    let nodes = graph.nodes();
+    let widths = box_widths(graph, details);
+    let folded = |id: NodeId| is_folded(graph, qdq, id);
+    let (mut edges, cycle_edges) = graph_edges(graph, qdq);
     let drawn = (0..nodes.len()).filter(|&i| !folded(NodeId(i))).count();
     if drawn > SIMPLE_LAYOUT_ABOVE {
         return Ok(simple_layout(graph, qdq, widths, edges, cycle_edges));

@@ -19,6 +19,7 @@ pub mod panels;
 pub mod runtime_status;
 pub mod search;
 pub mod settings;
+pub mod side_view;
 pub mod states;
 pub mod studio;
 pub mod weights;

@@ -65,6 +65,8 @@ pub struct PanelState {
     pub save_dialog: Option<SaveDialog>,
     /// The graph's legend shown whole (`None`: whole when the graph view has room for it).
     pub legend_open: Option<bool>,
+    /// The float model and its QDQ model shown side by side.
+    pub side_by_side: bool,
 }
 
 impl Default for PanelState {
@@ -82,6 +84,7 @@ impl Default for PanelState {
             output_images: None,
             save_dialog: None,
             legend_open: None,
+            side_by_side: false,
         }
     }
 }

@@ -229,6 +229,13 @@ fn view_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
     );
     menu_item(ui, commands, "Zoom in", Command::ZoomIn, has_doc);
     menu_item(ui, commands, "Zoom out", Command::ZoomOut, has_doc);
+    menu_item(
+        ui,
+        commands,
+        "Float and QDQ side by side",
+        Command::ToggleSideBySide,
+        has_doc,
+    );
     ui.separator();
     ui.label("Theme");
     for (theme, label) in [
@@ -767,7 +774,7 @@ pub fn central(
             if doc.search.open {
                 search_bar(ui, doc, commands, focus_search);
             }
-            let events = doc.canvas.show(ui);
+            let events = graph_views(ui, doc, commands);
             if let Some((node, modifiers)) = events.clicked {
                 let mode = if modifiers.shift || modifiers.command {
                     SelectMode::Toggle
@@ -876,6 +883,81 @@ pub fn central(
             );
         }
     });
+}
+
+/// The graph view, or with the side view on, the open model and the other model of the pair
+/// in two halves on one camera; clicks on the other model's nodes select the open model's
+/// nodes of the same name. Returns the open model's view events.
+fn graph_views(
+    ui: &mut Ui,
+    doc: &mut Document,
+    commands: &mut Vec<Command>,
+) -> crate::app::canvas::CanvasEvents {
+    let Document {
+        canvas, side, heat, ..
+    } = doc;
+    let Some(side) = side.as_mut() else {
+        return canvas.show(ui);
+    };
+    let rect = ui.available_rect_before_wrap();
+    let (left, right) = rect.split_left_right_at_fraction(0.5);
+    let events = ui
+        .scope_builder(
+            egui::UiBuilder::new().max_rect(left.shrink2(egui::vec2(1.0, 0.0))),
+            |ui| canvas.show(ui),
+        )
+        .inner;
+    let side_events = ui
+        .scope_builder(
+            egui::UiBuilder::new().max_rect(right.shrink2(egui::vec2(1.0, 0.0))),
+            |ui| side.canvas.show(ui),
+        )
+        .inner;
+    side.sync(canvas);
+    let painter = ui.painter();
+    for (at, text) in [(left, "this model"), (right, side.label.as_str())] {
+        painter.text(
+            at.center_top() + egui::vec2(0.0, 6.0),
+            egui::Align2::CENTER_TOP,
+            text,
+            egui::FontId::proportional(13.0),
+            ui.visuals().weak_text_color(),
+        );
+    }
+    painter.vline(
+        left.right(),
+        left.y_range(),
+        ui.visuals().widgets.noninteractive.bg_stroke,
+    );
+    let to_doc = |id: crate::model::NodeId| side.to_doc.get(id.0).copied().flatten();
+    if let Some((node, modifiers)) = side_events.clicked {
+        let mode = if modifiers.shift || modifiers.command {
+            SelectMode::Toggle
+        } else {
+            SelectMode::Replace
+        };
+        match to_doc(node) {
+            Some(id) => commands.push(Command::Select(id, mode)),
+            None => commands.push(Command::ClearSelection),
+        }
+    }
+    if side_events.clicked_empty {
+        commands.push(Command::ClearSelection);
+    }
+    if let Some(Hover::Node(id)) = side_events.hovered {
+        let node = side.graph.node(id);
+        let db = to_doc(id).and_then(|d| heat.as_ref()?.get(d.0).copied().flatten());
+        side_events.response.on_hover_ui_at_pointer(|ui| {
+            ui.label(RichText::new(&node.op_type).strong());
+            ui.label(&node.name);
+            match (to_doc(id), db) {
+                (_, Some(db)) => ui.label(format!("output SQNR {db:.2} dB (float vs QDQ)")),
+                (Some(_), None) => ui.label("also in this model"),
+                (None, None) => ui.label("not in this model"),
+            };
+        });
+    }
+    events
 }
 
 /// What the view knows of `tensor`: its name, type and shape, its role, and for a tensor

@@ -487,6 +487,17 @@ impl Studio {
                     doc.selection.clear();
                 }
             }
+            Command::ToggleSideBySide => {
+                doc.panel.side_by_side = !doc.panel.side_by_side;
+                if doc.panel.side_by_side && doc.counterpart().is_none() {
+                    doc.panel.side_by_side = false;
+                    self.window.status = if doc.is_quantized() {
+                        "Side by side needs the float model: choose it in Results".to_owned()
+                    } else {
+                        "Side by side shows the QDQ model: quantize & compare (F5) first".to_owned()
+                    };
+                }
+            }
             // Camera moves change nothing the boxes show: no restyle.
             Command::Fit => return doc.canvas.fit(),
             Command::ZoomToSelection => {

@@ -291,6 +291,18 @@ impl GraphCanvas {
         self.zoom
     }
 
+    /// The camera: zoom and the layout origin's offset from the view's corner.
+    pub fn camera(&self) -> (f32, Vec2) {
+        (self.zoom, self.pan)
+    }
+
+    /// Moves the camera (a view kept in step with another); a pending move is dropped.
+    pub fn set_camera(&mut self, (zoom, pan): (f32, Vec2)) {
+        self.zoom = zoom.clamp(MIN_ZOOM, MAX_ZOOM);
+        self.pan = pan;
+        self.pending = None;
+    }
+
     /// Sets every node's look and the selection, and marks the edges touching the selection.
     pub fn restyle(&mut self, looks: &[NodeLook], selected: &HashSet<NodeId>) {
         let any_selected = !selected.is_empty();
@@ -496,6 +508,11 @@ impl GraphCanvas {
     pub fn show(&mut self, ui: &mut Ui) -> CanvasEvents {
         let rect = ui.available_rect_before_wrap();
         let response = ui.allocate_rect(rect, Sense::click_and_drag());
+        // A view that changed size (a panel resized, the side view opened) keeps what was in
+        // its middle in the middle.
+        if let Some(before) = self.last_rect {
+            self.pan += (rect.size() - before.size()) / 2.0;
+        }
         self.last_rect = Some(rect);
         self.apply_pending(rect);
 
