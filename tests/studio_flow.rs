@@ -1455,3 +1455,48 @@ fn counts_are_the_saved_models(h: &Harness<'_, Studio>) -> Vec<String> {
     );
     runs_quantized.into_iter().map(str::to_owned).collect()
 }
+
+#[test]
+fn a_model_with_static_inputs_shows_its_shapes_before_any_calibration() {
+    use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
+    use qdq_studio::workflow::tensor_facts::ShapeSource;
+    // The runtime is loaded (the studio loads it at start; opening never downloads it).
+    let _runtime = common::runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("static.onnx");
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[2, 3, 8, 8]);
+    b.initializer(
+        "w",
+        TensorArray::Float32(ndarray::ArrayD::from_elem(
+            ndarray::IxDyn(&[4, 3, 3, 3]),
+            0.1,
+        )),
+    );
+    b.node("Conv", &["x", "w"], &["c"])
+        .name("conv")
+        .attr_ints("strides", &[2, 2]);
+    b.node("Relu", &["c"], &["r"]).name("relu");
+    b.node("GlobalAveragePool", &["r"], &["y"]).name("pool");
+    b.output("y", DataType::Float32, &[2, 4, 1, 1]);
+    b.build().save(&path, &Default::default()).unwrap();
+    let mut h = harness();
+    h.state_mut().open(Source::File(path));
+    settle(&mut h, "opening");
+    no_notices(&h);
+    let doc = h.state().document().unwrap();
+    assert!(doc.work.results.stats.is_none(), "nothing calibrated");
+    let shape = doc.tensor_shape("r").expect("a shape before calibration");
+    assert_eq!(shape.source, ShapeSource::Probed);
+    assert_eq!(shape.dims_text(), "[2, 4, 3, 3]");
+    assert_eq!(doc.tensor_shape("c").unwrap().dims_text(), "[2, 4, 3, 3]");
+    // The inspector shows it.
+    let id = doc.graph.node_by_name("relu").unwrap().id;
+    h.state_mut().document_mut().unwrap().selection = vec![id];
+    h.run_steps(3);
+    assert_eq!(
+        h.query_all_by_label("[2, 4, 3, 3]").count(),
+        2,
+        "its input (the Conv's output) and its output"
+    );
+}

@@ -5,6 +5,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::workflow::tensor_facts::{KnownShape, known_shape};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::calib::CalibrationStats;
 use std::time::{Duration, Instant};
 
 use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text, text_on};
@@ -98,6 +101,9 @@ pub struct Loaded {
     pub qdq: QdqStructure,
     /// Each node's detail line (by node id).
     pub details: Vec<Option<String>>,
+    /// Shapes seen in one run on one sample (models with static inputs, when ONNX Runtime is
+    /// loaded).
+    pub probed: Option<Arc<CalibrationStats>>,
     /// How long it took.
     pub timings: OpenTimings,
 }
@@ -148,6 +154,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
     ctx.checkpoint()?;
     let prepared = Prepared::new(&model, &Preprocessing::default()).map_err(|e| e.to_string());
     let types = crate::model::infer::elem_types(&model, &graph);
+    let probed = prepared.as_ref().ok().and_then(|p| probe(p, ctx));
     Ok(Loaded {
         source,
         model,
@@ -157,12 +164,27 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
         types,
         qdq,
         details,
+        probed,
         timings: OpenTimings {
             read,
             index,
             layout: layout_time,
         },
     })
+}
+
+/// Shapes from one run on one sample (see [`crate::workflow::tensor_facts::probe_shapes`]), when
+/// ONNX Runtime is loaded already (opening never downloads it); a failed run only leaves the
+/// shapes unknown.
+fn probe(prepared: &Prepared, ctx: &JobContext) -> Option<Arc<CalibrationStats>> {
+    let runtime = crate::runtime::loaded()?;
+    match crate::workflow::tensor_facts::probe_shapes(prepared, &runtime, &ctx.quiet()) {
+        Ok(stats) => stats.map(Arc::new),
+        Err(e) => {
+            tracing::info!("shapes not probed: {e}");
+            None
+        }
+    }
 }
 
 /// An open model and everything the user did to it.
@@ -175,6 +197,8 @@ pub struct Document {
     pub graph: Graph,
     /// Every tensor's element type, declared or inferred.
     pub types: HashMap<String, i32>,
+    /// Shapes seen in one run on one sample when the model opened.
+    pub probed: Option<Arc<CalibrationStats>>,
     /// Its Q/DQ structure: for a model that is quantized already, what every view draws in
     /// place of the recipe's plan.
     pub qdq: QdqStructure,
@@ -253,6 +277,7 @@ impl Document {
             editor: RecipeEditor::new(recipe),
             prepared: loaded.prepared,
             types: loaded.types,
+            probed: loaded.probed,
             qdq: loaded.qdq,
             plan: Explanation::default(),
             planned_for: None,
@@ -297,7 +322,7 @@ impl Document {
     /// [`crate::workflow::tensor_facts`].
     pub fn tensor_shape(&self, tensor: &str) -> Option<KnownShape> {
         let stats = self.work.results.stats.as_deref();
-        known_shape(&self.graph, stats, tensor)
+        known_shape(&self.graph, stats, self.probed.as_deref(), tensor)
     }
 
     /// Re-plans when the recipe or the statistics changed since the last plan: the model is

@@ -575,6 +575,12 @@ fn shape_label(ui: &mut Ui, shape: Option<&KnownShape>) {
             ui.label(RichText::new(s.dims_text()).weak())
                 .on_hover_text("Seen in calibration: the file declares no shape for it");
         }
+        Some(s) if s.source == ShapeSource::Probed => {
+            ui.label(RichText::new(s.dims_text()).weak()).on_hover_text(
+                "Seen in one run on one random sample when the model opened (its inputs are \
+                 static): the file declares no shape for it",
+            );
+        }
         Some(s) => {
             ui.label(s.dims_text());
         }

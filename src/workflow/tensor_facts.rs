@@ -1,6 +1,7 @@
 //! What the views say of a tensor's type and shape: as the file declares them, else as they
 //! are otherwise known: the element type inferred from the graph ([`crate::model::infer`]), the
-//! shape observed in calibration. Most exported models declare no `value_info`, so without this every inner
+//! shape observed in calibration, else in one run on one sample when the inputs are static
+//! ([`probe_shapes`]). Most exported models declare no `value_info`, so without this every inner
 //! tensor reads "? ?".
 
 use crate::calib::CalibrationStats;
@@ -14,6 +15,8 @@ pub enum ShapeSource {
     Declared,
     /// Calibration saw it (dims that varied between batches are `?`).
     Observed,
+    /// One run of the model on one random sample saw it (the inputs are static).
+    Probed,
 }
 
 /// A tensor's shape and where it comes from.
@@ -36,6 +39,7 @@ impl KnownShape {
         match self.source {
             ShapeSource::Declared => self.dims_text(),
             ShapeSource::Observed => format!("{} (seen in calibration)", self.dims_text()),
+            ShapeSource::Probed => format!("{} (seen in a one-sample run)", self.dims_text()),
         }
     }
 }
@@ -78,6 +82,7 @@ const CARRIED_ACROSS: usize = 4;
 pub fn known_shape(
     graph: &Graph,
     stats: Option<&CalibrationStats>,
+    probed: Option<&CalibrationStats>,
     tensor: &str,
 ) -> Option<KnownShape> {
     let declared = graph.tensor(tensor).and_then(|t| t.shape.clone());
@@ -87,24 +92,72 @@ pub fn known_shape(
             source: ShapeSource::Declared,
         });
     }
-    let observed = |name: &str| {
-        stats
-            .and_then(|s| s.tensors.get(name))
-            .and_then(|t| t.observed_shape())
-    };
-    let found = std::iter::once(tensor.to_owned())
+    let names: Vec<String> = std::iter::once(tensor.to_owned())
         .chain(shape_keeping_neighbours(graph, tensor))
-        .find_map(|name| observed(&name));
-    match found {
-        Some(dims) => Some(KnownShape {
-            dims,
-            source: ShapeSource::Observed,
-        }),
-        None => declared.map(|dims| KnownShape {
+        .collect();
+    let seen_in = |stats: Option<&CalibrationStats>| {
+        names.iter().find_map(|name| {
+            stats
+                .and_then(|s| s.tensors.get(name))
+                .and_then(|t| t.observed_shape())
+        })
+    };
+    let known = |dims, source| Some(KnownShape { dims, source });
+    match (seen_in(stats), seen_in(probed)) {
+        (Some(dims), _) => known(dims, ShapeSource::Observed),
+        (None, Some(dims)) => known(dims, ShapeSource::Probed),
+        (None, None) => declared.map(|dims| KnownShape {
             dims,
             source: ShapeSource::Declared,
         }),
     }
+}
+
+/// Largest model [`probe_shapes`] runs (nodes, weight bytes): opening stays quick.
+const PROBE_LIMITS: (usize, u64) = (10_000, 1 << 30);
+
+/// Every activation's shape from one run of `prepared` on one random sample, when all its
+/// inputs have static shapes and it is within [`PROBE_LIMITS`]; `None` otherwise. A model
+/// opened in the studio then shows shapes before any calibration.
+pub fn probe_shapes(
+    prepared: &crate::quant::Prepared,
+    runtime: &crate::runtime::Runtime,
+    ctx: &crate::jobs::JobContext,
+) -> Result<Option<CalibrationStats>, super::WorkflowError> {
+    let inputs = crate::calib::data::model_inputs(&prepared.graph);
+    let fixed = |dims: &Option<Vec<Dim>>| {
+        dims.as_ref()
+            .is_some_and(|d| d.iter().all(|d| matches!(d, Dim::Fixed(v) if *v > 0)))
+    };
+    let small = prepared.graph.nodes().len() <= PROBE_LIMITS.0
+        && prepared.model.initializer_bytes() <= PROBE_LIMITS.1;
+    if inputs.is_empty() || !inputs.iter().all(|i| fixed(&i.shape)) || !small {
+        return Ok(None);
+    }
+    // One batch as the inputs fix it: their leading dim, when they agree on one.
+    let leading: Vec<i64> = inputs
+        .iter()
+        .filter_map(|i| match i.shape.as_deref()?.first()? {
+            Dim::Fixed(v) => Some(*v),
+            _ => None,
+        })
+        .collect();
+    let batch = match leading.split_first() {
+        Some((&first, rest)) if rest.iter().all(|&v| v == first) && first <= 64 => first as usize,
+        Some(_) => return Ok(None),
+        None => 1,
+    };
+    let data = crate::calib::DataSpec::Random {
+        samples: batch,
+        shapes: Default::default(),
+        seed: 0,
+    };
+    let config = crate::calib::CalibrationConfig {
+        histogram_bins: 0,
+        batch_size: batch,
+        ..Default::default()
+    };
+    super::calibrate::calibrate_prepared(prepared, &data, &config, runtime, ctx).map(Some)
 }
 
 /// The tensors that have `tensor`'s shape through up to [`CARRIED_ACROSS`] shape-keeping ops,
@@ -191,15 +244,15 @@ mod tests {
     #[test]
     fn an_undeclared_shape_is_the_one_calibration_saw_with_varying_dims_unknown() {
         let g = graph();
-        assert_eq!(shape_text(known_shape(&g, None, "h").as_ref()), "?");
+        assert_eq!(shape_text(known_shape(&g, None, None, "h").as_ref()), "?");
         let seen = stats("h", &[&[4, 4], &[4, 4], &[2, 4]]);
         assert_eq!(
-            shape_text(known_shape(&g, Some(&seen), "h").as_ref()),
+            shape_text(known_shape(&g, Some(&seen), None, "h").as_ref()),
             "[?, 4] (seen in calibration)"
         );
         let seen = stats("h", &[&[1, 4]]);
         assert_eq!(
-            known_shape(&g, Some(&seen), "h").map(|s| s.source),
+            known_shape(&g, Some(&seen), None, "h").map(|s| s.source),
             Some(ShapeSource::Observed)
         );
     }
@@ -216,14 +269,14 @@ mod tests {
         b.output("y", DataType::Float32, &[-1, 4]);
         let g = Graph::build(&b.build());
         let seen = stats("s", &[&[2, 4]]);
-        let h = known_shape(&g, Some(&seen), "h").unwrap();
+        let h = known_shape(&g, Some(&seen), None, "h").unwrap();
         assert_eq!(
             (h.dims_text(), h.source),
             ("[2, 4]".into(), ShapeSource::Observed)
         );
         let seen = stats("h", &[&[3, 4]]);
         assert_eq!(
-            known_shape(&g, Some(&seen), "s").unwrap().dims_text(),
+            known_shape(&g, Some(&seen), None, "s").unwrap().dims_text(),
             "[3, 4]"
         );
     }
@@ -232,7 +285,7 @@ mod tests {
     fn a_declared_shape_stands_and_types_fall_back_to_the_inferred_one() {
         let g = graph();
         let seen = stats("x", &[&[4, 4]]);
-        let x = known_shape(&g, Some(&seen), "x").unwrap();
+        let x = known_shape(&g, Some(&seen), None, "x").unwrap();
         assert_eq!(x.source, ShapeSource::Declared, "{}", x.text());
         assert_eq!(type_text(&g, None, "h"), "?");
         assert_eq!(type_text(&g, Some(1), "h"), "float32");
