@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use egui::{Align, Color32, Layout, RichText, Ui};
+use egui::{Color32, RichText, Ui};
 
 use crate::app::canvas::{Hover, state_fill};
 use crate::app::command::{self, Command, SelectMode};
@@ -253,32 +253,30 @@ fn view_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
 /// Model, opset, node counts, the recipe's counts, runtime and the last message.
 pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &str) {
     egui::Panel::bottom("status_bar").show(ui, |ui| {
-        // Right to left: the zoom and the message keep their room (the message up to a
-        // share of the bar); the model's facts fill the rest and are cut first from the end.
-        ui.with_layout(Layout::right_to_left(Align::Center), |ui| {
+        // Left to right: the model's name, the message (up to a share of the bar, so it is
+        // never pushed off), then the model's facts, cut first from the end.
+        ui.horizontal(|ui| {
             if let Some(doc) = doc {
-                ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
+                ui.add(egui::Label::new(RichText::new(doc.source.label()).strong()).truncate());
                 ui.separator();
             }
-            let share = (ui.available_width() * 0.45).max(160.0);
+            let share = (ui.available_width() * 0.4).max(160.0);
             ui.scope(|ui| {
                 ui.set_max_width(share);
                 ui.add(egui::Label::new(status).truncate());
             });
             ui.separator();
-            ui.with_layout(Layout::left_to_right(Align::Center), |ui| {
-                if let Some(doc) = doc {
-                    model_facts(ui, doc);
-                }
-                ui.add(egui::Label::new(runtime).truncate());
-            });
+            if let Some(doc) = doc {
+                model_facts(ui, doc);
+            }
+            ui.add(egui::Label::new(runtime).truncate());
         });
     });
 }
 
-/// The status bar's facts about the open model: name, opset, node counts, plan counts.
+/// The status bar's facts about the open model: zoom, opset, node counts, plan counts.
 fn model_facts(ui: &mut Ui, doc: &Document) {
-    ui.add(egui::Label::new(RichText::new(doc.source.label()).strong()).truncate());
+    ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
     ui.separator();
     let opset = doc.opset().map_or("?".to_owned(), |v| v.to_string());
     match doc.model.legacy_opset() {

@@ -4,7 +4,7 @@
 
 use crate::model::proto::NodeProto;
 use crate::model::qdq::QdqStructure;
-use crate::model::{Dim, Graph, Model, Node, NodeId, TensorKind, attributes};
+use crate::model::{Dim, Graph, Model, Node, TensorKind, attributes};
 
 /// Longest detail line drawn; longer ones are elided (the inspector has them whole).
 pub const MAX_DETAIL_CHARS: usize = 26;
@@ -133,14 +133,14 @@ fn detail(
     Some(elide(&text))
 }
 
-/// A Reshape's target shape when it is a constant: `→ 1×-1×12×64`.
+/// A Reshape's target shape when it is a constant: `to 1×-1×12×64`.
 fn reshape_target(model: &Model, qdq: &QdqStructure, node: &Node) -> Option<String> {
     let shape = model.weight(qdq.source_of(node.inputs.get(1)?)).ok()??;
     let values: Vec<i64> = match shape {
         crate::model::TensorArray::Int64(a) => a.iter().copied().collect(),
         _ => return None,
     };
-    Some(format!("→ {}", dims_text(&values)))
+    Some(format!("to {}", dims_text(&values)))
 }
 
 /// An ONNX element type code's name (`float16`), or its number.
@@ -154,11 +154,6 @@ fn elide(text: &str) -> String {
     }
     let kept: String = text.chars().take(MAX_DETAIL_CHARS - 1).collect();
     format!("{kept}…")
-}
-
-/// The detail of node `id`, for tests and tooltips.
-pub fn detail_of(details: &[Option<String>], id: NodeId) -> Option<&str> {
-    details.get(id.0)?.as_deref()
 }
 
 #[cfg(test)]
@@ -204,7 +199,7 @@ mod tests {
         let details = node_details(&model, &graph, &QdqStructure::default());
         let of = |name: &str| {
             let id = graph.node_by_name(name).unwrap().id;
-            detail_of(&details, id).map(str::to_owned)
+            details[id.0].clone()
         };
         assert_eq!(of("conv").as_deref(), Some("16×4×3×3 /2×2 g2"));
         assert_eq!(
@@ -213,7 +208,7 @@ mod tests {
             "unit strides are the default"
         );
         assert_eq!(of("tr").as_deref(), Some("perm 0,2,3,1"));
-        assert_eq!(of("reshape").as_deref(), Some("→ 1×-1"));
+        assert_eq!(of("reshape").as_deref(), Some("to 1×-1"));
         assert_eq!(of("cast").as_deref(), Some("to float16"));
         assert_eq!(of("softmax").as_deref(), Some("axis -1"));
         assert_eq!(of("relu"), None);

@@ -247,10 +247,16 @@ fn tensor_view(ui: &mut Ui, view: &TensorView, log: &mut bool, commands: &mut Ve
     let parity = view.stats.info.ort_parity;
     let ranges = range::all_ranges(stats, target(view.plan, view.recipe, view.name), parity);
     let planned = planned_range(view.plan, view.name, view.stats);
-    ui.horizontal_top(|ui| {
-        ui.vertical(|ui| chart(ui, view, &ranges, planned.as_ref(), *log, commands));
-        ui.vertical(|ui| methods_table(ui, view, &ranges, planned.as_ref(), commands));
-    });
+    // The methods' table beside the chart where both fit, else under it (nothing cut).
+    if ui.available_width() >= CHART_AND_TABLE_FROM {
+        ui.horizontal_top(|ui| {
+            ui.vertical(|ui| chart(ui, view, &ranges, planned.as_ref(), *log, commands));
+            ui.vertical(|ui| methods_table(ui, view, &ranges, planned.as_ref(), commands));
+        });
+    } else {
+        chart(ui, view, &ranges, planned.as_ref(), *log, commands);
+        methods_table(ui, view, &ranges, planned.as_ref(), commands);
+    }
     plan_line(ui, view, planned.as_ref(), commands);
 }
 
@@ -294,6 +300,9 @@ fn plan_line(
     }
 }
 
+/// Width from which the methods' table sits beside the chart rather than under it.
+const CHART_AND_TABLE_FROM: f32 = 900.0;
+
 /// The colour of an override range.
 const OVERRIDE_COLOUR: Color32 = Color32::from_rgb(240, 70, 70);
 
@@ -308,7 +317,12 @@ fn chart(
     commands: &mut Vec<Command>,
 ) {
     let stats = view.tensor;
-    let width = (ui.available_width() * 0.55).clamp(260.0, 760.0);
+    let share = if ui.available_width() >= CHART_AND_TABLE_FROM {
+        0.55
+    } else {
+        0.95
+    };
+    let width = (ui.available_width() * share).clamp(260.0, 760.0);
     // The chart, and under it a strip for the axis' end values (drawn in the chart's top
     // corners they sat under the range handles).
     let (whole, _) = ui.allocate_exact_size(vec2(width, 170.0 + AXIS_STRIP), Sense::hover());

@@ -538,7 +538,11 @@ fn image_view(
     };
     let [float, quant, diff] = &images.textures;
     let size = float.size_vec2();
-    let scale = (260.0 / size.x.max(1.0)).min(200.0 / size.y.max(1.0));
+    // Three images in the width there is (a long, thin map would otherwise run off the
+    // window), from 80 to 260 points each.
+    let width =
+        ((ui.available_width() - 3.0 * ui.spacing().item_spacing.x) / 3.0).clamp(80.0, 260.0);
+    let scale = (width / size.x.max(1.0)).min(200.0 / size.y.max(1.0));
     ui.horizontal(|ui| {
         for (label, texture) in [
             ("float", float),
