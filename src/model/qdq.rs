@@ -134,6 +134,12 @@ fn is_integer_op(node: &Node) -> bool {
         )
 }
 
+/// Domains whose QuantizeLinear/DequantizeLinear are the standard ones: ONNX's, onnxruntime's
+/// contrib ops (16-bit and int4 types before opset 21) and TensorRT's (ModelOpt's FP8/INT4).
+fn qdq_domain(domain: &str) -> bool {
+    matches!(domain, "" | "ai.onnx" | "com.microsoft" | "trt")
+}
+
 fn is_constant(graph: &Graph, tensor: &str) -> bool {
     graph
         .tensor(tensor)
@@ -158,7 +164,7 @@ impl QdqStructure {
         for dq in graph
             .nodes()
             .iter()
-            .filter(|n| n.op_type == "DequantizeLinear" && n.domain.is_empty())
+            .filter(|n| n.op_type == "DequantizeLinear" && qdq_domain(&n.domain))
         {
             let (Some(input), Some(output)) = (dq.inputs.first(), dq.outputs.first()) else {
                 continue;
@@ -284,7 +290,10 @@ fn chain(graph: &Graph, dq: &Node, input: &str) -> Option<(String, Vec<NodeId>)>
         .consumers
         .iter()
         .all(|&c| graph.node(c).op_type == "DequantizeLinear");
-    if q.op_type != "QuantizeLinear" || !q.domain.is_empty() || info.is_output || !only_dequantized
+    if q.op_type != "QuantizeLinear"
+        || !qdq_domain(&q.domain)
+        || info.is_output
+        || !only_dequantized
     {
         return None;
     }

@@ -60,19 +60,33 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
     );
     // Three columns where they fit; in a narrower window the side-by-side outputs go under
     // the other two, and what is still too wide scrolls sideways rather than being cut.
-    let wide = ui.available_width() >= THREE_COLUMNS_FROM;
+    // The first two columns' width is known from the last frame (long layer names widen the
+    // heat map's list); the third goes beside them only with room for it.
+    let measured = ui.id().with("results-two-columns");
+    let two: f32 = ui.data(|d| d.get_temp(measured)).unwrap_or(f32::INFINITY);
+    let wide = ui.available_width() >= two + SIDE_BY_SIDE_WIDTH;
     egui::ScrollArea::horizontal()
         .id_salt("results-columns")
         .show(ui, |ui| {
             ui.horizontal_top(|ui| {
-                ui.vertical(|ui| {
-                    outputs_table(ui, comparison);
-                    output_kinds(ui, comparison, &work.settings.task, commands);
-                    task_table(ui, comparison);
-                    latency(ui, comparison);
+                let first_two = ui.horizontal_top(|ui| {
+                    ui.vertical(|ui| {
+                        outputs_table(ui, comparison);
+                        output_kinds(ui, comparison, &work.settings.task, commands);
+                        task_table(ui, comparison);
+                        latency(ui, comparison);
+                    });
+                    ui.separator();
+                    ui.vertical(|ui| {
+                        heat_controls(ui, comparison, heat.as_deref(), panel, commands);
+                    });
                 });
-                ui.separator();
-                ui.vertical(|ui| heat_controls(ui, comparison, heat.as_deref(), panel, commands));
+                let width = first_two.response.rect.width();
+                if (width - two).abs() > 1.0 {
+                    // Laid out on a guess: once more with the width now known.
+                    ui.data_mut(|d| d.insert_temp(measured, width));
+                    ui.ctx().request_repaint();
+                }
                 if wide {
                     ui.separator();
                     ui.vertical(|ui| side_by_side(ui, panel, comparison, commands));
@@ -85,8 +99,9 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         });
 }
 
-/// Width from which the Results tab shows its three columns side by side.
-const THREE_COLUMNS_FROM: f32 = 1250.0;
+/// Room the side-by-side column needs beside the other two (three images of at least 80
+/// points, their labels, the values table).
+const SIDE_BY_SIDE_WIDTH: f32 = 440.0;
 
 /// For a model that is quantized already: the float model it is compared against.
 fn float_model_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
