@@ -1382,6 +1382,29 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
         wrapped_reshapes < reshapes,
         "{wrapped_reshapes} of {reshapes}"
     );
+    assert!(wrapped_reshapes > 0);
+    // The inspector says so of such a Reshape, and not of one its neighbours leave float.
+    let pick = |surrounded: bool| {
+        saved
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "Reshape" && wrapped(n) == surrounded)
+            .map(|n| doc.graph.node_by_name(&n.name).unwrap().id)
+            .unwrap()
+    };
+    let (surrounded, plain) = (pick(true), pick(false));
+    let note = "Excluded, yet its neighbours quantize every tensor it reads and writes";
+    for (node, expected) in [(surrounded, true), (plain, false)] {
+        h.state_mut().document_mut().unwrap().selection = vec![node];
+        h.run_steps(3);
+        assert_eq!(
+            h.query_by_label_contains(note).is_some(),
+            expected,
+            "{node:?}"
+        );
+    }
+    let doc = h.state().document().unwrap();
+    let comparison = doc.work.results.comparison.as_ref().unwrap();
     assert!(doc.graph.nodes().iter().all(|n| {
         n.op_type != "Reshape" || doc.state(n.id) != qdq_studio::app::states::NodeState::Quantized
     }));

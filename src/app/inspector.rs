@@ -79,6 +79,36 @@ fn problems(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     }
 }
 
+/// True when `node` is excluded while the plan quantizes every float tensor it reads (weights
+/// and constants aside) and writes, for its neighbours' sake: the Q/DQ pairs then surround it.
+fn surrounded(doc: &Document, node: &crate::model::Node, state: NodeState) -> bool {
+    if !matches!(
+        state,
+        NodeState::ExcludedByNode | NodeState::ExcludedByOpType
+    ) {
+        return false;
+    }
+    let float = |t: &str| {
+        doc.types
+            .get(t)
+            .and_then(|&c| crate::model::DataType::from_onnx(c).ok())
+            .is_some_and(crate::model::DataType::is_float)
+    };
+    let activation = |t: &&String| {
+        float(t)
+            && doc.graph.tensor(t).is_some_and(|info| {
+                !matches!(info.kind, TensorKind::Initializer | TensorKind::Constant)
+            })
+    };
+    let mut tensors = node
+        .inputs
+        .iter()
+        .filter(activation)
+        .chain(node.outputs.iter().filter(|t| float(t)))
+        .peekable();
+    tensors.peek().is_some() && tensors.all(|t| doc.plan.tensor(t).is_some())
+}
+
 fn state_chip(ui: &mut Ui, state: NodeState) {
     let fill = state_fill(state, ui.visuals().dark_mode);
     egui::Frame::new()
@@ -115,6 +145,17 @@ fn node(
         );
     }
     state_chip(ui, state);
+    if surrounded(doc, node, state) {
+        ui.label(
+            RichText::new(format!(
+                "Excluded, yet its neighbours quantize every tensor it reads and writes: the \
+                 saved model has DQ → {op} → Q around it, which ONNX Runtime may run on \
+                 integers. Exclude a neighbour too to keep it in float.",
+                op = node.op_type
+            ))
+            .color(ui.visuals().warn_fg_color),
+        );
+    }
     if doc.flagged.contains(&id) {
         ui.colored_label(
             Color32::from_rgb(220, 40, 40),
