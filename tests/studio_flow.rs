@@ -71,6 +71,26 @@ fn quantize_and_compare(h: &mut Harness<'_, Studio>, what: &str) {
     settle(h, what);
 }
 
+/// Opens `source`, sets a data file (for evaluation when the flag says so), calibrates,
+/// quantizes and compares, and checks nothing went wrong.
+fn open_calibrate_compare(
+    h: &mut Harness<'_, Studio>,
+    source: Source,
+    data: Option<(std::path::PathBuf, bool)>,
+) {
+    h.state_mut().open(source);
+    settle(h, "opening");
+    if let Some((path, evaluation)) = data {
+        h.state_mut()
+            .push(qdq_studio::app::command::Command::SetDataPath { evaluation, path });
+        h.run_steps(2);
+        settle(h, "checking");
+    }
+    calibrate(h);
+    quantize_and_compare(h, "quantize & compare");
+    no_notices(h);
+}
+
 /// Scrolls the widget labelled `label` into view (as a user would) and clicks it.
 fn press(h: &mut Harness<'_, Studio>, label: &str) {
     h.get_by_label(label).scroll_to_me();
@@ -773,7 +793,6 @@ fn comparison_weight(h: &Harness<'_, Studio>, name: &str) -> f64 {
 
 #[test]
 fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
-    use qdq_studio::app::command::Command;
     use qdq_studio::calib::data::{DataSpec, model_inputs};
     use qdq_studio::eval::OutputKind;
     let dir = tempfile::tempdir().unwrap();
@@ -791,17 +810,7 @@ fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
     common::write_npz(&data, &[("x", x), ("labels", labels)]);
 
     let mut h = harness();
-    h.state_mut().open(Source::Sample);
-    settle(&mut h, "opening");
-    h.state_mut().push(Command::SetDataPath {
-        evaluation: true,
-        path: data,
-    });
-    h.run_steps(2);
-    settle(&mut h, "checking");
-    calibrate(&mut h);
-    quantize_and_compare(&mut h, "quantize & compare");
-    no_notices(&h);
+    open_calibrate_compare(&mut h, Source::Sample, Some((data, true)));
     let comparison = h
         .state()
         .document()
@@ -1330,17 +1339,7 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
     let calib = dir.path().join("sentences.npz");
     common::sentences(&calib, 8, 1);
     let mut h = harness();
-    h.state_mut().open(Source::File(common::minilm()));
-    settle(&mut h, "opening");
-    h.state_mut().push(Command::SetDataPath {
-        evaluation: false,
-        path: calib,
-    });
-    h.run_steps(2);
-    settle(&mut h, "checking");
-    calibrate(&mut h);
-    quantize_and_compare(&mut h, "quantize & compare");
-    no_notices(&h);
+    open_calibrate_compare(&mut h, Source::File(common::minilm()), Some((calib, false)));
     let before = counts_are_the_saved_models(&h);
     // The attention's Reshape/Transpose the saved model wraps in Q/DQ are drawn quantized;
     // unchecking Reshape takes them out of the count and the model alike.

@@ -24,10 +24,20 @@ pub fn node_details(model: &Model, graph: &Graph, qdq: &QdqStructure) -> Vec<Opt
 
 /// `a×b×c`.
 fn dims_text(dims: &[i64]) -> String {
-    dims.iter()
+    joined(dims, "×")
+}
+
+/// `a,b,c`.
+fn list(values: &[i64]) -> String {
+    joined(values, ",")
+}
+
+fn joined(values: &[i64], separator: &str) -> String {
+    values
+        .iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
-        .join("×")
+        .join(separator)
 }
 
 /// The shape of the constant `node` reads at `position` (through a folded DequantizeLinear).
@@ -102,29 +112,13 @@ fn detail(
             facts.extend(window_facts(proto));
             (!facts.is_empty()).then(|| facts.join(" "))
         }
-        "Transpose" => attributes::ints(proto, "perm").map(|p| {
-            format!(
-                "perm {}",
-                p.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
-        }),
+        "Transpose" => attributes::ints(proto, "perm").map(|p| format!("perm {}", list(p))),
         "Cast" => attributes::int(proto, "to").map(|t| format!("to {}", type_name(t))),
         "Reshape" => reshape_target(model, qdq, node),
         "Resize" | "Upsample" => attributes::string(proto, "mode"),
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL2"
         | "ReduceSumSquare" => attributes::ints(proto, "axes")
-            .map(|a| {
-                format!(
-                    "axes {}",
-                    a.iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            })
+            .map(|a| format!("axes {}", list(a)))
             .or_else(axis),
         "Concat" | "Softmax" | "LogSoftmax" | "Gather" | "Split" | "Flatten"
         | "LayerNormalization" | "ArgMax" | "ArgMin" | "CumSum" | "Hardmax" => axis(),
