@@ -47,6 +47,8 @@ pub struct MenuState {
     pub recent: Vec<PathBuf>,
     /// The theme setting.
     pub theme: egui::ThemePreference,
+    /// The open model is quantized already: nothing quantizes it again.
+    pub quantized: bool,
 }
 
 /// A model being opened, as the progress box shows it.
@@ -85,15 +87,15 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
             ui.menu_button("File", |ui| file_menu(ui, menu, commands));
             ui.menu_button("Quantize", |ui| {
                 let idle = menu.has_doc && !menu.busy;
-                let ready = idle && menu.has_stats;
-                menu_item(ui, commands, "Run calibration", Command::Calibrate, idle);
-                menu_item(
-                    ui,
-                    commands,
-                    "Quantize & compare",
-                    Command::QuantizeCompare,
-                    ready,
-                );
+                let float = idle && !menu.quantized;
+                let ready = float && menu.has_stats;
+                menu_item(ui, commands, "Run calibration", Command::Calibrate, float);
+                let (compare, can_compare) = if menu.quantized {
+                    ("Compare with the float model", idle)
+                } else {
+                    ("Quantize & compare", ready)
+                };
+                menu_item(ui, commands, compare, Command::QuantizeCompare, can_compare);
                 menu_item(
                     ui,
                     commands,
@@ -122,7 +124,7 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                     commands,
                     "Load statistics…",
                     Command::LoadStatisticsDialog,
-                    menu.has_doc,
+                    menu.has_doc && !menu.quantized,
                 );
             });
             ui.menu_button("Edit", |ui| {
@@ -211,7 +213,7 @@ fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
         commands,
         "Save quantized model…",
         Command::SaveQuantizedDialog,
-        menu.has_doc,
+        menu.has_doc && !menu.quantized,
     );
     ui.separator();
     menu_item(ui, commands, "Quit", Command::Quit, true);

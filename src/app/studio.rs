@@ -772,6 +772,7 @@ impl Studio {
             has_selection: doc.is_some_and(|d| !d.selection.is_empty()),
             recent: self.settings.recent.clone(),
             theme: self.settings.theme,
+            quantized: doc.is_some_and(Document::is_quantized),
         }
     }
 
