@@ -1420,20 +1420,13 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
 /// count are the nodes the model Save writes (the comparison's) runs quantized; returns them.
 fn counts_are_the_saved_models(h: &Harness<'_, Studio>) -> Vec<String> {
     use qdq_studio::app::states::NodeState;
-    use qdq_studio::model::qdq::QdqStructure;
     let doc = h.state().document().unwrap();
     let comparison = doc.work.results.comparison.as_ref().expect("compared");
     let saved = &comparison.quantized;
     let saved_graph = Graph::build(saved);
-    let qdq = QdqStructure::read(
-        saved,
-        &saved_graph,
-        qdq_studio::quant::ops::is_quantizable_by_default,
-    );
-    let runs_quantized: std::collections::BTreeSet<&str> = saved_graph
-        .nodes()
-        .iter()
-        .filter(|n| qdq.runs_quantized(n))
+    let qdq = qdq_studio::quant::ops::qdq_structure(saved, &saved_graph);
+    let runs_quantized: std::collections::BTreeSet<&str> = qdq
+        .quantized_nodes(&saved_graph)
         .map(|n| n.name.as_str())
         .collect();
     let shown: std::collections::BTreeSet<&str> = doc

@@ -138,7 +138,7 @@ pub fn load(source: Source, ctx: &JobContext) -> Result<Loaded, OpenError> {
     );
     let started = Instant::now();
     let graph = Graph::build(&model);
-    let qdq = QdqStructure::read(&model, &graph, crate::quant::ops::is_quantizable_by_default);
+    let qdq = crate::quant::ops::qdq_structure(&model, &graph);
     let index = started.elapsed();
     ctx.checkpoint()?;
     stage(
@@ -346,9 +346,12 @@ impl Document {
             self.prepared =
                 Prepared::new(&self.model, &recipe.preprocessing).map_err(|e| e.to_string());
         }
+        // A model that is quantized already is not quantized again: no recipe plan for it.
         self.plan = match &self.prepared {
-            Ok(prepared) => explain_prepared(&self.graph, prepared, recipe, stats.map(|s| &**s)),
-            Err(_) => Explanation::default(),
+            Ok(prepared) if !self.qdq.is_quantized() => {
+                explain_prepared(&self.graph, prepared, recipe, stats.map(|s| &**s))
+            }
+            _ => Explanation::default(),
         };
         self.states = if self.qdq.is_quantized() {
             quantized_states(&self.graph, &self.qdq)

@@ -237,8 +237,7 @@ fn graph_edges(graph: &Graph, qdq: &QdqStructure) -> (Vec<LayoutEdge>, Vec<Layou
 
 /// Lays `graph` out where `reference` placed the nodes of the same name (a float model beside
 /// its QDQ model: the same picture twice). A node the reference lacks (a BatchNormalization
-/// the QDQ model has folded) goes beside its first placed producer, else above the first
-/// placed node it feeds.
+/// the QDQ model has folded) goes beside its first placed producer, else at the origin.
 pub fn layout_like(
     graph: &Graph,
     qdq: &QdqStructure,
@@ -246,7 +245,7 @@ pub fn layout_like(
     reference: &HashMap<&str, (f32, f32)>,
 ) -> GraphLayout {
     let widths = box_widths(graph, details);
-    let (mut edges, cycle_edges) = graph_edges(graph, qdq);
+    let (edges, cycle_edges) = graph_edges(graph, qdq);
     let mut positions: Vec<Option<(f32, f32)>> = vec![None; graph.nodes().len()];
     for node in graph.nodes() {
         if !is_folded(graph, qdq, node.id) {
@@ -271,6 +270,35 @@ pub fn layout_like(
         .fold((0f32, 0f32), |(w, h), &(x, y)| {
             (w.max(x), h.max(y + NODE_HEIGHT))
         });
+    let placed = Placed {
+        positions,
+        size,
+        simplified: false,
+    };
+    finish(graph, qdq, placed, widths, (edges, cycle_edges))
+}
+
+/// Where the nodes went, before the graph's inputs and outputs are placed around them.
+struct Placed {
+    positions: Vec<Option<(f32, f32)>>,
+    size: (f32, f32),
+    simplified: bool,
+}
+
+/// The layout of `placed` nodes (of `widths`) with `edges` and cycle edges: the graph's
+/// inputs and outputs placed around them, and every link routed past the boxes it would cross.
+fn finish(
+    graph: &Graph,
+    qdq: &QdqStructure,
+    placed: Placed,
+    widths: Vec<f32>,
+    (mut edges, cycle_edges): (Vec<LayoutEdge>, Vec<LayoutEdge>),
+) -> GraphLayout {
+    let Placed {
+        positions,
+        size,
+        simplified,
+    } = placed;
     let mut terminals = place_terminals(graph, qdq, &positions);
     Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
     GraphLayout {
@@ -278,7 +306,7 @@ pub fn layout_like(
         edges,
         size,
         cycle_edges,
-        simplified: false,
+        simplified,
         terminals,
         widths,
     }
@@ -304,7 +332,7 @@ pub fn layout(
     let nodes = graph.nodes();
     let widths = box_widths(graph, details);
     let folded = |id: NodeId| is_folded(graph, qdq, id);
-    let (mut edges, cycle_edges) = graph_edges(graph, qdq);
+    let (edges, cycle_edges) = graph_edges(graph, qdq);
     let drawn = (0..nodes.len()).filter(|&i| !folded(NodeId(i))).count();
     if drawn > SIMPLE_LAYOUT_ABOVE {
         return Ok(simple_layout(graph, qdq, widths, edges, cycle_edges));
@@ -370,17 +398,12 @@ pub fn layout(
         x_offset += (max_x - min_x) as f32 + PART_GAP;
         height = height.max((max_y - min_y) as f32 + NODE_HEIGHT);
     }
-    let mut terminals = place_terminals(graph, qdq, &positions);
-    Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
-    Ok(GraphLayout {
+    let placed = Placed {
         positions,
-        edges,
         size: ((x_offset - PART_GAP).max(0.0), height),
-        cycle_edges,
         simplified: false,
-        terminals,
-        widths,
-    })
+    };
+    Ok(finish(graph, qdq, placed, widths, (edges, cycle_edges)))
 }
 
 /// The layout for very large graphs: each node on the layer of its longest path from an
@@ -438,18 +461,12 @@ fn simple_layout(
         }
         width = width.max(x);
     }
-    let mut terminals = place_terminals(graph, qdq, &positions);
-    let mut edges = edges;
-    Router::new(&positions, &widths).route(&mut edges, &mut terminals, &positions);
-    GraphLayout {
+    let placed = Placed {
         positions,
-        edges,
         size: (width, layers as f32 * (NODE_HEIGHT + SPACING as f32)),
-        cycle_edges,
         simplified: true,
-        terminals,
-        widths,
-    }
+    };
+    finish(graph, qdq, placed, widths, (edges, cycle_edges))
 }
 
 /// Finds detours for links whose straight curve would cross boxes on the rows between their

@@ -10,7 +10,6 @@ use egui::Vec2;
 use crate::app::canvas::detail::node_details;
 use crate::app::canvas::{GraphCanvas, NodeLook};
 use crate::app::layout::{self, GraphLayout};
-use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, Model, NodeId};
 
 /// The other model of the pair as the second view draws it.
@@ -49,7 +48,7 @@ impl SideView {
         doc_layout: &GraphLayout,
     ) -> SideView {
         let graph = Graph::build(model);
-        let qdq = QdqStructure::read(model, &graph, crate::quant::ops::is_quantizable_by_default);
+        let qdq = crate::quant::ops::qdq_structure(model, &graph);
         let details = node_details(model, &graph, &qdq);
         let reference: HashMap<&str, (f32, f32)> = doc_graph
             .nodes()

@@ -896,18 +896,11 @@ fn first_tensor(doc: &Document) -> Option<String> {
 /// Each node's SQNR in the last comparison, of the kind the heat map shows.
 fn node_heat(doc: &Document) -> Option<Vec<Option<f64>>> {
     let comparison = doc.work.results.comparison.as_ref()?;
-    if doc.is_quantized() {
-        // The tensors are named as in the open model: its nodes write them.
-        let plain = crate::quant::Explanation::default();
-        return Some(heat::node_sqnr(
-            &doc.graph,
-            &doc.graph,
-            &comparison.tensors,
-            doc.panel.heat_kind,
-            &plain,
-        ));
-    }
-    let prepared = doc.prepared.as_ref().map_or(&doc.graph, |p| &p.graph);
+    // A model that is quantized already writes the compared tensors itself (and has no plan).
+    let prepared = match &doc.prepared {
+        Ok(p) if !doc.is_quantized() => &p.graph,
+        _ => &doc.graph,
+    };
     Some(heat::node_sqnr(
         &doc.graph,
         prepared,

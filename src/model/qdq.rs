@@ -7,7 +7,7 @@
 //! them as a badge on the edge or node they sit on, as Netron draws initializers. Anything else
 //! (a Q feeding an integer op, a DQ of an integer graph input) stays an ordinary node.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::{DataType, Graph, Model, Node, NodeId, TensorKind};
 
@@ -116,6 +116,9 @@ pub struct QuantizedRead {
 pub struct QdqStructure {
     /// DequantizeLinear outputs that are folded, and what each stands for.
     reads: HashMap<String, QuantizedRead>,
+    /// Each float tensor quantized where it is produced, and one folded DequantizeLinear
+    /// output standing for it (a key of `reads`).
+    produced: HashMap<String, String>,
     /// Folded nodes, by node id.
     folded: Vec<bool>,
     /// Nodes that compute on quantized values, by node id (see [`QdqStructure::runs_quantized`]).
@@ -157,6 +160,7 @@ impl QdqStructure {
     ) -> QdqStructure {
         let mut structure = QdqStructure {
             reads: HashMap::new(),
+            produced: HashMap::new(),
             folded: vec![false; graph.nodes().len()],
             quantized: Vec::new(),
             integer_ops: graph.nodes().iter().filter(|n| is_integer_op(n)).count(),
@@ -183,16 +187,16 @@ impl QdqStructure {
             };
             structure.reads.insert(output.clone(), read);
         }
-        let written: HashSet<&str> = structure
+        structure.produced = structure
             .reads
-            .values()
-            .filter(|r| !r.constant)
-            .map(|r| r.source.as_str())
+            .iter()
+            .filter(|(_, r)| !r.constant)
+            .map(|(output, r)| (r.source.clone(), output.clone()))
             .collect();
         let quantized = graph
             .nodes()
             .iter()
-            .map(|n| structure.computes_quantized(n, &written, has_qdq_form))
+            .map(|n| structure.computes_quantized(n, has_qdq_form))
             .collect();
         structure.quantized = quantized;
         structure
@@ -202,12 +206,7 @@ impl QdqStructure {
     /// with a QDQ form (`has_qdq_form`: the quantizer's list) that reads a dequantized tensor
     /// or writes a quantized one. A node that merely reads a quantized tensor another
     /// consumer needed (a Shape, a Div, a ReduceSum) computes in float.
-    fn computes_quantized(
-        &self,
-        node: &Node,
-        written: &HashSet<&str>,
-        has_qdq_form: fn(&str, &str) -> bool,
-    ) -> bool {
+    fn computes_quantized(&self, node: &Node, has_qdq_form: fn(&str, &str) -> bool) -> bool {
         if self.is_folded(node.id) {
             return false;
         }
@@ -216,7 +215,7 @@ impl QdqStructure {
         }
         has_qdq_form(&node.domain, &node.op_type)
             && (self.quantized_inputs(node).next().is_some()
-                || node.outputs.iter().any(|o| written.contains(o.as_str())))
+                || node.outputs.iter().any(|o| self.produced.contains_key(o)))
     }
 
     /// True when the model is quantized: it has folded Q/DQ pairs or integer ops.
@@ -241,10 +240,8 @@ impl QdqStructure {
 
     /// How `tensor` is quantized where it is produced (a QuantizeLinear folded on it), if it is.
     pub fn quantization_of(&self, tensor: &str) -> Option<&QuantParams> {
-        self.reads
-            .values()
-            .find(|r| !r.constant && r.source == tensor)
-            .map(|r| &r.params)
+        let output = self.produced.get(tensor)?;
+        self.reads.get(output).map(|r| &r.params)
     }
 
     /// The quantized inputs of `node`: (input position, what it reads).
@@ -265,6 +262,11 @@ impl QdqStructure {
             Some(&quantized) => quantized,
             None => is_integer_op(node) && !self.is_folded(node.id),
         }
+    }
+
+    /// The nodes of `graph` (the graph this was read from) that compute on quantized values.
+    pub fn quantized_nodes<'g>(&'g self, graph: &'g Graph) -> impl Iterator<Item = &'g Node> {
+        graph.nodes().iter().filter(|n| self.runs_quantized(n))
     }
 
     /// Folded activation pairs (QuantizeLinear → DequantizeLinear over a computed tensor).

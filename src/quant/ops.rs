@@ -46,3 +46,12 @@ pub fn is_quantizable_by_default(domain: &str, op_type: &str) -> bool {
     let contrib = domain == "com.microsoft" && op_type == "EmbedLayerNormalization";
     (default_domain || contrib) && ORT_DEFAULT_OP_TYPES.contains(&op_type)
 }
+
+/// The Q/DQ structure of `model` (indexed as `graph`) with its quantized nodes counted as this
+/// quantizer counts them: an op it has a QDQ form for, reading or writing a quantized tensor.
+pub fn qdq_structure(
+    model: &crate::model::Model,
+    graph: &crate::model::Graph,
+) -> crate::model::qdq::QdqStructure {
+    crate::model::qdq::QdqStructure::read(model, graph, is_quantizable_by_default)
+}

@@ -276,15 +276,8 @@ fn candidate(
     if let Some(model) = given {
         check_comparable(&setup.model, &model, "the quantized model")?;
         let graph = Graph::build(&model);
-        let qdq = crate::model::qdq::QdqStructure::read(
-            &model,
-            &graph,
-            quant::ops::is_quantizable_by_default,
-        );
-        let quantized_nodes = graph
-            .nodes()
-            .iter()
-            .filter(|n| qdq.runs_quantized(n))
+        let quantized_nodes = quant::ops::qdq_structure(&model, &graph)
+            .quantized_nodes(&graph)
             .map(|n| n.name.clone())
             .collect();
         return Ok(Candidate {

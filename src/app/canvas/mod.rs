@@ -126,6 +126,11 @@ impl std::fmt::Debug for GraphCanvas {
     }
 }
 
+/// The tag of the Q/DQ pair folded into a link to the reader of `tensor` (`u8`, `i8` …).
+fn pair_tag(qdq: &QdqStructure, tensor: &str) -> Option<String> {
+    qdq.read_of(tensor).map(|r| r.params.short_type())
+}
+
 /// The tag of `node`'s quantized weight: the first quantized constant it reads past its
 /// first input (`W i8`, `W i8/ch` per channel, `W i4/b32` block-wise).
 fn weight_tag(qdq: &QdqStructure, node: &crate::model::Node) -> Option<String> {
@@ -192,7 +197,7 @@ impl GraphCanvas {
                             cycle,
                             emphasised: false,
                             dimmed: false,
-                            badge: qdq.read_of(&e.tensor).map(|r| r.params.short_type()),
+                            badge: pair_tag(qdq, &e.tensor),
                             detour: e.detour,
                         },
                     );
@@ -216,7 +221,7 @@ impl GraphCanvas {
                     .iter()
                     .filter_map(|link| {
                         let idx = index.get(link.node.0).copied().flatten()?;
-                        let tag = qdq.read_of(&link.tensor).map(|r| r.params.short_type());
+                        let tag = pair_tag(qdq, &link.tensor);
                         Some((idx, tag, link.detour))
                     })
                     .collect(),

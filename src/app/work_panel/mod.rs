@@ -63,30 +63,48 @@ pub fn show(ui: &mut Ui, doc: &mut Document, runtime: &RuntimeStatus, commands: 
 }
 
 fn quick_actions(ui: &mut Ui, commands: &mut Vec<Command>) {
-    if ui
-        .button("Calibrate")
-        .on_hover_text("Ctrl+R: calibrate with the settings of the Calibration tab")
-        .clicked()
-    {
-        commands.push(Command::Calibrate);
-    }
-    if ui
-        .button("Quantize & compare")
-        .on_hover_text("F5: build the QDQ model from the cached statistics and compare it")
-        .clicked()
-    {
-        commands.push(Command::QuantizeCompare);
-    }
+    action_button(
+        ui,
+        (
+            "Calibrate",
+            "Ctrl+R: calibrate with the settings of the Calibration tab",
+        ),
+        Command::Calibrate,
+        commands,
+    );
+    action_button(
+        ui,
+        (
+            "Quantize & compare",
+            "F5: build the QDQ model from the cached statistics and compare it",
+        ),
+        Command::QuantizeCompare,
+        commands,
+    );
 }
 
 /// The one action on a model that is quantized already.
 fn compare_action(ui: &mut Ui, commands: &mut Vec<Command>) {
-    if ui
-        .button("Compare with the float model")
-        .on_hover_text("F5: measure this model against its float model (Results ▸ Float model…)")
-        .clicked()
-    {
-        commands.push(Command::QuantizeCompare);
+    action_button(
+        ui,
+        (
+            "Compare with the float model",
+            "F5: measure this model against its float model (Results ▸ Float model…)",
+        ),
+        Command::QuantizeCompare,
+        commands,
+    );
+}
+
+/// A button beside the tabs: its label and hover text, and the command it sends.
+fn action_button(
+    ui: &mut Ui,
+    (label, hover): (&str, &str),
+    command: Command,
+    commands: &mut Vec<Command>,
+) {
+    if ui.button(label).on_hover_text(hover).clicked() {
+        commands.push(command);
     }
 }
 
