@@ -253,14 +253,19 @@ pub fn layout_like(
         }
     }
     let step = SPACING as f32 + NODE_HEIGHT;
+    // Each node's producers, indexed once: a model with few names in common would otherwise
+    // scan every edge for each of its nodes.
+    let mut producers: Vec<Vec<NodeId>> = vec![Vec::new(); graph.nodes().len()];
+    for e in &edges {
+        producers[e.to.0].push(e.from);
+    }
     for &id in graph.topological_order() {
         if positions[id.0].is_some() || is_folded(graph, qdq, id) {
             continue;
         }
-        let beside_producer = edges
+        let beside_producer = producers[id.0]
             .iter()
-            .filter(|e| e.to == id)
-            .find_map(|e| positions[e.from.0])
+            .find_map(|p| positions[p.0])
             .map(|(x, y)| (x + widths[id.0] + SPACING as f32, y + step / 2.0));
         positions[id.0] = beside_producer.or(Some((0.0, 0.0)));
     }
