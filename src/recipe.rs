@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::calib::range::{Range, RangeMethod};
 use crate::model::{DataType, Graph};
 
+pub mod node_precision;
+
+pub use node_precision::NodePrecision;
+
 /// The recipe format version written by this build.
 pub const RECIPE_VERSION: u32 = 1;
 
@@ -332,6 +336,10 @@ pub struct Recipe {
     /// Per-tensor overrides, by tensor name.
     #[serde(default)]
     pub tensor_overrides: BTreeMap<String, TensorOverride>,
+    /// Mixed precision: nodes (exact names) with 16-bit activations or 4-bit weights instead
+    /// of the recipe's 8 bits (see [`node_precision`]). A tensor's own override wins.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_precision: BTreeMap<String, NodePrecision>,
 }
 
 fn default_block_size() -> usize {
@@ -374,6 +382,7 @@ impl Default for Recipe {
             auto_precision: true,
             saturation_guard: true,
             tensor_overrides: BTreeMap::new(),
+            node_precision: BTreeMap::new(),
         }
     }
 }
@@ -631,6 +640,7 @@ impl Recipe {
         if let Some(problem) = self.calibration_method.problem() {
             problems.push(("calibration_method", problem));
         }
+        problems.extend(node_precision::setting_problems(self));
         for (name, o) in &self.tensor_overrides {
             if let Some(problem) = o.method.as_ref().and_then(RangeMethod::problem) {
                 problems.push((
@@ -703,6 +713,7 @@ impl Recipe {
                 }
             }
         }
+        problems.extend(node_precision::graph_problems(self, graph));
         for name in self.tensor_overrides.keys() {
             if graph.tensor(name).is_none() {
                 let tensors: Vec<&str> = graph.tensors().iter().map(|t| t.name.as_str()).collect();

@@ -11,7 +11,7 @@ use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;
 use qdq_studio::recipe::{
-    Int4Method, Int4Output, Placement, Preprocessing, QuantMode, QuantType, Recipe,
+    Int4Method, Int4Output, NodePrecision, Placement, Preprocessing, QuantMode, QuantType, Recipe,
 };
 use qdq_studio::runtime::Runtime;
 use qdq_studio::workflow::outputs::RunFiles;
@@ -96,6 +96,10 @@ pub struct QuantizeArgs {
     /// Nodes to keep in float (names or regex, matched at the start).
     #[arg(long = "nodes_to_exclude", visible_alias = "nodes-to-exclude", num_args = 1..)]
     pub nodes_to_exclude: Vec<String>,
+    /// Mixed precision per node: NAME=w8a16 (16-bit activations) or NAME=w4a8 (4-bit
+    /// weights, Conv/Gemm/MatMul), comma- or space-separated.
+    #[arg(long = "node_precision", visible_alias = "node-precision", num_args = 1..)]
+    pub node_precision: Vec<String>,
     /// Write weights to `<output>.data` (forced above 2 GB).
     #[arg(
         long = "use_external_data_format",
@@ -299,9 +303,26 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
                 .collect();
         }
     }
+    for entry in args.node_precision.iter().flat_map(|v| v.split(',')) {
+        let (node, precision) = parse_node_precision(entry)?;
+        recipe.node_precision.insert(node, precision);
+    }
     // Validate the combination the flags produced, as if it had been read from a file.
     Recipe::from_toml(&recipe.to_toml(), "the settings")?;
     Ok(recipe)
+}
+
+/// One `--node_precision` entry, `NAME=PRECISION` (the name may hold `=`; the last one splits).
+fn parse_node_precision(entry: &str) -> anyhow::Result<(String, NodePrecision)> {
+    let (node, precision) = entry.rsplit_once('=').ok_or_else(|| {
+        anyhow::anyhow!("--node_precision takes NAME=w8a16 or NAME=w4a8, got '{entry}'")
+    })?;
+    let precision = NodePrecision::parse(precision).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--node_precision: '{precision}' is not a precision (w8a16: 16-bit activations, w4a8: 4-bit weights)"
+        )
+    })?;
+    Ok((node.to_owned(), precision))
 }
 
 /// int4 with neither data nor a chosen method: the engine's choice for random data (see
@@ -362,6 +383,8 @@ fn statistics_for(
 pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     let mut recipe = recipe_from(args)?;
     let model = Model::load(&args.onnx_path)?;
+    // Names the model lacks are refused before any calibration runs.
+    recipe.check_against(&qdq_studio::model::Graph::build(&model))?;
     if let Some(note) = int4_without_data(args, &mut recipe, &model) {
         eprintln!("note: {note}");
     }

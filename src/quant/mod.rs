@@ -9,6 +9,7 @@ pub mod int4;
 pub mod layers;
 pub mod layerwise;
 pub mod memory;
+pub mod mixed;
 pub mod ops;
 pub mod opset;
 pub mod params;
@@ -352,8 +353,9 @@ pub struct Guarded {
     pub seven_bit_weights: BTreeSet<String>,
 }
 
-/// The recipe with automatic precision applied: the tensors it keeps in float, then the
-/// saturation guard's 7-bit weights among what is still quantized.
+/// The recipe with automatic precision applied: the tensors it keeps in float, the node
+/// precisions as tensor types ([`mixed`]), then the saturation guard's 7-bit weights among the
+/// 8-bit weights still quantized.
 pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Guarded {
     let recipe = &layerwise::with_chosen_ranges(recipe, stats);
     let mut kept = precision::kept_in_float(prepared, recipe, stats);
@@ -365,7 +367,7 @@ pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationS
             Some(TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation)
         )
     });
-    let kept_recipe = precision::with_kept(recipe, &kept);
+    let kept_recipe = mixed::with_node_precision(prepared, &precision::with_kept(recipe, &kept));
     let plan = if kept.is_empty() {
         unguarded
     } else {

@@ -166,14 +166,17 @@ pub fn weight_quant(
             let axis = axis
                 .filter(|_| recipe.per_channel)
                 .filter(|&a| a < rank && rank > 1);
+            let own = recipe.tensor_overrides.get(name).and_then(|o| o.dtype);
             Some(WeightQuant {
-                qtype: recipe.weight_type,
+                qtype: own.unwrap_or(recipe.weight_type),
                 symmetric: recipe.symmetric_weights || axis.is_some() || fp8,
-                reduce_range: recipe.reduce_range
-                    || recipe
-                        .tensor_overrides
-                        .get(name)
-                        .is_some_and(|o| o.reduce_range),
+                // 7-bit weights are an 8-bit setting; a weight given its own type keeps it.
+                reduce_range: own.is_none()
+                    && (recipe.reduce_range
+                        || recipe
+                            .tensor_overrides
+                            .get(name)
+                            .is_some_and(|o| o.reduce_range)),
                 axis,
                 block_size: None,
             })

@@ -42,7 +42,7 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
                 && !recipe
                     .tensor_overrides
                     .get(*name)
-                    .is_some_and(|o| o.keep_float || o.reduce_range)
+                    .is_some_and(|o| o.keep_float || o.reduce_range || o.dtype.is_some())
         })
         .map(|(name, _)| name.clone())
         .collect()

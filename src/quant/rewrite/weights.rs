@@ -413,7 +413,12 @@ impl Rewriter<'_> {
             TensorRole::ConstantActivation => {
                 crate::quant::params::activation_qtype(self.recipe, name)
             }
-            _ => self.recipe.weight_type,
+            _ => self
+                .recipe
+                .tensor_overrides
+                .get(name)
+                .and_then(|o| o.dtype)
+                .unwrap_or(self.recipe.weight_type),
         };
         let scale_shape = q.block_size.map(|b| vec![shape[0].div_ceil(b), shape[1]]);
         let per_axis = q.axis.is_some() && q.params.len() > 1 || q.block_size.is_some();
