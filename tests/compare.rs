@@ -460,7 +460,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     use qdq_studio::calib::{CalibrationConfig, calibrate};
     use qdq_studio::eval::reference::Reference;
     use qdq_studio::eval::sensitivity::{
-        Evaluator, Granularity, Target, auto_exclude, scan, scan_keeping,
+        Evaluator, Goal, Granularity, Target, auto_exclude, scan, scan_keeping,
     };
     use qdq_studio::eval::switched_scan::ScanMethod;
     use qdq_studio::recipe::Recipe;
@@ -537,14 +537,57 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &evaluator,
         &recipe,
         &result,
-        Target::SqnrDb(target),
-        5,
+        Goal::new(Target::SqnrDb(target), 5),
         switchable.as_ref(),
         &JobContext::silent(),
     )
     .unwrap();
+    // 16-bit activations are tried before float, and they fix it: the Mul stays quantized.
     assert!(fixed.reached, "{fixed:?}");
-    assert_eq!(fixed.excluded, ["harmful_mul"]);
+    assert_eq!(fixed.promoted, ["harmful_mul"], "{fixed:?}");
+    assert!(fixed.excluded.is_empty(), "{fixed:?}");
+    assert_eq!(
+        fixed.recipe.node_precision.get("harmful_mul"),
+        Some(&qdq_studio::recipe::NodePrecision::W8a16)
+    );
+    // The recipe it wrote reproduces the SQNR it reported.
+    assert!((evaluator.sqnr(&fixed.recipe).unwrap() - fixed.sqnr_db).abs() < 1e-9);
+    assert_eq!(
+        fixed.quantized_by_op_type,
+        [("Add".to_owned(), 1), ("Mul".to_owned(), 1)].into(),
+        "both stay quantized"
+    );
+    // Without promotions (a CPU deployment), the Mul goes to float, as it always did.
+    let float_only = auto_exclude(
+        &evaluator,
+        &recipe,
+        &result,
+        Goal {
+            promote: false,
+            ..Goal::new(Target::SqnrDb(target), 5)
+        },
+        switchable.as_ref(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(float_only.reached, "{float_only:?}");
+    assert_eq!(float_only.excluded, ["harmful_mul"]);
+    assert!(float_only.promoted.is_empty());
+    assert!(float_only.recipe.node_precision.is_empty());
+    // A target 16 bits cannot reach takes the Mul to float instead.
+    let fixed = auto_exclude(
+        &evaluator,
+        &recipe,
+        &result,
+        Goal::new(Target::SqnrDb(200.0), 5),
+        switchable.as_ref(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert!(
+        fixed.excluded.iter().any(|n| n == "harmful_mul"),
+        "{fixed:?}"
+    );
     assert!(
         fixed
             .recipe
@@ -552,13 +595,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
             .iter()
             .any(|p| p.starts_with("harmful_mul"))
     );
-    // The recipe it wrote reproduces the SQNR it reported.
-    assert!((evaluator.sqnr(&fixed.recipe).unwrap() - fixed.sqnr_db).abs() < 1e-9);
-    assert_eq!(
-        fixed.quantized_by_op_type,
-        [("Add".to_owned(), 1)].into(),
-        "the Add stays quantized"
-    );
+    assert!(!fixed.recipe.node_precision.contains_key("harmful_mul"));
 
     // The op-type scan runs one pair of variants per op type.
     let by_type = scan(
@@ -578,8 +615,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &evaluator,
         &recipe,
         &result,
-        Target::Top1(1.0),
-        5,
+        Goal::new(Target::Top1(1.0), 5),
         None,
         &JobContext::silent(),
     )

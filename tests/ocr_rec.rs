@@ -13,7 +13,9 @@ use qdq_studio::calib::data::model_inputs;
 use qdq_studio::calib::{CalibrationConfig, DataSpec, calibrate};
 use qdq_studio::eval::TaskMetric;
 use qdq_studio::eval::reference::Reference;
-use qdq_studio::eval::sensitivity::{Evaluator, Granularity, Target, auto_exclude, scan_units};
+use qdq_studio::eval::sensitivity::{
+    Evaluator, Goal, Granularity, Target, auto_exclude, scan_units,
+};
 use qdq_studio::eval::switched_scan::ScanMethod;
 use qdq_studio::eval::tensors::tensor_errors;
 use qdq_studio::jobs::JobContext;
@@ -303,8 +305,7 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
         &evaluator,
         &recipe,
         &scanned,
-        Target::Sequence(1.0),
-        2,
+        Goal::new(Target::Sequence(1.0), 2),
         None,
         &JobContext::silent(),
     )

@@ -418,12 +418,7 @@ impl Studio {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         doc.panel.tab = WorkTab::Sensitivity;
         let work = &mut doc.work;
-        let body = tasks::auto_exclude(
-            setup,
-            work.results.scanned.clone(),
-            work.settings.target(),
-            work.settings.max_excluded,
-        );
+        let body = tasks::auto_exclude(setup, work.results.scanned.clone(), work.settings.goal());
         start(work, TaskKind::AutoExclude, body)
     }
 

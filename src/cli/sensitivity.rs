@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use qdq_studio::eval::sensitivity::{AutoExclude, Granularity, Sensitivity, Target, TargetKind};
+use qdq_studio::eval::sensitivity::{
+    AutoExclude, Goal, Granularity, Sensitivity, Target, TargetKind,
+};
 use qdq_studio::eval::switched_scan::ScanMethod;
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
@@ -90,7 +92,11 @@ pub struct SensitivityArgs {
         visible_alias = "take-best-alternative"
     )]
     pub take_best_alternative: bool,
-    /// At most this many nodes are excluded.
+    /// Auto-exclude keeps nodes in float only, without trying 16-bit activations (w8a16)
+    /// on each first (for ONNX Runtime's CPU, where 16-bit Q/DQ runs slower than float).
+    #[arg(long = "no_promotion", visible_alias = "no-promotion")]
+    pub no_promotion: bool,
+    /// At most this many nodes are changed (kept in float or given 16-bit activations).
     #[arg(
         long = "max_excluded",
         visible_alias = "max-excluded",
@@ -184,8 +190,11 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
         let (fixed, _) = auto_exclude_setup(
             &setup,
             Some(scanned.clone()),
-            target,
-            args.max_excluded,
+            Goal {
+                target,
+                max_changed: args.max_excluded,
+                promote: !args.no_promotion,
+            },
             &runtime,
             &JobContext::silent(),
         )?;
@@ -243,8 +252,15 @@ fn print_scan(result: &Sensitivity, by_op_type: bool, seconds: f64) {
 /// Auto-exclude's result and the recipe-wide changes it measured.
 fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
     let count = |op: &str| fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
+    let promoted = match fixed.promoted.len() {
+        0 => String::new(),
+        n => format!(
+            "{n} node(s) given 16-bit activations, w8a16 ({}); ",
+            fixed.promoted.join(", ")
+        ),
+    };
     println!(
-        "auto-exclude: {} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
+        "auto-exclude: {promoted}{} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
         fixed.excluded.len(),
         fixed.excluded.join(", "),
         target.format_score(fixed.score),

@@ -18,7 +18,7 @@ use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::{self, QuantError};
-use crate::recipe::Recipe;
+use crate::recipe::{NodePrecision, Recipe, node_precision};
 use crate::runtime::{EpSpec, Runtime};
 
 /// What a scan varies: one node at a time, or one op type at a time (a quick first look at a
@@ -483,6 +483,30 @@ fn exact_scan(
     })
 }
 
+/// What auto-exclude aims for and what it may change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Goal {
+    /// The score to reach.
+    pub target: Target,
+    /// At most this many nodes changed (kept in float or promoted).
+    pub max_changed: usize,
+    /// Try 16-bit activations (`w8a16`) on a node before keeping it in float. Off: float
+    /// only (what a CPU deployment wants: ONNX Runtime's CPU kernels run 16-bit Q/DQ in
+    /// float, slower than the float node).
+    pub promote: bool,
+}
+
+impl Goal {
+    /// `target` with at most `max_changed` nodes changed, promotions tried first.
+    pub fn new(target: Target, max_changed: usize) -> Self {
+        Goal {
+            target,
+            max_changed,
+            promote: true,
+        }
+    }
+}
+
 /// The result of auto-exclude.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AutoExclude {
@@ -493,6 +517,9 @@ pub struct AutoExclude {
     pub target: Target,
     /// The nodes kept in float, in the order they were added.
     pub excluded: Vec<String>,
+    /// The nodes given 16-bit activations (`w8a16`) instead, in the order they were promoted:
+    /// each was tried before float and kept where the real run confirmed it helped.
+    pub promoted: Vec<String>,
     /// The target's score reached (dB, or top-1 share), verified by a real run.
     pub score: f64,
     /// Worst output SQNR of the final recipe (dB).
@@ -547,11 +574,15 @@ pub fn auto_exclude(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
     scan: &Sensitivity,
-    target: Target,
-    max_excluded: usize,
+    goal: Goal,
     switchable: Option<&Switchable>,
     ctx: &JobContext,
 ) -> Result<AutoExclude, EvalError> {
+    let Goal {
+        target,
+        max_changed,
+        promote,
+    } = goal;
     let runs = switchable
         .map(|s| GatedRuns::open(eval, s, false))
         .transpose()?;
@@ -567,39 +598,56 @@ pub fn auto_exclude(
         Some(runs) => scored(runs.recipe_metrics(r)),
         None => exact_score(r),
     };
-    let mut current = recipe.clone();
-    let mut excluded = Vec::new();
-    let (mut score, mut sqnr_db) = score_of(&current)?;
+    let mut steps = Steps {
+        current: recipe.clone(),
+        excluded: Vec::new(),
+        promoted: Vec::new(),
+        best: score_of(recipe)?,
+    };
     if scan.granularity == Granularity::Node {
-        let meter = RateMeter::new("auto-exclude", max_excluded as u64);
-        let mut order: Vec<&NodeSensitivity> = scan
-            .nodes
-            .iter()
-            .filter(|n| n.sqnr_only_db.is_finite() || n.sqnr_without_db > scan.baseline_db)
-            .collect();
-        order.sort_by(|a, b| {
-            a.sqnr_only_db
-                .total_cmp(&b.sqnr_only_db)
-                .then_with(|| b.sqnr_without_db.total_cmp(&a.sqnr_without_db))
-        });
-        for node in order {
-            if score >= target.goal() || excluded.len() >= max_excluded {
+        let meter = RateMeter::new("auto-exclude", max_changed as u64);
+        let reached = |steps: &Steps| steps.best.0 >= target.goal();
+        for node in harm_order(scan) {
+            if reached(&steps) || steps.changed() >= max_changed {
                 break;
             }
             ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-            let mut next = current.clone();
-            next.nodes_to_exclude.push(exact(&node.node));
-            let (s, db) = score_of(&next)?;
-            // Keep a step only if the real run confirms it helps (ties broken by SQNR).
-            if improves((s, db), (score, sqnr_db)) {
-                current = next;
-                excluded.push(node.node.clone());
-                score = s;
-                sqnr_db = db;
-                ctx.report(meter.progress(excluded.len() as u64, node.node.clone()));
+            // A promotion keeps the node quantized: tried first, float only when it does not
+            // help. Each step is kept only if the real run confirms it (ties broken by SQNR).
+            let promotion = promoted(&steps.current, &node.node).filter(|_| promote);
+            let promoted = match promotion {
+                Some(next) => steps.try_step(next, &score_of)?,
+                None => false,
+            };
+            if promoted {
+                steps.promoted.push(node.node.clone());
+            } else if steps.try_step(excluded_too(&steps.current, &node.node), &score_of)? {
+                steps.excluded.push(node.node.clone());
+            } else {
+                continue;
+            }
+            ctx.report(meter.progress(steps.changed() as u64, node.node.clone()));
+        }
+        // Not there with every harmful node tried: the promoted nodes in float instead.
+        for node in steps.promoted.clone() {
+            if reached(&steps) {
+                break;
+            }
+            ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+            let mut next = excluded_too(&steps.current, &node);
+            next.node_precision.remove(&node);
+            if steps.try_step(next, &score_of)? {
+                steps.promoted.retain(|n| n != &node);
+                steps.excluded.push(node);
             }
         }
     }
+    let Steps {
+        current,
+        excluded,
+        promoted,
+        best: (mut score, mut sqnr_db),
+    } = steps;
     if runs.is_some() {
         (score, sqnr_db) = exact_score(&current)?;
     }
@@ -618,12 +666,82 @@ pub fn auto_exclude(
         recipe: current,
         target,
         excluded,
+        promoted,
         score,
         sqnr_db,
         reached,
         quantized_by_op_type,
         alternatives,
     })
+}
+
+/// The nodes a node scan found harmful, most harmful alone first (lowest SQNR with only
+/// that node quantized), then by gain when left out.
+fn harm_order(scan: &Sensitivity) -> Vec<&NodeSensitivity> {
+    let mut order: Vec<&NodeSensitivity> = scan
+        .nodes
+        .iter()
+        .filter(|n| n.sqnr_only_db.is_finite() || n.sqnr_without_db > scan.baseline_db)
+        .collect();
+    order.sort_by(|a, b| {
+        a.sqnr_only_db
+            .total_cmp(&b.sqnr_only_db)
+            .then_with(|| b.sqnr_without_db.total_cmp(&a.sqnr_without_db))
+    });
+    order
+}
+
+/// `recipe` with `node` kept in float too.
+fn excluded_too(recipe: &Recipe, node: &str) -> Recipe {
+    let mut next = recipe.clone();
+    next.nodes_to_exclude.push(exact(node));
+    next
+}
+
+/// `recipe` with `node`'s activations in 16 bits, when the recipe can say so (int8 with
+/// 8-bit types) and does not already.
+fn promoted(recipe: &Recipe, node: &str) -> Option<Recipe> {
+    let mut next = recipe.clone();
+    next.node_precision
+        .insert(node.to_owned(), NodePrecision::W8a16)
+        .is_none()
+        .then_some(())?;
+    node_precision::setting_problems(&next)
+        .is_empty()
+        .then_some(next)
+}
+
+/// A recipe's measured (target score, worst output SQNR).
+type Measured = (f64, f64);
+
+/// The recipe auto-exclude has reached, what it changed, and its measured (score, SQNR).
+struct Steps {
+    current: Recipe,
+    excluded: Vec<String>,
+    promoted: Vec<String>,
+    best: Measured,
+}
+
+impl Steps {
+    /// Nodes changed so far (in float or promoted).
+    fn changed(&self) -> usize {
+        self.excluded.len() + self.promoted.len()
+    }
+
+    /// Measures `next` and takes it when it does better; whether it did.
+    fn try_step(
+        &mut self,
+        next: Recipe,
+        score_of: &dyn Fn(&Recipe) -> Result<Measured, EvalError>,
+    ) -> Result<bool, EvalError> {
+        let measured = score_of(&next)?;
+        let better = improves(measured, self.best);
+        if better {
+            self.current = next;
+            self.best = measured;
+        }
+        Ok(better)
+    }
 }
 
 #[cfg(test)]

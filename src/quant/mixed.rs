@@ -1,15 +1,16 @@
 //! Mixed precision per node, in the form the quantizer honours: the recipe's `node_precision`
 //! written out as per-tensor element types.
 //!
-//! A `w8a16` node's float activations (what it reads and writes, graph inputs included) get
-//! the 16-bit activation type; a `w4a8` node's weight gets the 4-bit weight type. A tensor
+//! A `w8a16` node's float activations (what it reads and writes, graph inputs and constant
+//! operands included; a Conv/Gemm/MatMul's weight and bias aside) get the 16-bit activation
+//! type; a `w4a8` node's weight gets the 4-bit weight type. A tensor
 //! between an 8-bit and a 16-bit node takes 16 bits (the promotion is asked for accuracy), so
 //! its 8-bit neighbour reads a 16-bit Q/DQ pair. Tensors with their own override (a type,
 //! float) and tensors automatic precision keeps in float (given as float overrides) are left
 //! alone.
 
 use super::prepare::Prepared;
-use crate::model::TensorKind;
+use crate::model::Node;
 use crate::recipe::Recipe;
 use crate::recipe::node_precision::{self, NodePrecision};
 
@@ -23,12 +24,7 @@ pub fn with_node_precision(prepared: &Prepared, recipe: &Recipe) -> Recipe {
         };
         let (tensors, dtype): (Vec<&str>, _) = match precision {
             NodePrecision::W8a16 => (
-                node.inputs
-                    .iter()
-                    .chain(&node.outputs)
-                    .filter(|t| is_activation(prepared, t))
-                    .map(String::as_str)
-                    .collect(),
+                sixteen_bit_tensors(prepared, node),
                 node_precision::wide_activation(recipe.activation_type),
             ),
             NodePrecision::W4a8 => (
@@ -51,10 +47,21 @@ pub fn with_node_precision(prepared: &Prepared, recipe: &Recipe) -> Recipe {
     effective
 }
 
-/// Whether `name` is a float activation (not a constant) of the prepared model.
-fn is_activation(prepared: &Prepared, name: &str) -> bool {
-    prepared.graph.tensor(name).is_some_and(|t| {
-        matches!(t.kind, TensorKind::Activation | TensorKind::Input)
-            && prepared.is_float(name, None)
-    })
+/// The float tensors a `w8a16` node quantizes with 16 bits: what it reads and writes, its
+/// constant operands too (a Mul's scale, an Add's offset: quantized like activations), but
+/// not a Conv/Gemm/MatMul's constant weight and bias (a MatMul of two activations takes 16
+/// bits on both).
+fn sixteen_bit_tensors<'g>(prepared: &'g Prepared, node: &'g Node) -> Vec<&'g str> {
+    let weighted = node_precision::WEIGHTED_OPS.contains(&node.op_type.as_str());
+    let inputs = node
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(at, t)| !(weighted && *at > 0 && node_precision::is_constant(&prepared.graph, t)))
+        .map(|(_, t)| t);
+    inputs
+        .chain(&node.outputs)
+        .filter(|t| !t.is_empty() && prepared.is_float(t, None))
+        .map(String::as_str)
+        .collect()
 }

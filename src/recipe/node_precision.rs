@@ -74,7 +74,7 @@ pub fn narrow_weight(weight: QuantType) -> QuantType {
 }
 
 /// The recipe settings `node_precision` contradicts, as (key, message).
-pub(super) fn setting_problems(recipe: &Recipe) -> Vec<(&'static str, String)> {
+pub fn setting_problems(recipe: &Recipe) -> Vec<(&'static str, String)> {
     if recipe.node_precision.is_empty() {
         return Vec::new();
     }
@@ -119,14 +119,18 @@ pub(super) fn graph_problems(recipe: &Recipe, graph: &Graph) -> Vec<String> {
 }
 
 /// The constant weight (input 1) of a weighted node, if it has one.
-pub fn weight_of<'g>(graph: &'g Graph, node: &crate::model::Node) -> Option<&'g str> {
+pub fn weight_of<'g>(graph: &Graph, node: &'g crate::model::Node) -> Option<&'g str> {
     let name = node.inputs.get(1)?;
-    let tensor = graph.tensor(name)?;
-    let constant = tensor.kind == TensorKind::Initializer
-        || tensor
-            .producer
-            .is_some_and(|p| graph.node(p).op_type == "Constant");
-    constant.then_some(tensor.name.as_str())
+    is_constant(graph, name).then_some(name.as_str())
+}
+
+/// Whether `name` is a constant: an initializer or a Constant node's output.
+pub fn is_constant(graph: &Graph, name: &str) -> bool {
+    graph.tensor(name).is_some_and(|t| {
+        t.kind == TensorKind::Initializer
+            || t.producer
+                .is_some_and(|p| graph.node(p).op_type == "Constant")
+    })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use super::reference::{CapturedReference, EvalSetup};
 use std::sync::Arc;
 
 use crate::eval::sensitivity::{
-    AutoExclude, Granularity, Sensitivity, Target, auto_exclude, scan_keeping, scan_units_keeping,
+    AutoExclude, Goal, Granularity, Sensitivity, auto_exclude, scan_keeping, scan_units_keeping,
 };
 use crate::eval::switchable::Switchable;
 use crate::eval::switched_scan::ScanMethod;
@@ -80,13 +80,11 @@ pub fn scan_setup(
     })
 }
 
-/// Auto-exclude to `target` with at most `max_excluded` nodes in float, scanning first when
-/// `scanned` is not a node scan of this recipe.
+/// Auto-exclude to `goal`, scanning first when `scanned` is not a node scan of this recipe.
 pub fn auto_exclude_setup(
     setup: &EvalSetup,
     scanned: Option<Scanned>,
-    target: Target,
-    max_excluded: usize,
+    goal: Goal,
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<(AutoExclude, Scanned), WorkflowError> {
@@ -108,8 +106,7 @@ pub fn auto_exclude_setup(
         &evaluator,
         &setup.recipe,
         &scanned.sensitivity,
-        target,
-        max_excluded,
+        goal,
         scanned.switchable.as_deref(),
         ctx,
     )?;

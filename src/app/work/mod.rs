@@ -24,8 +24,12 @@ pub use task::{TaskError, TaskKind, TaskOutput};
 
 /// One line on an auto-exclude result, for the status bar and the Sensitivity tab.
 pub fn auto_exclude_summary(result: &AutoExclude) -> String {
+    let promoted = match result.promoted.len() {
+        0 => String::new(),
+        n => format!("{n} node(s) given 16-bit activations, "),
+    };
     let mut summary = format!(
-        "{} node(s) left in float, worst output SQNR {:.2} dB, target {}",
+        "{promoted}{} node(s) left in float, worst output SQNR {:.2} dB, target {}",
         result.excluded.len(),
         result.sqnr_db,
         if result.reached {

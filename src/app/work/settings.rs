@@ -3,7 +3,7 @@
 //! panel edits them and the tasks read them.
 
 use crate::calib::data::InputSpec;
-use crate::eval::sensitivity::{Target, TargetKind};
+use crate::eval::sensitivity::{Goal, Target, TargetKind};
 use crate::eval::task::TaskOptions;
 use crate::runtime::EpSpec;
 
@@ -34,6 +34,8 @@ pub struct RunSettings {
     pub target_value: f64,
     /// Auto-exclude's limit.
     pub max_excluded: usize,
+    /// Auto-exclude tries 16-bit activations on a node before float.
+    pub promote: bool,
     /// Output kinds chosen over the detected ones, and the ground truth to score against.
     pub task: TaskOptions,
 }
@@ -65,6 +67,7 @@ impl RunSettings {
             target_kind: TargetKind::SqnrDb,
             target_value: 30.0,
             max_excluded: 10,
+            promote: true,
             task: TaskOptions::default(),
         }
     }
@@ -81,5 +84,14 @@ impl RunSettings {
     /// Auto-exclude's target.
     pub fn target(&self) -> Target {
         self.target_kind.target(self.target_value)
+    }
+
+    /// Auto-exclude's goal: the target, the limit, whether promotions are tried.
+    pub fn goal(&self) -> Goal {
+        Goal {
+            target: self.target(),
+            max_changed: self.max_excluded,
+            promote: self.promote,
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::task::{TaskOutput, TaskWork};
 use crate::calib::{CalibrationConfig, DataSpec};
-use crate::eval::sensitivity::{Granularity, Target};
+use crate::eval::sensitivity::{Goal, Granularity};
 use crate::eval::switched_scan::ScanMethod;
 use crate::model::Model;
 use crate::quant::Prepared;
@@ -69,16 +69,11 @@ pub fn scan(setup: EvalSetup) -> TaskWork {
     })
 }
 
-/// Auto-exclude to `target`, reusing `scanned` when it is a scan of this recipe.
-pub fn auto_exclude(
-    setup: EvalSetup,
-    scanned: Option<Scanned>,
-    target: Target,
-    max_excluded: usize,
-) -> TaskWork {
+/// Auto-exclude to `goal`, reusing `scanned` when it is a scan of this recipe.
+pub fn auto_exclude(setup: EvalSetup, scanned: Option<Scanned>, goal: Goal) -> TaskWork {
     Box::new(move |ctx| {
         let runtime = runtime_for_job(&ctx)?;
-        sensitivity::auto_exclude_setup(&setup, scanned, target, max_excluded, &runtime, &ctx)
+        sensitivity::auto_exclude_setup(&setup, scanned, goal, &runtime, &ctx)
             .map(|r| TaskOutput::AutoExcluded(Box::new(r)))
     })
 }

@@ -20,7 +20,13 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
     }
     let results = &doc.work.results;
     if let Some(result) = &results.auto_excluded {
-        let names = result.excluded.join(", ");
+        let names = result
+            .promoted
+            .iter()
+            .map(|n| format!("{n} (w8a16)"))
+            .chain(result.excluded.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(", ");
         ui.label(format!(
             "Auto-exclude: {}{}",
             crate::app::work::auto_exclude_summary(result),
@@ -93,9 +99,11 @@ fn controls(
         ui.label("at most");
         ui.add(egui::DragValue::new(&mut work.max_excluded).range(1..=500));
         ui.label("nodes");
+        ui.checkbox(&mut work.promote, "16-bit first")
+            .on_hover_text("Try 16-bit activations (w8a16) on each node before leaving it in float: the node stays quantized. Off for ONNX Runtime's CPU, which runs 16-bit Q/DQ in float (slower than the float node)");
         if ui
             .add_enabled(!busy && has_stats, egui::Button::new("Auto-exclude"))
-            .on_hover_text("Leaves the most harmful nodes in float, one at a time, each step checked by a real run; Ctrl+Z undoes")
+            .on_hover_text("Gives the most harmful nodes 16-bit activations or leaves them in float, one at a time, each step checked by a real run; Ctrl+Z undoes")
             .clicked()
         {
             commands.push(Command::AutoExclude);
