@@ -422,7 +422,7 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     let doc = h.state().document().unwrap();
     let add = doc.graph.node_by_name("bias_add").unwrap().id;
     assert_eq!(
-        qdq_studio::app::states::NodeState::of(doc.plan.node("bias_add")),
+        qdq_studio::app::states::NodeState::of(doc.plan.node("bias_add"), None),
         qdq_studio::app::states::NodeState::KeptFloat
     );
     h.get_by_label_contains("Kept in float: 1");
@@ -574,4 +574,59 @@ fn a_small_window_keeps_the_graph_visible_and_every_panel_within_the_window() {
         (view_after.width() - view_before.width()).abs() < 1.0 && view_after.width() > 250.0,
         "graph view {view_before:?} -> {view_after:?}"
     );
+}
+
+#[test]
+fn a_user_paints_nodes_by_precision_in_the_inspector() {
+    use qdq_studio::app::states::NodeState;
+    use qdq_studio::recipe::NodePrecision;
+    let mut h = harness(studio());
+    open(&mut h, Source::Sample);
+    let first = visible_conv(&h, 0);
+    let second = visible_conv(&h, 1);
+    let name = |h: &Harness<'_, Studio>, id: NodeId| {
+        h.state().document().unwrap().graph.node(id).name.clone()
+    };
+    let state = |h: &Harness<'_, Studio>, id: NodeId| h.state().document().unwrap().state(id);
+    let (first_name, second_name) = (name(&h, first), name(&h, second));
+
+    // One node: 16-bit activations, painted as such, still counted as quantized.
+    let quantized_before = h.state().document().unwrap().counts.quantized;
+    click_node(&mut h, first, Modifiers::NONE);
+    h.get_by_label("w8a16").click();
+    h.run_steps(3);
+    assert_eq!(
+        recipe(&h).node_precision.get(&first_name),
+        Some(&NodePrecision::W8a16)
+    );
+    assert_eq!(state(&h, first), NodeState::Quantized16);
+    assert_eq!(
+        h.state().document().unwrap().counts.quantized,
+        quantized_before
+    );
+    assert!(
+        h.query_all_by_label("16-bit activations (w8a16)").count() >= 1,
+        "legend"
+    );
+
+    // A region of two: 4-bit weights for both, in one undoable step.
+    click_node(&mut h, first, Modifiers::NONE);
+    click_node(&mut h, second, Modifiers::SHIFT);
+    h.get_by_label("w4a8").click();
+    h.run_steps(3);
+    let precision = recipe(&h).node_precision;
+    assert_eq!(precision.get(&first_name), Some(&NodePrecision::W4a8));
+    assert_eq!(precision.get(&second_name), Some(&NodePrecision::W4a8));
+    assert_eq!(state(&h, second), NodeState::QuantizedW4);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(3);
+    let precision = recipe(&h).node_precision;
+    assert_eq!(precision.get(&first_name), Some(&NodePrecision::W8a16));
+    assert!(!precision.contains_key(&second_name));
+    // Back to the recipe's 8 bits.
+    click_node(&mut h, first, Modifiers::NONE);
+    h.get_by_label("w8a8").click();
+    h.run_steps(3);
+    assert!(recipe(&h).node_precision.is_empty());
+    assert_eq!(state(&h, first), NodeState::Quantized);
 }

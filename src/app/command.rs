@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use egui::{Key, KeyboardShortcut, Modifiers};
 
 use crate::model::NodeId;
+use crate::recipe::NodePrecision;
 
 /// How a click changes the selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,9 @@ pub enum Command {
     ToggleExclusion,
     /// Exclude (`true`) or include (`false`) nodes by name.
     SetExcluded(Vec<NodeId>, bool),
+    /// Give nodes another precision (`None`: the recipe's 8 bits); nodes it cannot apply to
+    /// (4-bit weights on a node without a constant weight) are left as they are.
+    SetPrecision(Vec<NodeId>, Option<NodePrecision>),
     /// Exclude every node of this node's op type.
     ExcludeOpTypeOf(NodeId),
     /// Exclude this node and everything after it.

@@ -11,7 +11,7 @@
 use std::collections::{HashSet, VecDeque};
 
 use crate::model::{Graph, NodeId};
-use crate::recipe::{NamePattern, Recipe};
+use crate::recipe::{NamePattern, NodePrecision, Recipe};
 
 /// How many steps undo remembers.
 const UNDO_DEPTH: usize = 200;
@@ -150,6 +150,26 @@ impl RecipeEditor {
                     }
                 } else {
                     r.nodes_to_exclude.retain(|p| p != &pattern);
+                }
+            }
+        })
+    }
+
+    /// Gives the named nodes `precision` (`None`: the recipe's own 8 bits again), as one step.
+    pub fn set_nodes_precision(
+        &mut self,
+        names: &[&str],
+        precision: Option<NodePrecision>,
+    ) -> bool {
+        self.step(|r| {
+            for name in names {
+                match precision {
+                    Some(p) => {
+                        r.node_precision.insert((*name).to_owned(), p);
+                    }
+                    None => {
+                        r.node_precision.remove(*name);
+                    }
                 }
             }
         })

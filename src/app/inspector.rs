@@ -11,6 +11,7 @@ use crate::app::document::Document;
 use crate::app::states::NodeState;
 use crate::app::weights::{self, WeightSummary};
 use crate::model::{NodeId, TensorKind};
+use crate::recipe::{NodePrecision, node_precision};
 use crate::workflow::tensor_facts::{KnownShape, ShapeSource};
 
 /// A weight's statistics with its histogram texture, cached while the model is open.
@@ -267,6 +268,59 @@ fn actions(ui: &mut Ui, doc: &Document, id: NodeId, state: NodeState, commands: 
             commands.push(Command::SubgraphStart(None));
             commands.push(Command::SubgraphEnd(None));
         }
+    });
+    if state.quantized() {
+        precision_row(ui, doc, &[id], commands);
+    }
+}
+
+/// The precision of the nodes `ids` (one, or a selected region): the recipe's 8 bits,
+/// 16-bit activations or 4-bit weights, as one undoable step. Greyed with the reason when
+/// the recipe cannot mix precisions (not int8 with 8-bit types).
+fn precision_row(ui: &mut Ui, doc: &Document, ids: &[NodeId], commands: &mut Vec<Command>) {
+    let recipe = doc.recipe();
+    let mut probe = recipe.clone();
+    probe
+        .node_precision
+        .insert(String::new(), NodePrecision::W8a16);
+    let problem = node_precision::setting_problems(&probe)
+        .into_iter()
+        .next()
+        .map(|(_, why)| why);
+    let nodes: Vec<&crate::model::Node> = ids.iter().map(|id| doc.graph.node(*id)).collect();
+    let current = |p: Option<NodePrecision>| {
+        nodes
+            .iter()
+            .all(|n| recipe.node_precision.get(&n.name).copied() == p)
+    };
+    ui.horizontal_wrapped(|ui| {
+        ui.add_enabled_ui(problem.is_none(), |ui| {
+            ui.label("Precision");
+            let choices = [
+                (None, "w8a8", "The recipe's 8-bit weights and activations"),
+                (
+                    Some(NodePrecision::W8a16),
+                    "w8a16",
+                    "16-bit activations, 8-bit weights: for a node whose activations lose too much at 8 bits (runs in float on ONNX Runtime's CPU; native on NPUs)",
+                ),
+                (
+                    Some(NodePrecision::W4a8),
+                    "w4a8",
+                    "4-bit weight per output channel, 8-bit activations (Conv/Gemm/MatMul with a constant weight)",
+                ),
+            ];
+            for (precision, label, hover) in choices {
+                let takes = precision.is_none_or(|p| nodes.iter().any(|n| p.takes(&doc.graph, n)));
+                let response = ui
+                    .add_enabled(takes, egui::Button::selectable(current(precision), label))
+                    .on_hover_text(hover);
+                if response.clicked() {
+                    commands.push(Command::SetPrecision(ids.to_vec(), precision));
+                }
+            }
+        })
+        .response
+        .on_disabled_hover_text(problem.unwrap_or_default());
     });
 }
 
@@ -549,6 +603,9 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
             commands.push(Command::ZoomToSelection);
         }
     });
+    if nodes.iter().any(|id| doc.state(*id).quantized()) {
+        precision_row(ui, doc, nodes, commands);
+    }
     ui.separator();
     egui::Grid::new("selection")
         .num_columns(3)

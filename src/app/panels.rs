@@ -15,8 +15,10 @@ use crate::model::legacy::LegacyOpset;
 use crate::recipe::{Int4Method, Int4Output, QuantMode};
 
 /// Legend entries in display order.
-const LEGEND: [NodeState; 7] = [
+const LEGEND: [NodeState; 9] = [
     NodeState::Quantized,
+    NodeState::Quantized16,
+    NodeState::QuantizedW4,
     NodeState::ExcludedByOpType,
     NodeState::ExcludedByNode,
     NodeState::OutsideSubgraph,

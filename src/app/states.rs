@@ -6,12 +6,17 @@ use crate::model::Graph;
 use crate::model::qdq::QdqStructure;
 use crate::quant::explain::{Explanation, NodeDecision};
 use crate::quant::plan::Exclusion;
+use crate::recipe::NodePrecision;
 
 /// What the current recipe does to one node: the colour of its box in the graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeState {
     /// Will be quantized.
     Quantized,
+    /// Will be quantized with 16-bit activations (`w8a16`).
+    Quantized16,
+    /// Will be quantized with a 4-bit weight (`w4a8`).
+    QuantizedW4,
     /// Its op type is unchecked (excluded by the recipe).
     ExcludedByOpType,
     /// Excluded by name (or not among the nodes the recipe selects).
@@ -35,10 +40,15 @@ pub enum NodeState {
 }
 
 impl NodeState {
-    /// The state a plan decision shows as.
-    pub fn of(decision: Option<&NodeDecision>) -> NodeState {
+    /// The state a plan decision shows as, for a node of `precision` (the recipe's
+    /// `node_precision`, when it has one).
+    pub fn of(decision: Option<&NodeDecision>, precision: Option<NodePrecision>) -> NodeState {
         match decision {
-            Some(NodeDecision::Quantized) => NodeState::Quantized,
+            Some(NodeDecision::Quantized) => match precision {
+                None => NodeState::Quantized,
+                Some(NodePrecision::W8a16) => NodeState::Quantized16,
+                Some(NodePrecision::W4a8) => NodeState::QuantizedW4,
+            },
             Some(NodeDecision::Excluded(Exclusion::OpTypeExcluded)) => NodeState::ExcludedByOpType,
             Some(NodeDecision::Excluded(Exclusion::NodeExcluded | Exclusion::NotSelected)) => {
                 NodeState::ExcludedByNode
@@ -57,6 +67,8 @@ impl NodeState {
     pub fn label(self) -> &'static str {
         match self {
             NodeState::Quantized => "will be quantized",
+            NodeState::Quantized16 => "16-bit activations (w8a16)",
+            NodeState::QuantizedW4 => "4-bit weight (w4a8)",
             NodeState::ExcludedByOpType => "excluded by op type",
             NodeState::ExcludedByNode => "excluded by node",
             NodeState::OutsideSubgraph => "outside the subgraph",
@@ -72,7 +84,19 @@ impl NodeState {
     pub fn excludable(self) -> bool {
         matches!(
             self,
-            NodeState::Quantized | NodeState::ExcludedByNode | NodeState::ExcludedByOpType
+            NodeState::Quantized
+                | NodeState::Quantized16
+                | NodeState::QuantizedW4
+                | NodeState::ExcludedByNode
+                | NodeState::ExcludedByOpType
+        )
+    }
+
+    /// True for the states of nodes the recipe quantizes (at any precision).
+    pub fn quantized(self) -> bool {
+        matches!(
+            self,
+            NodeState::Quantized | NodeState::Quantized16 | NodeState::QuantizedW4
         )
     }
 }
@@ -82,7 +106,12 @@ pub fn node_states(graph: &Graph, plan: &Explanation) -> Vec<NodeState> {
     graph
         .nodes()
         .iter()
-        .map(|n| NodeState::of(plan.node(&n.name)))
+        .map(|n| {
+            NodeState::of(
+                plan.node(&n.name),
+                plan.node_precision.get(&n.name).copied(),
+            )
+        })
         .collect()
 }
 
@@ -128,7 +157,10 @@ impl Counts {
             .filter(|(_, n)| n.op_type != "Constant" && !qdq.is_folded(n.id))
         {
             match state {
-                NodeState::Quantized | NodeState::QuantizedInModel => c.quantized += 1,
+                NodeState::Quantized
+                | NodeState::Quantized16
+                | NodeState::QuantizedW4
+                | NodeState::QuantizedInModel => c.quantized += 1,
                 NodeState::NotQuantizable | NodeState::FloatInModel => c.not_quantizable += 1,
                 NodeState::Folded => c.folded += 1,
                 NodeState::KeptFloat => c.kept_float += 1,

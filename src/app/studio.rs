@@ -13,7 +13,7 @@ use crate::app::settings::Settings;
 use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
-use crate::recipe::Recipe;
+use crate::recipe::{NodePrecision, Recipe};
 
 /// How often the window polls a running job (it repaints only while one runs).
 const JOB_POLL: Duration = Duration::from_millis(50);
@@ -430,6 +430,19 @@ impl Studio {
                     if excluded { "Excluded" } else { "Included" },
                     names.len()
                 );
+            }
+            Command::SetPrecision(nodes, precision) => {
+                let names: Vec<String> = nodes
+                    .iter()
+                    .filter(|n| precision.is_none() || doc.state(**n).quantized())
+                    .map(|n| doc.graph.node(*n))
+                    .filter(|n| precision.is_none_or(|p| p.takes(&doc.graph, n)))
+                    .map(|n| n.name.clone())
+                    .collect();
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                doc.editor.set_nodes_precision(&refs, precision);
+                let what = precision.map_or("8-bit (the recipe's)", NodePrecision::name);
+                self.window.status = format!("{} node(s) set to {what}", names.len());
             }
             Command::ExcludeOpTypeOf(node) => {
                 let op_type = doc.graph.node(node).op_type.clone();

@@ -162,6 +162,8 @@ pub struct Explanation {
     pub kept_float: BTreeMap<String, KeptReason>,
     /// Weights automatic precision gives 7 bits against kernel saturation.
     pub seven_bit_weights: std::collections::BTreeSet<String>,
+    /// The quantized nodes the recipe gives another precision (`node_precision`), by name.
+    pub node_precision: BTreeMap<String, crate::recipe::NodePrecision>,
 }
 
 impl Explanation {
@@ -251,6 +253,12 @@ pub fn explain_prepared(
     } = super::guarded(prepared, recipe, stats);
     let recipe = &effective;
     let nodes = node_decisions(original, prepared, &plan);
+    let node_precision = recipe
+        .node_precision
+        .iter()
+        .filter(|(name, _)| matches!(nodes.get(*name), Some(NodeDecision::Quantized)))
+        .map(|(name, p)| (name.clone(), *p))
+        .collect();
     Explanation {
         op_types: op_types(original, recipe, &nodes),
         tensors: planned_tensors(prepared, recipe, &plan),
@@ -258,6 +266,7 @@ pub fn explain_prepared(
         from_statistics: stats.is_some(),
         kept_float,
         seven_bit_weights,
+        node_precision,
     }
 }
 

@@ -50,6 +50,13 @@ impl NodePrecision {
             NodePrecision::W4a8 => WEIGHTED_OPS.contains(&op_type),
         }
     }
+
+    /// Whether `node` of `graph` can take it (4-bit weights need a weighted op with a
+    /// constant weight).
+    pub fn takes(self, graph: &Graph, node: &crate::model::Node) -> bool {
+        self.applies_to(&node.op_type)
+            && (self != NodePrecision::W4a8 || weight_of(graph, node).is_some())
+    }
 }
 
 /// The ops whose weight (input 1) `w4a8` quantizes with 4 bits.

@@ -89,6 +89,8 @@ pub type ViewGraph = egui_graphs::Graph<OpNode, TensorEdge, Directed, u32, OpBox
 pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
     match (state, dark) {
         (NodeState::Quantized | NodeState::QuantizedInModel, _) => Color32::from_rgb(38, 150, 105),
+        (NodeState::Quantized16, _) => Color32::from_rgb(18, 100, 62),
+        (NodeState::QuantizedW4, _) => Color32::from_rgb(118, 158, 38),
         (NodeState::ExcludedByOpType, _) => Color32::from_rgb(205, 135, 35),
         (NodeState::ExcludedByNode, _) => Color32::from_rgb(200, 70, 75),
         (NodeState::OutsideSubgraph, _) => Color32::from_rgb(125, 100, 190),
