@@ -559,9 +559,11 @@ fn improves(candidate: (f64, f64), than: (f64, f64)) -> bool {
     candidate.0 > than.0 || (candidate.0 == than.0 && candidate.1 > than.1)
 }
 
-/// Greedy auto-exclude: keep the most harmful nodes (by a node scan) in float, one at a time,
-/// verifying each step with a real run and keeping it only if it helps, until `target` is
-/// reached or `max_excluded` nodes are out.
+/// Greedy auto-exclude: change the most harmful nodes (by a node scan) one at a time, first
+/// to 16-bit activations (when `goal.promote`, so the node stays quantized), else to float,
+/// verifying each step with a real run and keeping it only if it helps, until the target is
+/// reached or `goal.max_changed` nodes are changed. When every harmful node was tried and the
+/// target is still missed, the promoted nodes are tried in float instead.
 ///
 /// Nodes are tried in order of harm done alone (lowest SQNR with only that node quantized),
 /// then by gain when left out: when error is spread over many nodes, leaving any single one in
@@ -614,7 +616,7 @@ pub fn auto_exclude(
             ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
             // A promotion keeps the node quantized: tried first, float only when it does not
             // help. Each step is kept only if the real run confirms it (ties broken by SQNR).
-            let promotion = promoted(&steps.current, &node.node).filter(|_| promote);
+            let promotion = with_sixteen_bits(&steps.current, &node.node).filter(|_| promote);
             let promoted = match promotion {
                 Some(next) => steps.try_step(next, &score_of)?,
                 None => false,
@@ -700,7 +702,7 @@ fn excluded_too(recipe: &Recipe, node: &str) -> Recipe {
 
 /// `recipe` with `node`'s activations in 16 bits, when the recipe can say so (int8 with
 /// 8-bit types) and does not already.
-fn promoted(recipe: &Recipe, node: &str) -> Option<Recipe> {
+fn with_sixteen_bits(recipe: &Recipe, node: &str) -> Option<Recipe> {
     let mut next = recipe.clone();
     next.node_precision
         .insert(node.to_owned(), NodePrecision::W8a16)
