@@ -608,6 +608,10 @@ fn a_user_paints_nodes_by_precision_in_the_inspector() {
         h.query_all_by_label("16-bit activations (w8a16)").count() >= 1,
         "legend"
     );
+    assert!(
+        h.query_by_label("1 node(s) at w8a16").is_some(),
+        "the recipe panel counts it"
+    );
 
     // A region of two: 4-bit weights for both, in one undoable step.
     click_node(&mut h, first, Modifiers::NONE);

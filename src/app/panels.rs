@@ -12,7 +12,7 @@ use crate::app::document::Document;
 use crate::app::inspector::{self, InspectorState};
 use crate::app::states::NodeState;
 use crate::model::legacy::LegacyOpset;
-use crate::recipe::{Int4Method, Int4Output, QuantMode};
+use crate::recipe::{Int4Method, Int4Output, NodePrecision, QuantMode};
 
 /// Legend entries in display order.
 const LEGEND: [NodeState; 9] = [
@@ -405,6 +405,26 @@ fn capitalised(text: &str) -> String {
     })
 }
 
+/// How many nodes the recipe gives another precision, each with its swatch.
+fn precision_counts(ui: &mut Ui, recipe: &crate::recipe::Recipe) {
+    for (precision, state) in [
+        (NodePrecision::W8a16, NodeState::Quantized16),
+        (NodePrecision::W4a8, NodeState::QuantizedW4),
+    ] {
+        let count = recipe
+            .node_precision
+            .values()
+            .filter(|p| **p == precision)
+            .count();
+        if count > 0 {
+            ui.horizontal(|ui| {
+                swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                ui.label(format!("{count} node(s) at {}", precision.name()));
+            });
+        }
+    }
+}
+
 /// The recipe's counts (from the plan), its file, and its buttons.
 fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     ui.heading("Recipe");
@@ -440,6 +460,7 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             recipe.nodes_to_exclude.len()
         ));
     }
+    precision_counts(ui, recipe);
     ui.label(
         RichText::new(match &doc.recipe_path {
             Some(p) => format!("File: {}", p.display()),
