@@ -82,14 +82,11 @@ impl NodeState {
 
     /// True for the states a user can change by excluding or including the node.
     pub fn excludable(self) -> bool {
-        matches!(
-            self,
-            NodeState::Quantized
-                | NodeState::Quantized16
-                | NodeState::QuantizedW4
-                | NodeState::ExcludedByNode
-                | NodeState::ExcludedByOpType
-        )
+        self.quantized()
+            || matches!(
+                self,
+                NodeState::ExcludedByNode | NodeState::ExcludedByOpType
+            )
     }
 
     /// True for the states of nodes the recipe quantizes (at any precision).
@@ -157,10 +154,7 @@ impl Counts {
             .filter(|(_, n)| n.op_type != "Constant" && !qdq.is_folded(n.id))
         {
             match state {
-                NodeState::Quantized
-                | NodeState::Quantized16
-                | NodeState::QuantizedW4
-                | NodeState::QuantizedInModel => c.quantized += 1,
+                s if s.quantized() || *s == NodeState::QuantizedInModel => c.quantized += 1,
                 NodeState::NotQuantizable | NodeState::FloatInModel => c.not_quantizable += 1,
                 NodeState::Folded => c.folded += 1,
                 NodeState::KeptFloat => c.kept_float += 1,
