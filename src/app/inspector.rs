@@ -97,9 +97,10 @@ fn surrounded(doc: &Document, node: &crate::model::Node, state: NodeState) -> bo
     };
     let activation = |t: &&String| {
         float(t)
-            && doc.graph.tensor(t).is_some_and(|info| {
-                !matches!(info.kind, TensorKind::Initializer | TensorKind::Constant)
-            })
+            && doc
+                .graph
+                .tensor(t)
+                .is_some_and(|info| !info.kind.is_constant())
     };
     let mut tensors = node
         .inputs
@@ -177,11 +178,7 @@ fn node(
         .inputs
         .iter()
         .map(|t| doc.qdq.source_of(t))
-        .filter(|t| {
-            doc.graph
-                .tensor(t)
-                .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
-        })
+        .filter(|t| doc.graph.is_constant(t))
         .collect();
     for name in weights {
         weight(ui, doc, name, cache);

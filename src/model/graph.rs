@@ -107,6 +107,13 @@ pub enum TensorKind {
     Missing,
 }
 
+impl TensorKind {
+    /// True for a constant: an initializer or a Constant node's output.
+    pub fn is_constant(self) -> bool {
+        matches!(self, TensorKind::Initializer | TensorKind::Constant)
+    }
+}
+
 /// A tensor of the main graph.
 #[derive(Debug, Clone, Serialize)]
 pub struct TensorInfo {
@@ -597,6 +604,11 @@ impl Graph {
     /// The tensor with this name.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.by_tensor.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// True when `name` is a constant of this graph (see [`TensorKind::is_constant`]).
+    pub fn is_constant(&self, name: &str) -> bool {
+        self.tensor(name).is_some_and(|t| t.kind.is_constant())
     }
 
     /// Nodes in topological order (nodes on a cycle come last, in file order).

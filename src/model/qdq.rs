@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::{DataType, Graph, Model, Node, NodeId, TensorKind};
+use super::{DataType, Graph, Model, Node, NodeId};
 
 /// How one tensor is quantized: read off its DequantizeLinear.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,12 +143,6 @@ fn qdq_domain(domain: &str) -> bool {
     matches!(domain, "" | "ai.onnx" | "com.microsoft" | "trt")
 }
 
-fn is_constant(graph: &Graph, tensor: &str) -> bool {
-    graph
-        .tensor(tensor)
-        .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
-}
-
 impl QdqStructure {
     /// Reads the Q/DQ structure of `model` (indexed as `graph`); `has_qdq_form(domain,
     /// op_type)` says which op types count as quantized nodes when they read or write a
@@ -180,7 +174,7 @@ impl QdqStructure {
                 structure.folded[id.0] = true;
             }
             let read = QuantizedRead {
-                constant: is_constant(graph, &source),
+                constant: graph.is_constant(&source),
                 source,
                 params: params(model, graph, dq),
                 nodes,
@@ -284,7 +278,7 @@ impl QdqStructure {
 /// from and the nodes to fold.
 fn chain(graph: &Graph, dq: &Node, input: &str) -> Option<(String, Vec<NodeId>)> {
     let info = graph.tensor(input)?;
-    if matches!(info.kind, TensorKind::Initializer | TensorKind::Constant) {
+    if info.kind.is_constant() {
         return Some((input.to_owned(), vec![dq.id]));
     }
     let q = graph.node(info.producer?);
@@ -308,7 +302,7 @@ fn params(model: &Model, graph: &Graph, dq: &Node) -> QuantParams {
     let values = |position: usize| -> Vec<f32> {
         dq.inputs
             .get(position)
-            .filter(|t| !t.is_empty() && is_constant(graph, t))
+            .filter(|t| !t.is_empty() && graph.is_constant(t))
             .and_then(|t| model.weight(t).ok().flatten())
             .map(|a| a.to_f32().iter().copied().collect())
             .unwrap_or_default()

@@ -57,7 +57,7 @@ fn sixteen_bit_tensors<'g>(prepared: &'g Prepared, node: &'g Node) -> Vec<&'g st
         .inputs
         .iter()
         .enumerate()
-        .filter(|(at, t)| !(weighted && *at > 0 && node_precision::is_constant(&prepared.graph, t)))
+        .filter(|(at, t)| !(weighted && *at > 0 && prepared.graph.is_constant(t)))
         .map(|(_, t)| t);
     inputs
         .chain(&node.outputs)

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{QuantMode, QuantType, Recipe};
-use crate::model::{Graph, TensorKind};
+use crate::model::Graph;
 
 /// A node's precision other than the recipe's 8-bit weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -128,16 +128,7 @@ pub(super) fn graph_problems(recipe: &Recipe, graph: &Graph) -> Vec<String> {
 /// The constant weight (input 1) of a weighted node, if it has one.
 pub fn weight_of<'g>(graph: &Graph, node: &'g crate::model::Node) -> Option<&'g str> {
     let name = node.inputs.get(1)?;
-    is_constant(graph, name).then_some(name.as_str())
-}
-
-/// Whether `name` is a constant: an initializer or a Constant node's output.
-pub fn is_constant(graph: &Graph, name: &str) -> bool {
-    graph.tensor(name).is_some_and(|t| {
-        t.kind == TensorKind::Initializer
-            || t.producer
-                .is_some_and(|p| graph.node(p).op_type == "Constant")
-    })
+    graph.is_constant(name).then_some(name.as_str())
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use crate::model::proto::NodeProto;
 use crate::model::qdq::QdqStructure;
-use crate::model::{Dim, Graph, Model, Node, TensorKind, attributes};
+use crate::model::{Dim, Graph, Model, Node, attributes};
 
 /// Longest detail line drawn; longer ones are elided (the inspector has them whole).
 pub const MAX_DETAIL_CHARS: usize = 26;
@@ -49,7 +49,7 @@ fn constant_shape(
 ) -> Option<String> {
     let tensor = qdq.source_of(node.inputs.get(position)?);
     let info = graph.tensor(tensor)?;
-    if !matches!(info.kind, TensorKind::Initializer | TensorKind::Constant) {
+    if !info.kind.is_constant() {
         return None;
     }
     let dims: Option<Vec<i64>> = info

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{DataType, Dim, Graph, NodeId, TensorKind};
+use crate::model::{DataType, Dim, Graph, NodeId};
 
 /// What one model input carries, for generating data it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -173,7 +173,7 @@ fn gather_table_rows(graph: &Graph, id: NodeId, indices: &str) -> Option<usize> 
         return None;
     }
     let table = graph.tensor(node.inputs.first()?)?;
-    if !matches!(table.kind, TensorKind::Initializer | TensorKind::Constant) {
+    if !table.kind.is_constant() {
         return None;
     }
     match table.shape.as_deref()?.first()? {

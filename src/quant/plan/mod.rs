@@ -11,7 +11,7 @@ mod select;
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::model::{Graph, Node, NodeId, TensorKind};
+use crate::model::{Graph, Node, NodeId};
 use crate::recipe::{Placement, QuantMode, Recipe};
 
 pub use families::{
@@ -118,9 +118,7 @@ impl<'a> Planner<'a> {
     }
 
     fn is_weight(&self, name: &str) -> bool {
-        self.graph
-            .tensor(name)
-            .is_some_and(|t| matches!(t.kind, TensorKind::Initializer | TensorKind::Constant))
+        self.graph.is_constant(name)
     }
 
     fn consumers(&self, name: &str) -> usize {
