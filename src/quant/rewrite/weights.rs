@@ -30,6 +30,8 @@ pub(super) struct QuantizedWeight {
     pub(super) scale_type: DataType,
     pub(super) axis: Option<usize>,
     pub(super) block_size: Option<usize>,
+    /// The type the values were quantized to (their zero points take it too).
+    pub(super) qtype: QuantType,
     /// The MatMulNBits form, when the recipe asks for it.
     packed: Option<Packed>,
 }
@@ -221,6 +223,7 @@ fn quantize_weight(
         scale_type,
         axis: how.axis,
         block_size: None,
+        qtype,
         packed: None,
     })
 }
@@ -304,6 +307,7 @@ fn quantize_blockwise(
         scale_type,
         axis: Some(0),
         block_size: Some(block),
+        qtype: how.qtype,
         packed,
     })
 }
@@ -409,17 +413,7 @@ impl Rewriter<'_> {
         // ModelOpt's `rtn`: the float weight stays, behind a QuantizeLinear.
         let fake = q.block_size.is_some() && self.keeps_float_weights();
         let shape = q.shape.as_slice();
-        let qtype = match &self.plan.roles[name] {
-            TensorRole::ConstantActivation => {
-                crate::quant::params::activation_qtype(self.recipe, name)
-            }
-            _ => self
-                .recipe
-                .tensor_overrides
-                .get(name)
-                .and_then(|o| o.dtype)
-                .unwrap_or(self.recipe.weight_type),
-        };
+        let qtype = q.qtype;
         let scale_shape = q.block_size.map(|b| vec![shape[0].div_ceil(b), shape[1]]);
         let per_axis = q.axis.is_some() && q.params.len() > 1 || q.block_size.is_some();
         let edits = &mut self.edits;
