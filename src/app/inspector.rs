@@ -276,14 +276,7 @@ fn actions(ui: &mut Ui, doc: &Document, id: NodeId, state: NodeState, commands: 
 /// the recipe cannot mix precisions (not int8 with 8-bit types).
 fn precision_row(ui: &mut Ui, doc: &Document, ids: &[NodeId], commands: &mut Vec<Command>) {
     let recipe = doc.recipe();
-    let mut probe = recipe.clone();
-    probe
-        .node_precision
-        .insert(String::new(), NodePrecision::W8a16);
-    let problem = node_precision::setting_problems(&probe)
-        .into_iter()
-        .next()
-        .map(|(_, why)| why);
+    let problem = node_precision::cannot_mix(recipe);
     let nodes: Vec<&crate::model::Node> = ids.iter().map(|id| doc.graph.node(*id)).collect();
     let current = |p: Option<NodePrecision>| {
         nodes

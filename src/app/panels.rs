@@ -405,13 +405,14 @@ fn capitalised(text: &str) -> String {
     })
 }
 
-/// How many nodes the recipe gives another precision, each with its swatch.
-fn precision_counts(ui: &mut Ui, recipe: &crate::recipe::Recipe) {
+/// How many quantized nodes the plan gives another precision, each with its swatch (the
+/// nodes the graph paints so).
+fn precision_counts(ui: &mut Ui, plan: &crate::quant::Explanation) {
     for (precision, state) in [
         (NodePrecision::W8a16, NodeState::Quantized16),
         (NodePrecision::W4a8, NodeState::QuantizedW4),
     ] {
-        let count = recipe
+        let count = plan
             .node_precision
             .values()
             .filter(|p| **p == precision)
@@ -460,7 +461,7 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             recipe.nodes_to_exclude.len()
         ));
     }
-    precision_counts(ui, recipe);
+    precision_counts(ui, &doc.plan);
     ui.label(
         RichText::new(match &doc.recipe_path {
             Some(p) => format!("File: {}", p.display()),

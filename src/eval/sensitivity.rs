@@ -703,14 +703,13 @@ fn excluded_too(recipe: &Recipe, node: &str) -> Recipe {
 /// `recipe` with `node`'s activations in 16 bits, when the recipe can say so (int8 with
 /// 8-bit types) and does not already.
 fn with_sixteen_bits(recipe: &Recipe, node: &str) -> Option<Recipe> {
+    if node_precision::cannot_mix(recipe).is_some() || recipe.node_precision.contains_key(node) {
+        return None;
+    }
     let mut next = recipe.clone();
     next.node_precision
-        .insert(node.to_owned(), NodePrecision::W8a16)
-        .is_none()
-        .then_some(())?;
-    node_precision::setting_problems(&next)
-        .is_empty()
-        .then_some(next)
+        .insert(node.to_owned(), NodePrecision::W8a16);
+    Some(next)
 }
 
 /// A recipe's measured (target score, worst output SQNR).

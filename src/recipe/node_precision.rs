@@ -80,47 +80,51 @@ pub fn narrow_weight(weight: QuantType) -> QuantType {
     }
 }
 
+/// Why `recipe`'s settings cannot mix precisions per node (`None` when they can): only int8
+/// recipes with 8-bit activations and weights.
+pub fn cannot_mix(recipe: &Recipe) -> Option<String> {
+    let eight_bit = |t: QuantType| matches!(t, QuantType::Uint8 | QuantType::Int8);
+    if recipe.mode != QuantMode::Int8 {
+        Some("node_precision applies to int8 recipes (mode = \"int8\")".to_owned())
+    } else if !eight_bit(recipe.activation_type) || !eight_bit(recipe.weight_type) {
+        Some("node_precision changes 8-bit weights and activations: activation_type and weight_type must be uint8 or int8".to_owned())
+    } else {
+        None
+    }
+}
+
 /// The recipe settings `node_precision` contradicts, as (key, message).
-pub fn setting_problems(recipe: &Recipe) -> Vec<(&'static str, String)> {
+pub(super) fn setting_problems(recipe: &Recipe) -> Vec<(&'static str, String)> {
     if recipe.node_precision.is_empty() {
         return Vec::new();
     }
-    let eight_bit = |t: QuantType| matches!(t, QuantType::Uint8 | QuantType::Int8);
-    let mut problems = Vec::new();
-    if recipe.mode != QuantMode::Int8 {
-        problems.push((
-            "node_precision",
-            "node_precision applies to int8 recipes (mode = \"int8\")".to_owned(),
-        ));
-    } else if !eight_bit(recipe.activation_type) || !eight_bit(recipe.weight_type) {
-        problems.push((
-            "node_precision",
-            "node_precision changes 8-bit weights and activations: activation_type and weight_type must be uint8 or int8".to_owned(),
-        ));
-    }
-    problems
+    cannot_mix(recipe)
+        .map(|why| ("node_precision", why))
+        .into_iter()
+        .collect()
 }
 
 /// The nodes `node_precision` names that `graph` lacks, or that cannot take their precision.
 pub(super) fn graph_problems(recipe: &Recipe, graph: &Graph) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, precision) in &recipe.node_precision {
-        let Some(node) = graph.nodes().iter().find(|n| &n.name == name) else {
+        let Some(node) = graph.node_by_name(name) else {
             problems.push(format!("node_precision: the model has no node '{name}'"));
             continue;
         };
-        if !precision.applies_to(&node.op_type) {
-            problems.push(format!(
+        if precision.takes(graph, node) {
+            continue;
+        }
+        problems.push(if precision.applies_to(&node.op_type) {
+            format!("node_precision: '{name}' has no constant weight to give 4 bits")
+        } else {
+            format!(
                 "node_precision: '{name}' is a {} node; {} is for {} nodes",
                 node.op_type,
                 precision.name(),
                 WEIGHTED_OPS.join("/")
-            ));
-        } else if *precision == NodePrecision::W4a8 && weight_of(graph, node).is_none() {
-            problems.push(format!(
-                "node_precision: '{name}' has no constant weight to give 4 bits"
-            ));
-        }
+            )
+        });
     }
     problems
 }
@@ -154,8 +158,13 @@ mod tests {
         assert!(setting_problems(&recipe).is_empty());
         recipe.set_mode(QuantMode::Int4);
         assert_eq!(setting_problems(&recipe).len(), 1);
+        assert!(cannot_mix(&recipe).is_some());
         recipe.set_mode(QuantMode::Int8);
         recipe.activation_type = QuantType::Uint16;
         assert_eq!(setting_problems(&recipe).len(), 1);
+        // A recipe without node precisions has nothing to contradict.
+        recipe.node_precision.clear();
+        assert!(setting_problems(&recipe).is_empty());
+        assert!(cannot_mix(&recipe).is_some());
     }
 }
