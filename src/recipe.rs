@@ -120,6 +120,42 @@ impl Int4Output {
     }
 }
 
+/// How a weight's range is chosen (per tensor or per channel, integer types; block-wise and
+/// FP8 weights always take their extremes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightRange {
+    /// The weight's (or channel's) smallest and largest value: onnxruntime's choice.
+    #[default]
+    Minmax,
+    /// The clipped range whose rounding and clipping error is least (mean squared error over
+    /// the weight's values): one outlier no longer sets the step of every other weight.
+    Mse,
+}
+
+impl WeightRange {
+    /// Parses a name.
+    pub fn parse(name: &str) -> Option<WeightRange> {
+        match name.to_ascii_lowercase().as_str() {
+            "minmax" | "max" => Some(WeightRange::Minmax),
+            "mse" => Some(WeightRange::Mse),
+            _ => None,
+        }
+    }
+
+    /// The name recipes and the CLI use.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightRange::Minmax => "minmax",
+            WeightRange::Mse => "mse",
+        }
+    }
+
+    fn is_minmax(&self) -> bool {
+        *self == WeightRange::Minmax
+    }
+}
+
 /// A per-tensor choice that overrides the recipe's defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -319,6 +355,11 @@ pub struct Recipe {
     /// module; the statistics must be gathered with it on). A tensor's own method wins.
     #[serde(default)]
     pub layerwise_range: bool,
+    /// How integer weights (per tensor or per channel) get their range: their extremes, or
+    /// the clipped range of least squared error (see the quantizer's `weight_range`
+    /// module). Recipes written before this setting: extremes.
+    #[serde(default, skip_serializing_if = "WeightRange::is_minmax")]
+    pub weight_range: WeightRange,
     /// Graph clean-ups applied first.
     #[serde(default)]
     pub preprocessing: Preprocessing,
@@ -378,6 +419,7 @@ impl Default for Recipe {
             bias_correction: false,
             gptq: false,
             layerwise_range: false,
+            weight_range: WeightRange::Minmax,
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,

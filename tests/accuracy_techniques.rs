@@ -425,6 +425,49 @@ fn gptq_lowers_a_layers_output_error_against_rounding_to_nearest() {
 }
 
 #[test]
+fn gptq_chooses_its_dampening_on_held_out_samples() {
+    // Two calibration samples of independent inputs: 32 vectors for a 32-wide Hessian, half
+    // of them to fit on. GPTQ with the reference dampening fits those vectors and moves the
+    // output on new ones more than rounding to nearest; measured on the held-out sample, the
+    // dampening it takes does not.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("few.npz");
+    let independent = |seed: u64, n: usize| {
+        ArrayD::from_shape_vec(IxDyn(&[n, 16, 32]), values(seed, n * 16 * 32)).unwrap()
+    };
+    write_npz(&data, &[("x", TensorArray::Float32(independent(5, 2)))]);
+    let model = matmul_model();
+    let base = Recipe {
+        activation_type: QuantType::Uint16,
+        weight_type: QuantType::Int4,
+        ..Recipe::default()
+    };
+    let gptq = Recipe {
+        gptq: true,
+        ..base.clone()
+    };
+    let stats = calibrate(&model, &gptq, &data);
+    let hessian = stats.input_hessians.values().next().unwrap();
+    assert_eq!((hessian.count, hessian.held_out_count), (32, 16));
+    let nearest = quant::quantize(&model, Some(&stats), &base).unwrap();
+    let rounded = quant::quantize(&model, Some(&stats), &gptq).unwrap();
+    let layer = &rounded.gptq.as_ref().unwrap().rounded[0];
+    let x = independent(1000, 32);
+    let float = run(&model, &x);
+    let (nearest, gptq) = (
+        mean_squared_error(&float, &run(&nearest.model, &x)),
+        mean_squared_error(&float, &run(&rounded.model, &x)),
+    );
+    eprintln!("few samples, held-out output MSE: nearest {nearest:e}, gptq {gptq:e}, {layer:?}");
+    assert!(
+        gptq <= 1.02 * nearest,
+        "gptq {gptq:e} against nearest {nearest:e}"
+    );
+    assert!(layer.held_out, "{layer:?}");
+    assert_ne!(layer.dampening, Some(0.01), "{layer:?}");
+}
+
+#[test]
 fn cli_gptq_and_layerwise_ranges_from_a_statistics_file() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
@@ -453,7 +496,21 @@ fn cli_gptq_and_layerwise_ranges_from_a_statistics_file() {
         "--output_path",
         out.to_str().unwrap(),
     ]));
-    assert!(text.contains("gptq: 54 layer(s) rounded"), "{text}");
+    // Every one of the 54 layers is rounded by GPTQ or, where its held-out samples preferred
+    // it, kept rounded to nearest.
+    let line = text.lines().find(|l| l.starts_with("gptq: ")).unwrap_or("");
+    let number_before = |marker: &str| -> usize {
+        line.split(marker)
+            .next()
+            .and_then(|head| head.split(' ').next_back())
+            .map_or(0, |n| n.parse().unwrap_or(0))
+    };
+    let (rounded, kept) = (
+        number_before(" layer(s) rounded"),
+        number_before(" kept rounding"),
+    );
+    assert_eq!(rounded + kept, 54, "{line}");
+    assert!(rounded >= 50, "{line}");
     assert!(text.contains("gptq-rounded layer"), "{text}");
     let recipe = common::stamped_recipe(&Model::load(&out).unwrap());
     assert!(recipe.gptq && recipe.layerwise_range);

@@ -83,3 +83,23 @@ fn minilm_int4_weights_with_gptq_beat_round_to_nearest() {
         "int4 cosine: gptq {gptq} against nearest {nearest}"
     );
 }
+
+#[test]
+fn minilm_per_tensor_weights_keep_their_resolution_with_mse_ranges() {
+    // The first feed-forward output projection holds one weight of 7.5 among values of 0.03:
+    // per tensor, its extremes give a step that rounds nearly every other weight to zero.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, extremes) = quantize_and_compare(dir.path(), "minmax", &["--per_tensor"]);
+    let (said, mse) = quantize_and_compare(
+        dir.path(),
+        "mse",
+        &["--per_tensor", "--weight_range", "mse"],
+    );
+    eprintln!("per-tensor weights, cosine: extremes {extremes:.5}, mse ranges {mse:.5}");
+    // 7-bit weights stay 7-bit when clipped (the saturation guard still holds).
+    assert!(said.contains("7-bit weights: 18 weight(s)"), "{said}");
+    assert!(
+        mse >= 0.97 && 1.0 - mse < 0.5 * (1.0 - extremes),
+        "per-tensor cosine: mse ranges {mse} against extremes {extremes}"
+    );
+}

@@ -73,6 +73,10 @@ OURS = {
     "per-tensor + layer-wise ranges": ["--per_tensor", "--layerwise_range"],
     "per-channel + layer-wise ranges": ["--per_channel", "--layerwise_range"],
     "per-tensor, all four": ["--per_tensor", "--cle", "--bias_correction", "--gptq", "--layerwise_range"],
+    "per-tensor + mse weights": ["--per_tensor", "--weight_range", "mse"],
+    "per-tensor + mse weights + cle + bias corr. + gptq": ["--per_tensor", "--weight_range", "mse", "--cle",
+                                                           "--bias_correction", "--gptq"],
+    "per-channel + mse weights": ["--per_channel", "--weight_range", "mse"],
     "per-channel + bias corr. + gptq + layer-wise": ["--per_channel", "--bias_correction", "--gptq",
                                                      "--layerwise_range"],
     "per-channel, all four": ["--per_channel", "--cle", "--bias_correction", "--gptq", "--layerwise_range"],
@@ -190,6 +194,9 @@ def measure(case, binary, batch=4):
     TARGETS.check(f"{case.label}: per-tensor + cle + bias corr. + gptq - per-channel ({unit})",
                   ours["per-tensor + cle + bias corr. + gptq"][judged] - ours["per-channel"][judged], ">=", -1.0,
                   "{:+.2f}")
+    per_tensor = max(v[judged] for k, v in ours.items() if k.startswith("per-tensor"))
+    TARGETS.check(f"{case.label}: best per-tensor configuration - per-channel ({unit})",
+                  per_tensor - ours["per-channel"][judged], ">=", -1.0, "{:+.2f}")
     for i, unit in [(judged, unit), (1, case.metric)]:
         TARGETS.check(f"{case.label}: qdq-studio best - onnxruntime best ({unit})",
                       max(v[i] for v in ours.values()) - max(v[i] for v in theirs.values()), ">=", 0.0, "{:+.3f}")

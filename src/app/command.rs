@@ -68,6 +68,8 @@ pub enum Command {
     SetGptq(bool),
     /// Turn layer-wise range choice on or off.
     SetLayerwiseRange(bool),
+    /// Weight ranges of least squared error (on) or the weights' extremes (off).
+    SetMseWeightRanges(bool),
     /// Select a node.
     Select(NodeId, SelectMode),
     /// Select exactly these nodes.

@@ -556,6 +556,14 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         Command::SetLayerwiseRange,
         commands,
     );
+    switch_row(
+        ui,
+        ("MSE weight ranges", "clip weight outliers"),
+        "Quantizes each weight (or weight channel) over the clipped range whose rounding and clipping error is least, so one outlier no longer sets the step of every other weight; per-tensor weights gain most (a transformer's output projections); no calibration needed",
+        recipe.weight_range == crate::recipe::WeightRange::Mse,
+        Command::SetMseWeightRanges,
+        commands,
+    );
 }
 
 /// The GPTQ switch (a grid row; int4's round-to-nearest methods show it too).

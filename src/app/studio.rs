@@ -13,7 +13,7 @@ use crate::app::settings::Settings;
 use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
-use crate::recipe::{NodePrecision, Recipe};
+use crate::recipe::{NodePrecision, Recipe, WeightRange};
 
 /// How often the window polls a running job (it repaints only while one runs).
 const JOB_POLL: Duration = Duration::from_millis(50);
@@ -391,6 +391,22 @@ impl Studio {
                 doc.editor.change(|r| r.layerwise_range = on);
                 self.window.status =
                     technique_status("Layer-wise ranges", on, "each activation's range methods");
+            }
+            Command::SetMseWeightRanges(on) => {
+                let range = if on {
+                    WeightRange::Mse
+                } else {
+                    WeightRange::Minmax
+                };
+                doc.editor.change(|r| r.weight_range = range);
+                self.window.status = format!(
+                    "Weight ranges: {} (no new calibration needed)",
+                    if on {
+                        "least squared error"
+                    } else {
+                        "extremes"
+                    }
+                );
             }
             Command::SetInt4Output(form) => {
                 doc.editor.change(|r| r.int4_output = form);

@@ -12,6 +12,7 @@ use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;
 use qdq_studio::recipe::{
     Int4Method, Int4Output, NodePrecision, Placement, Preprocessing, QuantMode, QuantType, Recipe,
+    WeightRange,
 };
 use qdq_studio::runtime::Runtime;
 use qdq_studio::workflow::outputs::RunFiles;
@@ -168,6 +169,10 @@ pub struct QuantizeArgs {
     /// on the calibration data.
     #[arg(long = "layerwise_range", visible_alias = "layerwise-range")]
     pub layerwise_range: bool,
+    /// How weights get their range: minmax (their extremes, onnxruntime's) or mse (the
+    /// clipped range of least squared error; per-tensor weights with outliers gain most).
+    #[arg(long = "weight_range", visible_alias = "weight-range")]
+    pub weight_range: Option<String>,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -283,6 +288,10 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if args.layerwise_range {
         recipe.layerwise_range = true;
+    }
+    if let Some(range) = &args.weight_range {
+        recipe.weight_range = WeightRange::parse(range)
+            .with_context(|| format!("--weight_range: unknown range '{range}' (minmax, mse)"))?;
     }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;

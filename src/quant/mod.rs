@@ -22,6 +22,7 @@ pub mod rewrite;
 pub mod saturation;
 pub mod scale;
 pub mod smooth;
+pub mod weight_range;
 
 use std::collections::{BTreeMap, BTreeSet};
 

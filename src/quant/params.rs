@@ -9,7 +9,7 @@ use super::plan::TensorRole;
 use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
 use crate::calib::stats::CalibrationStats;
 use crate::model::Graph;
-use crate::recipe::{QuantMode, QuantType, Recipe};
+use crate::recipe::{QuantMode, QuantType, Recipe, WeightRange};
 
 /// The integer grid an activation of `qtype` is quantized to (what its range is chosen for).
 pub fn qtype_range_target(qtype: QuantType, symmetric: bool) -> RangeTarget {
@@ -141,6 +141,25 @@ pub struct WeightQuant {
     pub axis: Option<usize>,
     /// Block size of block-wise (int4) scales along `axis`.
     pub block_size: Option<usize>,
+    /// How the range of each channel (or of the whole weight) is chosen.
+    pub range: WeightRange,
+}
+
+impl WeightQuant {
+    /// `v` quantized with `p`: clamped to the type's storage range like onnxruntime's
+    /// extremes-based weights (which never reach it), and to the grid the scale was chosen
+    /// for (7-bit, symmetric) when the range was clipped ([`WeightRange::Mse`]), so a clipped
+    /// value never takes the eighth bit that 7-bit weights exist to keep free.
+    pub fn quantize(&self, v: f32, p: super::scale::ScaleZp) -> i64 {
+        let q = super::scale::quantize_value(v, p, self.qtype);
+        match self.range {
+            WeightRange::Minmax => q,
+            WeightRange::Mse => {
+                let (lo, hi) = super::scale::qrange(self.qtype, self.reduce_range, self.symmetric);
+                q.clamp(lo, hi)
+            }
+        }
+    }
 }
 
 /// How the weight or constant `name` in `role` is quantized, for a tensor of `rank`
@@ -160,6 +179,7 @@ pub fn weight_quant(
                 reduce_range: false,
                 axis: Some(0),
                 block_size: Some(recipe.block_size),
+                range: WeightRange::Minmax,
             })
         }
         TensorRole::Weight { axis } => {
@@ -167,8 +187,9 @@ pub fn weight_quant(
                 .filter(|_| recipe.per_channel)
                 .filter(|&a| a < rank && rank > 1);
             let own = recipe.tensor_overrides.get(name).and_then(|o| o.dtype);
+            let qtype = own.unwrap_or(recipe.weight_type);
             Some(WeightQuant {
-                qtype: own.unwrap_or(recipe.weight_type),
+                qtype,
                 symmetric: recipe.symmetric_weights || axis.is_some() || fp8,
                 // 7-bit weights are an 8-bit setting; a weight given its own type keeps it.
                 reduce_range: own.is_none()
@@ -179,6 +200,12 @@ pub fn weight_quant(
                             .is_some_and(|o| o.reduce_range)),
                 axis,
                 block_size: None,
+                // FP8 maps the magnitude to 448, not to an integer grid.
+                range: if qtype == QuantType::Float8e4m3fn {
+                    WeightRange::Minmax
+                } else {
+                    recipe.weight_range
+                },
             })
         }
         TensorRole::ConstantActivation => {
@@ -189,6 +216,7 @@ pub fn weight_quant(
                 reduce_range: false,
                 axis: None,
                 block_size: None,
+                range: WeightRange::Minmax,
             })
         }
         _ => None,

@@ -10,8 +10,7 @@ use crate::quant::int4::blocks::{BlockSpec, block_params, param_at};
 use crate::quant::layers::Kind;
 use crate::quant::params::WeightQuant;
 use crate::quant::rewrite::weight_params;
-use crate::quant::scale::{ScaleZp, dequantize, quantize_value, store_scales};
-use crate::recipe::QuantType;
+use crate::quant::scale::{ScaleZp, dequantize, store_scales};
 
 /// Which parameter an element (by its index in the weight's standard layout) uses.
 #[derive(Debug, Clone, Copy)]
@@ -28,7 +27,7 @@ enum ParamIndex {
 pub struct Grid {
     params: Vec<ScaleZp>,
     index: ParamIndex,
-    qtype: QuantType,
+    how: WeightQuant,
 }
 
 impl Grid {
@@ -64,7 +63,7 @@ impl Grid {
         Some(Grid {
             params,
             index,
-            qtype: how.qtype,
+            how: *how,
         })
     }
 
@@ -81,7 +80,7 @@ impl Grid {
     /// `v` quantized and dequantized as the element at `flat` will be.
     pub fn fake(&self, flat: usize, v: f32) -> f32 {
         let p = self.param(flat);
-        dequantize(quantize_value(v, p, self.qtype), p)
+        dequantize(self.how.quantize(v, p), p)
     }
 }
 
@@ -165,15 +164,15 @@ pub fn problems(kind: Kind, shape: &[usize], hessian: &InputHessian) -> Option<V
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recipe::QuantType;
 
     fn hessian(groups: usize, dim: usize) -> InputHessian {
-        InputHessian {
-            layers: vec![],
-            groups,
-            dim,
-            sum: vec![0.0; groups * dim * dim],
-            count: 1,
-        }
+        let mut h = InputHessian::default();
+        h.groups = groups;
+        h.dim = dim;
+        h.sum = vec![0.0; groups * dim * dim];
+        h.count = 1;
+        h
     }
 
     #[test]
@@ -201,6 +200,7 @@ mod tests {
             reduce_range: false,
             axis: Some(1),
             block_size: None,
+            range: crate::recipe::WeightRange::Minmax,
         };
         let grid = Grid::new(&values, &how, DataType::Float32).unwrap();
         let dequantized = crate::quant::rewrite::dequantized_weight(&values, None, &how).unwrap();

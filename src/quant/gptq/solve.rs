@@ -21,8 +21,12 @@ const BLOCK: usize = 128;
 
 /// GPTQ's dampening: this fraction of the mean diagonal is added to the diagonal, so the
 /// factorization is stable when inputs are correlated; raised tenfold (up to
-/// [`MAX_DAMPENING`]) while the matrix is not positive definite.
+/// [`MAX_DAMPENING`]) while the matrix is not positive definite. The reference value, used
+/// when no held-out samples choose among [`DAMPENINGS`].
 pub const DAMPENING: f64 = 0.01;
+/// The dampenings tried on held-out samples: larger ones trust the measured correlations
+/// less (towards rounding to nearest), which a Hessian from few vectors needs.
+pub const DAMPENINGS: [f64; 4] = [0.01, 0.1, 1.0, 10.0];
 const MAX_DAMPENING: f64 = 10.0;
 
 /// The upper-triangular `U` with `H⁻¹ = Uᵀ U`, for a symmetric positive definite `h`;
@@ -103,10 +107,10 @@ pub fn act_order(h: &Array2<f64>) -> Vec<usize> {
     order
 }
 
-/// The inverse factor of `h` under the smallest dampening (from [`DAMPENING`], tenfold
+/// The inverse factor of `h` under the smallest dampening (from `dampening`, tenfold
 /// steps) that makes it positive definite; `None` when none does.
-pub fn stable_inverse_factor(h: &Array2<f64>) -> Option<Array2<f64>> {
-    let mut dampening = DAMPENING;
+pub fn stable_inverse_factor(h: &Array2<f64>, dampening: f64) -> Option<Array2<f64>> {
+    let mut dampening = dampening;
     while dampening <= MAX_DAMPENING {
         if let Some(u) = inverse_factor(&dampened(h, dampening)) {
             return Some(u);
@@ -206,7 +210,7 @@ mod tests {
         // Dampening makes a merely singular Hessian usable.
         let singular = Array2::from_shape_vec((2, 2), vec![1.0, 1.0, 1.0, 1.0]).unwrap();
         assert!(inverse_factor(&singular).is_none());
-        assert!(stable_inverse_factor(&singular).is_some());
+        assert!(stable_inverse_factor(&singular, DAMPENING).is_some());
     }
 
     #[test]
@@ -220,7 +224,7 @@ mod tests {
         let order = act_order(&h);
         let permuted_h = Array2::from_shape_fn((n, n), |(i, j)| h[[order[i], order[j]]]);
         let permuted_w = Array2::from_shape_fn((rows, n), |(r, i)| w[[r, order[i]]]);
-        let u = stable_inverse_factor(&permuted_h).unwrap();
+        let u = stable_inverse_factor(&permuted_h, DAMPENING).unwrap();
         let targets = round(&permuted_w, &u, &fake);
         let gptq = Array2::from_shape_fn((rows, n), |(r, i)| {
             fake(r, i, targets[[r, i]]) - permuted_w[[r, i]]

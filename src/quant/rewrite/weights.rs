@@ -19,7 +19,8 @@ use crate::quant::plan::TensorRole;
 use crate::quant::scale::{
     ScaleZp, adjust_weight_scale_for_bias, quantize_fp8, quantize_value, scale_zp_for, store_scales,
 };
-use crate::recipe::QuantType;
+use crate::quant::weight_range::{Channels, least_error_params};
+use crate::recipe::{QuantType, WeightRange};
 
 /// A weight's quantized values (already the `{name}_quantized` initializer, so only the
 /// packed bytes stay in memory) and parameters.
@@ -99,9 +100,28 @@ pub fn channel_extremes(values: &ArrayD<f32>, axis: Option<usize>) -> Vec<(f32, 
 
 /// The scale and zero point of each channel of a weight quantized per channel or per tensor
 /// (not block-wise), before any bias adjustment or storage rounding. Ranges always hold zero
-/// (the zero point must be exact).
+/// (the zero point must be exact). With [`WeightRange::Mse`] each range is the shrunk one of
+/// least squared error ([`crate::quant::weight_range`]).
 pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
-    channel_extremes(values, how.axis)
+    let extremes = channel_extremes(values, how.axis);
+    if how.range == WeightRange::Mse {
+        let standard = values.as_standard_layout();
+        let shape = values.shape();
+        let channels = match how.axis.filter(|&a| a < values.ndim()) {
+            Some(a) => Channels {
+                count: shape[a],
+                inner: shape[a + 1..].iter().product(),
+            },
+            None => Channels {
+                count: 1,
+                inner: values.len(),
+            },
+        };
+        if let Some(flat) = standard.as_slice() {
+            return least_error_params(flat, channels, &extremes, how);
+        }
+    }
+    extremes
         .into_iter()
         .map(|(lo, hi)| {
             scale_zp_for(
@@ -139,19 +159,15 @@ pub fn dequantized_weight(
     let mut out = source.as_standard_layout().into_owned();
     for (i, v) in out.iter_mut().enumerate() {
         let p = params[(i / inner.max(1)) % len.max(1)];
-        *v = crate::quant::scale::dequantize(quantize_value(*v, p, how.qtype), p);
+        *v = crate::quant::scale::dequantize(how.quantize(*v, p), p);
     }
     Some(out)
 }
 
 /// `values` quantized with one parameter per slice along `axis` (or one in all), straight
 /// into the storage type.
-fn quantize_array(
-    values: &ArrayD<f32>,
-    params: &[ScaleZp],
-    axis: Option<usize>,
-    qtype: QuantType,
-) -> TensorArray {
+fn quantize_array(values: &ArrayD<f32>, params: &[ScaleZp], how: &WeightQuant) -> TensorArray {
+    let (axis, qtype) = (how.axis, how.qtype);
     let shape = values.shape().to_vec();
     let standard = values.as_standard_layout();
     let flat = standard.as_slice().unwrap_or(&[]);
@@ -179,7 +195,7 @@ fn quantize_array(
         });
     }
     collect_quantized(qtype, &shape, row_len, |row, col| {
-        quantize_value(flat[row * row_len + col], param_of(col), qtype)
+        how.quantize(flat[row * row_len + col], param_of(col))
     })
 }
 
@@ -216,7 +232,7 @@ fn quantize_weight(
     }
     store_scales(&mut params, scale_type, adjusted);
     Ok(QuantizedWeight {
-        values: quantize_array(rounded.unwrap_or(values), &params, how.axis, qtype)
+        values: quantize_array(rounded.unwrap_or(values), &params, how)
             .to_proto(&format!("{name}_quantized")),
         shape: values.shape().to_vec(),
         params,
