@@ -1089,19 +1089,28 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
 }
 
 #[test]
-fn gptq_and_layerwise_ranges_are_recipe_switches_that_calibration_honours() {
+fn gptq_layerwise_and_weight_ranges_are_recipe_switches_that_calibration_honours() {
     let mut h = harness();
     h.state_mut().open(Source::Sample);
     settle(&mut h, "opening");
     press(&mut h, "round weights against inputs");
     press(&mut h, "a range method per tensor");
-    let chosen = recipe(&h);
-    assert!(chosen.gptq && chosen.layerwise_range);
     assert!(
         h.state().status().contains("Layer-wise ranges on"),
         "{}",
         h.state().status()
     );
+    press(&mut h, "clip weight outliers");
+    assert!(
+        h.state()
+            .status()
+            .contains("Weight ranges: least squared error"),
+        "{}",
+        h.state().status()
+    );
+    let chosen = recipe(&h);
+    assert!(chosen.gptq && chosen.layerwise_range);
+    assert_eq!(chosen.weight_range, qdq_studio::recipe::WeightRange::Mse);
     calibrate(&mut h);
     no_notices(&h);
     let stats = statistics(&h);

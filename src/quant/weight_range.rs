@@ -73,13 +73,19 @@ pub fn least_error_params(
     };
     for k in 1..COARSE_STEPS {
         let ratios = vec![COARSE_FACTOR.powi(k); n];
-        best.keep_better(&ratios, channel_errors(flat, channels, &params_at(&ratios), how));
+        best.keep_better(
+            &ratios,
+            channel_errors(flat, channels, &params_at(&ratios), how),
+        );
     }
     let centre = best.ratio.clone();
     let fine = |k: i32| COARSE_FACTOR.powf(k as f32 / (FINE_STEPS + 1) as f32);
     for k in (-FINE_STEPS..=FINE_STEPS).filter(|&k| k != 0) {
         let ratios: Vec<f32> = centre.iter().map(|&r| (r * fine(k)).min(1.0)).collect();
-        best.keep_better(&ratios, channel_errors(flat, channels, &params_at(&ratios), how));
+        best.keep_better(
+            &ratios,
+            channel_errors(flat, channels, &params_at(&ratios), how),
+        );
     }
     params_at(&best.ratio)
 }
