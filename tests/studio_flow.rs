@@ -1108,8 +1108,20 @@ fn gptq_layerwise_and_weight_ranges_are_recipe_switches_that_calibration_honours
         "{}",
         h.state().status()
     );
+    // Per-tensor weight scales, from the Recipe panel's menu.
+    h.get_by_value("one scale per output channel").click();
+    h.run_steps(2);
+    h.get_by_label("one scale per weight tensor").click();
+    h.run_steps(2);
+    assert!(
+        h.state()
+            .status()
+            .contains("Weights: one scale per weight tensor"),
+        "{}",
+        h.state().status()
+    );
     let chosen = recipe(&h);
-    assert!(chosen.gptq && chosen.layerwise_range);
+    assert!(chosen.gptq && chosen.layerwise_range && !chosen.per_channel);
     assert_eq!(chosen.weight_range, qdq_studio::recipe::WeightRange::Mse);
     calibrate(&mut h);
     no_notices(&h);

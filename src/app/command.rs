@@ -68,6 +68,8 @@ pub enum Command {
     SetGptq(bool),
     /// Turn layer-wise range choice on or off.
     SetLayerwiseRange(bool),
+    /// One scale per output channel of each weight (true) or one per weight (false).
+    SetPerChannel(bool),
     /// Weight ranges of least squared error (on) or the weights' extremes (off).
     SetMseWeightRanges(bool),
     /// Select a node.

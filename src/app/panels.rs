@@ -500,6 +500,15 @@ pub fn mode_name(mode: QuantMode) -> &'static str {
     }
 }
 
+/// The weights' scale granularity's name in the studio.
+pub fn granularity_name(per_channel: bool) -> &'static str {
+    if per_channel {
+        "one scale per output channel"
+    } else {
+        "one scale per weight tensor"
+    }
+}
+
 /// An int4 output form's name in the studio.
 pub fn output_name(form: Int4Output) -> &'static str {
     match form {
@@ -615,6 +624,30 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                     }
                 });
             ui.end_row();
+            if recipe.mode != QuantMode::Int4 {
+                ui.label("Weight scales");
+                egui::ComboBox::from_id_salt("recipe-granularity")
+                    .selected_text(granularity_name(recipe.per_channel))
+                    .show_ui(ui, |ui| {
+                        for per_channel in [true, false] {
+                            if ui
+                                .selectable_label(
+                                    recipe.per_channel == per_channel,
+                                    granularity_name(per_channel),
+                                )
+                                .clicked()
+                                && recipe.per_channel != per_channel
+                            {
+                                commands.push(Command::SetPerChannel(per_channel));
+                            }
+                        }
+                    })
+                    .response
+                    .on_hover_text(
+                        "Per channel: each output channel of a Conv/Gemm/MatMul weight gets its own scale (onnxruntime's per_channel, the default). Per tensor: one scale per weight, for runtimes and NPUs that take no other; equalization, bias correction, GPTQ and MSE weight ranges win most of the difference back",
+                    );
+                ui.end_row();
+            }
             if recipe.mode == QuantMode::Int8 {
                 ui.label("SmoothQuant");
                 let mut on = recipe.smoothquant;

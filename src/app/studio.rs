@@ -392,6 +392,11 @@ impl Studio {
                 self.window.status =
                     technique_status("Layer-wise ranges", on, "each activation's range methods");
             }
+            Command::SetPerChannel(on) => {
+                doc.editor.change(|r| r.per_channel = on);
+                self.window.status =
+                    format!("Weights: {}", crate::app::panels::granularity_name(on));
+            }
             Command::SetMseWeightRanges(on) => {
                 let range = if on {
                     WeightRange::Mse

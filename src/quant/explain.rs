@@ -116,11 +116,16 @@ impl PlannedTensor {
                     (None, _) => "per tensor".to_owned(),
                 };
                 format!(
-                    "{}{} {} {layout}{}",
+                    "{}{} {} {layout}{}{}",
                     quant.qtype.data_type().name(),
                     if quant.reduce_range { " (7-bit)" } else { "" },
                     symmetry(quant.symmetric),
-                    if *constant { ", from its values" } else { "" }
+                    if *constant { ", from its values" } else { "" },
+                    match quant.range {
+                        crate::recipe::WeightRange::Mse =>
+                            ", range clipped for least squared error",
+                        crate::recipe::WeightRange::Minmax => "",
+                    }
                 )
             }
             TensorQuant::Bias { .. } => "int32 bias (input scale × weight scale)".to_owned(),

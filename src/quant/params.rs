@@ -160,6 +160,14 @@ impl WeightQuant {
             }
         }
     }
+
+    /// The float span `p`'s grid covers (values outside it are clipped): what the studio
+    /// draws against a channel's values.
+    pub fn grid_span(&self, p: super::scale::ScaleZp) -> (f32, f32) {
+        let (lo, hi) = super::scale::qrange(self.qtype, self.reduce_range, self.symmetric);
+        let at = |q: i64| super::scale::dequantize(q, p);
+        (at(lo), at(hi))
+    }
 }
 
 /// How the weight or constant `name` in `role` is quantized, for a tensor of `rank`

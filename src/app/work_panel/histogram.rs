@@ -18,8 +18,8 @@ use crate::app::document::Document;
 use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
 use crate::calib::{CalibrationStats, TensorStats};
 use crate::quant::explain::{Explanation, TensorQuant};
-use crate::quant::params::{RangeSource, activation_quant};
-use crate::quant::rewrite::channel_extremes;
+use crate::quant::params::{RangeSource, WeightQuant, activation_quant};
+use crate::quant::rewrite::{channel_extremes, weight_params};
 use crate::recipe::{Recipe, TensorOverride};
 use crate::report::charts::clipped_share;
 
@@ -609,19 +609,69 @@ fn use_method(
 
 /// How the plan quantizes weight `name` of `node`: the axis its channel ranges run along and
 /// a line saying so.
-fn weight_axis_of(doc: &Document, node: &crate::model::Node, name: &str) -> (usize, String) {
+fn weight_axis_of(
+    doc: &Document,
+    node: &crate::model::Node,
+    name: &str,
+) -> (usize, String, Option<WeightQuant>) {
     match doc.plan.tensor(name).map(|p| (&p.quant, p.describe())) {
         Some((TensorQuant::Weight { quant, .. }, text)) => match quant.axis {
-            Some(axis) => (axis, text),
+            Some(axis) => (axis, text, Some(*quant)),
             None => (
                 crate::quant::plan::weight_axis(node),
                 format!("{text}: one scale covers all these channels"),
+                Some(*quant),
             ),
         },
         _ => (
             crate::quant::plan::weight_axis(node),
             "not quantized under this recipe".to_owned(),
+            None,
         ),
+    }
+}
+
+/// Each channel's values' range, and the span of the grid the quantizer puts it on (one
+/// span repeated for a per-tensor weight; none for block-wise, FP8 or unquantized weights).
+struct ChannelRanges {
+    values: Vec<(f32, f32)>,
+    grid: Option<Vec<(f32, f32)>>,
+}
+
+impl ChannelRanges {
+    fn of(values: &ndarray::ArrayD<f32>, axis: usize, quant: Option<&WeightQuant>) -> Self {
+        let ranges = channel_extremes(values, Some(axis));
+        let grid = quant
+            .filter(|q| q.block_size.is_none() && q.qtype != crate::recipe::QuantType::Float8e4m3fn)
+            .and_then(|q| {
+                let spans: Vec<(f32, f32)> = weight_params(values, q)
+                    .into_iter()
+                    .map(|p| q.grid_span(p))
+                    .collect();
+                match spans.len() {
+                    1 => Some(vec![spans[0]; ranges.len()]),
+                    n if n == ranges.len() => Some(spans),
+                    _ => None,
+                }
+            });
+        ChannelRanges {
+            values: ranges,
+            grid,
+        }
+    }
+
+    /// Channels with values outside their grid (clipped when quantized).
+    fn clipped(&self) -> usize {
+        let Some(grid) = &self.grid else { return 0 };
+        let outside = |(a, b): &(f32, f32), (lo, hi): &(f32, f32)| {
+            let slack = 0.5 * (hi - lo).abs() / 255.0;
+            *a < lo - slack || *b > hi + slack
+        };
+        self.values
+            .iter()
+            .zip(grid)
+            .filter(|(v, g)| outside(v, g))
+            .count()
     }
 }
 
@@ -634,9 +684,9 @@ fn weights_section(ui: &mut Ui, doc: &Document) {
     };
     let model = doc.prepared.as_ref().map_or(&doc.model, |p| &p.model);
     for name in &node.inputs {
-        let (axis, how) = weight_axis_of(doc, node, name);
+        let (axis, how, quant) = weight_axis_of(doc, node, name);
         let id = egui::Id::new(("channel-ranges", name, axis, &how));
-        let cached: Option<Arc<Vec<(f32, f32)>>> = ui.data(|d| d.get_temp(id));
+        let cached: Option<Arc<ChannelRanges>> = ui.data(|d| d.get_temp(id));
         let ranges = match cached {
             Some(r) => r,
             None => {
@@ -647,7 +697,7 @@ fn weights_section(ui: &mut Ui, doc: &Document) {
                     continue;
                 }
                 let values = array.to_f32();
-                let ranges = Arc::new(channel_extremes(&values, Some(axis)));
+                let ranges = Arc::new(ChannelRanges::of(&values, axis, quant.as_ref()));
                 ui.data_mut(|d| d.insert_temp(id, ranges.clone()));
                 ranges
             }
@@ -656,22 +706,32 @@ fn weights_section(ui: &mut Ui, doc: &Document) {
         ui.label(
             RichText::new(format!(
                 "Weight {name}: range of each of its {} channels along axis {axis}",
-                ranges.len()
+                ranges.values.len()
             ))
             .strong(),
         );
         ui.label(RichText::new(how).weak());
         channel_chart(ui, &ranges);
+        if ranges.grid.is_some() {
+            let clipped = ranges.clipped();
+            let text = match clipped {
+                0 => "orange ticks: the span each channel's integer grid covers".to_owned(),
+                n => format!(
+                    "orange ticks: the span each channel's integer grid covers; {n} channel(s) have values beyond it, clipped when quantized"
+                ),
+            };
+            ui.label(RichText::new(text).small().weak());
+        }
     }
 }
 
-fn channel_chart(ui: &mut Ui, ranges: &[(f32, f32)]) {
+fn channel_chart(ui: &mut Ui, ranges: &ChannelRanges) {
     let width = ui.available_width().clamp(300.0, 900.0);
     let (rect, response) = ui.allocate_exact_size(vec2(width, 110.0), Sense::hover());
     let painter = ui.painter_at(rect);
     painter.rect_filled(rect, 2.0, ui.visuals().extreme_bg_color);
-    let extent = ranges
-        .iter()
+    let spans = ranges.values.iter().chain(ranges.grid.iter().flatten());
+    let extent = spans
         .map(|(a, b)| a.abs().max(b.abs()))
         .fold(0.0f32, f32::max)
         .max(1e-12);
@@ -683,19 +743,35 @@ fn channel_chart(ui: &mut Ui, ranges: &[(f32, f32)]) {
         ],
         Stroke::new(1.0, ui.visuals().weak_text_color()),
     );
-    let step = rect.width() / ranges.len().max(1) as f32;
+    let count = ranges.values.len();
+    let step = rect.width() / count.max(1) as f32;
+    let width = step.clamp(1.0, 6.0);
     let colour = Color32::from_rgb(90, 160, 255);
-    for (i, (a, b)) in ranges.iter().enumerate() {
+    let grid_colour = Color32::from_rgb(255, 150, 40);
+    for (i, (a, b)) in ranges.values.iter().enumerate() {
         let x = rect.left() + (i as f32 + 0.5) * step;
         painter.line_segment(
             [pos2(x, y_of(*a)), pos2(x, y_of(*b))],
-            Stroke::new(step.clamp(1.0, 6.0), colour),
+            Stroke::new(width, colour),
         );
+        if let Some((lo, hi)) = ranges.grid.as_ref().and_then(|g| g.get(i)) {
+            let half = (step * 0.5).max(1.5);
+            for y in [y_of(*lo), y_of(*hi)] {
+                painter.line_segment(
+                    [pos2(x - half, y), pos2(x + half, y)],
+                    Stroke::new(1.5, grid_colour),
+                );
+            }
+        }
     }
     if let Some(pointer) = response.hover_pos() {
-        let i = (((pointer.x - rect.left()) / step) as usize).min(ranges.len().saturating_sub(1));
-        if let Some((a, b)) = ranges.get(i) {
-            response.on_hover_text(format!("channel {i}: [{a:.5}, {b:.5}]"));
+        let i = (((pointer.x - rect.left()) / step) as usize).min(count.saturating_sub(1));
+        if let Some((a, b)) = ranges.values.get(i) {
+            let grid = ranges.grid.as_ref().and_then(|g| g.get(i));
+            response.on_hover_text(match grid {
+                Some((lo, hi)) => format!("channel {i}: [{a:.5}, {b:.5}]; grid [{lo:.5}, {hi:.5}]"),
+                None => format!("channel {i}: [{a:.5}, {b:.5}]"),
+            });
         }
     }
     ui.label(RichText::new(format!("±{extent:.4}")).small().weak());
@@ -709,6 +785,35 @@ mod tests {
     use crate::jobs::JobContext;
     use crate::model::{DataType, ModelBuilder, TensorArray};
     use ndarray::{ArrayD, IxDyn};
+
+    #[test]
+    fn the_weight_chart_marks_the_grid_and_counts_clipped_channels() {
+        // 4 output channels (axis 1) of 2,000 small values; channel 2 holds an outlier.
+        let mut values: Vec<f32> = (0..8000).map(|i| (i as f32 * 0.37).sin() * 0.03).collect();
+        values[4 * 17 + 2] = 7.5;
+        let values = ArrayD::from_shape_vec(IxDyn(&[2000, 4]), values).unwrap();
+        let quant = |axis: Option<usize>, range: crate::recipe::WeightRange| WeightQuant {
+            qtype: crate::recipe::QuantType::Int8,
+            symmetric: true,
+            reduce_range: false,
+            axis,
+            block_size: None,
+            range,
+        };
+        use crate::recipe::WeightRange::{Minmax, Mse};
+        // Extremes: every channel's grid holds its values; per tensor, one span for all.
+        let minmax = ChannelRanges::of(&values, 1, Some(&quant(Some(1), Minmax)));
+        assert_eq!(minmax.clipped(), 0);
+        let one = ChannelRanges::of(&values, 1, Some(&quant(None, Minmax)));
+        let grid = one.grid.as_ref().unwrap();
+        assert!(grid.iter().all(|g| *g == grid[0]) && grid[0].1 >= 7.5);
+        // Least squared error per tensor clips the outlier's channel only.
+        let mse = ChannelRanges::of(&values, 1, Some(&quant(None, Mse)));
+        assert_eq!(mse.clipped(), 1);
+        assert!(mse.grid.as_ref().unwrap()[0].1 < 7.5);
+        // Unquantized: no grid.
+        assert!(ChannelRanges::of(&values, 1, None).grid.is_none());
+    }
 
     fn weight(shape: &[usize]) -> TensorArray {
         let n: usize = shape.iter().product();
@@ -783,7 +888,7 @@ mod tests {
         // without transB, with one range per scale the quantizer wrote.
         let node = |name: &str| doc.graph.node_by_name(name).unwrap();
         for (op, w) in [("matmul", "w_mm"), ("gemm", "w_g")] {
-            let (axis, how) = weight_axis_of(&doc, node(op), w);
+            let (axis, how, _) = weight_axis_of(&doc, node(op), w);
             assert_eq!(Some(axis), quantized.params[w].axis, "{w}: {how}");
             assert_eq!(axis, 1, "{w}");
             let values = doc.model.weight(w).unwrap().unwrap().to_f32();
