@@ -580,7 +580,7 @@ fn gptq_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Comm
     switch_row(
         ui,
         ("GPTQ", "round weights against inputs"),
-        "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least; same scales, other integers; needs a new calibration",
+        "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least (how far it trusts the data is chosen on held-out calibration samples); same scales, other integers; needs a new calibration",
         recipe.gptq,
         Command::SetGptq,
         commands,

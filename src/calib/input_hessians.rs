@@ -5,15 +5,16 @@
 //! Conv, every output position's patch (`channels/group × kh × kw` taps, zero padding
 //! included), one Hessian per group.
 //!
-//! The sums are `groups · dim²` f64 values per input whatever the data; several layers that
-//! read the same tensor the same way (a transformer's Q, K and V projections) share one.
-//! Files keep each group's upper triangle as f32.
+//! The sums are `2 · groups · dim²` f64 values per input whatever the data (all samples, and
+//! the held-out ones below); several layers that read the same tensor the same way (a
+//! transformer's Q, K and V projections) share one. Files keep each group's upper triangles
+//! as f32.
 //!
 //! Every second sample (an image, a sequence) is also summed apart, as held-out data: GPTQ
 //! fits on the other samples and measures on these, so that it can tell a rounding that
 //! helps on new inputs from one that only fits the calibration set (a Hessian from fewer
-//! vectors than its width has directions the data never visits; see
-//! [`crate::quant::gptq`]).
+//! vectors than its width has directions the data never visits; see the quantizer's GPTQ
+//! module).
 
 use ndarray::{Array2, ArrayViewD, linalg::general_mat_mul};
 use serde::{Deserialize, Serialize};

@@ -445,7 +445,8 @@ pub fn bias_correction_table(
     }
 }
 
-/// The `count` layers GPTQ helped most: each layer's output SQNR on the calibration data
+/// The `count` layers GPTQ helped most: each layer's output SQNR on the held-out calibration
+/// samples (on the calibration data for statistics without them)
 /// with its weight rounded to nearest and with GPTQ.
 pub fn gptq_table(report: &crate::quant::gptq::GptqReport, count: usize) -> TextTable {
     TextTable {

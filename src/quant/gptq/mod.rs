@@ -60,7 +60,8 @@ pub struct RoundedLayer {
     /// Output SQNR of the layer with the weight rounded to nearest (dB), on the held-out
     /// samples when there are some, else on the calibration data.
     pub rtn_sqnr_db: f64,
-    /// The same with GPTQ's rounding (dB), fitted on the other samples.
+    /// The same with the rounding the layer gets (dB): GPTQ's, fitted on the other samples,
+    /// or nearest's where the held-out samples preferred it.
     pub gptq_sqnr_db: f64,
     /// Whether the figures are of held-out samples.
     pub held_out: bool,
@@ -281,7 +282,8 @@ fn round_layer(
     let flat = flat.as_slice().unwrap_or(&[]);
     let choice = choose_dampening(&problems, hessian, flat, &grid);
     let mut out = flat.to_vec();
-    let mut whole = Energies::default();
+    // Measured on all the data only when there are no held-out figures.
+    let mut whole = choice.held_out.is_none().then(Energies::default);
     for problem in &problems {
         let Some(h) = hessian.mean(problem.group) else {
             return Ok(Err("its input Hessian has no data"));
@@ -297,9 +299,15 @@ fn round_layer(
         for (index, v) in problem.indices().zip(targets.iter()) {
             out[index] = *v as f32;
         }
-        whole.add(problem, &grid, &w, &targets, &h);
+        if let Some(energies) = whole.as_mut() {
+            energies.add(problem, &grid, &w, &targets, &h);
+        }
     }
-    let figures = choice.held_out.unwrap_or(whole);
+    let mut figures = choice.held_out.or(whole).unwrap_or_default();
+    if choice.dampening.is_none() {
+        // The layer keeps rounding to nearest: that is what it gets.
+        figures.gptq = figures.rtn;
+    }
     let values = ArrayD::from_shape_vec(values.shape(), out)
         .map_err(|e| QuantError::Invalid(e.to_string()))?;
     Ok(Ok((
