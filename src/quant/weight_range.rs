@@ -140,6 +140,13 @@ fn channel_errors(
         .fold(
             || empty.clone(),
             |mut acc, span| {
+                if inner == 1 {
+                    // A MatMul's channels are its columns: one value of each per row.
+                    for ((a, &v), &p) in acc.iter_mut().zip(span).zip(params) {
+                        *a += error(v, p);
+                    }
+                    return acc;
+                }
                 for (c, lane) in span.chunks(inner).enumerate() {
                     acc[c] += lane.iter().map(|&v| error(v, params[c])).sum::<f64>();
                 }
