@@ -1143,6 +1143,18 @@ fn gptq_layerwise_and_weight_ranges_are_recipe_switches_that_calibration_honours
         results.fresh_comparison(&chosen).is_some(),
         "a comparison of the recipe with both techniques"
     );
+    // The Results tab says what GPTQ did, layer by layer, as the CLI does.
+    h.run_steps(2);
+    assert!(h.query_by_label("What the quantizer did").is_some());
+    assert!(
+        h.query_by_label_contains("layer output SQNR on held-out calibration samples")
+            .is_some(),
+        "GPTQ's line"
+    );
+    h.get_by_label_contains("gptq-rounded layers: the 10 largest")
+        .click();
+    h.run_steps(2);
+    assert!(h.query_by_label("with gptq (dB)").is_some(), "GPTQ's table");
 }
 
 #[test]

@@ -151,7 +151,7 @@ fn node(
         ui.label(
             RichText::new(format!(
                 "Excluded, yet its neighbours quantize every tensor it reads and writes: the \
-                 saved model has DQ → {op} → Q around it, which ONNX Runtime may run on \
+                 saved model has DequantizeLinear, {op}, QuantizeLinear in a row, which ONNX Runtime may run on \
                  integers. Exclude a neighbour too to keep it in float.",
                 op = node.op_type
             ))

@@ -435,25 +435,6 @@ fn print_saved(saved: &Saved) {
         println!("recipe written to {}", path.display());
     }
     if let Some(built) = &saved.built {
-        println!("{}", built.preprocess.summary());
-        let equalized = qdq_studio::report::equalization_table(&built.preprocess.equalized, 10);
-        if let Some(table) = super::common::text_table(&equalized) {
-            println!("{table}");
-        }
-        if let Some(corrected) = &built.bias_correction {
-            println!("{}", corrected.summary());
-            let table = qdq_studio::report::bias_correction_table(corrected, 10);
-            if let Some(table) = super::common::text_table(&table) {
-                println!("{table}");
-            }
-        }
-        if let Some(gptq) = &built.gptq {
-            println!("{}", gptq.summary());
-            let table = qdq_studio::report::gptq_table(gptq, 10);
-            if let Some(table) = super::common::text_table(&table) {
-                println!("{table}");
-            }
-        }
         let by_type: Vec<String> = built
             .by_op_type
             .iter()
@@ -464,26 +445,13 @@ fn print_saved(saved: &Saved) {
             built.quantized_nodes,
             by_type.join(", ")
         );
-        for line in qdq_studio::quant::precision::summary(&built.kept_float) {
+        for line in built.technique_lines() {
             println!("{line}");
         }
-        if let Some(line) = qdq_studio::quant::saturation::summary(built.seven_bit_weights) {
-            println!("{line}");
-        }
-        if let Some(line) = built.int4.summary() {
-            println!("{line}");
-        }
-        if let Some(line) = &built.smoothing {
-            println!("{line}");
-        }
-        if built.folded > 0 {
-            println!(
-                "folded {} Relu/Clip node(s) into the preceding ranges",
-                built.folded
-            );
-        }
-        if let Some((from, to)) = built.opset_raised {
-            println!("opset raised from {from} to {to}");
+        for table in built.layer_tables(10) {
+            if let Some(table) = super::common::text_table(&table) {
+                println!("{table}");
+            }
         }
     }
     let t = saved.timings;

@@ -263,6 +263,7 @@ pub struct CompareRequest {
 struct Candidate {
     model: Arc<Model>,
     quantized_nodes: Vec<String>,
+    built: Option<super::quantize::Built>,
 }
 
 /// The QDQ model a comparison measures: `given` (checked against the float model, its
@@ -283,12 +284,15 @@ fn candidate(
         return Ok(Candidate {
             model,
             quantized_nodes,
+            built: None,
         });
     }
-    let built = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
+    let q = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
+    let built = super::quantize::Built::of(&q, &setup.model);
     Ok(Candidate {
-        model: Arc::new(built.model),
-        quantized_nodes: built.quantized_nodes,
+        model: Arc::new(q.model),
+        quantized_nodes: q.quantized_nodes,
+        built: Some(built),
     })
 }
 
@@ -318,6 +322,8 @@ pub struct Comparison {
     pub quantized: Arc<Model>,
     /// Nodes quantized.
     pub quantized_nodes: Vec<String>,
+    /// What building the QDQ model did (none for a model quantized elsewhere).
+    pub built: Option<super::quantize::Built>,
     /// Per-output metrics.
     pub outputs: Vec<OutputMetrics>,
     /// Per-tensor errors (on the first [`TENSOR_SAMPLES`] samples).
@@ -517,6 +523,7 @@ pub fn quantize_and_compare(
         recipe: setup.recipe,
         quantized: quantized.model,
         quantized_nodes: quantized.quantized_nodes,
+        built: quantized.built,
         outputs,
         tensors,
         latency,

@@ -102,6 +102,69 @@ pub struct Built {
     pub gptq: Option<crate::quant::gptq::GptqReport>,
 }
 
+impl Built {
+    /// What building `q` from `original` did.
+    pub fn of(q: &quant::Quantized, original: &Model) -> Built {
+        Built {
+            preprocess: q.preprocess.clone(),
+            by_op_type: q.quantized_by_op_type(&Graph::build(original)),
+            quantized_nodes: q.quantized_nodes.len(),
+            folded: q.removed_nodes.len(),
+            opset_raised: q.opset_raised,
+            kept_float: q.kept_float.clone(),
+            seven_bit_weights: q.seven_bit_weights.len(),
+            int4: q.int4.clone(),
+            smoothing: q.smoothing.clone(),
+            bias_correction: q.bias_correction.clone(),
+            gptq: q.gptq.clone(),
+        }
+    }
+
+    /// One line per step that did something (pre-processing, SmoothQuant, the int4 search,
+    /// bias correction, GPTQ, automatic precision, 7-bit weights, folds, the opset): what
+    /// both faces say after building a model.
+    pub fn technique_lines(&self) -> Vec<String> {
+        let mut lines = vec![self.preprocess.summary()];
+        lines.extend(self.smoothing.clone());
+        lines.extend(self.int4.summary());
+        lines.extend(self.bias_correction.as_ref().map(|b| b.summary()));
+        lines.extend(self.gptq.as_ref().map(|g| g.summary()));
+        lines.extend(crate::quant::precision::summary(&self.kept_float));
+        lines.extend(crate::quant::saturation::summary(self.seven_bit_weights));
+        if self.folded > 0 {
+            lines.push(format!(
+                "folded {} Relu/Clip node(s) into the preceding ranges",
+                self.folded
+            ));
+        }
+        if let Some((from, to)) = self.opset_raised {
+            lines.push(format!("opset raised from {from} to {to}"));
+        }
+        lines
+    }
+
+    /// The per-layer effects of the techniques that ran, largest first (at most `count`
+    /// rows each): equalized pairs, bias corrections, GPTQ's layers. Empty tables left out.
+    pub fn layer_tables(&self, count: usize) -> Vec<crate::report::TextTable> {
+        let mut tables = vec![crate::report::equalization_table(
+            &self.preprocess.equalized,
+            count,
+        )];
+        tables.extend(
+            self.bias_correction
+                .as_ref()
+                .map(|b| crate::report::bias_correction_table(b, count)),
+        );
+        tables.extend(
+            self.gptq
+                .as_ref()
+                .map(|g| crate::report::gptq_table(g, count)),
+        );
+        tables.retain(|t| !t.rows.is_empty());
+        tables
+    }
+}
+
 /// Milliseconds each stage took.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SaveTimings {
@@ -162,19 +225,7 @@ pub fn quantize_and_save(
                 &request.recipe,
                 ctx,
             )?;
-            let built = Built {
-                preprocess: q.preprocess.clone(),
-                by_op_type: q.quantized_by_op_type(&Graph::build(&request.model)),
-                quantized_nodes: q.quantized_nodes.len(),
-                folded: q.removed_nodes.len(),
-                opset_raised: q.opset_raised,
-                kept_float: q.kept_float.clone(),
-                seven_bit_weights: q.seven_bit_weights.len(),
-                int4: q.int4.clone(),
-                smoothing: q.smoothing.clone(),
-                bias_correction: q.bias_correction.clone(),
-                gptq: q.gptq.clone(),
-            };
+            let built = Built::of(&q, &request.model);
             timings.quantize_ms = ms(started);
             (Arc::new(q.model), Some(built))
         }

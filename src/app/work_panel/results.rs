@@ -75,6 +75,7 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                         output_kinds(ui, comparison, &work.settings.task, commands);
                         task_table(ui, comparison);
                         latency(ui, comparison);
+                        quantizer_section(ui, comparison);
                     });
                     ui.separator();
                     ui.vertical(|ui| {
@@ -97,6 +98,40 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                 side_by_side(ui, panel, comparison, commands);
             }
         });
+}
+
+/// What building the QDQ model did: one line per step (the lines the CLI prints), and each
+/// technique's per-layer table folded under its first column's title.
+fn quantizer_section(ui: &mut Ui, comparison: &Comparison) {
+    let Some(built) = &comparison.built else {
+        return;
+    };
+    ui.add_space(6.0);
+    ui.label(RichText::new("What the quantizer did").strong());
+    for line in built.technique_lines() {
+        ui.label(RichText::new(line).small());
+    }
+    for (i, table) in built.layer_tables(10).into_iter().enumerate() {
+        let title = table.header.first().copied().unwrap_or("layers");
+        egui::CollapsingHeader::new(format!("{title}s: the {} largest", table.rows.len()))
+            .id_salt(("quantizer-table", i))
+            .show(ui, |ui| {
+                egui::Grid::new(("quantizer-grid", i))
+                    .striped(true)
+                    .show(ui, |ui| {
+                        for cell in &table.header {
+                            ui.label(RichText::new(*cell).small().strong());
+                        }
+                        ui.end_row();
+                        for row in &table.rows {
+                            for cell in row {
+                                ui.label(RichText::new(cell).small());
+                            }
+                            ui.end_row();
+                        }
+                    });
+            });
+    }
 }
 
 /// Room the side-by-side column needs beside the other two (three images of at least 80

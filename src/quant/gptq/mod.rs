@@ -95,7 +95,7 @@ impl GptqReport {
             .filter(|l| l.dampening.is_none())
             .count();
         let mut text = format!(
-            "gptq: {} layer(s) rounded; layer output SQNR on {measured} {:.2} dB (nearest) → {:.2} dB (gptq), mean",
+            "gptq: {} layer(s) rounded; mean layer output SQNR on {measured}: {:.2} dB rounded to nearest, {:.2} dB with gptq",
             self.rounded.len() - nearest,
             mean(|l| l.rtn_sqnr_db),
             mean(|l| l.gptq_sqnr_db),
