@@ -436,8 +436,10 @@ fn gptq_targets(
     let permuted_h = Array2::from_shape_fn((cols, cols), |(i, j)| h[[order[i], order[j]]]);
     let permuted_w = Array2::from_shape_fn((rows, cols), |(r, i)| w[[r, order[i]]]);
     let u = solve::stable_inverse_factor(&permuted_h, dampening)?;
-    let fake =
-        |r: usize, i: usize, v: f64| f64::from(grid.fake(problem.index(r, order[i]), v as f32));
+    // Rounding error is compensated; clipping chosen by the range is not.
+    let fake = |r: usize, i: usize, v: f64| {
+        f64::from(grid.rounded_within_span(problem.index(r, order[i]), v as f32))
+    };
     let permuted_targets = solve::round(&permuted_w, &u, &fake);
     let mut targets = Array2::<f64>::zeros((rows, cols));
     for (i, &c) in order.iter().enumerate() {

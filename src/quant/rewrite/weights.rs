@@ -164,6 +164,33 @@ pub fn dequantized_weight(
     Some(out)
 }
 
+/// Which values of a weight (per-channel or per-tensor) lie within their grid's span; the
+/// others are clipped by the range the recipe chose (MSE weight ranges). Bias correction
+/// corrects the rounding of the first and leaves the chosen clipping of the others alone.
+/// `None` for block-wise and FP8 weights.
+pub fn within_grid(values: &ArrayD<f32>, how: &WeightQuant) -> Option<Vec<bool>> {
+    if how.block_size.is_some() || how.qtype == QuantType::Float8e4m3fn {
+        return None;
+    }
+    let params = weight_params(values, how);
+    let shape = values.shape();
+    let (len, inner) = match how.axis.filter(|&a| a < shape.len()) {
+        Some(axis) => (shape[axis], shape[axis + 1..].iter().product::<usize>()),
+        None => (1, 1),
+    };
+    let standard = values.as_standard_layout();
+    Some(
+        standard
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let (lo, hi) = how.grid_span(params[(i / inner.max(1)) % len.max(1)]);
+                (lo.min(hi)..=hi.max(lo)).contains(v)
+            })
+            .collect(),
+    )
+}
+
 /// `values` quantized with one parameter per slice along `axis` (or one in all), straight
 /// into the storage type.
 fn quantize_array(values: &ArrayD<f32>, params: &[ScaleZp], how: &WeightQuant) -> TensorArray {
