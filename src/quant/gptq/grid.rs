@@ -203,6 +203,33 @@ mod tests {
     }
 
     #[test]
+    fn beyond_the_span_only_the_rounding_counts() {
+        // Many small values and one outlier 250 times their size: MSE ranges clip it.
+        let mut flat: Vec<f32> = (0..200_000)
+            .map(|i| (i as f32 * 0.37).sin() * 0.03)
+            .collect();
+        flat[3] = 7.5;
+        let values = ArrayD::from_shape_vec(vec![1, flat.len()], flat).unwrap();
+        let how = WeightQuant {
+            qtype: QuantType::Int8,
+            symmetric: true,
+            reduce_range: false,
+            axis: None,
+            block_size: None,
+            range: crate::recipe::WeightRange::Mse,
+        };
+        let grid = Grid::new(&values, &how, DataType::Float32).unwrap();
+        let (_, hi) = how.grid_span(grid.param(0));
+        assert!(hi < 7.5, "the outlier is clipped: span to {hi}");
+        // Its error as GPTQ spreads it: the rounding of the span's end, not 7.5 - hi.
+        let spread = 7.5 - grid.rounded_within_span(3, 7.5);
+        assert!(spread.abs() <= grid.param(3).scale / 2.0 + 1e-6, "{spread}");
+        assert!((7.5 - grid.fake(3, 7.5) - (7.5 - hi)).abs() < 1e-4);
+        // Inside the span both agree.
+        assert_eq!(grid.rounded_within_span(0, 0.01), grid.fake(0, 0.01));
+    }
+
+    #[test]
     fn per_channel_grid_matches_the_rewrite() {
         let values = ArrayD::from_shape_vec(vec![2, 2], vec![1.0, -0.5, 0.25, 2.0]).unwrap();
         let how = WeightQuant {
