@@ -88,6 +88,10 @@ impl Grid {
     /// chosen rather than being spread, on average, over the other inputs (on MiniLM that
     /// spreading took per-tensor MSE weights from 15.4 to 10.0 dB).
     pub fn rounded_within_span(&self, flat: usize, v: f32) -> f32 {
+        if self.how.range == crate::recipe::WeightRange::Minmax {
+            // Extremes clip nothing (the last ulp of the largest value aside).
+            return self.fake(flat, v);
+        }
         let p = self.param(flat);
         let (lo, hi) = self.how.grid_span(p);
         let inside = v.clamp(lo.min(hi), hi.max(lo));

@@ -167,9 +167,12 @@ pub fn dequantized_weight(
 /// Which values of a weight (per-channel or per-tensor) lie within their grid's span; the
 /// others are clipped by the range the recipe chose (MSE weight ranges). Bias correction
 /// corrects the rounding of the first and leaves the chosen clipping of the others alone.
-/// `None` for block-wise and FP8 weights.
+/// `None` for block-wise and FP8 weights and for ranges from the extremes, which clip nothing.
 pub fn within_grid(values: &ArrayD<f32>, how: &WeightQuant) -> Option<Vec<bool>> {
-    if how.block_size.is_some() || how.qtype == QuantType::Float8e4m3fn {
+    if how.block_size.is_some()
+        || how.qtype == QuantType::Float8e4m3fn
+        || how.range == WeightRange::Minmax
+    {
         return None;
     }
     let params = weight_params(values, how);
