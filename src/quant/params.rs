@@ -161,6 +161,26 @@ impl WeightQuant {
         }
     }
 
+    /// True for the weights [`super::rewrite::weight_params`] gives parameters to: integer
+    /// weights per channel or per tensor (not block-wise, not FP8).
+    pub fn channel_grid(&self) -> bool {
+        self.block_size.is_none() && self.qtype != QuantType::Float8e4m3fn
+    }
+
+    /// `v` moved into the span `p`'s grid covers when the range clips (MSE ranges); `v`
+    /// itself for ranges from the extremes, which clip nothing (the last ulp of the largest
+    /// value aside). GPTQ and bias correction compensate the rounding of this value, not the
+    /// clipping the range chose.
+    pub fn within_span(&self, v: f32, p: super::scale::ScaleZp) -> f32 {
+        match self.range {
+            WeightRange::Minmax => v,
+            WeightRange::Mse => {
+                let (lo, hi) = self.grid_span(p);
+                v.clamp(lo.min(hi), hi.max(lo))
+            }
+        }
+    }
+
     /// The float span `p`'s grid covers (values outside it are clipped): what the studio
     /// draws against a channel's values.
     pub fn grid_span(&self, p: super::scale::ScaleZp) -> (f32, f32) {

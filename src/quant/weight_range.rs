@@ -35,12 +35,34 @@ const SPAN: usize = 1 << 15;
 
 /// How a flat weight divides into channels: element `i` belongs to channel
 /// `(i / inner) % channels`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Channels {
     /// Number of channels (1 per tensor).
     pub count: usize,
     /// Consecutive values of one channel (the product of the dimensions after the axis).
     pub inner: usize,
+}
+
+impl Channels {
+    /// The channels of a weight of `shape` along `axis` (one for all without an axis, or
+    /// with one beyond the shape).
+    pub fn along(shape: &[usize], axis: Option<usize>) -> Channels {
+        match axis.filter(|&a| a < shape.len()) {
+            Some(a) => Channels {
+                count: shape[a],
+                inner: shape[a + 1..].iter().product(),
+            },
+            None => Channels {
+                count: 1,
+                inner: shape.iter().product(),
+            },
+        }
+    }
+
+    /// The channel of the element at `flat` (standard layout).
+    pub fn of(&self, flat: usize) -> usize {
+        (flat / self.inner.max(1)) % self.count.max(1)
+    }
 }
 
 /// The parameters of each channel of `flat` (laid out as `channels` says, each channel's

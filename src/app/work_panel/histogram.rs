@@ -636,42 +636,34 @@ fn weight_axis_of(
 struct ChannelRanges {
     values: Vec<(f32, f32)>,
     grid: Option<Vec<(f32, f32)>>,
+    /// Channels with values the quantizer clips (by the engine's rule, `within_span`).
+    clipped: usize,
 }
 
 impl ChannelRanges {
     fn of(values: &ndarray::ArrayD<f32>, axis: usize, quant: Option<&WeightQuant>) -> Self {
         let ranges = channel_extremes(values, Some(axis));
-        let grid = quant
-            .filter(|q| q.block_size.is_none() && q.qtype != crate::recipe::QuantType::Float8e4m3fn)
-            .and_then(|q| {
-                let spans: Vec<(f32, f32)> = weight_params(values, q)
-                    .into_iter()
-                    .map(|p| q.grid_span(p))
-                    .collect();
-                match spans.len() {
-                    1 => Some(vec![spans[0]; ranges.len()]),
-                    n if n == ranges.len() => Some(spans),
-                    _ => None,
-                }
-            });
+        let params = quant.filter(|q| q.channel_grid()).and_then(|q| {
+            let params = weight_params(values, q);
+            match params.len() {
+                1 => Some((q, vec![params[0]; ranges.len()])),
+                n if n == ranges.len() => Some((q, params)),
+                _ => None,
+            }
+        });
+        let clipped = params.as_ref().map_or(0, |(q, params)| {
+            let clips = |v: f32, p| q.within_span(v, p) != v;
+            ranges
+                .iter()
+                .zip(params)
+                .filter(|((a, b), p)| clips(*a, **p) || clips(*b, **p))
+                .count()
+        });
         ChannelRanges {
+            grid: params.map(|(q, params)| params.into_iter().map(|p| q.grid_span(p)).collect()),
             values: ranges,
-            grid,
+            clipped,
         }
-    }
-
-    /// Channels with values outside their grid (clipped when quantized).
-    fn clipped(&self) -> usize {
-        let Some(grid) = &self.grid else { return 0 };
-        let outside = |(a, b): &(f32, f32), (lo, hi): &(f32, f32)| {
-            let slack = 0.5 * (hi - lo).abs() / 255.0;
-            *a < lo - slack || *b > hi + slack
-        };
-        self.values
-            .iter()
-            .zip(grid)
-            .filter(|(v, g)| outside(v, g))
-            .count()
     }
 }
 
@@ -713,8 +705,7 @@ fn weights_section(ui: &mut Ui, doc: &Document) {
         ui.label(RichText::new(how).weak());
         channel_chart(ui, &ranges);
         if ranges.grid.is_some() {
-            let clipped = ranges.clipped();
-            let text = match clipped {
+            let text = match ranges.clipped {
                 0 => "orange ticks: the span each channel's integer grid covers".to_owned(),
                 n => format!(
                     "orange ticks: the span each channel's integer grid covers; {n} channel(s) have values beyond it, clipped when quantized"
@@ -803,13 +794,13 @@ mod tests {
         use crate::recipe::WeightRange::{Minmax, Mse};
         // Extremes: every channel's grid holds its values; per tensor, one span for all.
         let minmax = ChannelRanges::of(&values, 1, Some(&quant(Some(1), Minmax)));
-        assert_eq!(minmax.clipped(), 0);
+        assert_eq!(minmax.clipped, 0);
         let one = ChannelRanges::of(&values, 1, Some(&quant(None, Minmax)));
         let grid = one.grid.as_ref().unwrap();
         assert!(grid.iter().all(|g| *g == grid[0]) && grid[0].1 >= 7.5);
         // Least squared error per tensor clips the outlier's channel only.
         let mse = ChannelRanges::of(&values, 1, Some(&quant(None, Mse)));
-        assert_eq!(mse.clipped(), 1);
+        assert_eq!(mse.clipped, 1);
         assert!(mse.grid.as_ref().unwrap()[0].1 < 7.5);
         // Unquantized: no grid.
         assert!(ChannelRanges::of(&values, 1, None).grid.is_none());

@@ -21,7 +21,7 @@ use super::layers::{self, Kind, Layer};
 use super::params::weight_quant;
 use super::plan::Plan;
 use super::prepare::Prepared;
-use super::rewrite::{dequantized_weight, within_grid};
+use super::rewrite::rounding_error;
 use crate::calib::input_means::MeanSpec;
 use crate::calib::stats::CalibrationStats;
 use crate::model::graph::put_initializer;
@@ -155,20 +155,12 @@ fn correct(
     }
     let weight = weight.into_f32();
     let how = weight_quant(recipe, &layer.weight, role, weight.ndim());
-    let Some(dequantized) = how.and_then(|how| dequantized_weight(&weight, rounded, &how)) else {
-        return Ok(Err("block-wise and FP8 weights are not corrected"));
-    };
     // The rounding error only: values a clipped range (MSE weight ranges) clips keep the
     // clipping it chose (corrected on average, it moved every token to fix a few: MiniLM
     // per-tensor 15.4 -> 5.5 dB).
-    let mut error = dequantized - &weight;
-    if let Some(inside) = how.and_then(|how| within_grid(&weight, &how)) {
-        for (e, inside) in error.iter_mut().zip(inside) {
-            if !inside {
-                *e = 0.0;
-            }
-        }
-    }
+    let Some(error) = how.and_then(|how| rounding_error(&weight, rounded, &how)) else {
+        return Ok(Err("block-wise and FP8 weights are not corrected"));
+    };
     let Some(shift) = output_shift(&error, &mean.shape, &mean.mean(), layer.kind) else {
         return Ok(Err("its mean input does not fit its weight"));
     };

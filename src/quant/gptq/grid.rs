@@ -11,14 +11,13 @@ use crate::quant::layers::Kind;
 use crate::quant::params::WeightQuant;
 use crate::quant::rewrite::weight_params;
 use crate::quant::scale::{ScaleZp, dequantize, store_scales};
+use crate::quant::weight_range::Channels;
 
 /// Which parameter an element (by its index in the weight's standard layout) uses.
 #[derive(Debug, Clone, Copy)]
 enum ParamIndex {
-    /// One for the whole tensor.
-    Tensor,
-    /// One per slice along an axis of `len`, `inner` elements after it.
-    Axis { len: usize, inner: usize },
+    /// One per channel (one for the whole tensor).
+    Channels(Channels),
     /// Block-wise along axis 0 of a `[k, n]` weight.
     Blocks { spec: BlockSpec, n: usize },
 }
@@ -48,16 +47,10 @@ impl Grid {
                 let params = block_params(standard.as_slice()?, k, n, spec, None);
                 (params, ParamIndex::Blocks { spec, n })
             }
-            None => {
-                let index = match how.axis.filter(|&a| a < values.ndim()) {
-                    Some(a) => ParamIndex::Axis {
-                        len: values.shape()[a],
-                        inner: values.shape()[a + 1..].iter().product(),
-                    },
-                    None => ParamIndex::Tensor,
-                };
-                (weight_params(values, how), index)
-            }
+            None => (
+                weight_params(values, how),
+                ParamIndex::Channels(Channels::along(values.shape(), how.axis)),
+            ),
         };
         store_scales(&mut params, scale_type, false);
         Some(Grid {
@@ -69,8 +62,7 @@ impl Grid {
 
     fn param(&self, flat: usize) -> ScaleZp {
         match self.index {
-            ParamIndex::Tensor => self.params[0],
-            ParamIndex::Axis { len, inner } => self.params[(flat / inner.max(1)) % len.max(1)],
+            ParamIndex::Channels(channels) => self.params[channels.of(flat)],
             ParamIndex::Blocks { spec, n } => {
                 param_at(&self.params, spec, n, flat / n.max(1), flat % n.max(1))
             }
@@ -88,13 +80,8 @@ impl Grid {
     /// chosen rather than being spread, on average, over the other inputs (on MiniLM that
     /// spreading took per-tensor MSE weights from 15.4 to 10.0 dB).
     pub fn rounded_within_span(&self, flat: usize, v: f32) -> f32 {
-        if self.how.range == crate::recipe::WeightRange::Minmax {
-            // Extremes clip nothing (the last ulp of the largest value aside).
-            return self.fake(flat, v);
-        }
         let p = self.param(flat);
-        let (lo, hi) = self.how.grid_span(p);
-        let inside = v.clamp(lo.min(hi), hi.max(lo));
+        let inside = self.how.within_span(v, p);
         dequantize(self.how.quantize(inside, p), p) + (v - inside)
     }
 }

@@ -280,17 +280,17 @@ fn round_layer(
     super::rewrite::check_finite(&layer.weight, &values)?;
     let flat = values.as_standard_layout();
     let flat = flat.as_slice().unwrap_or(&[]);
-    let choice = choose_dampening(&problems, hessian, flat, &grid);
+    let weights: Vec<Array2<f64>> = problems.iter().map(|p| problem_weight(p, flat)).collect();
+    let choice = choose_dampening(&problems, &weights, hessian, &grid);
     let mut out = flat.to_vec();
     // Measured on all the data only when there are no held-out figures.
     let mut whole = choice.held_out.is_none().then(Energies::default);
-    for problem in &problems {
+    for (problem, w) in problems.iter().zip(&weights) {
         let Some(h) = hessian.mean(problem.group) else {
             return Ok(Err("its input Hessian has no data"));
         };
-        let w = problem_weight(problem, flat);
         let targets = match choice.dampening {
-            Some(d) => match gptq_targets(problem, &h, &w, &grid, d) {
+            Some(d) => match gptq_targets(problem, &h, w, &grid, d) {
                 Some(t) => t,
                 None => return Ok(Err("its input Hessian is singular even after dampening")),
             },
@@ -300,7 +300,7 @@ fn round_layer(
             out[index] = *v as f32;
         }
         if let Some(energies) = whole.as_mut() {
-            energies.add(problem, &grid, &w, &targets, &h);
+            energies.add(problem, &grid, w, &targets, &h);
         }
     }
     let mut figures = choice.held_out.or(whole).unwrap_or_default();
@@ -332,11 +332,11 @@ struct Choice {
 
 /// The dampening of least output error on the held-out samples, GPTQ fitted on the others
 /// (rounding to nearest when it beats every one); the reference dampening without held-out
-/// samples.
+/// samples. `weights` are the problems' float weights.
 fn choose_dampening(
     problems: &[Problem],
+    weights: &[Array2<f64>],
     hessian: &InputHessian,
-    flat: &[f32],
     grid: &Grid,
 ) -> Choice {
     let fallback = Choice {
@@ -350,12 +350,11 @@ fn choose_dampening(
     else {
         return fallback;
     };
-    let weights: Vec<Array2<f64>> = problems.iter().map(|p| problem_weight(p, flat)).collect();
     let measured: Vec<(f64, Energies)> = solve::DAMPENINGS
         .par_iter()
         .filter_map(|&d| {
             let mut energies = Energies::default();
-            for ((problem, (fit, held)), w) in problems.iter().zip(&splits).zip(&weights) {
+            for ((problem, (fit, held)), w) in problems.iter().zip(&splits).zip(weights) {
                 let targets = gptq_targets(problem, fit, w, grid, d)?;
                 energies.add(problem, grid, w, &targets, held);
             }

@@ -29,7 +29,9 @@ use crate::recipe::{QuantType, Recipe};
 
 pub use super::params::qtype_range_target;
 pub(crate) use tensors::{int_attr, node, scale_tensor, zero_point_tensor};
-pub use weights::{channel_extremes, check_finite, dequantized_weight, weight_params, within_grid};
+pub use weights::{
+    channel_extremes, check_finite, dequantized_weight, rounding_error, weight_params,
+};
 
 /// Quantization parameters of one tensor (one entry per channel when per-channel).
 #[derive(Debug, Clone, PartialEq)]

@@ -106,17 +106,7 @@ pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
     let extremes = channel_extremes(values, how.axis);
     if how.range == WeightRange::Mse {
         let standard = values.as_standard_layout();
-        let shape = values.shape();
-        let channels = match how.axis.filter(|&a| a < values.ndim()) {
-            Some(a) => Channels {
-                count: shape[a],
-                inner: shape[a + 1..].iter().product(),
-            },
-            None => Channels {
-                count: 1,
-                inner: values.len(),
-            },
-        };
+        let channels = Channels::along(values.shape(), how.axis);
         if let Some(flat) = standard.as_slice() {
             return least_error_params(flat, channels, &extremes, how);
         }
@@ -135,63 +125,68 @@ pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
         .collect()
 }
 
+/// The parameters a per-channel or per-tensor weight is read back with (scales stored as
+/// float32, no bias adjustment); `None` for block-wise and FP8 weights.
+fn read_back_params(values: &ArrayD<f32>, how: &WeightQuant) -> Option<Vec<ScaleZp>> {
+    if !how.channel_grid() {
+        return None;
+    }
+    let mut params = weight_params(values, how);
+    store_scales(&mut params, DataType::Float32, false);
+    Some(params)
+}
+
+/// `values` (or `rounded`, GPTQ's values of the same shape) quantized and dequantized with
+/// `params`, one per channel of `values`.
+fn read_back(
+    values: &ArrayD<f32>,
+    rounded: Option<&ArrayD<f32>>,
+    how: &WeightQuant,
+    params: &[ScaleZp],
+) -> ArrayD<f32> {
+    let channels = Channels::along(values.shape(), how.axis);
+    let source = rounded
+        .filter(|r| r.shape() == values.shape())
+        .unwrap_or(values);
+    let mut out = source.as_standard_layout().into_owned();
+    for (i, v) in out.iter_mut().enumerate() {
+        let p = params[channels.of(i)];
+        *v = crate::quant::scale::dequantize(how.quantize(*v, p), p);
+    }
+    out
+}
+
 /// A float32 weight as the runtime reads it back after per-channel or per-tensor
-/// quantization (scales stored as float32, no bias adjustment): what bias correction
-/// measures against. With `rounded` (GPTQ's values, same shape), those are quantized with
-/// the parameters of `values`, as the rewrite does. Block-wise and FP8 weights are not
-/// handled (`None`).
+/// quantization (scales stored as float32, no bias adjustment). With `rounded` (GPTQ's
+/// values, same shape), those are quantized with the parameters of `values`, as the rewrite
+/// does. Block-wise and FP8 weights are not handled (`None`).
 pub fn dequantized_weight(
     values: &ArrayD<f32>,
     rounded: Option<&ArrayD<f32>>,
     how: &WeightQuant,
 ) -> Option<ArrayD<f32>> {
-    if how.block_size.is_some() || how.qtype == QuantType::Float8e4m3fn {
-        return None;
-    }
-    let mut params = weight_params(values, how);
-    store_scales(&mut params, DataType::Float32, false);
-    let shape = values.shape();
-    let (len, inner) = match how.axis.filter(|&a| a < shape.len()) {
-        Some(axis) => (shape[axis], shape[axis + 1..].iter().product::<usize>()),
-        None => (1, 1),
-    };
-    let source = rounded.filter(|r| r.shape() == shape).unwrap_or(values);
-    let mut out = source.as_standard_layout().into_owned();
-    for (i, v) in out.iter_mut().enumerate() {
-        let p = params[(i / inner.max(1)) % len.max(1)];
-        *v = crate::quant::scale::dequantize(how.quantize(*v, p), p);
-    }
-    Some(out)
+    let params = read_back_params(values, how)?;
+    Some(read_back(values, rounded, how, &params))
 }
 
-/// Which values of a weight (per-channel or per-tensor) lie within their grid's span; the
-/// others are clipped by the range the recipe chose (MSE weight ranges). Bias correction
-/// corrects the rounding of the first and leaves the chosen clipping of the others alone.
-/// `None` for block-wise and FP8 weights and for ranges from the extremes, which clip nothing.
-pub fn within_grid(values: &ArrayD<f32>, how: &WeightQuant) -> Option<Vec<bool>> {
-    if how.block_size.is_some()
-        || how.qtype == QuantType::Float8e4m3fn
-        || how.range == WeightRange::Minmax
-    {
-        return None;
+/// The read-back weight's rounding error, `dequantized − values`, where bias correction
+/// measures it: zero at the values a clipped range (MSE weight ranges) clips, whose
+/// clipping was chosen ([`WeightQuant::within_span`]). Same arguments and `None` as
+/// [`dequantized_weight`].
+pub fn rounding_error(
+    values: &ArrayD<f32>,
+    rounded: Option<&ArrayD<f32>>,
+    how: &WeightQuant,
+) -> Option<ArrayD<f32>> {
+    let params = read_back_params(values, how)?;
+    let channels = Channels::along(values.shape(), how.axis);
+    let mut error = read_back(values, rounded, how, &params) - values;
+    for (i, (e, &v)) in error.iter_mut().zip(values.iter()).enumerate() {
+        if how.within_span(v, params[channels.of(i)]) != v {
+            *e = 0.0;
+        }
     }
-    let params = weight_params(values, how);
-    let shape = values.shape();
-    let (len, inner) = match how.axis.filter(|&a| a < shape.len()) {
-        Some(axis) => (shape[axis], shape[axis + 1..].iter().product::<usize>()),
-        None => (1, 1),
-    };
-    let standard = values.as_standard_layout();
-    Some(
-        standard
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let (lo, hi) = how.grid_span(params[(i / inner.max(1)) % len.max(1)]);
-                (lo.min(hi)..=hi.max(lo)).contains(v)
-            })
-            .collect(),
-    )
+    Some(error)
 }
 
 /// `values` quantized with one parameter per slice along `axis` (or one in all), straight
