@@ -622,6 +622,40 @@ fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
     );
 }
 
+/// An opset-9 model (ONNX's old model zoo: SqueezeNet ends so) whose Softmax takes its
+/// default axis 1 over a 4-d input: the probe that measures layer-wise ranges must not need
+/// opset 13, where that Softmax would mean another thing; Q/DQ needs only 10.
+#[test]
+fn layerwise_ranges_are_measured_on_an_opset_9_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    let mut b = ModelBuilder::new(9);
+    b.input_any_shape("x", DataType::Float32);
+    b.initializer("w", tensor(43, &[64, 16]));
+    b.node("MatMul", &["x", "w"], &["h"]).name("mm");
+    b.node("Softmax", &["h"], &["y"]).name("sm");
+    b.output("y", DataType::Float32, &[-1, 1, 1, 16]);
+    let model = b.build();
+    let mut x = values(44, 512 * 64);
+    x[100] = 40.0;
+    let x = ArrayD::from_shape_vec(IxDyn(&[512, 1, 1, 64]), x).unwrap();
+    write_npz(&data, &[("x", TensorArray::Float32(x))]);
+    let recipe = Recipe {
+        layerwise_range: true,
+        per_channel: false,
+        ..Recipe::default()
+    };
+    let stats = calibrate(&model, &recipe, &data);
+    assert!(stats.info.layerwise_ranges);
+    assert!(
+        stats.range_choices.contains_key("x"),
+        "{:?}",
+        stats.range_choices
+    );
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    assert!(q.quantized_nodes.iter().any(|n| n == "mm"));
+}
+
 /// Quantizes the sample with `flags` into `dir/name`.
 fn quantize_sample(dir: &std::path::Path, name: &str, flags: &[&str]) -> std::path::PathBuf {
     let out = dir.join(name);

@@ -166,7 +166,9 @@ fn probe_model(
     let wide = candidates
         .iter()
         .any(|c| !matches!(c.qtype, QuantType::Uint8 | QuantType::Int8));
-    let needed = if wide { 21 } else { 13 };
+    // Q/DQ needs 10; 16-bit Q/DQ 21. No more: a higher opset can be refused (an old
+    // Softmax of unknown rank), and the probe's other nodes exist since opset 1.
+    let needed = if wide { 21 } else { 10 };
     crate::quant::opset::raise(&mut proto, graph, needed, ranks)
         .map_err(|e| EvalError::RangeChoice(e.to_string()))?;
     let types = elem_types(model, graph);

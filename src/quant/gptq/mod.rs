@@ -82,6 +82,16 @@ pub struct GptqReport {
 impl GptqReport {
     /// One line for logs and the CLI.
     pub fn summary(&self) -> String {
+        if self.rounded.is_empty() {
+            return format!(
+                "gptq: no layer rounded (it rounds the constant weights of quantized Conv, Gemm and MatMul{})",
+                if self.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {} rounded to nearest instead", self.skipped.len())
+                }
+            );
+        }
         let n = self.rounded.len().max(1) as f64;
         let mean = |f: fn(&RoundedLayer) -> f64| self.rounded.iter().map(f).sum::<f64>() / n;
         let measured = if self.rounded.iter().all(|l| l.held_out) {
@@ -445,4 +455,22 @@ fn gptq_targets(
         targets.column_mut(c).assign(&permuted_targets.column(i));
     }
     Some(targets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_without_constant_weights_reports_no_layer_rather_than_figures() {
+        // ONNX's "light" zoo models compute their weights (ConstantOfShape): nothing to round.
+        let none = GptqReport::default().summary();
+        assert!(none.contains("no layer rounded"), "{none}");
+        assert!(!none.contains("dB"), "{none}");
+        let skipped = GptqReport {
+            skipped: vec![("conv".into(), "why".into())],
+            ..GptqReport::default()
+        };
+        assert!(skipped.summary().contains("1 rounded to nearest instead"));
+    }
 }
