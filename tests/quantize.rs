@@ -284,6 +284,42 @@ fn run_transformer(model: &Model) -> ArrayD<f32> {
     outputs[0].try_extract_array::<f32>().unwrap().to_owned()
 }
 
+/// A MatMul with a batched (3-d) weight: ONNX Runtime's integer MatMul takes one scale per
+/// column only for a 2-d weight (it refuses a per-axis one at run time, after the session
+/// loads), and onnxruntime's axis 1 would be the reduced dimension there. Per-channel
+/// recipes quantize such a weight per tensor, and the model runs.
+#[test]
+fn a_batched_matmul_weight_is_quantized_per_tensor_and_runs() {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 8, 4, 64]);
+    b.initializer("w", pattern(&[8, 64, 16]));
+    b.node("MatMul", &["x", "w"], &["y"]).name("batched");
+    b.output("y", DataType::Float32, &[-1, 8, 4, 16]);
+    let model = b.build();
+    let recipe = Recipe::default();
+    assert!(recipe.per_channel);
+    let stats = transformer_stats(&model, &recipe);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let plan = quant::explain(&model, &recipe, Some(&stats)).unwrap();
+    let how = plan.tensor("w").map(|t| t.describe()).unwrap_or_default();
+    assert!(how.ends_with("per tensor"), "{how}");
+    let run = |model: &Model| {
+        let x = ArrayD::from_shape_fn(IxDyn(&[2, 8, 4, 64]), |i| {
+            ((i[1] * 7 + i[2] * 3 + i[3]) % 13) as f32 / 13.0
+        });
+        let bytes = model.to_bytes().unwrap();
+        let mut session = runtime()
+            .session_from_bytes(&bytes, &[EpSpec::Cpu], quant::cpu_session_options(model))
+            .unwrap();
+        let outputs = session
+            .run(ort::inputs!["x" => ort::value::Tensor::from_array(x).unwrap()])
+            .unwrap();
+        outputs[0].try_extract_array::<f32>().unwrap().to_owned()
+    };
+    let (float, quant) = (run(&model), run(&q.model));
+    assert!(sqnr(&float, &quant) > 25.0, "{}", sqnr(&float, &quant));
+}
+
 #[test]
 fn fp8_and_int4_models_load_and_run() {
     let model = transformer();

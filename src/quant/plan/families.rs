@@ -158,15 +158,18 @@ impl Planner<'_> {
         }
     }
 
+    /// The declared rank of `tensor` (an initializer's is always known).
+    fn rank(&self, tensor: &str) -> Option<usize> {
+        self.graph()
+            .tensor(tensor)
+            .and_then(|t| t.shape.as_ref())
+            .map(Vec::len)
+    }
+
     /// Weight-only: a rank-2 MatMul/Gemm weight, block-wise.
     fn weight_only(&mut self, node: &Node) -> Result<(), Exclusion> {
         let w = input(node, 1);
-        let rank2 = self
-            .graph()
-            .tensor(&w)
-            .and_then(|t| t.shape.as_ref())
-            .is_some_and(|s| s.len() == 2);
-        if self.is_weight(&w) && rank2 {
+        if self.is_weight(&w) && self.rank(&w) == Some(2) {
             self.set(&w, TensorRole::Weight { axis: Some(0) });
             Ok(())
         } else {
@@ -179,8 +182,12 @@ impl Planner<'_> {
         let (x, w) = (input(node, 0), input(node, 1));
         self.set(&x, TensorRole::Activation);
         if self.is_weight(&w) {
-            let axis = weight_axis(node);
-            self.set(&w, TensorRole::Weight { axis: Some(axis) });
+            // A batched (rank > 2) MatMul weight goes per tensor: ONNX Runtime's integer
+            // MatMul takes per-column parameters only for a 2-d weight (it refuses others at
+            // run time), and onnxruntime's axis 1 would run along the reduced dimension.
+            let axis =
+                Some(weight_axis(node)).filter(|_| op != "MatMul" || self.rank(&w) == Some(2));
+            self.set(&w, TensorRole::Weight { axis });
             let b = input(node, 2);
             if WEIGHTED_OPS.contains(&op) && self.is_weight(&b) && self.mode() == QuantMode::Int8 {
                 self.set(
