@@ -40,8 +40,13 @@ fn tensor(seed: u64, shape: &[usize]) -> TensorArray {
 }
 
 /// Conv → Relu → depthwise Conv → Conv → Clip(0, 6) → Conv → pool → Gemm → Relu → MatMul →
-/// Add: three pairs to equalize (the bounded Clip ends the chain).
+/// Add: four pairs to equalize (through the bounded Clip too).
 fn chain_model() -> Model {
+    chain_model_bounded_at(6.0)
+}
+
+/// [`chain_model`] with the Clip's upper bound at `hi`.
+fn chain_model_bounded_at(hi: f32) -> Model {
     let mut b = ModelBuilder::new(17);
     b.input("x", DataType::Float32, &[-1, 4, 6, 6]);
     b.initializer("w1", uneven(1, &[8, 4, 3, 3], 0));
@@ -57,7 +62,7 @@ fn chain_model() -> Model {
     );
     b.initializer(
         "hi",
-        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), 6.0)),
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), hi)),
     );
     b.initializer("g", uneven(8, &[5, 6], 0));
     b.initializer("c", tensor(9, &[5]));
@@ -128,9 +133,9 @@ fn equalization_keeps_float_outputs_and_evens_out_weights() {
         [
             ("conv1".to_owned(), "depthwise".to_owned()),
             ("depthwise".to_owned(), "pointwise".to_owned()),
+            ("pointwise".to_owned(), "conv4".to_owned()),
             ("gemm".to_owned(), "matmul".to_owned()),
         ],
-        "the bounded Clip (ReLU6) must end the chain"
     );
     for pair in pairs {
         let gain = pair.first_sqnr_db[1] - pair.first_sqnr_db[0];
@@ -139,9 +144,24 @@ fn equalization_keeps_float_outputs_and_evens_out_weights() {
             "{pair:?}: the first weight's per-tensor int8 SQNR should rise by > 3 dB"
         );
     }
+    // The ReLU6's bound follows each channel's scale: a Min per channel after a Clip(0).
+    let bound = prepared
+        .model
+        .graph()
+        .node
+        .iter()
+        .find(|n| n.op_type() == "Min")
+        .expect("a Min carries the Clip's bound per channel");
+    assert_eq!(bound.output, ["r3"]);
     let x = ArrayD::from_shape_vec(IxDyn(&[3, 4, 6, 6]), values(42, 3 * 4 * 36)).unwrap();
-    let error = relative_error(&run(&model, &x), &run(&prepared.model, &x));
-    assert!(error <= 1e-4, "equalization changed the outputs: {error:e}");
+    // Large inputs drive the pointwise Conv past 6, where the bound decides the output.
+    let large = x.mapv(|v| v * 40.0);
+    let unbounded = chain_model_bounded_at(1e9);
+    assert!(relative_error(&run(&model, &large), &run(&unbounded, &large)) > 1e-2);
+    for x in [x, large] {
+        let error = relative_error(&run(&model, &x), &run(&prepared.model, &x));
+        assert!(error <= 1e-4, "equalization changed the outputs: {error:e}");
+    }
 }
 
 #[test]

@@ -5,7 +5,9 @@
 //! With `sᵢ = √(r₁ᵢ / r₂ᵢ)` (`r` the channel's largest |weight|) both channels end with the
 //! same range `√(r₁ᵢ r₂ᵢ)`: a weight whose channels spanned very different ranges (depthwise
 //! convolutions after batch-norm folding are the classic case) then loses far less to one
-//! per-tensor scale. Chains (A → B → C) are swept until the scales settle.
+//! per-tensor scale. Chains (A → B → C) are swept until the scales settle. A ReLU6 (`Clip(0,
+//! 6)`) between the layers is not homogeneous: its bound follows each channel's scale as a
+//! `Min` after the Clip (see [`pairs::Bound`]), so the float model stays the same.
 //!
 //! Data-free and exact in float, so it runs as a pre-processing step: calibration and
 //! quantization both see the equalized model (the statistics record it, see
@@ -40,7 +42,7 @@ pub struct EqualizedPair {
     pub first: String,
     /// The second layer.
     pub second: String,
-    /// The activation between them, if any.
+    /// The activation between them, if any (a bounded Clip says its bound went per channel).
     pub between: Option<String>,
     /// Channels equalized.
     pub channels: usize,
@@ -67,14 +69,18 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
         }
     }
     let before: HashMap<String, f64> = weight_sqnrs(&layers, &values);
+    // What each pair's first layer's output channels were divided by, over all sweeps.
+    let mut divided: Vec<Vec<f32>> = vec![Vec::new(); pairs.len()];
     for _ in 0..MAX_SWEEPS {
         let mut moved = 0f32;
-        for pair in &pairs {
-            moved = moved.max(equalize_pair(
-                &layers[pair.first],
-                &layers[pair.second],
-                &mut values,
-            ));
+        for (pair, total) in pairs.iter().zip(&mut divided) {
+            let scales = equalize_pair(&layers[pair.first], &layers[pair.second], &mut values);
+            moved = scales.iter().map(|s| s.ln().abs()).fold(moved, f32::max);
+            if total.is_empty() {
+                *total = scales;
+            } else {
+                total.iter_mut().zip(&scales).for_each(|(t, s)| *t *= s);
+            }
         }
         if moved < SETTLED {
             break;
@@ -93,7 +99,10 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
             EqualizedPair {
                 first: name(pair.first),
                 second: name(pair.second),
-                between: pair.between.clone(),
+                between: match pair.bound {
+                    Some(bound) => Some(format!("Clip(0, {}), bound per channel", bound.max)),
+                    None => pair.between.clone(),
+                },
                 channels: first.outputs.channels(first.elements),
                 first_sqnr_db: both(&first.weight),
                 second_sqnr_db: both(&second.weight),
@@ -101,25 +110,103 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
         })
         .collect();
     write_back(model, values);
+    let mut bounded: Vec<(pairs::Bound, usize, &[f32])> = pairs
+        .iter()
+        .zip(&divided)
+        .filter(|(_, total)| !total.is_empty())
+        .filter_map(|(pair, total)| {
+            Some((pair.bound?, layers[pair.first].spatial_dims, &total[..]))
+        })
+        .collect();
+    // Last first: each Min is inserted after its Clip, which moves the nodes behind it.
+    bounded.sort_by_key(|(bound, ..)| std::cmp::Reverse(bound.clip.0));
+    for (bound, spatial_dims, total) in bounded {
+        bound_per_channel(model, &graph, bound, spatial_dims, total);
+    }
     Ok(report)
 }
 
-/// Rescales one pair toward equal channel ranges; returns the largest |ln s| applied.
+/// The model's default-domain opset (1 when it does not say).
+fn opset_of(model: &Model) -> i64 {
+    crate::quant::opset::default_opset(model.proto()).unwrap_or(1)
+}
+
+/// Turns a `Clip(0, m)` whose input channels were divided by `divided` into `Clip(0)`
+/// followed by `Min(·, m / divided)` (one bound per channel, shaped `[C, 1…]` to broadcast
+/// over `spatial_dims` trailing dims); the Min writes the Clip's old output, so readers are
+/// unchanged.
+fn bound_per_channel(
+    model: &mut Model,
+    graph: &Graph,
+    bound: pairs::Bound,
+    spatial_dims: usize,
+    divided: &[f32],
+) {
+    let clip = graph.node(bound.clip);
+    let (Some(output), position) = (clip.outputs.first().cloned(), bound.clip.0) else {
+        return;
+    };
+    let unbounded = unique_name(graph, &format!("{output}_unbounded"));
+    let limit = unique_name(graph, &format!("{output}_channel_bound"));
+    let mut shape = vec![divided.len()];
+    shape.extend(std::iter::repeat_n(1, spatial_dims));
+    let values: Vec<f32> = divided.iter().map(|d| bound.max / d).collect();
+    let Ok(limits) = ArrayD::from_shape_vec(ndarray::IxDyn(&shape), values) else {
+        return;
+    };
+    let Some(g) = model.proto_mut().graph.as_mut() else {
+        return;
+    };
+    let Some(node) = g.node.get_mut(position) else {
+        return;
+    };
+    if node.input.len() > 2 {
+        node.input.truncate(2);
+    }
+    node.attribute.retain(|a| a.name() != "max");
+    if let Some(out) = node.output.first_mut() {
+        out.clone_from(&unbounded);
+    }
+    let min = crate::model::proto::NodeProto {
+        name: Some(format!("{}_channel_bound", clip.name)),
+        op_type: Some("Min".to_owned()),
+        input: vec![unbounded, limit.clone()],
+        output: vec![output],
+        ..Default::default()
+    };
+    g.node.insert(position + 1, min);
+    put_initializer(g, TensorArray::Float32(limits).to_proto(&limit));
+}
+
+/// `base`, or `base_2`, `base_3`… when the graph already has a tensor so named.
+fn unique_name(graph: &Graph, base: &str) -> String {
+    let taken = |n: &str| graph.tensor(n).is_some();
+    if !taken(base) {
+        return base.to_owned();
+    }
+    (2..)
+        .map(|k| format!("{base}_{k}"))
+        .find(|n| !taken(n))
+        .unwrap_or_default()
+}
+
+/// Rescales one pair toward equal channel ranges; returns the scales applied (what the
+/// first layer's output channels were divided by; none when the pair cannot be rescaled).
 fn equalize_pair(
     first: &pairs::Layer,
     second: &pairs::Layer,
     values: &mut HashMap<String, ArrayD<f32>>,
-) -> f32 {
+) -> Vec<f32> {
     let Some(inputs) = second.inputs else {
-        return 0.0;
+        return Vec::new();
     };
     let (Some(w1), Some(w2)) = (values.get(&first.weight), values.get(&second.weight)) else {
-        return 0.0;
+        return Vec::new();
     };
     let r1 = first.outputs.ranges(w1);
     let r2 = inputs.ranges(w2);
     if r1.len() != r2.len() {
-        return 0.0;
+        return Vec::new();
     }
     let scales: Vec<f32> = r1
         .iter()
@@ -142,7 +229,7 @@ fn equalize_pair(
     if let Some(w2) = values.get_mut(&second.weight) {
         inputs.scale(w2, &scales);
     }
-    scales.iter().map(|s| s.ln().abs()).fold(0.0, f32::max)
+    scales
 }
 
 /// Divides a bias per channel; one broadcast value is expanded to a value per channel first.

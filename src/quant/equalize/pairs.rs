@@ -1,7 +1,8 @@
 //! Finding the layer pairs cross-layer equalization may rescale: a Conv, Gemm or MatMul whose
 //! output reaches the next such layer alone, through nothing or one positively homogeneous
 //! activation (`f(x / s) = f(x) / s` for `s > 0`: Relu, LeakyRelu, PRelu, a Clip that is a
-//! Relu), both weights (and the first one's bias) initializers nobody else reads.
+//! Relu) or a Clip bounded at 0 and above (ReLU6: its bound then moves per channel, see
+//! [`Bound`]), both weights (and the first one's bias) initializers nobody else reads.
 
 use super::channels::ChannelMap;
 use crate::model::attributes;
@@ -35,6 +36,8 @@ pub struct Layer {
     pub inputs: Option<ChannelMap>,
     /// Where its channels sit.
     pub family: Family,
+    /// Spatial dims of its output after the channel (a Conv's kernel rank; 0 for Dense).
+    pub spatial_dims: usize,
 }
 
 /// Two layers to equalize, as indices into the layer list, and the activation between them.
@@ -46,6 +49,20 @@ pub struct Pair {
     pub second: usize,
     /// The op type of the activation between them, if any.
     pub between: Option<String>,
+    /// The upper bound of a Clip between them (ReLU6), which the rescaling moves.
+    pub bound: Option<Bound>,
+}
+
+/// A `Clip(0, max)` between two layers. `min(max(x, 0), m) / s = min(max(x / s, 0), m / s)`:
+/// once output channel `i` of the first layer is divided by `sᵢ`, the Clip keeps only its
+/// floor and a `Min` against `m / sᵢ` per channel follows it, so the float model is unchanged
+/// (replacing ReLU6 by Relu, as other tools do, changes it wherever an activation passes 6).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bound {
+    /// The Clip node.
+    pub clip: NodeId,
+    /// Its upper bound.
+    pub max: f32,
 }
 
 /// Every layer of `graph` that takes part in at least one pair, and the pairs.
@@ -57,7 +74,7 @@ pub fn find(model: &Model, graph: &Graph) -> (Vec<Layer>, Vec<Pair>) {
         let Some(first) = layer(model, graph, node) else {
             continue;
         };
-        let Some((second_id, between)) = follower(model, graph, &first.output) else {
+        let Some((second_id, between, bound)) = follower(model, graph, &first.output) else {
             continue;
         };
         let Some(second) = layer(model, graph, graph.node(second_id)) else {
@@ -81,6 +98,7 @@ pub fn find(model: &Model, graph: &Graph) -> (Vec<Layer>, Vec<Pair>) {
             first,
             second,
             between,
+            bound,
         });
     }
     (layers, pairs)
@@ -173,6 +191,10 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
         outputs,
         inputs,
         family,
+        spatial_dims: match family {
+            Family::Conv => shape.len() - 2,
+            Family::Dense => 0,
+        },
     };
     if node.op_type == "MatMul"
         && let Some((add_output, bias)) = bias_add(graph, model, &layer.output)
@@ -194,49 +216,74 @@ fn bias_add(graph: &Graph, model: &Model, tensor: &str) -> Option<(String, Strin
     private_weight(graph, model, other).then(|| (add.outputs[0].clone(), other.clone()))
 }
 
-/// The layer node that reads `tensor` (directly or through one homogeneous activation) as
-/// its data input, and that activation's op type.
-fn follower(model: &Model, graph: &Graph, tensor: &str) -> Option<(NodeId, Option<String>)> {
+/// The layer node that reads `tensor` (directly or through one activation that lets them be
+/// rescaled) as its data input, that activation's op type and a Clip's bound.
+fn follower(
+    model: &Model,
+    graph: &Graph,
+    tensor: &str,
+) -> Option<(NodeId, Option<String>, Option<Bound>)> {
     let next = graph.node(graph.sole_consumer(tensor)?);
     if next.inputs.first().map(String::as_str) != Some(tensor) {
         return None;
     }
     if matches!(next.op_type.as_str(), "Conv" | "Gemm" | "MatMul") {
-        return Some((next.id, None));
+        return Some((next.id, None, None));
     }
-    if !homogeneous(model, next) {
-        return None;
-    }
+    let bound = match passage(model, next)? {
+        Passage::Homogeneous => None,
+        Passage::Bounded(max) => Some(Bound { clip: next.id, max }),
+    };
     let after = graph.node(graph.sole_consumer(next.outputs.first()?)?);
     (after.inputs.first() == next.outputs.first()
         && matches!(after.op_type.as_str(), "Conv" | "Gemm" | "MatMul"))
-    .then(|| (after.id, Some(next.op_type.clone())))
+    .then(|| (after.id, Some(next.op_type.clone()), bound))
 }
 
-/// True for an activation with `f(x / s) = f(x) / s` for every `s > 0`.
-fn homogeneous(model: &Model, node: &Node) -> bool {
+/// How an activation between two layers lets them be rescaled.
+enum Passage {
+    /// `f(x / s) = f(x) / s` for every `s > 0`.
+    Homogeneous,
+    /// A Clip from 0 to a finite bound.
+    Bounded(f32),
+}
+
+/// How `node` lets the layers around it be rescaled, if it does.
+fn passage(model: &Model, node: &Node) -> Option<Passage> {
     if !node.domain.is_empty() || node.outputs.len() != 1 {
-        return false;
+        return None;
     }
     match node.op_type.as_str() {
-        "Relu" | "LeakyRelu" => true,
+        "Relu" | "LeakyRelu" => Some(Passage::Homogeneous),
         // The slope is per channel (or one), not per value: it does not scale.
-        "PRelu" => node.inputs.get(1).is_some_and(|s| {
-            model
-                .graph()
-                .initializer
-                .iter()
-                .any(|t| t.name() == s.as_str())
-        }),
-        "Clip" => clip_is_relu(model, node),
-        _ => false,
+        "PRelu" => node
+            .inputs
+            .get(1)
+            .is_some_and(|s| {
+                model
+                    .graph()
+                    .initializer
+                    .iter()
+                    .any(|t| t.name() == s.as_str())
+            })
+            .then_some(Passage::Homogeneous),
+        "Clip" => match clip_bounds(model, node)? {
+            (Some(min), None) if min == 0.0 => Some(Passage::Homogeneous),
+            (Some(min), Some(max)) if min == 0.0 && max == f32::INFINITY => {
+                Some(Passage::Homogeneous)
+            }
+            (Some(min), Some(max)) if min == 0.0 && max.is_finite() && max > 0.0 => {
+                // Its bound becomes a per-channel Min, which broadcasts from opset 8.
+                (super::opset_of(model) >= 8).then_some(Passage::Bounded(max))
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 
-/// A Clip with lower bound 0 and no upper bound. A bounded one (ReLU6) is not homogeneous:
-/// rescaling would move its bound, so it is left alone rather than replaced by a Relu (which
-/// would change the float model).
-fn clip_is_relu(model: &Model, node: &Node) -> bool {
+/// A Clip's constant bounds (`None` for an absent one); `None` when one is computed.
+fn clip_bounds(model: &Model, node: &Node) -> Option<(Option<f32>, Option<f32>)> {
     let proto = &model.graph().node[node.id.0];
     let constant = |i: usize| -> Option<Option<f32>> {
         match proto.input.get(i).filter(|n| !n.is_empty()) {
@@ -247,16 +294,12 @@ fn clip_is_relu(model: &Model, node: &Node) -> bool {
             }
         }
     };
-    let (min, max) = if proto.input.len() > 1 {
-        match (constant(1), constant(2)) {
-            (Some(min), Some(max)) => (min, max),
-            _ => return false,
-        }
+    if proto.input.len() > 1 {
+        Some((constant(1)?, constant(2)?))
     } else {
-        (
+        Some((
             attributes::float(proto, "min"),
             attributes::float(proto, "max"),
-        )
-    };
-    min == Some(0.0) && max.is_none_or(|m| m == f32::INFINITY)
+        ))
+    }
 }
