@@ -786,3 +786,78 @@ fn compare_sets_aside_the_activations_equalization_rescaled() {
         }
     }
 }
+
+/// A pre-LN attention input: x `[n, 16, 64]` → LayerNorm (γ spanning 1/8 to 8, a few channels
+/// large, as trained norms have) → q, k, v projections summed → y.
+fn pre_norm_model() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 16, 64]);
+    let gamma: Vec<f32> = (0..64)
+        .map(|c| {
+            if c % 16 == 3 {
+                8.0
+            } else {
+                2f32.powf((c % 7) as f32 / 2.0 - 3.0)
+            }
+        })
+        .collect();
+    b.initializer(
+        "gamma",
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&[64]), gamma).unwrap()),
+    );
+    b.initializer("beta", tensor(50, &[64]));
+    for (i, p) in ["q", "k", "v"].iter().enumerate() {
+        b.initializer(&format!("w{p}"), tensor(51 + i as u64, &[64, 64]));
+    }
+    b.node("LayerNormalization", &["x", "gamma", "beta"], &["n"])
+        .name("ln")
+        .attr_int("axis", -1);
+    for p in ["q", "k", "v"] {
+        b.node("MatMul", &["n", &format!("w{p}")], &[&format!("{p}_out")])
+            .name(&format!("{p}_proj"));
+    }
+    b.node("Add", &["q_out", "k_out"], &["qk"]).name("add_qk");
+    b.node("Add", &["qk", "v_out"], &["y"]).name("add_v");
+    b.output("y", DataType::Float32, &[-1, 16, 64]);
+    b.build()
+}
+
+/// SmoothQuant divides the norm's γ and β per channel by scales spanning orders of
+/// magnitude; quantized per tensor like any norm scale, the small channels rounded away (a
+/// synthetic pre-LN transformer fell from 27 to 8 dB). They now stay float, and smoothing
+/// beats plain int8 here (measured 0.13 against 0.22 output MSE; 5.9 when they were quantized).
+#[test]
+fn smoothquant_keeps_the_norm_constants_it_divides_in_float() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    let sample = |seed: u64, n: usize| {
+        ArrayD::from_shape_vec(IxDyn(&[n, 16, 64]), values(seed, n * 16 * 64)).unwrap()
+    };
+    write_npz(&data, &[("x", TensorArray::Float32(sample(60, 64)))]);
+    let model = pre_norm_model();
+    let plain = Recipe::default();
+    let smooth = Recipe {
+        smoothquant: true,
+        ..Recipe::default()
+    };
+    let x = sample(61, 16);
+    let float = run(&model, &x);
+    let error = |recipe: &Recipe| {
+        let stats = calibrate(&model, recipe, &data);
+        let q = quant::quantize(&model, Some(&stats), recipe).unwrap();
+        (mean_squared_error(&float, &run(&q.model, &x)), q)
+    };
+    let (plain_error, _) = error(&plain);
+    let (smooth_error, smoothed) = error(&smooth);
+    assert!(!smoothed.smoothing.as_deref().unwrap_or("").is_empty());
+    for constant in ["gamma", "beta"] {
+        assert!(
+            !smoothed.params.contains_key(constant),
+            "{constant} was quantized after smoothing"
+        );
+    }
+    assert!(
+        smooth_error < plain_error,
+        "smoothquant {smooth_error:e} against plain {plain_error:e}"
+    );
+}

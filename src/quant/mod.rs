@@ -368,6 +368,9 @@ pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationS
             Some(TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation)
         )
     });
+    for name in smooth::folded_constants(prepared, &unguarded, recipe, stats) {
+        kept.insert(name, precision::KeptReason::Smoothed);
+    }
     let kept_recipe = mixed::with_node_precision(prepared, &precision::with_kept(recipe, &kept));
     let plan = if kept.is_empty() {
         unguarded

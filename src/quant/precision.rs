@@ -35,6 +35,10 @@ pub enum KeptReason {
     /// Calibration saw it only empty (past keys/values at the first step of generation), so
     /// there is no range to quantize it with.
     Empty,
+    /// A producer's per-channel constant (a norm's scale and bias, a Mul's factor) that
+    /// SmoothQuant divided by its scales: its values now span the scales' range. Kept with
+    /// or without automatic precision.
+    Smoothed,
 }
 
 impl KeptReason {
@@ -53,6 +57,11 @@ impl KeptReason {
                 "tensors calibration saw only empty (past keys/values at the first step): no \
                  values, so no range to quantize them with"
             }
+            KeptReason::Smoothed => {
+                "per-channel constants (norm scales and biases) that took SmoothQuant's \
+                 division: their channels now span the smoothing scales' range, which one \
+                 8-bit scale would crush"
+            }
         }
     }
 
@@ -62,6 +71,7 @@ impl KeptReason {
             KeptReason::Mask => "mask",
             KeptReason::NormalizedStream => "normalized stream",
             KeptReason::Empty => "empty",
+            KeptReason::Smoothed => "smoothed constant",
         }
     }
 }
@@ -391,8 +401,13 @@ pub fn summary(kept: &BTreeMap<String, KeptReason>) -> Vec<String> {
             } else {
                 String::new()
             };
+            // Smoothed constants stay float whatever the recipe says: SmoothQuant made them so.
+            let off = match reason {
+                KeptReason::Smoothed => "",
+                _ => "; --no_auto_precision quantizes them",
+            };
             format!(
-                "kept in float: {} tensor(s), {} ({}{tail}; --no_auto_precision quantizes them)",
+                "kept in float: {} tensor(s), {} ({}{tail}{off})",
                 names.len(),
                 reason.describe(),
                 shown.join(", "),

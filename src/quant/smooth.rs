@@ -373,6 +373,32 @@ pub fn choices(
     Ok(choices)
 }
 
+/// The producer constants the recorded smoothing is folded into (a norm's scale and bias, a
+/// Mul's factor). They stay float: divided per channel by scales spanning orders of
+/// magnitude, one 8-bit scale for the whole constant (how a norm's scale is quantized) would
+/// round its small channels away (a synthetic pre-LN transformer fell from 27 to 8 dB).
+pub fn folded_constants(
+    prepared: &Prepared,
+    plan: &Plan,
+    recipe: &Recipe,
+    stats: Option<&CalibrationStats>,
+) -> Vec<String> {
+    let Some(recorded) = stats.map(|s| &s.smoothing).filter(|s| !s.is_empty()) else {
+        return Vec::new();
+    };
+    if !recipe.smoothquant || recipe.mode != QuantMode::Int8 {
+        return Vec::new();
+    }
+    candidates(prepared, plan)
+        .into_iter()
+        .filter(|c| recorded.contains_key(&c.activation))
+        .flat_map(|c| match c.site {
+            ScaleSite::Constants(names) => names,
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
 /// One line on what SmoothQuant did for `recipe`, `None` when it was not asked for.
 pub fn summary(choices: &Int4Choices, recipe: &Recipe) -> Option<String> {
     if !recipe.smoothquant || recipe.mode != QuantMode::Int8 {
