@@ -335,3 +335,140 @@ fn a_raise_that_would_change_group_normalization_is_refused_naming_it() {
     );
     assert!(!quant.exists());
 }
+
+/// A float16 MobileNet-style block: Conv → BatchNormalization → Clip(0, 6) → depthwise Conv →
+/// BatchNormalization → Clip(0, 6) → Conv, every tensor float16.
+fn fp16_mobile_block() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float16, &[-1, 4, 8, 8]);
+    let positive = |shape: &[usize], seed: u64| match half(shape, seed, 1.0) {
+        TensorArray::Float16(a) => {
+            TensorArray::Float16(a.mapv(|v| f16::from_f32(0.5 + v.to_f32().abs())))
+        }
+        other => other,
+    };
+    b.initializer("w1", half(&[16, 4, 1, 1], 31, 1.0));
+    b.initializer("w2", half(&[16, 1, 3, 3], 32, 1.0));
+    b.initializer("w3", half(&[8, 16, 1, 1], 33, 0.5));
+    for (i, bn) in ["bn1", "bn2"].iter().enumerate() {
+        let seed = 40 + 4 * i as u64;
+        b.initializer(&format!("{bn}_scale"), positive(&[16], seed));
+        b.initializer(&format!("{bn}_bias"), half(&[16], seed + 1, 0.5));
+        b.initializer(&format!("{bn}_mean"), half(&[16], seed + 2, 0.2));
+        b.initializer(&format!("{bn}_var"), positive(&[16], seed + 3));
+    }
+    b.initializer(
+        "lo",
+        TensorArray::Float16(ArrayD::from_elem(IxDyn(&[]), f16::ZERO)),
+    );
+    b.initializer(
+        "hi",
+        TensorArray::Float16(ArrayD::from_elem(IxDyn(&[]), f16::from_f32(6.0))),
+    );
+    b.node("Conv", &["x", "w1"], &["c1"]).name("expand");
+    b.node(
+        "BatchNormalization",
+        &["c1", "bn1_scale", "bn1_bias", "bn1_mean", "bn1_var"],
+        &["n1"],
+    )
+    .name("bn1");
+    b.node("Clip", &["n1", "lo", "hi"], &["r1"]).name("relu6_1");
+    b.node("Conv", &["r1", "w2"], &["c2"])
+        .name("depthwise")
+        .attr_int("group", 16)
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.node(
+        "BatchNormalization",
+        &["c2", "bn2_scale", "bn2_bias", "bn2_mean", "bn2_var"],
+        &["n2"],
+    )
+    .name("bn2");
+    b.node("Clip", &["n2", "lo", "hi"], &["r2"]).name("relu6_2");
+    b.node("Conv", &["r2", "w3"], &["y"]).name("project");
+    b.output("y", DataType::Float16, &[-1, 8, 8, 8]);
+    b.build()
+}
+
+/// Runs the block on `x`; returns its output as f32.
+fn run_block(model: &Model, x: &TensorArray) -> Vec<f32> {
+    let mut session = runtime()
+        .session_from_model(
+            &model.to_session_model().unwrap(),
+            &[EpSpec::Cpu],
+            SessionOptions::default(),
+        )
+        .unwrap();
+    let owned = value::owned_inputs(vec![("x".to_owned(), x.clone())]).unwrap();
+    let outputs = session.run(owned).unwrap();
+    let (_, y) = value::float_output(&outputs[0]).unwrap();
+    y.iter().copied().collect()
+}
+
+/// Batch norms fold, layers equalize (through the ReLU6s) and biases are corrected in a
+/// float16 model as in a float32 one, each result stored back as float16. Before, all three
+/// took float32 weights only: the batch norms stayed and were quantized on their own
+/// (a MobileNetV2-style model: 15.6 dB against 25.4 once folded), equalization and bias
+/// correction did nothing.
+#[test]
+fn an_fp16_cnn_folds_batch_norms_equalizes_and_corrects_biases() {
+    use qdq_studio::quant::Prepared;
+    use qdq_studio::recipe::Preprocessing;
+    let model = fp16_mobile_block();
+    let prepared = Prepared::new(
+        &model,
+        &Preprocessing {
+            equalize: true,
+            ..Preprocessing::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(prepared.report.folded_batchnorms.len(), 2);
+    assert_eq!(
+        prepared.report.equalized.len(),
+        2,
+        "{:?}",
+        prepared.report.equalized
+    );
+    assert!(
+        initializers_of(&prepared.model, DataType::Float32).is_empty(),
+        "{:?}",
+        initializers_of(&prepared.model, DataType::Float32)
+    );
+    // Large inputs make the Clips bind; the folded, equalized block computes the same.
+    let x = match half(&[2, 4, 8, 8], 50, 4.0) {
+        TensorArray::Float16(a) => {
+            TensorArray::Float16(a.mapv(|v| f16::from_f32(v.to_f32().abs())))
+        }
+        other => other,
+    };
+    let (before, after) = (run_block(&model, &x), run_block(&prepared.model, &x));
+    let norm: f32 = before.iter().map(|v| v * v).sum::<f32>().sqrt();
+    let diff: f32 = before
+        .iter()
+        .zip(&after)
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum::<f32>()
+        .sqrt();
+    assert!(diff / norm < 5e-3, "relative error {}", diff / norm);
+
+    let dir = tempfile::tempdir().unwrap();
+    let float = save(&model, dir.path(), "block.onnx");
+    let data = dir.path().join("calib.npz");
+    write_npz(&data, &[("x", single(&[16, 4, 8, 8], 51, 4.0))]);
+    let quant = dir.path().join("block.qdq.onnx");
+    let said = run(&[
+        OsStr::new("quantize"),
+        OsStr::new("--onnx_path"),
+        float.as_os_str(),
+        OsStr::new("--calibration_data_path"),
+        data.as_os_str(),
+        OsStr::new("--per_tensor"),
+        OsStr::new("--bias_correction"),
+        OsStr::new("-o"),
+        quant.as_os_str(),
+    ]);
+    assert!(
+        said.contains("bias correction: 3 layer(s) corrected"),
+        "{said}"
+    );
+}

@@ -11,7 +11,7 @@ use crate::model::attributes;
 use crate::model::constant::constant_tensor;
 use crate::model::graph::{overridable_initializers, put_initializer};
 use crate::model::proto::{GraphProto, NodeProto};
-use crate::model::{Model, ModelError, TensorArray};
+use crate::model::{DataType, Model, ModelError, TensorArray};
 use crate::recipe::Preprocessing;
 
 /// What pre-processing changed.
@@ -180,14 +180,20 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
         .enumerate()
         .flat_map(|(i, n)| n.output.iter().map(move |o| (o.clone(), i)))
         .collect();
-    let weight = |name: &str| -> Result<Option<ArrayD<f32>>, ModelError> {
+    // Any plain float type: float16 and bfloat16 models are folded in f32 and stored back
+    // in their own type (as ONNX Runtime's own Conv+BatchNormalization fusion does).
+    let typed = |name: &str| -> Result<Option<(ArrayD<f32>, DataType)>, ModelError> {
         match init_index.get(name) {
-            Some(&i) => match snapshot.tensor_array(&snapshot.graph().initializer[i])? {
-                TensorArray::Float32(a) => Ok(Some(a)),
-                _ => Ok(None),
-            },
+            Some(&i) => {
+                let value = snapshot.tensor_array(&snapshot.graph().initializer[i])?;
+                let dtype = value.dtype();
+                Ok(dtype.is_plain_float().then(|| (value.into_f32(), dtype)))
+            }
             None => Ok(None),
         }
+    };
+    let weight = |name: &str| -> Result<Option<ArrayD<f32>>, ModelError> {
+        Ok(typed(name)?.map(|(value, _)| value))
     };
     let mut folded = Vec::new();
     let mut remove = HashSet::new();
@@ -220,8 +226,8 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
         {
             continue;
         }
-        let (Some(w), Some(gamma), Some(beta), Some(mean), Some(var)) = (
-            weight(&conv.input[1])?,
+        let (Some((w, weight_type)), Some(gamma), Some(beta), Some(mean), Some(var)) = (
+            typed(&conv.input[1])?,
             weight(&bn.input[1])?,
             weight(&bn.input[2])?,
             weight(&bn.input[3])?,
@@ -237,13 +243,15 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
             continue;
         }
         let bias = match conv.input.get(2).filter(|b| !b.is_empty()) {
-            Some(b) if single_use(b) => match weight(b)? {
+            Some(b) if single_use(b) => match typed(b)? {
                 Some(b) => Some(b),
                 None => continue,
             },
             Some(_) => continue,
             None => None,
         };
+        let bias_type = bias.as_ref().map_or(weight_type, |(_, t)| *t);
+        let bias = bias.map(|(value, _)| value);
         let eps = f64::from(attr_f(bn, "epsilon", 1e-5));
         let factor: Vec<f64> = gamma
             .iter()
@@ -260,14 +268,15 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
                 ((b - f64::from(mean[c])) * factor[c] + f64::from(beta[c])) as f32
             })
             .collect();
-        let new_b = TensorArray::Float32(crate::model::tensor::array(vec![channels], new_b));
+        let new_b = TensorArray::Float32(crate::model::tensor::array(vec![channels], new_b))
+            .cast_float(bias_type);
         let bias_name = match conv.input.get(2).filter(|b| !b.is_empty()) {
             Some(b) => b.clone(),
             None => format!("{}_folded_bias", conv.input[1]),
         };
         folds.push(Fold {
             producer: p,
-            weight: TensorArray::Float32(new_w),
+            weight: TensorArray::Float32(new_w).cast_float(weight_type),
             bias_name,
             bias: new_b,
             output: bn.output[0].clone(),

@@ -150,8 +150,9 @@ fn correct(
     let Some(weight) = prepared.model.weight(&layer.weight)? else {
         return Ok(Err("its weight is not a constant"));
     };
-    if weight.dtype() != DataType::Float32 {
-        return Ok(Err("its weight is not float32"));
+    let weight_type = weight.dtype();
+    if !weight_type.is_plain_float() {
+        return Ok(Err("its weight is not a float"));
     }
     let weight = weight.into_f32();
     let how = weight_quant(recipe, &layer.weight, role, weight.ndim());
@@ -164,7 +165,7 @@ fn correct(
     let Some(shift) = output_shift(&error, &mean.shape, &mean.mean(), layer.kind) else {
         return Ok(Err("its mean input does not fit its weight"));
     };
-    let Some(added_bias) = subtract_from_bias(prepared, layer, &shift)? else {
+    let Some(added_bias) = subtract_from_bias(prepared, layer, &shift, weight_type)? else {
         return Ok(Err(
             "it has no bias to correct (a MatMul without an Add after it)",
         ));
@@ -246,12 +247,14 @@ fn dense_shift(error: &ArrayD<f32>, shape: &[usize], mean: &[f64]) -> Option<Vec
     Some(shift)
 }
 
-/// Subtracts `shift` from the layer's bias (adding one to a Conv or Gemm that has none);
-/// `Some(added)` when done, `None` when there is no bias it can change.
+/// Subtracts `shift` from the layer's bias (adding one, of the weight's type `float_type`, to
+/// a Conv or Gemm that has none); `Some(added)` when done, `None` when there is no bias it can
+/// change.
 fn subtract_from_bias(
     prepared: &mut Prepared,
     layer: &Layer,
     shift: &[f64],
+    float_type: DataType,
 ) -> Result<Option<bool>, QuantError> {
     let graph = &prepared.graph;
     let node = graph.node(layer.node);
@@ -272,7 +275,13 @@ fn subtract_from_bias(
             .iter()
             .map(|s| (-s / f64::from(divisor)) as f32)
             .collect();
-        set_initializer(&mut prepared.model, &name, vec![values.len()], values);
+        set_initializer(
+            &mut prepared.model,
+            &name,
+            vec![values.len()],
+            values,
+            float_type,
+        );
         if let Some(n) = prepared
             .model
             .proto_mut()
@@ -291,7 +300,8 @@ fn subtract_from_bias(
     let Some(values) = prepared.model.weight(&bias)? else {
         return Ok(None);
     };
-    if values.dtype() != DataType::Float32 {
+    let bias_type = values.dtype();
+    if !bias_type.is_plain_float() {
         return Ok(None);
     }
     let values = values.into_f32();
@@ -311,7 +321,7 @@ fn subtract_from_bias(
     } else {
         vec![shift.len()]
     };
-    set_initializer(&mut prepared.model, &bias, shape, corrected);
+    set_initializer(&mut prepared.model, &bias, shape, corrected, bias_type);
     Ok(Some(false))
 }
 
@@ -334,9 +344,18 @@ fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> 
     (ones && graph.is_private_initializer(other)).then(|| other.clone())
 }
 
-/// Writes `values` as the float32 initializer `name` of `shape`, replacing or adding it.
-fn set_initializer(model: &mut Model, name: &str, shape: Vec<usize>, values: Vec<f32>) {
-    let proto = TensorArray::Float32(crate::model::tensor::array(shape, values)).to_proto(name);
+/// Writes `values` as the initializer `name` of `shape` in `float_type` (the model's own
+/// float type: float16 models keep float16 biases), replacing or adding it.
+fn set_initializer(
+    model: &mut Model,
+    name: &str,
+    shape: Vec<usize>,
+    values: Vec<f32>,
+    float_type: DataType,
+) {
+    let proto = TensorArray::Float32(crate::model::tensor::array(shape, values))
+        .cast_float(float_type)
+        .to_proto(name);
     if let Some(graph) = model.proto_mut().graph.as_mut() {
         put_initializer(graph, proto);
     }

@@ -26,7 +26,7 @@ use serde::Serialize;
 pub use channels::ChannelMap;
 
 use crate::model::graph::put_initializer;
-use crate::model::{Graph, Model, ModelError, TensorArray};
+use crate::model::{DataType, Graph, Model, ModelError, TensorArray};
 
 /// Scales are kept in this range (a dead channel must not make them 0 or ∞).
 const SCALE_LIMITS: (f32, f32) = (1e-3, 1e3);
@@ -61,10 +61,13 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
         return Ok(Vec::new());
     }
     let mut values: HashMap<String, ArrayD<f32>> = HashMap::new();
+    // Each initializer's own type: float16 models are equalized in f32 and stored back.
+    let mut types: HashMap<String, DataType> = HashMap::new();
     for layer in &layers {
         for name in std::iter::once(&layer.weight).chain(&layer.bias) {
             if let Some(value) = model.weight(name)? {
-                values.insert(name.clone(), value.to_f32());
+                types.insert(name.clone(), value.dtype());
+                values.insert(name.clone(), value.into_f32());
             }
         }
     }
@@ -109,19 +112,29 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
             }
         })
         .collect();
-    write_back(model, values);
-    let mut bounded: Vec<(pairs::Bound, usize, &[f32])> = pairs
+    let float_type = |name: &str| types.get(name).copied().unwrap_or(DataType::Float32);
+    let bound_types: Vec<DataType> = pairs
+        .iter()
+        .map(|p| float_type(&layers[p.first].weight))
+        .collect();
+    write_back(model, values, &types);
+    let mut bounded: Vec<(pairs::Bound, BoundShape, &[f32])> = pairs
         .iter()
         .zip(&divided)
-        .filter(|(_, total)| !total.is_empty())
-        .filter_map(|(pair, total)| {
-            Some((pair.bound?, layers[pair.first].spatial_dims, &total[..]))
+        .zip(&bound_types)
+        .filter(|((_, total), _)| !total.is_empty())
+        .filter_map(|((pair, total), &float_type)| {
+            let shape = BoundShape {
+                spatial_dims: layers[pair.first].spatial_dims,
+                float_type,
+            };
+            Some((pair.bound?, shape, &total[..]))
         })
         .collect();
     // Last first: each Min is inserted after its Clip, which moves the nodes behind it.
     bounded.sort_by_key(|(bound, ..)| std::cmp::Reverse(bound.clip.0));
-    for (bound, spatial_dims, total) in bounded {
-        bound_per_channel(model, &graph, bound, spatial_dims, total);
+    for (bound, shape, total) in bounded {
+        bound_per_channel(model, &graph, bound, shape, total);
     }
     Ok(report)
 }
@@ -131,15 +144,22 @@ fn opset_of(model: &Model) -> i64 {
     crate::quant::opset::default_opset(model.proto()).unwrap_or(1)
 }
 
+/// How a per-channel bound is laid out: `[C, 1…]` with `spatial_dims` trailing 1s (to
+/// broadcast over a Conv's spatial dims), in the activation's float type.
+#[derive(Debug, Clone, Copy)]
+struct BoundShape {
+    spatial_dims: usize,
+    float_type: DataType,
+}
+
 /// Turns a `Clip(0, m)` whose input channels were divided by `divided` into `Clip(0)`
-/// followed by `Min(·, m / divided)` (one bound per channel, shaped `[C, 1…]` to broadcast
-/// over `spatial_dims` trailing dims); the Min writes the Clip's old output, so readers are
-/// unchanged.
+/// followed by `Min(·, m / divided)` (one bound per channel, laid out as `layout` says); the
+/// Min writes the Clip's old output, so readers are unchanged.
 fn bound_per_channel(
     model: &mut Model,
     graph: &Graph,
     bound: pairs::Bound,
-    spatial_dims: usize,
+    layout: BoundShape,
     divided: &[f32],
 ) {
     let clip = graph.node(bound.clip);
@@ -149,7 +169,7 @@ fn bound_per_channel(
     let unbounded = unique_name(graph, &format!("{output}_unbounded"));
     let limit = unique_name(graph, &format!("{output}_channel_bound"));
     let mut shape = vec![divided.len()];
-    shape.extend(std::iter::repeat_n(1, spatial_dims));
+    shape.extend(std::iter::repeat_n(1, layout.spatial_dims));
     let values: Vec<f32> = divided.iter().map(|d| bound.max / d).collect();
     let Ok(limits) = ArrayD::from_shape_vec(ndarray::IxDyn(&shape), values) else {
         return;
@@ -175,7 +195,8 @@ fn bound_per_channel(
         ..Default::default()
     };
     g.node.insert(position + 1, min);
-    put_initializer(g, TensorArray::Float32(limits).to_proto(&limit));
+    let limits = TensorArray::Float32(limits).cast_float(layout.float_type);
+    put_initializer(g, limits.to_proto(&limit));
 }
 
 /// `base`, or `base_2`, `base_3`… when the graph already has a tensor so named.
@@ -289,12 +310,18 @@ pub fn int8_sqnr(w: &ArrayD<f32>, outputs: &ChannelMap) -> f64 {
     sums.into_iter().map(db).sum::<f64>() / channels as f64
 }
 
-/// Replaces the rescaled initializers (inline, float32).
-fn write_back(model: &mut Model, values: HashMap<String, ArrayD<f32>>) {
+/// Replaces the rescaled initializers (inline, each in its own float type).
+fn write_back(
+    model: &mut Model,
+    values: HashMap<String, ArrayD<f32>>,
+    types: &HashMap<String, DataType>,
+) {
     let Some(graph) = model.proto_mut().graph.as_mut() else {
         return;
     };
     for (name, value) in values {
-        put_initializer(graph, TensorArray::Float32(value).to_proto(&name));
+        let float_type = types.get(&name).copied().unwrap_or(DataType::Float32);
+        let value = TensorArray::Float32(value).cast_float(float_type);
+        put_initializer(graph, value.to_proto(&name));
     }
 }

@@ -118,15 +118,16 @@ fn weight_shape(model: &Model, name: &str) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// True when `name` is a float32 initializer (not overridable) that only one node reads (a
-/// bias of any broadcastable shape is expanded by the caller).
+/// True when `name` is a float initializer (float32, float16, bfloat16; not overridable) that
+/// only one node reads (a bias of any broadcastable shape is expanded by the caller).
 fn private_weight(graph: &Graph, model: &Model, name: &str) -> bool {
+    let float = [DataType::Float32, DataType::Float16, DataType::BFloat16].map(DataType::to_onnx);
     graph.is_private_initializer(name)
         && model
             .graph()
             .initializer
             .iter()
-            .any(|t| t.name() == name && t.data_type() == DataType::Float32.to_onnx())
+            .any(|t| t.name() == name && float.contains(&t.data_type()))
 }
 
 /// The node as an equalizable layer, when it is one.
