@@ -78,44 +78,62 @@ fn a_fixed_batch_is_taken_from_the_model() {
 }
 
 /// Per-tensor output of an opset-9 model is raised to 11 (ONNX Runtime's optimizer adds a
-/// Round, opset 11, next to a Conv's bias), or to 10 when a node cannot move to 11.
+/// Round, opset 11, next to a Conv's bias), or to 10 when a node cannot move to 11. A Clip's
+/// bounds move from attributes to inputs of its data's type on the way (per-channel output,
+/// opset 13, was refused for any old model with a ReLU6).
 #[test]
 fn old_opsets_are_raised_to_one_onnx_runtime_loads() {
     let dir = tempfile::tempdir().unwrap();
-    let conv = |clip: bool| {
+    let conv = |after: &str| {
         let mut b = ModelBuilder::new(9);
         b.input("x", DataType::Float32, &[1, 2, 6, 6]);
         b.initializer("w", floats(&[4, 2, 3, 3], 0.5));
         b.initializer("b", floats(&[4], 0.1));
         b.node("Conv", &["x", "w", "b"], &["c"]).name("conv");
-        if clip {
-            b.node("Clip", &["c"], &["y"])
-                .name("clip")
-                .attr_float("min", -1.0)
-                .attr_float("max", 1.0);
-        } else {
-            b.node("Relu", &["c"], &["y"]).name("relu");
-        }
-        b.output("y", DataType::Float32, &[1, 4, 4, 4]);
+        let shape: &[i64] = match after {
+            "clip" => {
+                b.node("Clip", &["c"], &["y"])
+                    .name("clip")
+                    .attr_float("min", 0.0)
+                    .attr_float("max", 6.0);
+                &[1, 4, 4, 4]
+            }
+            "pad" => {
+                b.node("Pad", &["c"], &["y"])
+                    .name("pad")
+                    .attr_ints("pads", &[0, 0, 1, 1, 0, 0, 1, 1]);
+                &[1, 4, 6, 6]
+            }
+            _ => {
+                b.node("Relu", &["c"], &["y"]).name("relu");
+                &[1, 4, 4, 4]
+            }
+        };
+        b.output("y", DataType::Float32, shape);
         b
     };
     let out = dir.path().join("q.onnx");
-    let (ok, text) = quantize(
-        &save(dir.path(), &conv(false)),
-        None,
-        &out,
-        &["--per_tensor"],
-    );
-    assert!(ok, "{text}");
-    assert_eq!(opset_of(&out), 11, "{text}");
-    let (ok, text) = quantize(
-        &save(dir.path(), &conv(true)),
-        None,
-        &out,
-        &["--per_tensor"],
-    );
-    assert!(ok, "{text}");
-    assert_eq!(opset_of(&out), 10, "Clip keeps its attributes: {text}");
+    for (after, flag, opset) in [
+        ("relu", "--per_tensor", 11),
+        ("pad", "--per_tensor", 10),
+        ("clip", "--per_tensor", 11),
+        ("clip", "--per_channel", 13),
+    ] {
+        let (ok, text) = quantize(&save(dir.path(), &conv(after)), None, &out, &[flag]);
+        assert!(ok, "{after} {flag}: {text}");
+        assert_eq!(opset_of(&out), opset, "{after} {flag}: {text}");
+    }
+    // The Clip's bounds are float32 scalar inputs now; the model runs (checked by quantize).
+    let quantized = Model::load(&out).unwrap();
+    let clip = quantized
+        .graph()
+        .node
+        .iter()
+        .find(|n| n.op_type() == "Clip");
+    if let Some(clip) = clip {
+        assert!(clip.attribute.is_empty(), "{clip:?}");
+        assert_eq!(clip.input.len(), 3, "{clip:?}");
+    }
 }
 
 /// The last line of a refused `quantize`; asserts it was refused with one error line.

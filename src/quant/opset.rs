@@ -6,7 +6,7 @@
 //! instead (per-channel on opset < 13).
 
 use super::QuantError;
-use crate::model::{Dim, Graph};
+use crate::model::{DataType, Dim, Graph, TensorKind};
 
 /// Op types whose signature changed at a version: (op, version, attribute that moved to an
 /// input or `None` when every node is affected, change). A node is affected only if it uses
@@ -133,10 +133,50 @@ const CHANGES: &[(&str, i64, Option<&str>, &str)] = &[
     ),
 ];
 
-/// Attributes that became inputs of another type (not int64 lists) at a version: a node that
-/// still carries one blocks the raise; without them old and new versions compute the same.
+/// Attributes that became float inputs at a version (in this order after the data input):
+/// a node that carries one is upgraded when the input's type is known (a Clip's bounds take
+/// its data's type; Dropout's ratio may be float32), and blocks the raise otherwise.
 const FLOAT_ATTRIBUTES_MOVED: &[(&str, i64, &[&str])] =
     &[("Clip", 11, &["min", "max"]), ("Dropout", 12, &["ratio"])];
+
+/// The float type `node`'s moved attributes take as inputs: float32 for Dropout's ratio, the
+/// data's type for a Clip's bounds (from the index, or the model's only float type).
+fn moved_attribute_type(graph: &Graph, node: &crate::model::Node) -> Option<DataType> {
+    if node.op_type == "Dropout" {
+        return Some(DataType::Float32);
+    }
+    let float = |code: i32| {
+        DataType::from_onnx(code)
+            .ok()
+            .filter(|t| t.is_plain_float())
+    };
+    if let Some(own) = node
+        .inputs
+        .first()
+        .and_then(|i| graph.tensor(i)?.elem_type)
+        .and_then(float)
+    {
+        return Some(own);
+    }
+    // Old exports rarely describe intermediate tensors: a model with one float type uses it.
+    only_float_type(graph)
+}
+
+/// The float type of every graph input and float initializer of `graph`, when there is one.
+fn only_float_type(graph: &Graph) -> Option<DataType> {
+    let float = |code: i32| {
+        DataType::from_onnx(code)
+            .ok()
+            .filter(|t| t.is_plain_float())
+    };
+    let mut types = graph
+        .tensors()
+        .iter()
+        .filter(|t| matches!(t.kind, TensorKind::Input | TensorKind::Initializer))
+        .filter_map(|t| t.elem_type.and_then(float));
+    let first = types.next()?;
+    types.all(|t| t == first).then_some(first)
+}
 
 /// Softmax-family axis semantics changed at 13: safe only when the axis is the last one.
 const SOFTMAX_LIKE: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
@@ -173,7 +213,8 @@ pub fn blocking_nodes(
             let carried = attributes
                 .iter()
                 .any(|a| node.attribute_names.iter().any(|n| n == a));
-            if node.op_type == *op && from < *version && *version <= to && carried {
+            let typed = || moved_attribute_type(graph, node).is_some();
+            if node.op_type == *op && from < *version && *version <= to && carried && !typed() {
                 blocking.push(format!(
                     "'{}' ({}: {} moved from attributes to inputs at opset {version})",
                     node.name,
@@ -222,6 +263,7 @@ pub fn raise(
         return Err(QuantError::OpsetRaise { from, to, blocking });
     }
     move_attributes_to_inputs(proto, from, to);
+    move_float_attributes_to_inputs(proto, graph, from, to);
     for opset in proto
         .opset_import
         .iter_mut()
@@ -277,6 +319,77 @@ fn move_attributes_to_inputs(proto: &mut crate::model::proto::ModelProto, from: 
         }
     }
     graph.initializer.extend(new_initializers);
+}
+
+/// Upgrades nodes whose float attributes became inputs between `from` and `to` (Clip's `min`
+/// and `max` at 11, Dropout's `ratio` at 12): each value moves into a scalar initializer of
+/// the type [`moved_attribute_type`] gives, at its place in the new signature (an absent
+/// one stays an empty input before a present one). `graph` indexes the model `proto` was
+/// made from (a rewrite adds nodes, so its nodes are found by their names, which the
+/// quantizer gives every node).
+fn move_float_attributes_to_inputs(
+    proto: &mut crate::model::proto::ModelProto,
+    graph: &Graph,
+    from: i64,
+    to: i64,
+) {
+    use crate::model::TensorArray;
+    let types: std::collections::HashMap<&str, DataType> = graph
+        .nodes()
+        .iter()
+        .filter_map(|n| Some((n.name.as_str(), moved_attribute_type(graph, n)?)))
+        .collect();
+    let Some(g) = proto.graph.as_mut() else {
+        return;
+    };
+    let mut new_initializers = Vec::new();
+    // A node the index names otherwise (an unnamed one) takes the model's only float type.
+    let fallback = only_float_type(graph);
+    for node in &mut g.node {
+        let float_type = match types.get(node.name()) {
+            Some(&t) => t,
+            None if node.op_type() == "Dropout" => DataType::Float32,
+            None => match fallback {
+                Some(t) => t,
+                None => continue,
+            },
+        };
+        for (op, version, attributes) in FLOAT_ATTRIBUTES_MOVED {
+            if node.op_type() != *op
+                || !(node.domain().is_empty() || node.domain() == "ai.onnx")
+                || !(from < *version && *version <= to)
+            {
+                continue;
+            }
+            let values: Vec<Option<f32>> = attributes
+                .iter()
+                .map(|a| crate::model::attributes::float(node, a))
+                .collect();
+            if values.iter().all(Option::is_none) {
+                continue;
+            }
+            node.attribute.retain(|a| !attributes.contains(&a.name()));
+            let output = node.output.first().cloned().unwrap_or_default();
+            let mut inputs: Vec<String> = node.input.iter().take(1).cloned().collect();
+            for (attribute, value) in attributes.iter().zip(&values) {
+                let Some(value) = value else {
+                    inputs.push(String::new());
+                    continue;
+                };
+                let name = format!("{output}_{attribute}");
+                let scalar =
+                    TensorArray::Float32(crate::model::tensor::array(vec![], vec![*value]))
+                        .cast_float(float_type);
+                new_initializers.push(scalar.to_proto(&name));
+                inputs.push(name);
+            }
+            while inputs.last().is_some_and(String::is_empty) {
+                inputs.pop();
+            }
+            node.input = inputs;
+        }
+    }
+    g.initializer.extend(new_initializers);
 }
 
 /// The rank of a tensor if the index knows it.
