@@ -180,9 +180,8 @@ fn bound_per_channel(
     let Some(node) = g.node.get_mut(position) else {
         return;
     };
-    if node.input.len() > 2 {
-        node.input.truncate(2);
-    }
+    let detached = node.input.get(2).cloned();
+    node.input.truncate(2);
     node.attribute.retain(|a| a.name() != "max");
     if let Some(out) = node.output.first_mut() {
         out.clone_from(&unbounded);
@@ -197,6 +196,15 @@ fn bound_per_channel(
     g.node.insert(position + 1, min);
     let limits = TensorArray::Float32(limits).cast_float(layout.float_type);
     put_initializer(g, limits.to_proto(&limit));
+    // The old bound's initializer goes when nothing else reads it (ReLU6s often share one).
+    if let Some(old) = detached.filter(|d| !d.is_empty()) {
+        let read = g.node.iter().any(|n| n.input.contains(&old))
+            || g.output.iter().any(|o| o.name() == old)
+            || g.input.iter().any(|i| i.name() == old);
+        if !read {
+            g.initializer.retain(|t| t.name() != old);
+        }
+    }
 }
 
 /// `base`, or `base_2`, `base_3`… when the graph already has a tensor so named.
