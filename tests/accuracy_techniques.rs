@@ -861,3 +861,99 @@ fn smoothquant_keeps_the_norm_constants_it_divides_in_float() {
         "smoothquant {smooth_error:e} against plain {plain_error:e}"
     );
 }
+
+/// Conv → Relu → MaxPool → Conv → AveragePool → Clip(0, 6) → Conv: pooling passes a
+/// per-channel scale through (`pool(x / s) = pool(x) / s`), so both pairs equalize.
+fn pooled_chain() -> Model {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 4, 8, 8]);
+    b.initializer("w1", uneven(71, &[8, 4, 3, 3], 0));
+    b.initializer("b1", tensor(72, &[8]));
+    b.initializer("w2", tensor(73, &[8, 8, 3, 3]));
+    b.initializer("w3", tensor(74, &[6, 8, 1, 1]));
+    b.initializer(
+        "lo",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), 0.0)),
+    );
+    b.initializer(
+        "hi",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), 6.0)),
+    );
+    b.node("Conv", &["x", "w1", "b1"], &["c1"])
+        .name("conv1")
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.node("Relu", &["c1"], &["r1"]).name("relu");
+    b.node("MaxPool", &["r1"], &["p1"])
+        .name("maxpool")
+        .attr_ints("kernel_shape", &[2, 2])
+        .attr_ints("strides", &[2, 2]);
+    b.node("Conv", &["p1", "w2"], &["c2"])
+        .name("conv2")
+        .attr_ints("pads", &[1, 1, 1, 1]);
+    b.node("AveragePool", &["c2"], &["p2"])
+        .name("avgpool")
+        .attr_ints("kernel_shape", &[2, 2])
+        .attr_ints("strides", &[2, 2]);
+    b.node("Clip", &["p2", "lo", "hi"], &["r2"]).name("relu6");
+    b.node("Conv", &["r2", "w3"], &["y"]).name("conv3");
+    b.output("y", DataType::Float32, &[-1, 6, 2, 2]);
+    b.build()
+}
+
+#[test]
+fn equalization_passes_through_pooling() {
+    let model = pooled_chain();
+    let prepared = Prepared::new(&model, &equalizing()).unwrap();
+    let pairs: Vec<(String, Option<String>, String)> = prepared
+        .report
+        .equalized
+        .iter()
+        .map(|p| (p.first.clone(), p.between.clone(), p.second.clone()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("conv1".into(), Some("Relu, MaxPool".into()), "conv2".into()),
+            (
+                "conv2".into(),
+                Some("AveragePool, Clip(0, 6), bound per channel".into()),
+                "conv3".into()
+            ),
+        ]
+    );
+    let gain = |p: &quant::equalize::EqualizedPair| p.first_sqnr_db[1] - p.first_sqnr_db[0];
+    assert!(
+        gain(&prepared.report.equalized[0]) > 3.0,
+        "{:?}",
+        prepared.report.equalized
+    );
+    let x = ArrayD::from_shape_vec(IxDyn(&[3, 4, 8, 8]), values(75, 3 * 4 * 64)).unwrap();
+    let large = x.mapv(|v| v * 20.0);
+    for x in [x, large] {
+        let error = relative_error(&run(&model, &x), &run(&prepared.model, &x));
+        assert!(error <= 1e-4, "equalization changed the outputs: {error:e}");
+    }
+    // Every tensor rescaled on the way is recorded, so comparisons do not match it against
+    // the float model's unscaled one.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    write_npz(
+        &data,
+        &[(
+            "x",
+            TensorArray::Float32(
+                ArrayD::from_shape_vec(IxDyn(&[16, 4, 8, 8]), values(76, 16 * 4 * 64)).unwrap(),
+            ),
+        )],
+    );
+    let recipe = Recipe {
+        preprocessing: equalizing(),
+        ..Recipe::default()
+    };
+    let stats = calibrate(&model, &recipe, &data);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let rescaled = quant::rescaled::rescaled_in(&q.model);
+    for tensor in ["c1", "r1", "p1", "c2", "p2", "r2"] {
+        assert!(rescaled.contains(tensor), "{tensor} not in {rescaled:?}");
+    }
+}

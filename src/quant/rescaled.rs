@@ -27,6 +27,8 @@ pub(crate) fn rescaled_tensors(
 ) -> Vec<String> {
     let mut out = BTreeSet::new();
     for pair in pairs {
+        // What the nodes between write (an activation's and pooling's outputs).
+        out.extend(pair.between_tensors.iter().cloned());
         // The first layer's output, and what the second reads (past the activation between).
         out.extend(
             graph

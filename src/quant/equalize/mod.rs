@@ -42,8 +42,10 @@ pub struct EqualizedPair {
     pub first: String,
     /// The second layer.
     pub second: String,
-    /// The activation between them, if any (a bounded Clip says its bound went per channel).
+    /// The nodes between them, if any (a bounded Clip says its bound went per channel).
     pub between: Option<String>,
+    /// The tensors those nodes write: rescaled along with the pair.
+    pub between_tensors: Vec<String>,
     /// Channels equalized.
     pub channels: usize,
     /// Per-tensor int8 SQNR (dB) of the first layer's weight, averaged over its output
@@ -103,9 +105,15 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
                 first: name(pair.first),
                 second: name(pair.second),
                 between: match pair.bound {
-                    Some(bound) => Some(format!("Clip(0, {}), bound per channel", bound.max)),
+                    Some(bound) => pair.between.as_ref().map(|ops| {
+                        ops.replace(
+                            "Clip",
+                            &format!("Clip(0, {}), bound per channel", bound.max),
+                        )
+                    }),
                     None => pair.between.clone(),
                 },
+                between_tensors: pair.between_tensors.clone(),
                 channels: first.outputs.channels(first.elements),
                 first_sqnr_db: both(&first.weight),
                 second_sqnr_db: both(&second.weight),

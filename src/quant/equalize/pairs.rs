@@ -47,8 +47,11 @@ pub struct Pair {
     pub first: usize,
     /// The second layer (its input channels are multiplied).
     pub second: usize,
-    /// The op type of the activation between them, if any.
+    /// The op types of the nodes between them (an activation, pooling), if any.
     pub between: Option<String>,
+    /// The tensors those nodes write, rescaled along with the pair (the last one is what the
+    /// second layer reads).
+    pub between_tensors: Vec<String>,
     /// The upper bound of a Clip between them (ReLU6), which the rescaling moves.
     pub bound: Option<Bound>,
 }
@@ -74,7 +77,13 @@ pub fn find(model: &Model, graph: &Graph) -> (Vec<Layer>, Vec<Pair>) {
         let Some(first) = layer(model, graph, node) else {
             continue;
         };
-        let Some((second_id, between, bound)) = follower(model, graph, &first.output) else {
+        let Some(Follower {
+            layer: second_id,
+            between,
+            between_tensors,
+            bound,
+        }) = follower(model, graph, &first.output)
+        else {
             continue;
         };
         let Some(second) = layer(model, graph, graph.node(second_id)) else {
@@ -98,6 +107,7 @@ pub fn find(model: &Model, graph: &Graph) -> (Vec<Layer>, Vec<Pair>) {
             first,
             second,
             between,
+            between_tensors,
             bound,
         });
     }
@@ -217,28 +227,67 @@ fn bias_add(graph: &Graph, model: &Model, tensor: &str) -> Option<(String, Strin
     private_weight(graph, model, other).then(|| (add.outputs[0].clone(), other.clone()))
 }
 
-/// The layer node that reads `tensor` (directly or through one activation that lets them be
-/// rescaled) as its data input, that activation's op type and a Clip's bound.
-fn follower(
-    model: &Model,
-    graph: &Graph,
-    tensor: &str,
-) -> Option<(NodeId, Option<String>, Option<Bound>)> {
-    let next = graph.node(graph.sole_consumer(tensor)?);
-    if next.inputs.first().map(String::as_str) != Some(tensor) {
-        return None;
+/// The layer that reads a layer's output, and what lies between.
+struct Follower {
+    /// The second layer.
+    layer: NodeId,
+    /// The op types between, joined (`None` when the second reads the output directly).
+    between: Option<String>,
+    /// The tensors the nodes between write.
+    between_tensors: Vec<String>,
+    /// A bounded Clip's bound, when one is between.
+    bound: Option<Bound>,
+}
+
+/// Nodes a path between two layers may pass through besides one activation: per-channel
+/// pooling, for which `pool(x / s) = pool(x) / s` with `s > 0` per channel (a Conv → Relu →
+/// MaxPool → Conv chain, as in VGG and ResNet stems).
+const POOLS: &[&str] = &["MaxPool", "AveragePool"];
+
+/// Most nodes between two layers (one activation and pooling).
+const MOST_BETWEEN: usize = 3;
+
+/// The layer node that reads `tensor` as its data input, directly or through at most one
+/// activation that lets them be rescaled and any per-channel pooling (Conv layers only).
+fn follower(model: &Model, graph: &Graph, tensor: &str) -> Option<Follower> {
+    let mut at = tensor.to_owned();
+    let (mut ops, mut tensors, mut bound, mut activations) = (Vec::new(), Vec::new(), None, 0);
+    for _ in 0..=MOST_BETWEEN {
+        let next = graph.node(graph.sole_consumer(&at)?);
+        if next.inputs.first() != Some(&at) {
+            return None;
+        }
+        if matches!(next.op_type.as_str(), "Conv" | "Gemm" | "MatMul") {
+            let pooled = ops.iter().any(|op: &String| POOLS.contains(&op.as_str()));
+            if pooled && next.op_type != "Conv" {
+                return None;
+            }
+            return Some(Follower {
+                layer: next.id,
+                between: (!ops.is_empty()).then(|| ops.join(", ")),
+                between_tensors: tensors,
+                bound,
+            });
+        }
+        let out = next.outputs.first().filter(|o| !o.is_empty())?.clone();
+        if POOLS.contains(&next.op_type.as_str()) && next.domain.is_empty() {
+            if next.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+                return None;
+            }
+        } else {
+            activations += 1;
+            if activations > 1 {
+                return None;
+            }
+            if let Passage::Bounded(max) = passage(model, next)? {
+                bound = Some(Bound { clip: next.id, max });
+            }
+        }
+        ops.push(next.op_type.clone());
+        tensors.push(out.clone());
+        at = out;
     }
-    if matches!(next.op_type.as_str(), "Conv" | "Gemm" | "MatMul") {
-        return Some((next.id, None, None));
-    }
-    let bound = match passage(model, next)? {
-        Passage::Homogeneous => None,
-        Passage::Bounded(max) => Some(Bound { clip: next.id, max }),
-    };
-    let after = graph.node(graph.sole_consumer(next.outputs.first()?)?);
-    (after.inputs.first() == next.outputs.first()
-        && matches!(after.op_type.as_str(), "Conv" | "Gemm" | "MatMul"))
-    .then(|| (after.id, Some(next.op_type.clone()), bound))
+    None
 }
 
 /// How an activation between two layers lets them be rescaled.
