@@ -97,7 +97,7 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
         let of = |m: &HashMap<String, f64>| m.get(weight).copied().unwrap_or(f64::NAN);
         [of(&before), of(&after)]
     };
-    let report = pairs
+    let mut report: Vec<EqualizedPair> = pairs
         .iter()
         .map(|pair| {
             let (first, second) = (&layers[pair.first], &layers[pair.second]);
@@ -126,23 +126,27 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
         .map(|p| float_type(&layers[p.first].weight))
         .collect();
     write_back(model, values, &types);
-    let mut bounded: Vec<(pairs::Bound, BoundShape, &[f32])> = pairs
+    let mut bounded: Vec<(usize, pairs::Bound, BoundShape, &[f32])> = pairs
         .iter()
         .zip(&divided)
         .zip(&bound_types)
-        .filter(|((_, total), _)| !total.is_empty())
-        .filter_map(|((pair, total), &float_type)| {
+        .enumerate()
+        .filter(|(_, ((_, total), _))| !total.is_empty())
+        .filter_map(|(index, ((pair, total), &float_type))| {
             let shape = BoundShape {
                 spatial_dims: layers[pair.first].spatial_dims,
                 float_type,
             };
-            Some((pair.bound?, shape, &total[..]))
+            Some((index, pair.bound?, shape, &total[..]))
         })
         .collect();
     // Last first: each Min is inserted after its Clip, which moves the nodes behind it.
-    bounded.sort_by_key(|(bound, ..)| std::cmp::Reverse(bound.clip.0));
-    for (bound, shape, total) in bounded {
-        bound_per_channel(model, &graph, bound, shape, total);
+    bounded.sort_by_key(|(_, bound, ..)| std::cmp::Reverse(bound.clip.0));
+    for (index, bound, shape, total) in bounded {
+        if let Some(unbounded) = bound_per_channel(model, &graph, bound, shape, total) {
+            // The Clip's new output is rescaled too (and new to the model).
+            report[index].between_tensors.push(unbounded);
+        }
     }
     Ok(report)
 }
@@ -162,32 +166,25 @@ struct BoundShape {
 
 /// Turns a `Clip(0, m)` whose input channels were divided by `divided` into `Clip(0)`
 /// followed by `Min(·, m / divided)` (one bound per channel, laid out as `layout` says); the
-/// Min writes the Clip's old output, so readers are unchanged.
+/// Min writes the Clip's old output, so readers are unchanged. Returns the Clip's new
+/// output (`None` when nothing was changed).
 fn bound_per_channel(
     model: &mut Model,
     graph: &Graph,
     bound: pairs::Bound,
     layout: BoundShape,
     divided: &[f32],
-) {
+) -> Option<String> {
     let clip = graph.node(bound.clip);
-    let (Some(output), position) = (clip.outputs.first().cloned(), bound.clip.0) else {
-        return;
-    };
+    let (output, position) = (clip.outputs.first().cloned()?, bound.clip.0);
     let unbounded = unique_name(graph, &format!("{output}_unbounded"));
     let limit = unique_name(graph, &format!("{output}_channel_bound"));
     let mut shape = vec![divided.len()];
     shape.extend(std::iter::repeat_n(1, layout.spatial_dims));
     let values: Vec<f32> = divided.iter().map(|d| bound.max / d).collect();
-    let Ok(limits) = ArrayD::from_shape_vec(ndarray::IxDyn(&shape), values) else {
-        return;
-    };
-    let Some(g) = model.proto_mut().graph.as_mut() else {
-        return;
-    };
-    let Some(node) = g.node.get_mut(position) else {
-        return;
-    };
+    let limits = ArrayD::from_shape_vec(ndarray::IxDyn(&shape), values).ok()?;
+    let g = model.proto_mut().graph.as_mut()?;
+    let node = g.node.get_mut(position)?;
     let detached = node.input.get(2).cloned();
     node.input.truncate(2);
     node.attribute.retain(|a| a.name() != "max");
@@ -197,7 +194,7 @@ fn bound_per_channel(
     let min = crate::model::proto::NodeProto {
         name: Some(format!("{}_channel_bound", clip.name)),
         op_type: Some("Min".to_owned()),
-        input: vec![unbounded, limit.clone()],
+        input: vec![unbounded.clone(), limit.clone()],
         output: vec![output],
         ..Default::default()
     };
@@ -213,6 +210,7 @@ fn bound_per_channel(
             g.initializer.retain(|t| t.name() != old);
         }
     }
+    Some(unbounded)
 }
 
 /// `base`, or `base_2`, `base_3`… when the graph already has a tensor so named.
