@@ -365,25 +365,24 @@ fn fp16_mobile_block() -> Model {
         "hi",
         TensorArray::Float16(ArrayD::from_elem(IxDyn(&[]), f16::from_f32(6.0))),
     );
+    // Batch norm `i` and its ReLU6 after `c{i}`, writing `r{i}`.
+    let norm_and_clip = |b: &mut ModelBuilder, i: usize| {
+        let p = |s: &str| format!("bn{i}_{s}");
+        let (c, n, r) = (format!("c{i}"), format!("n{i}"), format!("r{i}"));
+        let inputs = [c, p("scale"), p("bias"), p("mean"), p("var")];
+        let inputs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+        b.node("BatchNormalization", &inputs, &[&n])
+            .name(&format!("bn{i}"));
+        b.node("Clip", &[&n, "lo", "hi"], &[&r])
+            .name(&format!("relu6_{i}"));
+    };
     b.node("Conv", &["x", "w1"], &["c1"]).name("expand");
-    b.node(
-        "BatchNormalization",
-        &["c1", "bn1_scale", "bn1_bias", "bn1_mean", "bn1_var"],
-        &["n1"],
-    )
-    .name("bn1");
-    b.node("Clip", &["n1", "lo", "hi"], &["r1"]).name("relu6_1");
+    norm_and_clip(&mut b, 1);
     b.node("Conv", &["r1", "w2"], &["c2"])
         .name("depthwise")
         .attr_int("group", 16)
         .attr_ints("pads", &[1, 1, 1, 1]);
-    b.node(
-        "BatchNormalization",
-        &["c2", "bn2_scale", "bn2_bias", "bn2_mean", "bn2_var"],
-        &["n2"],
-    )
-    .name("bn2");
-    b.node("Clip", &["n2", "lo", "hi"], &["r2"]).name("relu6_2");
+    norm_and_clip(&mut b, 2);
     b.node("Conv", &["r2", "w3"], &["y"]).name("project");
     b.output("y", DataType::Float16, &[-1, 8, 8, 8]);
     b.build()

@@ -273,7 +273,14 @@ fn run_transformer(model: &Model) -> ArrayD<f32> {
     let x = Array4::<f32>::from_shape_fn((1, 2, 8, 64), |(_, b, t, c)| {
         ((b * 7 + t * 3 + c) % 13) as f32 / 13.0
     });
-    let x = x.into_shape_with_order((2, 8, 64)).unwrap();
+    run_on(
+        model,
+        x.into_shape_with_order((2, 8, 64)).unwrap().into_dyn(),
+    )
+}
+
+/// Runs `model` (input "x") on `x` in ONNX Runtime's CPU provider; returns its first output.
+fn run_on(model: &Model, x: ArrayD<f32>) -> ArrayD<f32> {
     let bytes = model.to_bytes().unwrap();
     let mut session = runtime()
         .session_from_bytes(&bytes, &[EpSpec::Cpu], quant::cpu_session_options(model))
@@ -303,20 +310,10 @@ fn a_batched_matmul_weight_is_quantized_per_tensor_and_runs() {
     let plan = quant::explain(&model, &recipe, Some(&stats)).unwrap();
     let how = plan.tensor("w").map(|t| t.describe()).unwrap_or_default();
     assert!(how.ends_with("per tensor"), "{how}");
-    let run = |model: &Model| {
-        let x = ArrayD::from_shape_fn(IxDyn(&[2, 8, 4, 64]), |i| {
-            ((i[1] * 7 + i[2] * 3 + i[3]) % 13) as f32 / 13.0
-        });
-        let bytes = model.to_bytes().unwrap();
-        let mut session = runtime()
-            .session_from_bytes(&bytes, &[EpSpec::Cpu], quant::cpu_session_options(model))
-            .unwrap();
-        let outputs = session
-            .run(ort::inputs!["x" => ort::value::Tensor::from_array(x).unwrap()])
-            .unwrap();
-        outputs[0].try_extract_array::<f32>().unwrap().to_owned()
-    };
-    let (float, quant) = (run(&model), run(&q.model));
+    let x = ArrayD::from_shape_fn(IxDyn(&[2, 8, 4, 64]), |i| {
+        ((i[1] * 7 + i[2] * 3 + i[3]) % 13) as f32 / 13.0
+    });
+    let (float, quant) = (run_on(&model, x.clone()), run_on(&q.model, x));
     assert!(sqnr(&float, &quant) > 25.0, "{}", sqnr(&float, &quant));
 }
 
