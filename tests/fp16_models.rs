@@ -132,15 +132,20 @@ fn scale_types(model: &Model) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// Runs `model` on one float16 batch and returns each output's element type.
-fn output_types(model: &Model) -> Vec<DataType> {
-    let mut session = runtime()
+/// A CPU session of `model`.
+fn cpu_session(model: &Model) -> ort::session::Session {
+    runtime()
         .session_from_model(
             &model.to_session_model().unwrap(),
             &[EpSpec::Cpu],
             SessionOptions::default(),
         )
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs `model` on one float16 batch and returns each output's element type.
+fn output_types(model: &Model) -> Vec<DataType> {
+    let mut session = cpu_session(model);
     let inputs = vec![
         ("x".to_owned(), half(&[2, 8, 32], 21, 1.0)),
         ("img".to_owned(), half(&[2, 3, 12, 12], 22, 1.0)),
@@ -390,13 +395,7 @@ fn fp16_mobile_block() -> Model {
 
 /// Runs the block on `x`; returns its output as f32.
 fn run_block(model: &Model, x: &TensorArray) -> Vec<f32> {
-    let mut session = runtime()
-        .session_from_model(
-            &model.to_session_model().unwrap(),
-            &[EpSpec::Cpu],
-            SessionOptions::default(),
-        )
-        .unwrap();
+    let mut session = cpu_session(model);
     let owned = value::owned_inputs(vec![("x".to_owned(), x.clone())]).unwrap();
     let outputs = session.run(owned).unwrap();
     let (_, y) = value::float_output(&outputs[0]).unwrap();
