@@ -145,16 +145,11 @@ fn moved_attribute_type(graph: &Graph, node: &crate::model::Node) -> Option<Data
     if node.op_type == "Dropout" {
         return Some(DataType::Float32);
     }
-    let float = |code: i32| {
-        DataType::from_onnx(code)
-            .ok()
-            .filter(|t| t.is_plain_float())
-    };
     if let Some(own) = node
         .inputs
         .first()
         .and_then(|i| graph.tensor(i)?.elem_type)
-        .and_then(float)
+        .and_then(plain_float)
     {
         return Some(own);
     }
@@ -162,18 +157,21 @@ fn moved_attribute_type(graph: &Graph, node: &crate::model::Node) -> Option<Data
     only_float_type(graph)
 }
 
+/// The ONNX element type `code` when it is a plain float type (float32, float16, bfloat16,
+/// float64).
+fn plain_float(code: i32) -> Option<DataType> {
+    DataType::from_onnx(code)
+        .ok()
+        .filter(|t| t.is_plain_float())
+}
+
 /// The float type of every graph input and float initializer of `graph`, when there is one.
 fn only_float_type(graph: &Graph) -> Option<DataType> {
-    let float = |code: i32| {
-        DataType::from_onnx(code)
-            .ok()
-            .filter(|t| t.is_plain_float())
-    };
     let mut types = graph
         .tensors()
         .iter()
         .filter(|t| matches!(t.kind, TensorKind::Input | TensorKind::Initializer))
-        .filter_map(|t| t.elem_type.and_then(float));
+        .filter_map(|t| t.elem_type.and_then(plain_float));
     let first = types.next()?;
     types.all(|t| t == first).then_some(first)
 }
