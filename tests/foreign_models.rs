@@ -98,6 +98,12 @@ fn old_opsets_are_raised_to_one_onnx_runtime_loads() {
                     .attr_float("max", 6.0);
                 &[1, 4, 4, 4]
             }
+            "dropout" => {
+                b.node("Dropout", &["c"], &["y"])
+                    .name("dropout")
+                    .attr_float("ratio", 0.3);
+                &[1, 4, 4, 4]
+            }
             "pad" => {
                 b.node("Pad", &["c"], &["y"])
                     .name("pad")
@@ -113,6 +119,16 @@ fn old_opsets_are_raised_to_one_onnx_runtime_loads() {
         b
     };
     let out = dir.path().join("q.onnx");
+    // Pre-processing would drop the Dropout: without it, its ratio moves to an input at 12.
+    let dropout = dir.path().join("dropout.onnx");
+    let (ok, text) = quantize(
+        &save(dir.path(), &conv("dropout")),
+        None,
+        &dropout,
+        &["--per_channel", "--no_preprocess"],
+    );
+    assert!(ok, "{text}");
+    assert_eq!(opset_of(&dropout), 13, "{text}");
     for (after, flag, opset) in [
         ("relu", "--per_tensor", 11),
         ("pad", "--per_tensor", 10),
