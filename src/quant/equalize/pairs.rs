@@ -318,7 +318,7 @@ fn passage(model: &Model, node: &Node) -> Option<Passage> {
             })
             .then_some(Passage::Homogeneous),
         "Clip" => match clip_bounds(model, node)? {
-            (Some(min), None) if min == 0.0 => Some(Passage::Homogeneous),
+            (Some(0.0), None) => Some(Passage::Homogeneous),
             (Some(min), Some(max)) if min == 0.0 && max == f32::INFINITY => {
                 Some(Passage::Homogeneous)
             }
