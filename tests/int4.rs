@@ -675,3 +675,35 @@ fn per_tensor_comparison_measures_each_int4_layer_and_weight() {
         }
     }
 }
+
+/// Int4 blocks run along a weight's rows, the reduced dimension of a MatMul's `[K, N]`. A Gemm
+/// with `transB` holds `[N, K]`: blocked along axis 0 its scales ran across output channels
+/// (a Gemm chain read 6 dB), so it stays float while the MatMul beside it goes to int4.
+#[test]
+fn int4_leaves_a_transposed_gemm_weight_in_float() {
+    use qdq_studio::recipe::{QuantMode, Recipe};
+    let values = |seed: u64, shape: &[usize]| {
+        let n = shape.iter().product();
+        TensorArray::Float32(
+            ArrayD::from_shape_vec(IxDyn(shape), common::seeded_values(n, seed, 0.5)).unwrap(),
+        )
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 64]);
+    b.initializer("w_gemm", values(1, &[32, 64]));
+    b.initializer("w_matmul", values(2, &[32, 16]));
+    b.node("Gemm", &["x", "w_gemm"], &["h"])
+        .name("gemm")
+        .attr_int("transB", 1);
+    b.node("MatMul", &["h", "w_matmul"], &["y"]).name("matmul");
+    b.output("y", DataType::Float32, &[-1, 16]);
+    let mut recipe = Recipe::default();
+    recipe.set_mode(QuantMode::Int4);
+    let plan = qdq_studio::quant::explain(&b.build(), &recipe, None).unwrap();
+    assert!(plan.tensor("w_gemm").is_none());
+    let how = plan
+        .tensor("w_matmul")
+        .map(|t| t.describe())
+        .unwrap_or_default();
+    assert!(how.contains("blocks of"), "{how}");
+}

@@ -166,10 +166,14 @@ impl Planner<'_> {
             .map(Vec::len)
     }
 
-    /// Weight-only: a rank-2 MatMul/Gemm weight, block-wise.
+    /// Weight-only: a rank-2 MatMul/Gemm weight, block-wise. Blocks run along the weight's
+    /// rows, the reduced dimension of `[K, N]`; a Gemm with `transB` holds `[N, K]`, where
+    /// they would run along its output channels instead (one scale per input column for
+    /// 128 outputs: a Gemm chain fell to 6 dB), so it stays float.
     fn weight_only(&mut self, node: &Node) -> Result<(), Exclusion> {
         let w = input(node, 1);
-        if self.is_weight(&w) && self.rank(&w) == Some(2) {
+        let transposed = node.op_type == "Gemm" && node.int_attribute("transB").unwrap_or(0) != 0;
+        if self.is_weight(&w) && self.rank(&w) == Some(2) && !transposed {
             self.set(&w, TensorRole::Weight { axis: Some(0) });
             Ok(())
         } else {
