@@ -706,4 +706,17 @@ fn int4_leaves_a_transposed_gemm_weight_in_float() {
         .map(|t| t.describe())
         .unwrap_or_default();
     assert!(how.contains("blocks of"), "{how}");
+    // With the Gemm alone there is nothing for int4, and the refusal says why.
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 64]);
+    b.initializer("w_gemm", values(1, &[32, 64]));
+    b.node("Gemm", &["x", "w_gemm"], &["y"])
+        .name("gemm")
+        .attr_int("transB", 1);
+    b.output("y", DataType::Float32, &[-1, 32]);
+    let err = qdq_studio::quant::quantize(&b.build(), None, &recipe)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("Gemm without transB"), "{err}");
 }

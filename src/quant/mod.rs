@@ -454,6 +454,12 @@ fn nothing_quantized(
             join(&chosen)
         );
     }
+    if recipe.mode == QuantMode::Int4 {
+        return format!(
+            "int4 weight-only quantizes the constant rank-2 weights of MatMul and of Gemm without transB, and the selected nodes ({}) have none",
+            join(&chosen)
+        );
+    }
     format!(
         "the selected nodes ({}) only pass on the scale of a quantized producer, and none has one here; the model's op types: {}",
         join(&chosen),
