@@ -104,15 +104,7 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
             EqualizedPair {
                 first: name(pair.first),
                 second: name(pair.second),
-                between: match pair.bound {
-                    Some(bound) => pair.between.as_ref().map(|ops| {
-                        ops.replace(
-                            "Clip",
-                            &format!("Clip(0, {}), bound per channel", bound.max),
-                        )
-                    }),
-                    None => pair.between.clone(),
-                },
+                between: pair.between.clone(),
                 between_tensors: pair.between_tensors.clone(),
                 channels: first.outputs.channels(first.elements),
                 first_sqnr_db: both(&first.weight),
@@ -120,22 +112,18 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
             }
         })
         .collect();
-    let float_type = |name: &str| types.get(name).copied().unwrap_or(DataType::Float32);
-    let bound_types: Vec<DataType> = pairs
-        .iter()
-        .map(|p| float_type(&layers[p.first].weight))
-        .collect();
     write_back(model, values, &types);
+    let float_type = |name: &str| types.get(name).copied().unwrap_or(DataType::Float32);
     let mut bounded: Vec<(usize, pairs::Bound, BoundShape, &[f32])> = pairs
         .iter()
         .zip(&divided)
-        .zip(&bound_types)
         .enumerate()
-        .filter(|(_, ((_, total), _))| !total.is_empty())
-        .filter_map(|(index, ((pair, total), &float_type))| {
+        .filter(|(_, (_, total))| !total.is_empty())
+        .filter_map(|(index, (pair, total))| {
+            let first = &layers[pair.first];
             let shape = BoundShape {
-                spatial_dims: layers[pair.first].spatial_dims,
-                float_type,
+                spatial_dims: first.spatial_dims,
+                float_type: float_type(&first.weight),
             };
             Some((index, pair.bound?, shape, &total[..]))
         })

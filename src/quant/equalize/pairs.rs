@@ -47,7 +47,8 @@ pub struct Pair {
     pub first: usize,
     /// The second layer (its input channels are multiplied).
     pub second: usize,
-    /// The op types of the nodes between them (an activation, pooling), if any.
+    /// The op types of the nodes between them (an activation, pooling), if any; a bounded
+    /// Clip says its bound goes per channel.
     pub between: Option<String>,
     /// The tensors those nodes write, rescaled along with the pair (the last one is what the
     /// second layer reads).
@@ -281,6 +282,10 @@ fn follower(model: &Model, graph: &Graph, tensor: &str) -> Option<Follower> {
             }
             if let Passage::Bounded(max) = passage(model, next)? {
                 bound = Some(Bound { clip: next.id, max });
+                ops.push(format!("{}(0, {max}), bound per channel", next.op_type));
+                tensors.push(out.clone());
+                at = out;
+                continue;
             }
         }
         ops.push(next.op_type.clone());
