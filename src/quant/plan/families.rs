@@ -167,13 +167,13 @@ impl Planner<'_> {
     }
 
     /// Weight-only: a rank-2 MatMul/Gemm weight, block-wise. Blocks run along the weight's
-    /// rows, the reduced dimension of `[K, N]`; a Gemm with `transB` holds `[N, K]`, where
-    /// they would run along its output channels instead (one scale per input column for
-    /// 128 outputs: a Gemm chain fell to 6 dB), so it stays float.
+    /// rows, the reduced dimension when its output channels are its columns ([`weight_axis`]
+    /// 1, `[K, N]`); a Gemm with `transB` holds `[N, K]`, where they would run along its
+    /// output channels instead (one scale per input column for 128 outputs: a Gemm chain fell
+    /// to 6 dB), so it stays float.
     fn weight_only(&mut self, node: &Node) -> Result<(), Exclusion> {
         let w = input(node, 1);
-        let transposed = node.op_type == "Gemm" && node.int_attribute("transB").unwrap_or(0) != 0;
-        if self.is_weight(&w) && self.rank(&w) == Some(2) && !transposed {
+        if self.is_weight(&w) && self.rank(&w) == Some(2) && weight_axis(node) == 1 {
             self.set(&w, TensorRole::Weight { axis: Some(0) });
             Ok(())
         } else {
