@@ -516,12 +516,7 @@ pub fn tensor_errors_against(
         Err(reason) => errors.local_unavailable = Some(reason),
     }
     errors.weights = weight_errors(quant, &qg, float, &fg)?;
-    // A tensor the quantizer made on purpose (a ReLU6's Clip output once equalization moved
-    // its bound into a Min) has no float twin to be matched with.
-    errors.unmatched = unmatched
-        .into_iter()
-        .filter(|t| !rescaled.contains(t.trim_end_matches("_QuantizeLinear_Input")))
-        .collect();
+    errors.unmatched = unmatched;
     errors.rescaled = rescaled
         .into_iter()
         .filter(|t| fg.tensor(t).is_some_and(|t| t.producer.is_some()))
@@ -555,7 +550,8 @@ pub fn local_errors(
 }
 
 /// What a per-tensor comparison measures in a QDQ model: its activation Q/DQ pairs (and those
-/// it could not match to a float tensor) and its weight-only layers.
+/// it could not match to a float tensor, other than those made on purpose) and its
+/// weight-only layers.
 struct Measured {
     pairs: Vec<Pair>,
     unmatched: Vec<String>,
@@ -569,8 +565,11 @@ struct Measured {
 /// float model's by design, not by error.
 fn measured(quant: &Model, qg: &Graph, fg: &Graph) -> Measured {
     let rescaled = rescaled_in(quant);
-    let (mut pairs, unmatched) = pairs(quant, qg, fg);
+    let (mut pairs, mut unmatched) = pairs(quant, qg, fg);
     pairs.retain(|p| !rescaled.contains(&p.float));
+    // A tensor the quantizer made on purpose (a ReLU6's Clip output once equalization moved
+    // its bound into a Min) has no float twin to be matched with.
+    unmatched.retain(|t| !rescaled.contains(t.trim_end_matches("_QuantizeLinear_Input")));
     let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
     let mut layers = weight_only_layers(qg, fg, &covered);
     layers.retain(|(_, tensor, _)| !rescaled.contains(tensor));
