@@ -384,8 +384,9 @@ fn mask_limit(dtype: Option<DataType>) -> f32 {
 /// Most tensor names one summary line lists before "and N more".
 const NAMES_SHOWN: usize = 3;
 
-/// One line per reason: how many tensors automatic precision kept in float, a few of their
-/// names, and how to turn it off.
+/// One line per reason: how many tensors stay float, a few of their names, and how to turn
+/// it off where automatic precision decided it (SmoothQuant's divided constants stay float
+/// whatever the recipe says).
 pub fn summary(kept: &BTreeMap<String, KeptReason>) -> Vec<String> {
     let mut by_reason: BTreeMap<KeptReason, Vec<&str>> = BTreeMap::new();
     for (name, reason) in kept {

@@ -354,10 +354,7 @@ pub fn choices(
             "the statistics hold smoothed ranges (they were gathered with smoothquant on): quantize with smoothquant, or calibrate again without it".to_owned(),
         ));
     }
-    for candidate in candidates(prepared, plan) {
-        let Some(s) = recorded.get(&candidate.activation) else {
-            continue;
-        };
+    for (candidate, s) in recorded_candidates(prepared, plan, recorded) {
         for w in &candidate.weights {
             choices.transforms.entry(w.clone()).or_default().row_scale = Some(s.scales.clone());
         }
@@ -389,12 +386,26 @@ pub fn folded_constants(
     if !recipe.smoothquant || recipe.mode != QuantMode::Int8 {
         return Vec::new();
     }
-    candidates(prepared, plan)
+    recorded_candidates(prepared, plan, recorded)
         .into_iter()
-        .filter(|c| recorded.contains_key(&c.activation))
-        .flat_map(|c| match c.site {
+        .flat_map(|(c, _)| match c.site {
             ScaleSite::Constants(names) => names,
             _ => Vec::new(),
+        })
+        .collect()
+}
+
+/// The candidates of `plan` that `recorded` smoothed, each with its smoothing.
+fn recorded_candidates<'a>(
+    prepared: &Prepared,
+    plan: &Plan,
+    recorded: &'a BTreeMap<String, Smoothing>,
+) -> Vec<(Candidate, &'a Smoothing)> {
+    candidates(prepared, plan)
+        .into_iter()
+        .filter_map(|c| {
+            let s = recorded.get(&c.activation)?;
+            Some((c, s))
         })
         .collect()
 }
