@@ -402,13 +402,28 @@ fn switched_scan(
         let (without, only) = variants(recipe, unit, granularity);
         recipes.extend([without, only]);
     }
+    let started = std::time::Instant::now();
     let switchable = Switchable::build(eval.float, eval.stats, &recipes, ctx)?;
+    tracing::debug!(
+        "switchable model of {} variants built in {:.1} s",
+        recipes.len(),
+        started.elapsed().as_secs_f64()
+    );
     if switchable.is_float(0) {
         return Err(Fallback::Failed(EvalError::NothingToQuantize));
     }
     let (scores, workers) = {
+        let opened = std::time::Instant::now();
         let runs = GatedRuns::open(eval, &switchable, true)?;
-        (variant_sqnrs(&runs, ctx)?, runs.workers())
+        tracing::debug!(
+            "{} session(s) opened in {:.1} s",
+            runs.workers(),
+            opened.elapsed().as_secs_f64()
+        );
+        let ran = std::time::Instant::now();
+        let scores = variant_sqnrs(&runs, ctx)?;
+        tracing::debug!("variants run in {:.1} s", ran.elapsed().as_secs_f64());
+        (scores, runs.workers())
     };
     let score = |at: usize| scores.get(at).copied().unwrap_or(f64::NAN);
     let mut nodes: Vec<NodeSensitivity> = units

@@ -2,7 +2,8 @@
 //! `If(gate)` nodes whose branches compute one choice each (its Q/DQ chain, or the float
 //! tensor as it is). Only the chosen branch runs, so a run costs about what the chosen
 //! variant's own model costs; a `Where` over every choice would compute them all and copy
-//! element by element (measured: most of a run's time on the bundled sample).
+//! element by element (measured: most of a run's time on the bundled sample; PP-OCR rec, 48
+//! nodes: 2.2 times slower on 2 cores, and no faster on CUDA, 68 s against 55 s on an H200).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
