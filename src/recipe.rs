@@ -253,6 +253,11 @@ pub struct Preprocessing {
     /// statistics must be calibrated with it).
     #[serde(default)]
     pub equalize: bool,
+    /// Store each private weight of a Gemm with `transB` as `[K, N]` (see
+    /// [`crate::quant::gemm_layout`]). Not a recipe setting: [`Recipe::prepared_options`] sets
+    /// it for int4, whose blocks run along `K`.
+    #[serde(skip)]
+    pub gemm_weights_k_by_n: bool,
 }
 
 fn yes() -> bool {
@@ -267,6 +272,7 @@ impl Default for Preprocessing {
             drop_identity: true,
             write_observed_shapes: true,
             equalize: false,
+            gemm_weights_k_by_n: false,
         }
     }
 }
@@ -769,6 +775,15 @@ impl Recipe {
             Ok(())
         } else {
             Err(RecipeError::Invalid { problems })
+        }
+    }
+
+    /// The pre-processing a model gets before this recipe quantizes it: the recipe's own
+    /// options, and what its mode needs ([`Preprocessing::gemm_weights_k_by_n`] for int4).
+    pub fn prepared_options(&self) -> Preprocessing {
+        Preprocessing {
+            gemm_weights_k_by_n: self.mode == QuantMode::Int4,
+            ..self.preprocessing
         }
     }
 

@@ -677,10 +677,12 @@ fn per_tensor_comparison_measures_each_int4_layer_and_weight() {
 }
 
 /// Int4 blocks run along a weight's rows, the reduced dimension of a MatMul's `[K, N]`. A Gemm
-/// with `transB` holds `[N, K]`: blocked along axis 0 its scales ran across output channels
-/// (a Gemm chain read 6 dB), so it stays float while the MatMul beside it goes to int4.
+/// with `transB` holds `[N, K]` (blocked as it is, its scales ran across output channels: a
+/// Gemm chain read 6 dB), so int4 stores a private such weight as `[K, N]` with `transB`
+/// cleared and blocks it like a MatMul's; a weight another node reads too (a tied embedding)
+/// keeps its layout and its Gemm stays float.
 #[test]
-fn int4_leaves_a_transposed_gemm_weight_in_float() {
+fn int4_stores_a_private_transposed_gemm_weight_k_by_n_and_blocks_it() {
     use qdq_studio::recipe::{QuantMode, Recipe};
     let values = |seed: u64, shape: &[usize]| {
         let n = shape.iter().product();
@@ -689,34 +691,96 @@ fn int4_leaves_a_transposed_gemm_weight_in_float() {
         )
     };
     let mut b = ModelBuilder::new(17);
-    b.input("x", DataType::Float32, &[-1, 64]);
-    b.initializer("w_gemm", values(1, &[32, 64]));
-    b.initializer("w_matmul", values(2, &[32, 16]));
-    b.node("Gemm", &["x", "w_gemm"], &["h"])
+    b.input("x", DataType::Float32, &[-1, 256]);
+    b.initializer("w_gemm", values(1, &[64, 256]));
+    b.initializer("b_gemm", values(3, &[64]));
+    b.initializer("w_matmul", values(2, &[64, 16]));
+    b.node("Gemm", &["x", "w_gemm", "b_gemm"], &["h"])
         .name("gemm")
         .attr_int("transB", 1);
     b.node("MatMul", &["h", "w_matmul"], &["y"]).name("matmul");
     b.output("y", DataType::Float32, &[-1, 16]);
+    let model = b.build();
     let mut recipe = Recipe::default();
     recipe.set_mode(QuantMode::Int4);
-    let plan = qdq_studio::quant::explain(&b.build(), &recipe, None).unwrap();
-    assert!(plan.tensor("w_gemm").is_none());
-    let how = plan
-        .tensor("w_matmul")
-        .map(|t| t.describe())
-        .unwrap_or_default();
-    assert!(how.contains("blocks of"), "{how}");
-    // With the Gemm alone there is nothing for int4, and the refusal says why.
+    let plan = qdq_studio::quant::explain(&model, &recipe, None).unwrap();
+    for weight in ["w_gemm", "w_matmul"] {
+        let how = plan
+            .tensor(weight)
+            .map(|t| t.describe())
+            .unwrap_or_default();
+        assert!(how.contains("blocks of"), "{weight}: {how}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let (float, calib, eval) = (
+        dir.path().join("gemm.onnx"),
+        dir.path().join("calib.npz"),
+        dir.path().join("eval.npz"),
+    );
+    model.save(&float, &Default::default()).unwrap();
+    for (path, seed) in [(&calib, 4), (&eval, 5)] {
+        write_npz(path, &[("x", values(seed, &[16, 256]))]);
+    }
+    let quant = dir.path().join("int4.onnx");
+    quantize(&float, &calib, &quant, &["--block_size", "32"]);
+    let saved = Model::load(&quant).unwrap();
+    let gemm = saved
+        .graph()
+        .node
+        .iter()
+        .find(|n| n.name() == "gemm")
+        .unwrap();
+    let trans_b = gemm.attribute.iter().find(|a| a.name() == "transB");
+    assert_eq!(trans_b.map_or(0, |a| a.i()), 0, "{gemm:?}");
+    let read = |name: &str| saved.graph().initializer.iter().any(|t| t.name() == name);
+    assert!(
+        !read("w_gemm"),
+        "the float Gemm weight is replaced by its int4 form"
+    );
+    // The input model keeps its layout.
+    let original = Model::load(&float).unwrap();
+    let kept = original.graph().node.iter().find(|n| n.name() == "gemm");
+    assert!(
+        kept.unwrap()
+            .attribute
+            .iter()
+            .any(|a| a.name() == "transB" && a.i() == 1)
+    );
+    // Int4 with blocks of 32 along K: about 20 dB on these uniform weights (blocked along
+    // the output channels the Gemm read 6 dB).
+    let sqnr = compared_output(&float, &quant, &eval, "y")["sqnr_db"]
+        .as_f64()
+        .unwrap();
+    assert!(sqnr > 15.0, "{sqnr} dB");
+    // The per-tensor comparison reads the stored weight back against the float one,
+    // transposed as the Gemm now reads it.
+    let tensors = per_tensor(&float, &quant, &eval);
+    let weight = tensors["weights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["weight"] == "w_gemm");
+    let db = weight
+        .and_then(|w| w["sqnr_db"].as_f64())
+        .unwrap_or(f64::NAN);
+    assert!((18.0..40.0).contains(&db), "w_gemm: {db} dB in {tensors}");
+
+    // A transposed weight a Gather reads too stays as it is, and with nothing else for int4
+    // the refusal says why.
     let mut b = ModelBuilder::new(17);
     b.input("x", DataType::Float32, &[-1, 64]);
-    b.initializer("w_gemm", values(1, &[32, 64]));
-    b.node("Gemm", &["x", "w_gemm"], &["y"])
+    b.input("ids", DataType::Int64, &[-1]);
+    b.initializer("tied", values(1, &[32, 64]));
+    b.node("Gemm", &["x", "tied"], &["y"])
         .name("gemm")
         .attr_int("transB", 1);
+    b.node("Gather", &["tied", "ids"], &["e"]).name("embed");
     b.output("y", DataType::Float32, &[-1, 32]);
+    b.output("e", DataType::Float32, &[-1, 64]);
     let err = qdq_studio::quant::quantize(&b.build(), None, &recipe)
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();
-    assert!(err.contains("Gemm without transB"), "{err}");
+    assert!(err.contains("only a weight no other node reads"), "{err}");
 }

@@ -341,10 +341,10 @@ impl Document {
         let stale = self
             .prepared
             .as_ref()
-            .is_ok_and(|p| p.options != recipe.preprocessing);
+            .is_ok_and(|p| p.options != recipe.prepared_options());
         if stale {
             self.prepared =
-                Prepared::new(&self.model, &recipe.preprocessing).map_err(|e| e.to_string());
+                Prepared::new(&self.model, &recipe.prepared_options()).map_err(|e| e.to_string());
         }
         // A model that is quantized already is not quantized again: no recipe plan for it.
         self.plan = match &self.prepared {

@@ -124,7 +124,14 @@ pub fn weight_errors(
         let Some(reference) = float.weight(&base)? else {
             continue;
         };
-        let reference = reference.to_f32();
+        let mut reference = reference.to_f32();
+        if node
+            .outputs
+            .first()
+            .is_some_and(|o| stored_transposed(fg, qg, &base, o))
+        {
+            reference = reference.t().as_standard_layout().into_owned();
+        }
         // Read once: the mapped pages go back to the system (a large model's weights would
         // otherwise all stay resident by the end).
         float.release_weight(&base);
@@ -141,6 +148,18 @@ pub fn weight_errors(
         });
     }
     Ok(out)
+}
+
+/// Whether the quantized model holds `weight` transposed against the float model, as int4
+/// stores a Gemm's `transB` weight (`[K, N]` with `transB` cleared,
+/// [`crate::quant::gemm_layout`]): its float reader is a Gemm with `transB`, and the Gemm
+/// reading its dequantized value `dequantized` has none.
+fn stored_transposed(fg: &Graph, qg: &Graph, weight: &str, dequantized: &str) -> bool {
+    let trans_b = |g: &Graph, tensor: &str| {
+        let reader = g.node(*g.tensor(tensor)?.consumers.first()?);
+        (reader.op_type == "Gemm").then(|| reader.int_attribute("transB").unwrap_or(0) != 0)
+    };
+    trans_b(fg, weight) == Some(true) && trans_b(qg, dequantized) == Some(false)
 }
 
 /// The float weight a DequantizeLinear on a weight stands for and its dequantized value.

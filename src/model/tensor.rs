@@ -79,6 +79,30 @@ macro_rules! with_array {
     };
 }
 
+/// Applies `$body` to the array inside any variant and wraps its result in the same variant.
+macro_rules! map_array {
+    ($value:expr, $a:ident => $body:expr) => {
+        match $value {
+            TensorArray::Float32($a) => TensorArray::Float32($body),
+            TensorArray::Float16($a) => TensorArray::Float16($body),
+            TensorArray::BFloat16($a) => TensorArray::BFloat16($body),
+            TensorArray::Float64($a) => TensorArray::Float64($body),
+            TensorArray::Float8E4M3FN($a) => TensorArray::Float8E4M3FN($body),
+            TensorArray::Int4($a) => TensorArray::Int4($body),
+            TensorArray::Uint4($a) => TensorArray::Uint4($body),
+            TensorArray::Int8($a) => TensorArray::Int8($body),
+            TensorArray::Uint8($a) => TensorArray::Uint8($body),
+            TensorArray::Int16($a) => TensorArray::Int16($body),
+            TensorArray::Uint16($a) => TensorArray::Uint16($body),
+            TensorArray::Int32($a) => TensorArray::Int32($body),
+            TensorArray::Uint32($a) => TensorArray::Uint32($body),
+            TensorArray::Int64($a) => TensorArray::Int64($body),
+            TensorArray::Uint64($a) => TensorArray::Uint64($body),
+            TensorArray::Bool($a) => TensorArray::Bool($body),
+        }
+    };
+}
+
 impl TensorArray {
     /// `parts` joined along axis 0 (`None` when they differ in type or in another axis, or
     /// have no axis).
@@ -183,6 +207,11 @@ impl TensorArray {
             },
             _ => self.clone(),
         }
+    }
+
+    /// The array with its axes reversed (a matrix transposed), in standard layout.
+    pub fn transposed(&self) -> TensorArray {
+        map_array!(self, a => a.t().as_standard_layout().into_owned())
     }
 
     /// The values as f32, moving a float32 array rather than copying it (see [`Self::to_f32`]).

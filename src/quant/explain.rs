@@ -233,7 +233,7 @@ pub fn explain(
     recipe: &Recipe,
     stats: Option<&CalibrationStats>,
 ) -> Result<Explanation, QuantError> {
-    let prepared = Prepared::new(model, &recipe.preprocessing)?;
+    let prepared = Prepared::new(model, &recipe.prepared_options())?;
     Ok(explain_prepared(
         &Graph::build(model),
         &prepared,

@@ -4,6 +4,7 @@
 pub mod bias_correction;
 pub mod equalize;
 pub mod explain;
+pub mod gemm_layout;
 pub mod gptq;
 pub mod int4;
 pub mod layers;
@@ -206,7 +207,7 @@ pub fn memory_needed(
     stats: Option<&CalibrationStats>,
     recipe: &Recipe,
 ) -> Result<u64, QuantError> {
-    let prepared = Prepared::new(model, &recipe.preprocessing)?;
+    let prepared = Prepared::new(model, &recipe.prepared_options())?;
     let Guarded {
         recipe: effective,
         plan,
@@ -227,7 +228,7 @@ pub fn quantize_with(
     let original = Graph::build(model);
     original.check()?;
     recipe.check_against(&original)?;
-    let mut prepared = Prepared::new(model, &recipe.preprocessing)?;
+    let mut prepared = Prepared::new(model, &recipe.prepared_options())?;
     if recipe.preprocessing.write_observed_shapes
         && let Some(stats) = stats
     {
@@ -456,7 +457,7 @@ fn nothing_quantized(
     }
     if recipe.mode == QuantMode::Int4 {
         return format!(
-            "int4 weight-only quantizes the constant rank-2 weights of MatMul and of Gemm without transB, and the selected nodes ({}) have none",
+            "int4 weight-only quantizes the constant rank-2 weights of MatMul and Gemm (with transB, only a weight no other node reads), and the selected nodes ({}) have none",
             join(&chosen)
         );
     }

@@ -27,6 +27,8 @@ pub struct PreprocessReport {
     pub shapes_written: usize,
     /// Layer pairs cross-layer equalization rescaled.
     pub equalized: Vec<super::equalize::EqualizedPair>,
+    /// Gemm nodes whose `transB` weight was stored as `[K, N]` for int4.
+    pub gemm_weights_k_by_n: Vec<String>,
 }
 
 impl PreprocessReport {
@@ -43,6 +45,12 @@ impl PreprocessReport {
             text.push_str(&format!(
                 ", {} layer pair(s) equalized",
                 self.equalized.len()
+            ));
+        }
+        if !self.gemm_weights_k_by_n.is_empty() {
+            text.push_str(&format!(
+                ", {} Gemm weight(s) stored as [K, N] for int4 blocks",
+                self.gemm_weights_k_by_n.len()
             ));
         }
         text
@@ -68,6 +76,9 @@ pub fn preprocess(
     // After the folds: a Conv → BatchNormalization → Conv chain is a pair only then.
     if options.equalize {
         report.equalized = super::equalize::equalize(&mut out)?;
+    }
+    if options.gemm_weights_k_by_n {
+        report.gemm_weights_k_by_n = super::gemm_layout::store_gemm_weights_k_by_n(&mut out)?;
     }
     Ok((out, report))
 }

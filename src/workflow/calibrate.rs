@@ -162,7 +162,7 @@ pub fn calibrate_for_recipe(
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<CalibrationStats, WorkflowError> {
-    let prepared = Prepared::new(model, &recipe.preprocessing)?;
+    let prepared = Prepared::new(model, &recipe.prepared_options())?;
     calibrate_prepared_for_recipe(&prepared, recipe, data, config, runtime, ctx)
 }
 

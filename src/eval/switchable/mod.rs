@@ -120,7 +120,8 @@ fn prepared_base(
     recipe: &Recipe,
     like: Option<&Model>,
 ) -> Result<Model, BuildError> {
-    let mut prepared = Prepared::new(float, &recipe.preprocessing).map_err(QuantError::from)?;
+    let mut prepared =
+        Prepared::new(float, &recipe.prepared_options()).map_err(QuantError::from)?;
     if recipe.preprocessing.write_observed_shapes {
         prepared.record_observed_shapes(stats);
     }

@@ -168,9 +168,10 @@ impl Planner<'_> {
 
     /// Weight-only: a rank-2 MatMul/Gemm weight, block-wise. Blocks run along the weight's
     /// rows, the reduced dimension when its output channels are its columns ([`weight_axis`]
-    /// 1, `[K, N]`); a Gemm with `transB` holds `[N, K]`, where they would run along its
+    /// 1, `[K, N]`). A Gemm with `transB` holds `[N, K]`, where they would run along its
     /// output channels instead (one scale per input column for 128 outputs: a Gemm chain fell
-    /// to 6 dB), so it stays float.
+    /// to 6 dB); int4's pre-processing stores a private such weight as `[K, N]`
+    /// ([`crate::quant::gemm_layout`]), so one still transposed here is shared and stays float.
     fn weight_only(&mut self, node: &Node) -> Result<(), Exclusion> {
         let w = input(node, 1);
         if self.is_weight(&w) && self.rank(&w) == Some(2) && weight_axis(node) == 1 {
