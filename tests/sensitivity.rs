@@ -166,3 +166,74 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
     assert_eq!(switched["method"], "Switchable");
     assert_eq!(switched["nodes"].as_array().unwrap().len(), 2);
 }
+
+/// A model may declare its first axis free and still need the batch size it is given: here a
+/// batched weight `[3, 8, 4]` broadcasts against the input's first axis, which works for one
+/// sample at a time and fails for 32. The switchable scan joins evaluation batches into runs
+/// of 32 only when that gives the recipe's own figures; here it runs the data's batches and
+/// succeeds, with ONNX Runtime's log of the failed try kept off the terminal.
+#[test]
+fn the_switchable_scan_keeps_the_data_batches_when_joining_them_fails() {
+    use qdq_studio::model::{DataType, ModelBuilder};
+    let values = |seed: u64, shape: &[usize]| {
+        let n = shape.iter().product();
+        TensorArray::Float32(
+            ArrayD::from_shape_vec(ndarray::IxDyn(shape), common::seeded_values(n, seed, 1.0))
+                .unwrap(),
+        )
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 1, 8]);
+    b.initializer("w", values(1, &[3, 8, 4]));
+    b.node("Relu", &["x"], &["r"]).name("relu");
+    b.node("MatMul", &["r", "w"], &["y"]).name("batched");
+    b.output("y", DataType::Float32, &[3, -1, 4]);
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data, stats) = (
+        dir.path().join("batched.onnx"),
+        dir.path().join("data.npz"),
+        dir.path().join("stats.json"),
+    );
+    b.build().save(&model, &Default::default()).unwrap();
+    common::write_npz(&data, &[("x", values(2, &[40, 1, 8]))]);
+    common::run_ok(
+        common::cli()
+            .args(["calibrate", "--onnx_path"])
+            .arg(&model)
+            .arg("--calibration_data_path")
+            .arg(&data)
+            .arg("-o")
+            .arg(&stats),
+    );
+    let scan = |extra: &[&str]| {
+        let json = dir.path().join(format!("scan{}.json", extra.len()));
+        let mut cmd = common::cli();
+        cmd.args(["sensitivity", "--onnx_path"])
+            .arg(&model)
+            .arg("--calibration_cache_path")
+            .arg(&stats)
+            .arg("--data")
+            .arg(&data)
+            .arg("--json")
+            .arg(&json)
+            .args(extra);
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let value: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (stderr, value["scan"].clone())
+    };
+    let (_, exact) = scan(&[]);
+    let (stderr, switched) = scan(&["--switchable"]);
+    assert_eq!(switched["method"], "Switchable");
+    assert!(!stderr.contains("onnxruntime"), "{stderr}");
+    let (a, b) = (
+        exact["baseline_db"].as_f64().unwrap(),
+        switched["baseline_db"].as_f64().unwrap(),
+    );
+    assert!(
+        a.is_finite() && (a - b).abs() < 1.0,
+        "exact {a} dB, switchable {b} dB"
+    );
+}

@@ -148,8 +148,7 @@ pub fn calibrate(
         } else {
             Optimization::Disable
         },
-        intra_threads: 0,
-        prepacking: true,
+        ..SessionOptions::default()
     };
     let mut session = runtime
         .session_from_model(&augmented, &config.execution_providers, options)

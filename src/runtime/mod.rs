@@ -195,6 +195,10 @@ pub struct SessionOptions {
     /// for a session that is only opened to check that a model loads: a large model then
     /// costs one copy of its weights less.
     pub prepacking: bool,
+    /// Whether ONNX Runtime keeps its own error log quiet (fatal only) for this session: for
+    /// a session whose failing runs the caller expects and handles (a probe); the error
+    /// still comes back to the caller.
+    pub quiet_errors: bool,
 }
 
 impl Default for SessionOptions {
@@ -203,6 +207,7 @@ impl Default for SessionOptions {
             optimization: Optimization::All,
             intra_threads: 0,
             prepacking: true,
+            quiet_errors: false,
         }
     }
 }
@@ -343,6 +348,11 @@ impl Runtime {
         if !options.prepacking {
             builder = builder
                 .with_config_entry("session.disable_prepacking", "1")
+                .map_err(ort::Error::from)?;
+        }
+        if options.quiet_errors {
+            builder = builder
+                .with_log_level(ort::logging::LogLevel::Fatal)
                 .map_err(ort::Error::from)?;
         }
         if options.intra_threads > 0 {
