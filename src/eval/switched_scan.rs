@@ -163,6 +163,14 @@ impl<'a> GatedRuns<'a> {
                 }
                 _ => false,
             });
+        tracing::debug!(
+            "the switchable scan runs {}",
+            if merged.is_some() {
+                "the evaluation data joined into batches of up to 32 samples"
+            } else {
+                "the evaluation data's own batches"
+            }
+        );
         Ok(GatedRuns {
             eval,
             switchable,
