@@ -258,6 +258,11 @@ pub struct Preprocessing {
     /// it for int4, whose blocks run along `K`.
     #[serde(skip)]
     pub gemm_weights_k_by_n: bool,
+    /// Also rewrite a Gemm computing `A·B + C` as a MatMul and an Add, so int4 treats it as a
+    /// MatMul (MatMulNBits included). Set with the above when the recipe quantizes both op
+    /// types.
+    #[serde(skip)]
+    pub gemms_as_matmul: bool,
 }
 
 fn yes() -> bool {
@@ -273,6 +278,7 @@ impl Default for Preprocessing {
             write_observed_shapes: true,
             equalize: false,
             gemm_weights_k_by_n: false,
+            gemms_as_matmul: false,
         }
     }
 }
@@ -779,10 +785,18 @@ impl Recipe {
     }
 
     /// The pre-processing a model gets before this recipe quantizes it: the recipe's own
-    /// options, and what its mode needs ([`Preprocessing::gemm_weights_k_by_n`] for int4).
+    /// options, and what its mode needs (int4: Gemm weights as `[K, N]`, and Gemms as MatMul
+    /// when it quantizes both, so a recipe selecting Gemm alone still finds its Gemms).
     pub fn prepared_options(&self) -> Preprocessing {
+        let int4 = self.mode == QuantMode::Int4;
+        let listed = |op: &str| {
+            (self.op_types_to_quantize.is_empty()
+                || self.op_types_to_quantize.iter().any(|t| t == op))
+                && !self.op_types_to_exclude.iter().any(|t| t == op)
+        };
         Preprocessing {
-            gemm_weights_k_by_n: self.mode == QuantMode::Int4,
+            gemm_weights_k_by_n: int4,
+            gemms_as_matmul: int4 && listed("MatMul") && listed("Gemm"),
             ..self.preprocessing
         }
     }

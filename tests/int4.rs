@@ -678,11 +678,12 @@ fn per_tensor_comparison_measures_each_int4_layer_and_weight() {
 
 /// Int4 blocks run along a weight's rows, the reduced dimension of a MatMul's `[K, N]`. A Gemm
 /// with `transB` holds `[N, K]` (blocked as it is, its scales ran across output channels: a
-/// Gemm chain read 6 dB), so int4 stores a private such weight as `[K, N]` with `transB`
-/// cleared and blocks it like a MatMul's; a weight another node reads too (a tied embedding)
-/// keeps its layout and its Gemm stays float.
+/// Gemm chain read 6 dB). Int4 rewrites a Gemm computing `A·B + C` whose weight only it reads
+/// as a MatMul (its weight `[K, N]`) and an Add, so it is blocked like any MatMul and becomes a
+/// MatMulNBits too; a Gemm with `alpha` keeps its op, its weight stored `[K, N]`; a weight
+/// another node reads too (a tied embedding) keeps its layout and its Gemm stays float.
 #[test]
-fn int4_stores_a_private_transposed_gemm_weight_k_by_n_and_blocks_it() {
+fn int4_quantizes_gemm_layers_as_matmuls_with_k_by_n_weights() {
     use qdq_studio::recipe::{QuantMode, Recipe};
     let values = |seed: u64, shape: &[usize]| {
         let n = shape.iter().product();
@@ -694,17 +695,22 @@ fn int4_stores_a_private_transposed_gemm_weight_k_by_n_and_blocks_it() {
     b.input("x", DataType::Float32, &[-1, 256]);
     b.initializer("w_gemm", values(1, &[64, 256]));
     b.initializer("b_gemm", values(3, &[64]));
-    b.initializer("w_matmul", values(2, &[64, 16]));
+    b.initializer("w_matmul", values(2, &[64, 128]));
+    b.initializer("w_scaled", values(6, &[16, 128]));
     b.node("Gemm", &["x", "w_gemm", "b_gemm"], &["h"])
         .name("gemm")
         .attr_int("transB", 1);
-    b.node("MatMul", &["h", "w_matmul"], &["y"]).name("matmul");
+    b.node("MatMul", &["h", "w_matmul"], &["m"]).name("matmul");
+    b.node("Gemm", &["m", "w_scaled"], &["y"])
+        .name("scaled")
+        .attr_int("transB", 1)
+        .attr_float("alpha", 0.5);
     b.output("y", DataType::Float32, &[-1, 16]);
     let model = b.build();
     let mut recipe = Recipe::default();
     recipe.set_mode(QuantMode::Int4);
     let plan = qdq_studio::quant::explain(&model, &recipe, None).unwrap();
-    for weight in ["w_gemm", "w_matmul"] {
+    for weight in ["w_gemm", "w_matmul", "w_scaled"] {
         let how = plan
             .tensor(weight)
             .map(|t| t.describe())
@@ -722,49 +728,59 @@ fn int4_stores_a_private_transposed_gemm_weight_k_by_n_and_blocks_it() {
     for (path, seed) in [(&calib, 4), (&eval, 5)] {
         write_npz(path, &[("x", values(seed, &[16, 256]))]);
     }
-    let quant = dir.path().join("int4.onnx");
-    quantize(&float, &calib, &quant, &["--block_size", "32"]);
-    let saved = Model::load(&quant).unwrap();
-    let gemm = saved
-        .graph()
-        .node
-        .iter()
-        .find(|n| n.name() == "gemm")
-        .unwrap();
-    let trans_b = gemm.attribute.iter().find(|a| a.name() == "transB");
-    assert_eq!(trans_b.map_or(0, |a| a.i()), 0, "{gemm:?}");
-    let read = |name: &str| saved.graph().initializer.iter().any(|t| t.name() == name);
-    assert!(
-        !read("w_gemm"),
-        "the float Gemm weight is replaced by its int4 form"
-    );
-    // The input model keeps its layout.
-    let original = Model::load(&float).unwrap();
-    let kept = original.graph().node.iter().find(|n| n.name() == "gemm");
-    assert!(
-        kept.unwrap()
-            .attribute
+    let node_op = |model: &Model, name: &str| {
+        let node = model
+            .graph()
+            .node
             .iter()
-            .any(|a| a.name() == "transB" && a.i() == 1)
-    );
-    // Int4 with blocks of 32 along K: about 20 dB on these uniform weights (blocked along
-    // the output channels the Gemm read 6 dB).
-    let sqnr = compared_output(&float, &quant, &eval, "y")["sqnr_db"]
-        .as_f64()
-        .unwrap();
-    assert!(sqnr > 15.0, "{sqnr} dB");
-    // The per-tensor comparison reads the stored weight back against the float one,
-    // transposed as the Gemm now reads it.
-    let tensors = per_tensor(&float, &quant, &eval);
-    let weight = tensors["weights"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|w| w["weight"] == "w_gemm");
-    let db = weight
-        .and_then(|w| w["sqnr_db"].as_f64())
-        .unwrap_or(f64::NAN);
-    assert!((18.0..40.0).contains(&db), "w_gemm: {db} dB in {tensors}");
+            .find(|n| n.name() == name)
+            .unwrap();
+        let trans_b = node.attribute.iter().find(|a| a.name() == "transB");
+        (node.op_type().to_owned(), trans_b.map_or(0, |a| a.i()))
+    };
+    let mut outputs = Vec::new();
+    for (form, gemm_op) in [("dq", "MatMul"), ("matmulnbits", "MatMulNBits")] {
+        let quant = dir.path().join(format!("{form}.onnx"));
+        quantize(
+            &float,
+            &calib,
+            &quant,
+            &["--block_size", "32", "--int4_output", form],
+        );
+        let saved = Model::load(&quant).unwrap();
+        assert_eq!(node_op(&saved, "gemm"), (gemm_op.to_owned(), 0), "{form}");
+        assert_eq!(node_op(&saved, "scaled"), ("Gemm".to_owned(), 0), "{form}");
+        let read = |name: &str| saved.graph().initializer.iter().any(|t| t.name() == name);
+        assert!(
+            !read("w_gemm") && !read("w_scaled"),
+            "{form}: float weights replaced"
+        );
+        // Three int4 layers with blocks of 32 along K: about 20 dB on these uniform weights
+        // (blocked along the output channels a Gemm read 6 dB).
+        let y = compared_output(&float, &quant, &eval, "y");
+        let sqnr = y["sqnr_db"].as_f64().unwrap();
+        assert!(sqnr > 16.0, "{form}: {sqnr} dB");
+        outputs.push(sqnr);
+        // The per-tensor comparison reads the stored weights back against the float ones,
+        // transposed as the quantized model reads them.
+        let tensors = per_tensor(&float, &quant, &eval);
+        for name in ["w_gemm", "w_scaled"] {
+            let weights = tensors["weights"].as_array().unwrap();
+            let weight = weights.iter().find(|w| w["weight"] == name);
+            let db = weight
+                .and_then(|w| w["sqnr_db"].as_f64())
+                .unwrap_or(f64::NAN);
+            assert!(
+                (18.0..40.0).contains(&db),
+                "{form} {name}: {db} dB in {tensors}"
+            );
+        }
+    }
+    // Both forms compute the same product.
+    assert!((outputs[0] - outputs[1]).abs() < 0.1, "{outputs:?}");
+    // The input model keeps its Gemms.
+    let original = Model::load(&float).unwrap();
+    assert_eq!(node_op(&original, "gemm"), ("Gemm".to_owned(), 1));
 
     // A transposed weight a Gather reads too stays as it is, and with nothing else for int4
     // the refusal says why.

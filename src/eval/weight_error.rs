@@ -125,11 +125,7 @@ pub fn weight_errors(
             continue;
         };
         let mut reference = reference.to_f32();
-        if node
-            .outputs
-            .first()
-            .is_some_and(|o| stored_transposed(fg, qg, &base, o))
-        {
+        if stored_transposed(fg, qg, &base, node) {
             reference = reference.t().as_standard_layout().into_owned();
         }
         // Read once: the mapped pages go back to the system (a large model's weights would
@@ -151,15 +147,26 @@ pub fn weight_errors(
 }
 
 /// Whether the quantized model holds `weight` transposed against the float model, as int4
-/// stores a Gemm's `transB` weight (`[K, N]` with `transB` cleared,
-/// [`crate::quant::gemm_layout`]): its float reader is a Gemm with `transB`, and the Gemm
-/// reading its dequantized value `dequantized` has none.
-fn stored_transposed(fg: &Graph, qg: &Graph, weight: &str, dequantized: &str) -> bool {
-    let trans_b = |g: &Graph, tensor: &str| {
-        let reader = g.node(*g.tensor(tensor)?.consumers.first()?);
-        (reader.op_type == "Gemm").then(|| reader.int_attribute("transB").unwrap_or(0) != 0)
+/// stores a Gemm's `transB` weight (`[K, N]`, the Gemm a MatMul or its flag cleared,
+/// [`crate::quant::gemm_layout`]): its float reader is a Gemm with `transB`, and the node
+/// reading it in the quantized model through `node` (its DequantizeLinear, or a MatMulNBits
+/// itself) takes `[K, N]`.
+fn stored_transposed(fg: &Graph, qg: &Graph, weight: &str, node: &Node) -> bool {
+    fn first_reader<'g>(g: &'g Graph, tensor: &str) -> Option<&'g Node> {
+        Some(g.node(*g.tensor(tensor)?.consumers.first()?))
+    }
+    let trans_b = |n: &Node| n.int_attribute("transB").unwrap_or(0) != 0;
+    let float_n_by_k = first_reader(fg, weight).is_some_and(|r| r.op_type == "Gemm" && trans_b(r));
+    let reader = match node.op_type.as_str() {
+        "MatMulNBits" => Some(node),
+        _ => node.outputs.first().and_then(|o| first_reader(qg, o)),
     };
-    trans_b(fg, weight) == Some(true) && trans_b(qg, dequantized) == Some(false)
+    let quant_k_by_n = reader.is_some_and(|r| match r.op_type.as_str() {
+        "MatMul" | "MatMulNBits" => true,
+        "Gemm" => !trans_b(r),
+        _ => false,
+    });
+    float_n_by_k && quant_k_by_n
 }
 
 /// The float weight a DequantizeLinear on a weight stands for and its dequantized value.

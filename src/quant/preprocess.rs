@@ -27,8 +27,8 @@ pub struct PreprocessReport {
     pub shapes_written: usize,
     /// Layer pairs cross-layer equalization rescaled.
     pub equalized: Vec<super::equalize::EqualizedPair>,
-    /// Gemm nodes whose `transB` weight was stored as `[K, N]` for int4.
-    pub gemm_weights_k_by_n: Vec<String>,
+    /// Gemm layers int4 pre-processing rewrote ([`super::gemm_layout`]).
+    pub gemm_layout: super::gemm_layout::GemmLayout,
 }
 
 impl PreprocessReport {
@@ -47,10 +47,17 @@ impl PreprocessReport {
                 self.equalized.len()
             ));
         }
-        if !self.gemm_weights_k_by_n.is_empty() {
+        let gemms = &self.gemm_layout;
+        if !gemms.as_matmul.is_empty() {
+            text.push_str(&format!(
+                ", {} Gemm(s) rewritten as MatMul for int4",
+                gemms.as_matmul.len()
+            ));
+        }
+        if !gemms.transposed.is_empty() {
             text.push_str(&format!(
                 ", {} Gemm weight(s) stored as [K, N] for int4 blocks",
-                self.gemm_weights_k_by_n.len()
+                gemms.transposed.len()
             ));
         }
         text
@@ -78,7 +85,8 @@ pub fn preprocess(
         report.equalized = super::equalize::equalize(&mut out)?;
     }
     if options.gemm_weights_k_by_n {
-        report.gemm_weights_k_by_n = super::gemm_layout::store_gemm_weights_k_by_n(&mut out)?;
+        report.gemm_layout =
+            super::gemm_layout::lay_out_gemms_for_int4(&mut out, options.gemms_as_matmul)?;
     }
     Ok((out, report))
 }
