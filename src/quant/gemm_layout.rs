@@ -24,13 +24,6 @@ pub struct GemmLayout {
     pub transposed: Vec<String>,
 }
 
-impl GemmLayout {
-    /// Whether nothing changed.
-    pub fn is_empty(&self) -> bool {
-        self.as_matmul.is_empty() && self.transposed.is_empty()
-    }
-}
-
 /// One Gemm's rewrite.
 struct Change {
     index: usize,
