@@ -135,10 +135,22 @@ struct Copier<'a> {
     copied: HashSet<NodeId>,
     copied_initializers: Vec<TensorProto>,
     initializer_names: HashSet<String>,
+    /// Float tensors the copies read rescaled, with their factors per channel.
+    input_scales: &'a HashMap<String, Vec<f32>>,
+    /// Activations the copies recompute as the QDQ model does rather than read as float.
+    recomputed: &'a HashSet<String>,
+    /// Element types of the QDQ model's tensors.
+    types: HashMap<String, i32>,
 }
 
 impl<'a> Copier<'a> {
-    fn new(quant: &'a Model, qg: &'a Graph, fg: &Graph) -> Self {
+    fn new(
+        quant: &'a Model,
+        qg: &'a Graph,
+        fg: &Graph,
+        rescaled: (&'a HashMap<String, Vec<f32>>, &'a HashSet<String>),
+    ) -> Self {
+        let (input_scales, recomputed) = rescaled;
         let types = elem_types(quant, qg);
         let twins = qg
             .tensors()
@@ -177,7 +189,33 @@ impl<'a> Copier<'a> {
             copied: HashSet::new(),
             copied_initializers: Vec::new(),
             initializer_names: HashSet::new(),
+            input_scales,
+            recomputed,
+            types,
         }
+    }
+
+    /// The float tensor `float` as the copies read it: multiplied by its factors per channel
+    /// when it is one of `input_scales` (once, however many copies read it).
+    fn float_input(&mut self, quant_name: &str, float: String) -> String {
+        let Some(factors) = self.input_scales.get(&float) else {
+            return float;
+        };
+        let scaled = format!("{float}{SUFFIX}_rescaled");
+        let factor = format!("{float}{SUFFIX}_factors");
+        if self.initializer_names.insert(factor.clone()) {
+            let dtype = self
+                .types
+                .get(quant_name)
+                .and_then(|&c| DataType::from_onnx(c).ok())
+                .unwrap_or(DataType::Float32);
+            let values = ndarray::Array1::from(factors.clone()).into_dyn();
+            let tensor = crate::model::TensorArray::Float32(values).cast_float(dtype);
+            self.copied_initializers.push(tensor.to_proto(&factor));
+            self.nodes
+                .push(node("Mul", vec![float.clone(), factor], &scaled));
+        }
+        scaled
     }
 
     /// The name a copy reads for the QDQ model's tensor `name`: the float model's tensor for
@@ -187,8 +225,11 @@ impl<'a> Copier<'a> {
         if name.is_empty() {
             return String::new();
         }
-        if let Some(float) = self.twins.get(name) {
-            return float.clone();
+        if self.recomputed.contains(name) {
+            return self.computed(name);
+        }
+        if let Some(float) = self.twins.get(name).cloned() {
+            return self.float_input(name, float);
         }
         self.computed(name)
     }
@@ -419,17 +460,19 @@ pub fn needs_ranks(float: &Model, fg: &Graph, quant: &Model) -> bool {
 
 impl LocalModel {
     /// The local model measuring `targets` of `quant` (indexed by `qg`) against `float`
-    /// (indexed by `fg`).
+    /// (indexed by `fg`), `models` in that order. The activations the quantizer rescaled on
+    /// purpose reach the copies at the QDQ model's scale: `rescaled.0` multiplies a float
+    /// tensor by its factors (per channel, the last axis), `rescaled.1` names those whose
+    /// producer is copied from the QDQ model instead of read from the float one.
     /// `ranks` gives the rank of a float tensor seen in a run, for raising the float model's
     /// opset where the graph does not say it (Softmax's axis semantics changed at 13).
     pub fn build(
-        float: &Model,
-        fg: &Graph,
-        quant: &Model,
-        qg: &Graph,
+        models: (&Model, &Graph, &Model, &Graph),
         targets: &[Target],
+        rescaled: (&HashMap<String, Vec<f32>>, &HashSet<String>),
         ranks: &dyn Fn(&str) -> Option<usize>,
     ) -> Result<Self, LocalUnavailable> {
+        let (float, fg, quant, qg) = models;
         let external_folder = match (float.to_session_proto().1, quant.to_session_proto().1) {
             (Some(a), Some(b)) if a != b => return Err(LocalUnavailable::ExternalFolders),
             (a, b) => a.or(b),
@@ -440,7 +483,7 @@ impl LocalModel {
             .map_err(|e| LocalUnavailable::Opset(e.to_string()))?;
         proto.opset_import = merged_imports(&proto, quant.proto());
         proto.ir_version = proto.ir_version.max(quant.proto().ir_version);
-        let mut copier = Copier::new(quant, qg, fg);
+        let mut copier = Copier::new(quant, qg, fg, rescaled);
         let float_types = elem_types(float, fg);
         let mut sums = Vec::new();
         let (mut tensors, mut outputs) = (Vec::new(), Vec::new());

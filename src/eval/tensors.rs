@@ -18,11 +18,11 @@ use super::local_error::{LocalModel, LocalSums, Target, needs_ranks};
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
 use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
 pub use super::weight_error::WeightError;
-use super::weight_error::weight_errors;
+use super::weight_error::{input_channel_fit, weight_errors};
 use crate::calib::data::BatchSource;
 use crate::calib::histogram::Histogram;
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::{Graph, Model, NodeId};
+use crate::model::{Graph, Model, Node, NodeId};
 use crate::quant::rescaled::rescaled_in;
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime};
@@ -500,8 +500,8 @@ pub fn tensor_errors_against(
     drop((quant_session, float_side));
     let order = float_order(&fg);
     let mut errors = sums.finish(&order);
-    let targets = local_targets(&pairs, &layers, &qg, &rescaled);
-    let local = match local_model(float, &fg, quant, &qg, &targets, source, runtime, eps) {
+    let plan = local_targets(&pairs, &layers, (float, &fg, quant, &qg), &rescaled)?;
+    let local = match local_model(float, &fg, quant, &qg, &plan, source, runtime, eps) {
         Ok(local) => match local_pass(&local, source, runtime, eps, batch_size, ctx) {
             Ok(sums) => Ok(sums.finish(&order)),
             Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
@@ -543,8 +543,8 @@ pub fn local_errors(
         rescaled,
         ..
     } = measured(quant, &qg, &fg);
-    let targets = local_targets(&pairs, &layers, &qg, &rescaled);
-    let local = local_model(float, &fg, quant, &qg, &targets, source, runtime, eps)?;
+    let plan = local_targets(&pairs, &layers, (float, &fg, quant, &qg), &rescaled)?;
+    let local = local_model(float, &fg, quant, &qg, &plan, source, runtime, eps)?;
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
     Ok(sums.finish(&float_order(&fg)))
 }
@@ -596,7 +596,7 @@ fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
     tensor
 }
 
-/// The local model of `targets` (see [`LocalModel::build`]); when raising the float model's
+/// The local model of `plan` (see [`LocalModel::build`]); when raising the float model's
 /// opset needs tensor ranks the graph does not give, they are read from one run of the float
 /// model on the first batch of `source`.
 #[allow(clippy::too_many_arguments)]
@@ -605,7 +605,7 @@ fn local_model(
     fg: &Graph,
     quant: &Model,
     qg: &Graph,
-    targets: &[Target],
+    plan: &LocalPlan,
     source: &mut dyn BatchSource,
     runtime: &Runtime,
     eps: &[EpSpec],
@@ -614,9 +614,10 @@ fn local_model(
         true => observed_ranks(float, fg, source, runtime, eps)?,
         false => HashMap::new(),
     };
-    Ok(LocalModel::build(float, fg, quant, qg, targets, &|t| {
-        ranks.get(t).copied()
-    })?)
+    let ranks = |t: &str| ranks.get(t).copied();
+    let models = (float, fg, quant, qg);
+    let rescaled = (&plan.input_scales, &plan.recomputed);
+    Ok(LocalModel::build(models, &plan.targets, rescaled, &ranks)?)
 }
 
 /// The rank of every float activation of `float` on the first sample of `source`.
@@ -638,17 +639,32 @@ fn observed_ranks(
     Ok(outputs.into_iter().map(|(n, a)| (n, a.ndim())).collect())
 }
 
-/// What the local model measures: every Q/DQ pair and every weight-only layer's output.
-/// The tensors whose local error is measured: every pair and weight-only layer, except those
-/// whose node reads a `rescaled` activation (the local model would feed it the float tensor,
-/// which its rescaled weights do not expect).
+/// What the local model measures, and how its copies read the activations the quantizer
+/// rescaled on purpose.
+struct LocalPlan {
+    targets: Vec<Target>,
+    /// Per rescaled activation a copy reads: the factor per channel (last axis) taking the
+    /// float tensor to the QDQ model's scale.
+    input_scales: HashMap<String, Vec<f32>>,
+    /// Rescaled activations the copies recompute with their producer's QDQ-model constants.
+    recomputed: HashSet<String>,
+}
+
+/// The tensors whose local error is measured: every Q/DQ pair and weight-only layer, except
+/// those whose node reads a `rescaled` activation it cannot be given at the QDQ model's scale.
+/// Such an activation is recomputed by a copy of its producer when only the producer's
+/// constants differ ([`recomputable`]: a norm AWQ or SmoothQuant divided); else, when the
+/// layers reading it multiply it by 8-bit weights whose rows the quantizer multiplied
+/// (equalization of dense layers, SmoothQuant), the float tensor is divided by the factors
+/// fitted from those weights ([`input_channel_fit`]).
 fn local_targets(
     pairs: &[Pair],
     layers: &[(String, String, Option<String>)],
-    qg: &Graph,
+    models: (&Model, &Graph, &Model, &Graph),
     rescaled: &BTreeSet<String>,
-) -> Vec<Target> {
-    pairs
+) -> Result<LocalPlan, EvalError> {
+    let (float, fg, quant, qg) = models;
+    let candidates: Vec<Target> = pairs
         .iter()
         .map(|p| Target::Pair {
             float: p.float.clone(),
@@ -656,23 +672,120 @@ fn local_targets(
             dq: p.dq,
         })
         .chain(layers.iter().map(|(_, t, _)| Target::Output(t.clone())))
-        .filter(|target| !reads_rescaled(qg, rescaled, target.float()))
-        .collect()
+        .collect();
+    // Each candidate's node and the rescaled activations it reads.
+    let readers: Vec<(Option<&Node>, Vec<&str>)> = candidates
+        .iter()
+        .map(|target| {
+            // For a pair, the node computing what its QuantizeLinear reads (a graph output's
+            // pair is written by its DequantizeLinear).
+            let computed = match target {
+                Target::Pair { q, .. } => qg.node(*q).inputs.first().map(String::as_str),
+                Target::Output(name) => Some(name.as_str()),
+            };
+            let reader = computed
+                .and_then(|t| qg.tensor(t)?.producer)
+                .map(|id| qg.node(id));
+            let read = reader
+                .map(|n| n.inputs.iter().map(|i| unquantized(qg, i)))
+                .into_iter()
+                .flatten()
+                .filter(|i| rescaled.contains(*i))
+                .collect();
+            (reader, read)
+        })
+        .collect();
+    // Rescaled activations a copy of their producer recomputes exactly.
+    let mut recomputed = HashSet::new();
+    for tensor in readers.iter().flat_map(|(_, read)| read) {
+        if !recomputed.contains(*tensor) && recomputable(tensor, models, rescaled)? {
+            recomputed.insert((*tensor).to_owned());
+        }
+    }
+    // For the others, one fit per rescaled activation over every layer reading it.
+    let mut fits: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
+    for (reader, read) in &readers {
+        let Some(reader) = reader.filter(|_| !read.is_empty()) else {
+            continue;
+        };
+        let Some(fit) = input_channel_fit(quant, qg, float, fg, reader)? else {
+            continue;
+        };
+        for input in read {
+            let sums = fits
+                .entry(input)
+                .or_insert_with(|| vec![(0.0, 0.0); fit.len()]);
+            if sums.len() == fit.len() {
+                for (sum, (n, d)) in sums.iter_mut().zip(&fit) {
+                    *sum = (sum.0 + n, sum.1 + d);
+                }
+            }
+        }
+    }
+    let input_scales: HashMap<String, Vec<f32>> = fits
+        .into_iter()
+        .filter_map(|(tensor, sums)| {
+            let inverse: Vec<f32> = sums.iter().map(|(n, d)| (d / n) as f32).collect();
+            inverse
+                .iter()
+                .all(|v| v.is_finite() && *v > 0.0)
+                .then(|| (tensor.to_owned(), inverse))
+        })
+        .collect();
+    let targets = candidates
+        .into_iter()
+        .zip(&readers)
+        .filter(|(_, (_, read))| {
+            read.iter()
+                .all(|i| recomputed.contains(*i) || input_scales.contains_key(*i))
+        })
+        .map(|(target, _)| target)
+        .collect();
+    Ok(LocalPlan {
+        targets,
+        input_scales,
+        recomputed,
+    })
 }
 
-/// True when the node writing `tensor` in the QDQ graph reads a `rescaled` activation (each
-/// input traced back through its Q/DQ pair to the tensor quantized).
-fn reads_rescaled(qg: &Graph, rescaled: &BTreeSet<String>, tensor: &str) -> bool {
-    !rescaled.is_empty()
-        && qg
-            .tensor(tensor)
-            .and_then(|t| t.producer)
-            .is_some_and(|id| {
-                qg.node(id)
-                    .inputs
-                    .iter()
-                    .any(|i| rescaled.contains(unquantized(qg, i)))
-            })
+/// Whether the QDQ model computes the rescaled activation `tensor` from the float model's own
+/// activations by a node that differs from the float model's only in constants (a norm whose
+/// scale and bias AWQ or SmoothQuant divided): a copy of that node reading the float
+/// activations gives it at the QDQ model's scale, exactly.
+fn recomputable(
+    tensor: &str,
+    models: (&Model, &Graph, &Model, &Graph),
+    rescaled: &BTreeSet<String>,
+) -> Result<bool, EvalError> {
+    let (float, fg, quant, qg) = models;
+    let producer = |g: &Graph| g.tensor(tensor)?.producer.map(|id| g.node(id).clone());
+    let (Some(q), Some(f)) = (producer(qg), producer(fg)) else {
+        return Ok(false);
+    };
+    if q.op_type != f.op_type || q.inputs.len() != f.inputs.len() {
+        return Ok(false);
+    }
+    let constant = |g: &Graph, name: &str| {
+        g.tensor(name)
+            .is_some_and(|t| t.kind == crate::model::TensorKind::Initializer)
+    };
+    let mut divided = false;
+    for (qi, fi) in q.inputs.iter().zip(&f.inputs) {
+        match (constant(qg, qi), constant(fg, fi)) {
+            (true, true) => {
+                let (a, b) = (quant.weight(qi)?, float.weight(fi)?);
+                divided |= a.map(|a| a.to_f32()) != b.map(|b| b.to_f32());
+            }
+            // The same float activation, neither rescaled nor read through a Q/DQ pair.
+            (false, false) => {
+                if qi != fi || rescaled.contains(qi) || unquantized(qg, qi) != qi {
+                    return Ok(false);
+                }
+            }
+            _ => return Ok(false),
+        }
+    }
+    Ok(divided)
 }
 
 /// The local model's pass over `source`: its session run on every batch.

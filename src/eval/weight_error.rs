@@ -169,6 +169,77 @@ fn stored_transposed(fg: &Graph, qg: &Graph, weight: &str, node: &Node) -> bool 
     float_n_by_k && quant_k_by_n
 }
 
+/// For a layer `reader` of the QDQ model multiplying its input by a weight (MatMul, Gemm,
+/// MatMulNBits), the least-squares fit of the factor by which the quantizer multiplied the
+/// float weight along each input channel `k` (AWQ, SmoothQuant and equalization divide the
+/// input's channel `k` by it), `q ≈ s_k · w`, as its sums `(Σ w·q, Σ w²)` over row `k` of a
+/// `[K, N]` weight (column `k` of a Gemm's `transB` `[N, K]`): the layers reading one
+/// activation add theirs and fit one factor. `None` when the layer has no such weight of 8
+/// bits or more, or it does not match the float one.
+pub(crate) fn input_channel_fit(
+    quant: &Model,
+    qg: &Graph,
+    float: &Model,
+    fg: &Graph,
+    reader: &Node,
+) -> Result<Option<Vec<(f64, f64)>>, EvalError> {
+    // 4-bit weights are too coarse to fit a factor from (MatMulNBits, int4 DQ): AWQ's own
+    // range search moves them off `s · w` by more than a per-row fit can average out.
+    let (found, through) = match reader.op_type.as_str() {
+        "MatMul" | "Gemm" => {
+            let dq = reader
+                .inputs
+                .get(1)
+                .and_then(|w| qg.tensor(w)?.producer)
+                .map(|id| qg.node(id))
+                .filter(|n| n.op_type == "DequantizeLinear");
+            let eight_bits = |dq: &Node| {
+                let codes = dq.inputs.first().and_then(|c| qg.tensor(c)?.elem_type);
+                !codes.is_some_and(|c| {
+                    [DataType::Int4, DataType::Uint4]
+                        .map(DataType::to_onnx)
+                        .contains(&c)
+                })
+            };
+            match dq.filter(|dq| eight_bits(dq)) {
+                Some(dq) => (dequantized_weight(quant, qg, dq)?, dq),
+                None => return Ok(None),
+            }
+        }
+        _ => return Ok(None),
+    };
+    let Some((base, dequantized)) = found else {
+        return Ok(None);
+    };
+    let Some(reference) = float.weight(&base)? else {
+        return Ok(None);
+    };
+    let mut reference = reference.to_f32();
+    if stored_transposed(fg, qg, &base, through) {
+        reference = reference.t().as_standard_layout().into_owned();
+    }
+    if dequantized.shape() != reference.shape() || reference.ndim() != 2 {
+        return Ok(None);
+    }
+    // Input channels along the first axis: a `transB` weight's columns become its rows.
+    let by_input = |a: ArrayD<f32>| match reader.int_attribute("transB").unwrap_or(0) != 0 {
+        true => a.reversed_axes(),
+        false => a,
+    };
+    let (w, q) = (by_input(reference), by_input(dequantized));
+    let sums = w
+        .outer_iter()
+        .zip(q.outer_iter())
+        .map(|(w, q)| {
+            w.iter().zip(q.iter()).fold((0.0, 0.0), |(n, d), (&a, &b)| {
+                let a = f64::from(a);
+                (n + a * f64::from(b), d + a * a)
+            })
+        })
+        .collect();
+    Ok(Some(sums))
+}
+
 /// The float weight a DequantizeLinear on a weight stands for and its dequantized value.
 fn dequantized_weight(
     quant: &Model,
