@@ -663,7 +663,7 @@ fn local_targets(
     models: (&Model, &Graph, &Model, &Graph),
     rescaled: &BTreeSet<String>,
 ) -> Result<LocalPlan, EvalError> {
-    let (float, fg, quant, qg) = models;
+    let (_, _, _, qg) = models;
     let candidates: Vec<Target> = pairs
         .iter()
         .map(|p| Target::Pair {
@@ -702,9 +702,39 @@ fn local_targets(
             recomputed.insert((*tensor).to_owned());
         }
     }
-    // For the others, one fit per rescaled activation over every layer reading it.
+    let input_scales = fitted_scales(&readers, &recomputed, models)?;
+    let targets = candidates
+        .into_iter()
+        .zip(&readers)
+        .filter(|(_, (_, read))| {
+            read.iter()
+                .all(|i| recomputed.contains(*i) || input_scales.contains_key(*i))
+        })
+        .map(|(target, _)| target)
+        .collect();
+    Ok(LocalPlan {
+        targets,
+        input_scales,
+        recomputed,
+    })
+}
+
+/// For the rescaled activations of `readers` (each candidate's node and what it reads) not
+/// `recomputed`: the factor per channel taking the float tensor to the QDQ model's scale, one
+/// least-squares fit over the weights of every layer reading it ([`input_channel_fit`]).
+fn fitted_scales(
+    readers: &[(Option<&Node>, Vec<&str>)],
+    recomputed: &HashSet<String>,
+    models: (&Model, &Graph, &Model, &Graph),
+) -> Result<HashMap<String, Vec<f32>>, EvalError> {
+    let (float, fg, quant, qg) = models;
     let mut fits: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
-    for (reader, read) in &readers {
+    for (reader, read) in readers {
+        let read: Vec<&str> = read
+            .iter()
+            .copied()
+            .filter(|t| !recomputed.contains(*t))
+            .collect();
         let Some(reader) = reader.filter(|_| !read.is_empty()) else {
             continue;
         };
@@ -722,7 +752,7 @@ fn local_targets(
             }
         }
     }
-    let input_scales: HashMap<String, Vec<f32>> = fits
+    Ok(fits
         .into_iter()
         .filter_map(|(tensor, sums)| {
             let inverse: Vec<f32> = sums.iter().map(|(n, d)| (d / n) as f32).collect();
@@ -731,61 +761,78 @@ fn local_targets(
                 .all(|v| v.is_finite() && *v > 0.0)
                 .then(|| (tensor.to_owned(), inverse))
         })
-        .collect();
-    let targets = candidates
-        .into_iter()
-        .zip(&readers)
-        .filter(|(_, (_, read))| {
-            read.iter()
-                .all(|i| recomputed.contains(*i) || input_scales.contains_key(*i))
-        })
-        .map(|(target, _)| target)
-        .collect();
-    Ok(LocalPlan {
-        targets,
-        input_scales,
-        recomputed,
-    })
+        .collect())
 }
 
 /// Whether the QDQ model computes the rescaled activation `tensor` from the float model's own
 /// activations by a node that differs from the float model's only in constants (a norm whose
 /// scale and bias AWQ or SmoothQuant divided): a copy of that node reading the float
-/// activations gives it at the QDQ model's scale, exactly.
+/// activations gives it at the QDQ model's scale, exactly. Each activation it reads must be
+/// written by a node the two models share unchanged, so that it is not itself rescaled (the
+/// product inside a norm built of Mul and Add, whose scale was divided too).
 fn recomputable(
     tensor: &str,
     models: (&Model, &Graph, &Model, &Graph),
     rescaled: &BTreeSet<String>,
 ) -> Result<bool, EvalError> {
-    let (float, fg, quant, qg) = models;
-    let producer = |g: &Graph| g.tensor(tensor)?.producer.map(|id| g.node(id).clone());
-    let (Some(q), Some(f)) = (producer(qg), producer(fg)) else {
+    let (_, fg, _, qg) = models;
+    let (Some(q), Some(f)) = (producer(qg, tensor), producer(fg, tensor)) else {
         return Ok(false);
     };
-    if q.op_type != f.op_type || q.inputs.len() != f.inputs.len() {
+    let Some(divided) = differing_constants(q, f, models)? else {
         return Ok(false);
-    }
-    let constant = |g: &Graph, name: &str| {
-        g.tensor(name)
-            .is_some_and(|t| t.kind == crate::model::TensorKind::Initializer)
     };
-    let mut divided = false;
-    for (qi, fi) in q.inputs.iter().zip(&f.inputs) {
-        match (constant(qg, qi), constant(fg, fi)) {
-            (true, true) => {
-                let (a, b) = (quant.weight(qi)?, float.weight(fi)?);
-                divided |= a.map(|a| a.to_f32()) != b.map(|b| b.to_f32());
-            }
-            // The same float activation, neither rescaled nor read through a Q/DQ pair.
-            (false, false) => {
-                if qi != fi || rescaled.contains(qi) || unquantized(qg, qi) != qi {
-                    return Ok(false);
-                }
-            }
-            _ => return Ok(false),
+    for input in q.inputs.iter().filter(|i| !is_constant(qg, i)) {
+        if rescaled.contains(input) {
+            return Ok(false);
+        }
+        let (Some(qp), Some(fp)) = (producer(qg, input), producer(fg, input)) else {
+            // A graph input: the same in both models.
+            continue;
+        };
+        if differing_constants(qp, fp, models)? != Some(false) {
+            return Ok(false);
         }
     }
     Ok(divided)
+}
+
+/// The node writing `tensor` in `graph`.
+fn producer<'g>(graph: &'g Graph, tensor: &str) -> Option<&'g Node> {
+    graph.tensor(tensor)?.producer.map(|id| graph.node(id))
+}
+
+/// Whether `name` is an initializer of `graph`.
+fn is_constant(graph: &Graph, name: &str) -> bool {
+    graph
+        .tensor(name)
+        .is_some_and(|t| t.kind == crate::model::TensorKind::Initializer)
+}
+
+/// For a QDQ-model node `q` and the float model's node `f` of the same output: `None` when
+/// they differ in op, attributes or activation inputs (names, or read through a Q/DQ pair),
+/// else whether some constant input differs in value.
+fn differing_constants(
+    q: &Node,
+    f: &Node,
+    models: (&Model, &Graph, &Model, &Graph),
+) -> Result<Option<bool>, EvalError> {
+    let (float, fg, quant, qg) = models;
+    if q.op_type != f.op_type || q.inputs.len() != f.inputs.len() || q.attributes != f.attributes {
+        return Ok(None);
+    }
+    let mut differ = false;
+    for (qi, fi) in q.inputs.iter().zip(&f.inputs) {
+        match (is_constant(qg, qi), is_constant(fg, fi)) {
+            (true, true) => {
+                let (a, b) = (quant.weight(qi)?, float.weight(fi)?);
+                differ |= a.map(|a| a.to_f32()) != b.map(|b| b.to_f32());
+            }
+            (false, false) if qi == fi && unquantized(qg, qi) == qi => {}
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(differ))
 }
 
 /// The local model's pass over `source`: its session run on every batch.
