@@ -989,24 +989,7 @@ fn equalized_dense_layers_keep_their_local_errors() {
     let flags = ["--cle", "--per_tensor"];
     let text = common::quantize_calibrated(&model, &data, &flags, &quant);
     assert!(text.contains("1 layer pair(s) equalized"), "{text}");
-    let json = common::run_ok(
-        common::cli()
-            .args([
-                "compare",
-                "--per_tensor",
-                "--latency_runs",
-                "0",
-                "--json",
-                "--float",
-            ])
-            .arg(&model)
-            .arg("--quant")
-            .arg(&quant)
-            .arg("--data")
-            .arg(&data),
-    );
-    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let tensors = &report["tensors"];
+    let tensors = &common::per_tensor_json(&model, &quant, &data);
     let figure = |list: &str, key: &str| {
         tensors[list]
             .as_array()

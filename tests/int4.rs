@@ -594,28 +594,6 @@ fn smoothquant_folds_into_the_norms_and_beats_plain_int8() {
     );
 }
 
-/// `compare --per_tensor` on an int4 model: the tensors of the comparison (JSON).
-fn per_tensor(float: &Path, quant: &Path, eval: &Path) -> serde_json::Value {
-    let json = run_ok(
-        cli()
-            .args([
-                "compare",
-                "--per_tensor",
-                "--latency_runs",
-                "1",
-                "--json",
-                "--float",
-            ])
-            .arg(float)
-            .arg("--quant")
-            .arg(quant)
-            .arg("--data")
-            .arg(eval),
-    );
-    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
-    report["tensors"].clone()
-}
-
 /// Per-layer int4 error: every weight-only MatMul's output against float and its weight,
 /// read from both output forms alike (the DQ blocks and MatMulNBits' packed nibbles), with
 /// AWQ's row scales fitted out of the weight's error, and every layer's local error.
@@ -628,8 +606,8 @@ fn per_tensor_comparison_measures_each_int4_layer_and_weight() {
     quantize(&model, &calib, &dq, &[]);
     quantize(&model, &calib, &nbits, &["--int4_output", "matmulnbits"]);
     let (dq, nbits) = (
-        per_tensor(&model, &dq, &eval),
-        per_tensor(&model, &nbits, &eval),
+        common::per_tensor_json(&model, &dq, &eval),
+        common::per_tensor_json(&model, &nbits, &eval),
     );
     let weights = |t: &serde_json::Value| -> Vec<(String, f64, bool)> {
         t["weights"]
@@ -662,7 +640,7 @@ fn per_tensor_comparison_measures_each_int4_layer_and_weight() {
     // Plain rounding scales nothing: no fit is taken out.
     let rtn = dir.path().join("rtn.onnx");
     quantize(&model, &calib, &rtn, &["--calibration_method", "rtn_dq"]);
-    let rtn_weights = weights(&per_tensor(&model, &rtn, &eval));
+    let rtn_weights = weights(&common::per_tensor_json(&model, &rtn, &eval));
     assert_eq!(rtn_weights.len(), dq_weights.len());
     assert!(rtn_weights.iter().all(|w| !w.2), "{rtn_weights:?}");
     for tensors in [&dq, &nbits] {
@@ -807,7 +785,7 @@ fn int4_quantizes_gemm_layers_as_matmuls_with_k_by_n_weights() {
         outputs.push(sqnr);
         // The per-tensor comparison reads the stored weights back against the float ones,
         // transposed as the quantized model reads them.
-        let tensors = per_tensor(&float, &quant, &eval);
+        let tensors = common::per_tensor_json(&float, &quant, &eval);
         for name in ["w_gemm", "w_scaled"] {
             let weights = tensors["weights"].as_array().unwrap();
             let weight = weights.iter().find(|w| w["weight"] == name);

@@ -104,9 +104,8 @@ fn quantized_compute(graph: &Graph) -> BTreeSet<String> {
         .filter(|n| {
             n.inputs.iter().any(|i| {
                 graph
-                    .tensor(i)
-                    .and_then(|t| t.producer)
-                    .is_some_and(|p| graph.node(p).op_type == "DequantizeLinear")
+                    .producer_of(i)
+                    .is_some_and(|p| p.op_type == "DequantizeLinear")
             })
         })
         .map(|n| n.name.clone())

@@ -148,12 +148,11 @@ impl<'a> GatedRuns<'a> {
         };
         let encoded = switchable.model().to_session_model()?;
         let open = |_| eval.runtime.session_from_model(&encoded, eval.eps, options);
-        let sessions = if workers > 1 {
+        let mut sessions = if workers > 1 {
             worker_pool(workers)?.install(|| (0..workers).into_par_iter().map(open).collect())
         } else {
             (0..workers).map(open).collect::<Result<Vec<_>, _>>()
         }?;
-        let mut sessions = sessions;
         let merged = batch_axis_free(eval.float)
             .then(|| eval.reference.merged(MERGED_SAMPLES))
             .flatten()

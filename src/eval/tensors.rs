@@ -176,9 +176,7 @@ fn weight_only_layers(
 ) -> Vec<(String, String, Option<String>)> {
     let dequantized = |t: &str, constant: bool| {
         quant
-            .tensor(t)
-            .and_then(|t| t.producer)
-            .map(|id| quant.node(id))
+            .producer_of(t)
             .filter(|n| n.op_type == "DequantizeLinear")
             .is_some_and(|dq| {
                 let source = quant.tensor(&dq.inputs[0]);
@@ -583,11 +581,7 @@ fn measured(quant: &Model, qg: &Graph, fg: &Graph) -> Measured {
 
 /// The tensor `tensor` quantizes: traced back through its DequantizeLinear and QuantizeLinear.
 fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
-    while let Some(node) = qg
-        .tensor(tensor)
-        .and_then(|t| t.producer)
-        .map(|id| qg.node(id))
-    {
+    while let Some(node) = qg.producer_of(tensor) {
         match (node.op_type.as_str(), node.inputs.first()) {
             ("QuantizeLinear" | "DequantizeLinear", Some(input)) => tensor = input,
             _ => break,
@@ -683,9 +677,7 @@ fn local_targets(
                 Target::Pair { q, .. } => qg.node(*q).inputs.first().map(String::as_str),
                 Target::Output(name) => Some(name.as_str()),
             };
-            let reader = computed
-                .and_then(|t| qg.tensor(t)?.producer)
-                .map(|id| qg.node(id));
+            let reader = computed.and_then(|t| qg.producer_of(t));
             let read = reader
                 .map(|n| n.inputs.iter().map(|i| unquantized(qg, i)))
                 .into_iter()
@@ -776,17 +768,17 @@ fn recomputable(
     rescaled: &BTreeSet<String>,
 ) -> Result<bool, EvalError> {
     let (_, fg, _, qg) = models;
-    let (Some(q), Some(f)) = (producer(qg, tensor), producer(fg, tensor)) else {
+    let (Some(q), Some(f)) = (qg.producer_of(tensor), fg.producer_of(tensor)) else {
         return Ok(false);
     };
     let Some(divided) = differing_constants(q, f, models)? else {
         return Ok(false);
     };
-    for input in q.inputs.iter().filter(|i| !is_constant(qg, i)) {
+    for input in q.inputs.iter().filter(|i| !qg.is_constant(i)) {
         if rescaled.contains(input) {
             return Ok(false);
         }
-        let (Some(qp), Some(fp)) = (producer(qg, input), producer(fg, input)) else {
+        let (Some(qp), Some(fp)) = (qg.producer_of(input), fg.producer_of(input)) else {
             // A graph input: the same in both models.
             continue;
         };
@@ -795,18 +787,6 @@ fn recomputable(
         }
     }
     Ok(divided)
-}
-
-/// The node writing `tensor` in `graph`.
-fn producer<'g>(graph: &'g Graph, tensor: &str) -> Option<&'g Node> {
-    graph.tensor(tensor)?.producer.map(|id| graph.node(id))
-}
-
-/// Whether `name` is an initializer of `graph`.
-fn is_constant(graph: &Graph, name: &str) -> bool {
-    graph
-        .tensor(name)
-        .is_some_and(|t| t.kind == crate::model::TensorKind::Initializer)
 }
 
 /// For a QDQ-model node `q` and the float model's node `f` of the same output: `None` when
@@ -823,7 +803,7 @@ fn differing_constants(
     }
     let mut differ = false;
     for (qi, fi) in q.inputs.iter().zip(&f.inputs) {
-        match (is_constant(qg, qi), is_constant(fg, fi)) {
+        match (qg.is_constant(qi), fg.is_constant(fi)) {
             (true, true) => {
                 let (a, b) = (quant.weight(qi)?, float.weight(fi)?);
                 differ |= a.map(|a| a.to_f32()) != b.map(|b| b.to_f32());

@@ -121,16 +121,9 @@ pub fn weight_errors(
         let Some((base, dequantized)) = found else {
             continue;
         };
-        let Some(reference) = float.weight(&base)? else {
+        let Some(reference) = float_reference(float, fg, qg, &base, node)? else {
             continue;
         };
-        let mut reference = reference.to_f32();
-        if stored_transposed(fg, qg, &base, node) {
-            reference = reference.t().as_standard_layout().into_owned();
-        }
-        // Read once: the mapped pages go back to the system (a large model's weights would
-        // otherwise all stay resident by the end).
-        float.release_weight(&base);
         if dequantized.shape() != reference.shape()
             || out.iter().any(|w: &WeightError| w.weight == base)
         {
@@ -144,6 +137,28 @@ pub fn weight_errors(
         });
     }
     Ok(out)
+}
+
+/// The float weight `base` as the quantized model reads it through `node` (its
+/// DequantizeLinear, or a MatMulNBits): transposed where int4 stored it `[K, N]`
+/// ([`stored_transposed`]). Read once: its mapped pages go back to the system (a large
+/// model's weights would otherwise all stay resident by the end).
+fn float_reference(
+    float: &Model,
+    fg: &Graph,
+    qg: &Graph,
+    base: &str,
+    node: &Node,
+) -> Result<Option<ArrayD<f32>>, EvalError> {
+    let Some(reference) = float.weight(base)? else {
+        return Ok(None);
+    };
+    let reference = reference.to_f32();
+    float.release_weight(base);
+    Ok(Some(match stored_transposed(fg, qg, base, node) {
+        true => reference.t().as_standard_layout().into_owned(),
+        false => reference,
+    }))
 }
 
 /// Whether the quantized model holds `weight` transposed against the float model, as int4
@@ -190,16 +205,12 @@ pub(crate) fn input_channel_fit(
             let dq = reader
                 .inputs
                 .get(1)
-                .and_then(|w| qg.tensor(w)?.producer)
-                .map(|id| qg.node(id))
+                .and_then(|w| qg.producer_of(w))
                 .filter(|n| n.op_type == "DequantizeLinear");
             let eight_bits = |dq: &Node| {
                 let codes = dq.inputs.first().and_then(|c| qg.tensor(c)?.elem_type);
-                !codes.is_some_and(|c| {
-                    [DataType::Int4, DataType::Uint4]
-                        .map(DataType::to_onnx)
-                        .contains(&c)
-                })
+                let codes = codes.and_then(|c| DataType::from_onnx(c).ok());
+                codes.is_none_or(|t| t.bits() >= 8)
             };
             match dq.filter(|dq| eight_bits(dq)) {
                 Some(dq) => (dequantized_weight(quant, qg, dq)?, dq),
@@ -211,13 +222,9 @@ pub(crate) fn input_channel_fit(
     let Some((base, dequantized)) = found else {
         return Ok(None);
     };
-    let Some(reference) = float.weight(&base)? else {
+    let Some(reference) = float_reference(float, fg, qg, &base, through)? else {
         return Ok(None);
     };
-    let mut reference = reference.to_f32();
-    if stored_transposed(fg, qg, &base, through) {
-        reference = reference.t().as_standard_layout().into_owned();
-    }
     if dequantized.shape() != reference.shape() || reference.ndim() != 2 {
         return Ok(None);
     }
@@ -301,9 +308,7 @@ fn weight_codes(
         return Ok(Some((base, quant.tensor_array(codes)?.to_f32())));
     }
     let Some(q) = graph
-        .tensor(input)
-        .and_then(|t| t.producer)
-        .map(|id| graph.node(id))
+        .producer_of(input)
         .filter(|n| n.op_type == "QuantizeLinear")
     else {
         return Ok(None);

@@ -606,6 +606,11 @@ impl Graph {
         self.by_tensor.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The node writing `tensor`, if a node does.
+    pub fn producer_of(&self, tensor: &str) -> Option<&Node> {
+        self.tensor(tensor)?.producer.map(|id| self.node(id))
+    }
+
     /// True when `name` is a constant of this graph (see [`TensorKind::is_constant`]).
     pub fn is_constant(&self, name: &str) -> bool {
         self.tensor(name).is_some_and(|t| t.kind.is_constant())
@@ -713,6 +718,15 @@ impl Graph {
             }),
         }
     }
+}
+
+/// `base`, or `base_2`, `base_3`, ...: the first name `taken` refuses, for a tensor or node
+/// a rewrite adds.
+pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
+    std::iter::once(base.to_owned())
+        .chain((2..).map(|k| format!("{base}_{k}")))
+        .find(|n| !taken(n))
+        .unwrap_or_default()
 }
 
 /// Puts `tensor` among `graph`'s initializers: it replaces the one of the same name, or is

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 
 use crate::model::attributes;
-use crate::model::graph::{overridable_initializers, put_initializer};
+use crate::model::graph::{free_name, overridable_initializers, put_initializer};
 use crate::model::proto::NodeProto;
 use crate::model::{Graph, Model, ModelError, TensorArray};
 
@@ -89,11 +89,9 @@ fn change(
 /// A name neither a tensor nor a node of `graph` has, nor one `made` already: `base`, else
 /// `base_2`, `base_3`, ...
 fn fresh(graph: &Graph, made: &mut HashSet<String>, base: &str) -> String {
-    let taken = |n: &str| graph.tensor(n).is_some() || graph.node_by_name(n).is_some();
-    let name = std::iter::once(base.to_owned())
-        .chain((2..).map(|k| format!("{base}_{k}")))
-        .find(|n| !taken(n) && !made.contains(n))
-        .unwrap_or_default();
+    let name = free_name(base, |n| {
+        graph.tensor(n).is_some() || graph.node_by_name(n).is_some() || made.contains(n)
+    });
     made.insert(name.clone());
     name
 }

@@ -344,3 +344,26 @@ pub fn sentences(path: &Path, count: usize, seed: u64) {
         &[("input_ids", array(ids)), ("attention_mask", array(mask))],
     );
 }
+
+/// `compare --per_tensor` of `quant` against `float` on `data`: the report's `tensors`
+/// (JSON).
+pub fn per_tensor_json(float: &Path, quant: &Path, data: &Path) -> serde_json::Value {
+    let json = run_ok(
+        cli()
+            .args([
+                "compare",
+                "--per_tensor",
+                "--latency_runs",
+                "1",
+                "--json",
+                "--float",
+            ])
+            .arg(float)
+            .arg("--quant")
+            .arg(quant)
+            .arg("--data")
+            .arg(data),
+    );
+    let report: serde_json::Value = serde_json::from_str(&json).unwrap();
+    report["tensors"].clone()
+}

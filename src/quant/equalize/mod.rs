@@ -203,14 +203,7 @@ fn bound_per_channel(
 
 /// `base`, or `base_2`, `base_3`… when the graph already has a tensor so named.
 fn unique_name(graph: &Graph, base: &str) -> String {
-    let taken = |n: &str| graph.tensor(n).is_some();
-    if !taken(base) {
-        return base.to_owned();
-    }
-    (2..)
-        .map(|k| format!("{base}_{k}"))
-        .find(|n| !taken(n))
-        .unwrap_or_default()
+    crate::model::graph::free_name(base, |n| graph.tensor(n).is_some())
 }
 
 /// Rescales one pair toward equal channel ranges; returns the scales applied (what the
