@@ -93,7 +93,7 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
             .model;
         let expected = outputs(&own, &inputs);
         let mut gated = inputs.clone();
-        gated.push(Switchable::gate_input(switchable.gates(at).unwrap()));
+        gated.extend(Switchable::gate_inputs(switchable.gates(at).unwrap()));
         let got = outputs(switchable.model(), &gated);
         assert_eq!(expected.len(), got.len());
         for (e, g) in expected.iter().zip(&got) {
@@ -119,7 +119,7 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
         .expect("the combination reads only chains the model holds");
     let own = quant::quantize(&model, Some(&stats), &both).unwrap().model;
     let mut gated = inputs.clone();
-    gated.push(Switchable::gate_input(&gates));
+    gated.extend(Switchable::gate_inputs(&gates));
     for (e, g) in outputs(&own, &inputs)
         .iter()
         .zip(&outputs(switchable.model(), &gated))

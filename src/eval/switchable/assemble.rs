@@ -7,12 +7,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::Choices;
 use super::sources::{Slot, Source, SourceKey};
-use super::{Choices, GATES_INPUT};
 use crate::model::builder::value_info;
 use crate::model::proto::attribute_proto::AttributeType;
 use crate::model::proto::{AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto};
-use crate::model::{DataType, Graph, Model, TensorArray};
+use crate::model::{DataType, Graph, Model};
 
 /// The prefix of every name the switchable model adds.
 const PREFIX: &str = "qdq_studio_switch";
@@ -39,7 +39,7 @@ fn graph_attribute(name: &str, graph: GraphProto) -> AttributeProto {
 }
 
 /// The scalar gate of one switch.
-fn gate_name(switch: usize) -> String {
+pub(super) fn gate_name(switch: usize) -> String {
     format!("{PREFIX}_gate{switch}")
 }
 
@@ -220,19 +220,6 @@ pub(super) fn assemble(
         made: 0,
     };
     let mut nodes = Vec::new();
-    for switch in 0..switches {
-        let index = format!("{PREFIX}_index{switch}");
-        let scalar = ndarray::arr0(switch as i64).into_dyn();
-        additions
-            .initializers
-            .push(TensorArray::Int64(scalar).to_proto(&index));
-        nodes.push(node(
-            "Gather",
-            gate_name(switch),
-            vec![GATES_INPUT.to_owned(), index],
-            gate_name(switch),
-        ));
-    }
     let mut inputs: BTreeMap<(usize, usize), String> = BTreeMap::new();
     for (slot, choice) in choices {
         match *slot {
@@ -282,8 +269,11 @@ pub(super) fn assemble(
     }
     g.node.extend(nodes);
     g.initializer.extend(initializers);
+    // One scalar input per switch, read by the `If`s as their condition straight from host
+    // memory: a gate vector sliced by `Gather` put the slice on the accelerator and copied
+    // it back to the host before every `If` (a synchronisation each).
     g.input
-        .push(value_info(GATES_INPUT, DataType::Bool, &[switches as i64]));
+        .extend((0..switches).map(|switch| value_info(&gate_name(switch), DataType::Bool, &[])));
     sort_topologically(&mut base);
     base
 }

@@ -1,6 +1,6 @@
 //! One model for a whole sensitivity scan: the float graph with every Q/DQ chain any variant
-//! of the recipe uses, each place choosing at run time, from a boolean gate vector fed as a
-//! graph input, which chain (or the float tensor) it reads. A scan is then one session and
+//! of the recipe uses, each place choosing at run time, from boolean gates fed as graph
+//! inputs (one scalar per switch), which chain (or the float tensor) it reads. A scan is then one session and
 //! two runs per candidate instead of a quantization and a session per variant.
 //!
 //! The variants are quantized by the real quantizer and read back ([`sources`]), so a gate
@@ -24,9 +24,6 @@ use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, TensorArray};
 use crate::quant::{self, Prepared, QuantError};
 use crate::recipe::{QuantMode, Recipe};
-
-/// The graph input that takes the gates: one boolean per switch.
-pub const GATES_INPUT: &str = "qdq_studio_gates";
 
 /// Why a set of recipes cannot share one switchable model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -211,12 +208,12 @@ impl Switchable {
         })
     }
 
-    /// The switchable model (float inputs plus [`GATES_INPUT`]).
+    /// The switchable model (float inputs plus one boolean input per switch).
     pub fn model(&self) -> &Model {
         &self.model
     }
 
-    /// How many switches the gate vector has.
+    /// How many switches (gate inputs) the model has.
     pub fn switches(&self) -> usize {
         self.switches
     }
@@ -236,11 +233,16 @@ impl Switchable {
         self.floats.get(variant).copied().unwrap_or(false)
     }
 
-    /// The gate vector as the session input.
-    pub fn gate_input(gates: &[bool]) -> (String, TensorArray) {
-        let array = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[gates.len()]), gates.to_vec())
-            .unwrap_or_else(|_| ndarray::ArrayD::from_elem(ndarray::IxDyn(&[0]), false));
-        (GATES_INPUT.to_owned(), TensorArray::Bool(array))
+    /// The gates as session inputs: one boolean scalar per switch.
+    pub fn gate_inputs(gates: &[bool]) -> Vec<(String, TensorArray)> {
+        gates
+            .iter()
+            .enumerate()
+            .map(|(switch, &on)| {
+                let gate = TensorArray::Bool(ndarray::arr0(on).into_dyn());
+                (assemble::gate_name(switch), gate)
+            })
+            .collect()
     }
 
     /// The gates that run `recipe` (quantized and read here), or `None` when it reads some
