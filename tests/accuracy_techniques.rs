@@ -749,40 +749,75 @@ fn a_baseline_of_another_model_is_refused_before_any_work() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
+/// The names under `key` of a `compare --per_tensor --json`'s tensors, with `field`.
+fn figures(tensors: &serde_json::Value, key: &str, field: &str) -> Vec<(String, f64)> {
+    tensors[key]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            let name = t["tensor"].as_str().or(t["weight"].as_str()).unwrap();
+            (name.to_owned(), t[field].as_f64().unwrap_or(f64::INFINITY))
+        })
+        .collect()
+}
+
 #[test]
-fn compare_sets_aside_the_activations_equalization_rescaled() {
+fn compare_measures_the_activations_equalization_rescaled_at_their_recorded_scale() {
     let dir = tempfile::tempdir().unwrap();
     let equalized = quantize_sample(dir.path(), "cle.onnx", &["--per_tensor", "--cle"]);
-    let value = common::run_json(common::compare_cmd(&equalized, &asset("eval.npz")).args([
-        "--latency_runs",
-        "0",
-        "--per_tensor",
-        "--json",
-    ]));
-    let tensors = &value["tensors"];
-    let rescaled: Vec<&str> = tensors["rescaled"]
+    let per_tensor = |model: &std::path::Path| {
+        let mut compare = common::compare_cmd(model, &asset("eval.npz"));
+        common::run_json(compare.args(["--latency_runs", "0", "--per_tensor", "--json"]))["tensors"]
+            .clone()
+    };
+    let worst =
+        |figures: &[(String, f64)]| figures.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
+    let model = Model::load(&equalized).unwrap();
+    let factors = quant::rescaled::factors_in(&model);
+    assert!(factors.len() >= 6, "{:?}", factors.keys());
+
+    // Each rescaled activation is measured against the float one times its factors, so it
+    // reads like its neighbours; compared by name with the float model, a rescaled channel
+    // read as an error of the whole tensor (-1 dB here).
+    let tensors = per_tensor(&equalized);
+    assert!(tensors["rescaled"].as_array().is_none_or(Vec::is_empty));
+    let (activations, local) = (
+        figures(&tensors, "activations", "xmodel_sqnr_db"),
+        figures(&tensors, "local", "sqnr_db"),
+    );
+    for measured in [&activations, &local] {
+        let rescaled = measured.iter().filter(|(t, _)| factors.contains_key(t));
+        assert!(rescaled.count() >= 6);
+    }
+    assert!(worst(&activations) > 10.0, "{activations:?}");
+    assert!(worst(&local) > 15.0, "{local:?}");
+    // Their weights too: the recorded rescaling is taken out (compared raw, equalized
+    // weights and biases read -2 to 3 dB).
+    let weights = figures(&tensors, "weights", "sqnr_db");
+    assert!(weights.len() > 50 && worst(&weights) > 20.0, "{weights:?}");
+
+    // A QDQ model that records the rescaled activations without their factors (an older
+    // one) has them set aside, not measured.
+    let mut older = model.clone();
+    let key = quant::rescaled::FACTORS_KEY;
+    older.proto_mut().metadata_props.retain(|p| p.key() != key);
+    let older_path = dir.path().join("older.onnx");
+    older
+        .save(&older_path, &qdq_studio::model::SaveOptions::default())
+        .unwrap();
+    let tensors = per_tensor(&older_path);
+    let set_aside: Vec<&str> = tensors["rescaled"]
         .as_array()
         .unwrap()
         .iter()
         .map(|t| t.as_str().unwrap())
         .collect();
-    assert!(rescaled.len() >= 6, "{rescaled:?}");
-    // Compared by name with the float model, a rescaled channel reads as an error of the
-    // whole tensor (-1 dB here before they were set aside); none is left of that.
-    let worst = |key: &str, field: &str| {
-        tensors[key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t[field].as_f64().unwrap_or(f64::INFINITY))
-            .fold(f64::INFINITY, f64::min)
-    };
-    assert!(worst("activations", "xmodel_sqnr_db") > 10.0);
-    assert!(worst("local", "sqnr_db") > 15.0);
+    assert!(set_aside.len() >= 6, "{set_aside:?}");
     for key in ["activations", "local"] {
-        for t in tensors[key].as_array().unwrap() {
-            let name = t["tensor"].as_str().unwrap();
-            assert!(!rescaled.contains(&name), "{name} is rescaled");
+        for (name, _) in figures(&tensors, key, "sqnr_db") {
+            assert!(!set_aside.contains(&name.as_str()), "{name} is rescaled");
         }
     }
 }

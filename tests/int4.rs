@@ -797,6 +797,24 @@ fn int4_quantizes_gemm_layers_as_matmuls_with_k_by_n_weights() {
                 "{form} {name}: {db} dB in {tensors}"
             );
         }
+        // Each layer's output is measured, cumulative and local: the Gemm with a bias too,
+        // whose MatMul writes the product and an Add of the bias the Gemm's output.
+        let names = |key: &str, field: &str| -> Vec<String> {
+            let list = tensors[key]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            list.iter()
+                .map(|t| t[field].as_str().unwrap_or_default().to_owned())
+                .collect()
+        };
+        let (layers, local) = (names("layers", "tensor"), names("local", "tensor"));
+        for tensor in ["h", "m"] {
+            assert!(
+                layers.iter().any(|t| t == tensor) && local.iter().any(|t| t == tensor),
+                "{form} {tensor}: layers {layers:?}, local {local:?}"
+            );
+        }
     }
     // Both forms compute the same product.
     assert!((outputs[0] - outputs[1]).abs() < 0.1, "{outputs:?}");

@@ -24,6 +24,7 @@ use crate::model::infer::elem_types;
 use crate::model::proto::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto};
 use crate::model::{DataType, Graph, Model, NodeId, SessionModel, TensorKind};
 use crate::quant::cpu_session_options;
+use crate::quant::rescaled::ChannelFactors;
 use crate::runtime::{EpSpec, Runtime};
 
 /// The suffix of every name the local model adds.
@@ -136,7 +137,7 @@ struct Copier<'a> {
     copied_initializers: Vec<TensorProto>,
     initializer_names: HashSet<String>,
     /// Float tensors the copies read rescaled, with their factors per channel.
-    input_scales: &'a HashMap<String, Vec<f32>>,
+    input_scales: &'a HashMap<String, ChannelFactors>,
     /// Activations the copies recompute as the QDQ model does rather than read as float.
     recomputed: &'a HashSet<String>,
     /// Element types of the QDQ model's tensors.
@@ -148,7 +149,7 @@ impl<'a> Copier<'a> {
         quant: &'a Model,
         qg: &'a Graph,
         fg: &Graph,
-        rescaled: (&'a HashMap<String, Vec<f32>>, &'a HashSet<String>),
+        rescaled: (&'a HashMap<String, ChannelFactors>, &'a HashSet<String>),
     ) -> Self {
         let (input_scales, recomputed) = rescaled;
         let types = elem_types(quant, qg);
@@ -209,8 +210,7 @@ impl<'a> Copier<'a> {
                 .get(quant_name)
                 .and_then(|&c| DataType::from_onnx(c).ok())
                 .unwrap_or(DataType::Float32);
-            let values = ndarray::Array1::from(factors.clone()).into_dyn();
-            let tensor = crate::model::TensorArray::Float32(values).cast_float(dtype);
+            let tensor = crate::model::TensorArray::Float32(factors.array()).cast_float(dtype);
             self.copied_initializers.push(tensor.to_proto(&factor));
             self.nodes
                 .push(node("Mul", vec![float.clone(), factor], &scaled));
@@ -462,14 +462,15 @@ impl LocalModel {
     /// The local model measuring `targets` of `quant` (indexed by `qg`) against `float`
     /// (indexed by `fg`), `models` in that order. The activations the quantizer rescaled on
     /// purpose reach the copies at the QDQ model's scale: `rescaled.0` multiplies a float
-    /// tensor by its factors (per channel, the last axis), `rescaled.1` names those whose
+    /// tensor by its factors per channel (also the reference a rescaled target is measured
+    /// against), `rescaled.1` names those whose
     /// producer is copied from the QDQ model instead of read from the float one.
     /// `ranks` gives the rank of a float tensor seen in a run, for raising the float model's
     /// opset where the graph does not say it (Softmax's axis semantics changed at 13).
     pub fn build(
         models: (&Model, &Graph, &Model, &Graph),
         targets: &[Target],
-        rescaled: (&HashMap<String, Vec<f32>>, &HashSet<String>),
+        rescaled: (&HashMap<String, ChannelFactors>, &HashSet<String>),
         ranks: &dyn Fn(&str) -> Option<usize>,
     ) -> Result<Self, LocalUnavailable> {
         let (float, fg, quant, qg) = models;
@@ -492,7 +493,9 @@ impl LocalModel {
                 continue;
             };
             let float32 = float_types.get(target.float()) == Some(&DataType::Float32.to_onnx());
-            let (nodes, signal, noise) = error_sums(target.float(), &local, i, !float32);
+            // A rescaled tensor is measured against the float one at the QDQ model's scale.
+            let reference = copier.float_input(target.float(), target.float().to_owned());
+            let (nodes, signal, noise) = error_sums(&reference, &local, i, !float32);
             sums.extend(nodes);
             tensors.push(target.float().to_owned());
             outputs.extend([signal, noise]);
@@ -518,6 +521,11 @@ impl LocalModel {
             outputs,
             options: cpu_session_options(quant),
         })
+    }
+
+    /// Whether it measures nothing.
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
     }
 
     /// A session over the local model, with the QDQ model's CPU options (every graph

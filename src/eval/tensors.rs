@@ -23,7 +23,7 @@ use crate::calib::data::BatchSource;
 use crate::calib::histogram::Histogram;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, Node, NodeId};
-use crate::quant::rescaled::rescaled_in;
+use crate::quant::rescaled::{ChannelFactors, factors_in, rescaled_in};
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime};
 
@@ -74,8 +74,10 @@ pub struct TensorErrors {
     /// another tool that cannot be cut; the cumulative errors stand).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_unavailable: Option<String>,
-    /// Activations the quantizer rescaled on purpose (equalization, AWQ, SmoothQuant): they
-    /// differ from the float model's by design, so they are not measured.
+    /// Activations the quantizer rescaled on purpose (equalization, AWQ, SmoothQuant) without
+    /// recording by how much (QDQ models of older versions): they differ from the float
+    /// model's by design, so they are not measured. (Recorded ones are measured against the
+    /// float tensor at the QDQ model's scale.)
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rescaled: Vec<String>,
 }
@@ -198,7 +200,7 @@ fn weight_only_layers(
                     && !n.inputs.first().is_some_and(|t| dequantized(t, false)))
         })
         .filter_map(|n| {
-            let out = n.outputs.first()?;
+            let out = layer_output(quant, float, n)?;
             let weight = float.node_by_name(&n.name).and_then(|f| {
                 f.inputs
                     .iter()
@@ -211,10 +213,24 @@ fn weight_only_layers(
                     })
                     .cloned()
             });
-            (float.tensor(out).is_some() && !covered.contains(out.as_str()))
-                .then(|| (n.name.clone(), out.clone(), weight))
+            (!covered.contains(out.as_str())).then(|| (n.name.clone(), out.clone(), weight))
         })
         .collect()
+}
+
+/// The tensor of both models that the QDQ model's layer `n` computes: its output, or where
+/// int4 rewrote a Gemm as a MatMul of its name and an Add of its bias, the Add's output (the
+/// float Gemm's).
+fn layer_output<'g>(quant: &Graph, float: &'g Graph, n: &Node) -> Option<&'g String> {
+    let out = n.outputs.first()?;
+    if let Some(tensor) = float.tensor(out) {
+        return Some(&tensor.name);
+    }
+    let gemm_output = float.node_by_name(&n.name)?.outputs.first()?;
+    quant
+        .producer_of(gemm_output)
+        .is_some_and(|add| add.op_type == "Add" && add.inputs.contains(out))
+        .then_some(gemm_output)
 }
 
 /// A Q→DQ pair on an activation: the Q input, the DQ output and the float tensor it stands for.
@@ -344,17 +360,20 @@ impl<'a> Sums<'a> {
     }
 
     /// Adds one batch: the float model's tensors `f` and the quantized model's `q`.
-    fn add(&mut self, f: &Outputs, q: &Outputs) {
+    /// Adds one batch: `f` the float model's tensors, `scaled` those of them the quantizer
+    /// rescaled, at the QDQ model's scale ([`at_qdq_scale`]), `q` the QDQ model's.
+    fn add(&mut self, f: &Outputs, scaled: &Outputs, q: &Outputs) {
+        let float = |name: &str| scaled.get(name).or_else(|| f.get(name));
         self.pair_sums
             .par_iter_mut()
             .zip(self.histograms.par_iter_mut())
             .zip(self.pairs.par_iter())
-            .for_each(|((s, h), p)| add_pair(s, h, p, f, q));
+            .for_each(|((s, h), p)| add_pair(s, h, p, float(&p.float), q));
         self.layer_sums
             .par_iter_mut()
             .zip(self.layers.par_iter())
             .for_each(|(s, (_, tensor, _))| {
-                let (Some(reference), Some(test)) = (f.get(tensor), q.get(tensor)) else {
+                let (Some(reference), Some(test)) = (float(tensor), q.get(tensor)) else {
                     return;
                 };
                 if reference.len() == test.len() {
@@ -367,8 +386,23 @@ impl<'a> Sums<'a> {
     }
 }
 
-/// Adds one batch of one Q/DQ pair to its sums and histogram (see [`Sums`]).
-fn add_pair(s: &mut [f64; 6], h: &mut Histogram, p: &Pair, f: &Outputs, q: &Outputs) {
+/// The float tensors of `f` that `factors` names, at the QDQ model's scale.
+fn at_qdq_scale(f: &Outputs, factors: &HashMap<String, ChannelFactors>) -> Outputs {
+    factors
+        .iter()
+        .filter_map(|(name, factors)| Some((name.clone(), factors.apply(f.get(name)?)?)))
+        .collect()
+}
+
+/// Adds one batch of one Q/DQ pair to its sums and histogram (see [`Sums`]): `float` is the
+/// float model's tensor (at the QDQ model's scale), `q` the QDQ model's tensors.
+fn add_pair(
+    s: &mut [f64; 6],
+    h: &mut Histogram,
+    p: &Pair,
+    float: Option<&ndarray::ArrayD<f32>>,
+    q: &Outputs,
+) {
     let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
         return;
     };
@@ -376,7 +410,7 @@ fn add_pair(s: &mut [f64; 6], h: &mut Histogram, p: &Pair, f: &Outputs, q: &Outp
         s[0] += f64::from(a).powi(2);
         s[1] += f64::from(a - b).powi(2);
     }
-    let Some(reference) = f.get(&p.float).filter(|r| r.len() == post.len()) else {
+    let Some(reference) = float.filter(|r| r.len() == post.len()) else {
         return;
     };
     if let Some(values) = reference.as_slice() {
@@ -456,6 +490,7 @@ pub fn tensor_errors_against(
         unmatched,
         layers,
         rescaled,
+        factors,
     } = measured(quant, &qg, &fg);
     let float_names = unique(
         pairs
@@ -491,14 +526,19 @@ pub fn tensor_errors_against(
         |owned, index| {
             let f = float_side.next(owned, &float_names, index)?;
             let q = collect(&mut quant_session, owned, &quant_names, index, "quantized")?;
-            sums.add(&f, &q);
+            sums.add(&f, &at_qdq_scale(&f, &factors), &q);
             Ok(())
         },
     )?;
     drop((quant_session, float_side));
     let order = float_order(&fg);
     let mut errors = sums.finish(&order);
-    let plan = local_targets(&pairs, &layers, (float, &fg, quant, &qg), &rescaled)?;
+    let plan = local_targets(
+        &pairs,
+        &layers,
+        (float, &fg, quant, &qg),
+        (&rescaled, &factors),
+    )?;
     let local = match local_model(float, &fg, quant, &qg, &plan, source, runtime, eps) {
         Ok(local) => match local_pass(&local, source, runtime, eps, batch_size, ctx) {
             Ok(sums) => Ok(sums.finish(&order)),
@@ -513,10 +553,11 @@ pub fn tensor_errors_against(
         Ok(local) => errors.local = local,
         Err(reason) => errors.local_unavailable = Some(reason),
     }
-    errors.weights = weight_errors(quant, &qg, float, &fg)?;
+    errors.weights = weight_errors(quant, &qg, float, &fg, &factors)?;
     errors.unmatched = unmatched;
     errors.rescaled = rescaled
         .into_iter()
+        .filter(|t| !factors.contains_key(t))
         .filter(|t| fg.tensor(t).is_some_and(|t| t.producer.is_some()))
         .collect();
     Ok(errors)
@@ -539,9 +580,15 @@ pub fn local_errors(
         pairs,
         layers,
         rescaled,
+        factors,
         ..
     } = measured(quant, &qg, &fg);
-    let plan = local_targets(&pairs, &layers, (float, &fg, quant, &qg), &rescaled)?;
+    let plan = local_targets(
+        &pairs,
+        &layers,
+        (float, &fg, quant, &qg),
+        (&rescaled, &factors),
+    )?;
     let local = local_model(float, &fg, quant, &qg, &plan, source, runtime, eps)?;
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
     Ok(sums.finish(&float_order(&fg)))
@@ -556,31 +603,37 @@ struct Measured {
     layers: Vec<(String, String, Option<String>)>,
     /// The activations the quantizer rescaled on purpose ([`rescaled_in`]).
     rescaled: BTreeSet<String>,
+    /// The factors it recorded for them ([`factors_in`]).
+    factors: HashMap<String, ChannelFactors>,
 }
 
 /// Finds what [`Measured`] holds. The tensors the quantizer rescaled on purpose
-/// ([`rescaled_in`]: equalization, AWQ, SmoothQuant) are not measured: they differ from the
-/// float model's by design, not by error.
+/// ([`rescaled_in`]: equalization, AWQ, SmoothQuant) differ from the float model's by design,
+/// not by error: those whose factors it recorded are measured against the float tensor at
+/// the QDQ model's scale, the others (older QDQ models) are not measured.
 fn measured(quant: &Model, qg: &Graph, fg: &Graph) -> Measured {
     let rescaled = rescaled_in(quant);
+    let factors = factors_in(quant);
+    let unknown = |t: &String| rescaled.contains(t) && !factors.contains_key(t);
     let (mut pairs, mut unmatched) = pairs(quant, qg, fg);
-    pairs.retain(|p| !rescaled.contains(&p.float));
+    pairs.retain(|p| !unknown(&p.float));
     // A tensor the quantizer made on purpose (a ReLU6's Clip output once equalization moved
     // its bound into a Min) has no float twin to be matched with.
     unmatched.retain(|t| !rescaled.contains(t.trim_end_matches("_QuantizeLinear_Input")));
     let covered: HashSet<&str> = pairs.iter().map(|p| p.float.as_str()).collect();
     let mut layers = weight_only_layers(qg, fg, &covered);
-    layers.retain(|(_, tensor, _)| !rescaled.contains(tensor));
+    layers.retain(|(_, tensor, _)| !unknown(tensor));
     Measured {
         pairs,
         unmatched,
         layers,
         rescaled,
+        factors,
     }
 }
 
 /// The tensor `tensor` quantizes: traced back through its DequantizeLinear and QuantizeLinear.
-fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
+pub(super) fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
     while let Some(node) = qg.producer_of(tensor) {
         match (node.op_type.as_str(), node.inputs.first()) {
             ("QuantizeLinear" | "DequantizeLinear", Some(input)) => tensor = input,
@@ -637,26 +690,29 @@ fn observed_ranks(
 /// rescaled on purpose.
 struct LocalPlan {
     targets: Vec<Target>,
-    /// Per rescaled activation a copy reads: the factor per channel (last axis) taking the
-    /// float tensor to the QDQ model's scale.
-    input_scales: HashMap<String, Vec<f32>>,
+    /// Per rescaled activation a copy reads or a target is: the factor per channel taking
+    /// the float tensor to the QDQ model's scale (recorded by the quantizer, else fitted).
+    input_scales: HashMap<String, ChannelFactors>,
     /// Rescaled activations the copies recompute with their producer's QDQ-model constants.
     recomputed: HashSet<String>,
 }
 
 /// The tensors whose local error is measured: every Q/DQ pair and weight-only layer, except
 /// those whose node reads a `rescaled` activation it cannot be given at the QDQ model's scale.
-/// Such an activation is recomputed by a copy of its producer when only the producer's
-/// constants differ ([`recomputable`]: a norm AWQ or SmoothQuant divided); else, when the
-/// layers reading it multiply it by 8-bit weights whose rows the quantizer multiplied
-/// (equalization of dense layers, SmoothQuant), the float tensor is divided by the factors
-/// fitted from those weights ([`input_channel_fit`]).
+/// The quantizer records the factors of what it rescaled (`rescaled.1`): the float tensor
+/// times those is the QDQ model's, exactly. For a QDQ model without the record, such an
+/// activation is recomputed by a copy of its producer when only the producer's constants
+/// differ ([`recomputable`]: a norm AWQ or SmoothQuant divided); else, when the layers
+/// reading it multiply it by 8-bit weights whose rows the quantizer multiplied (equalization
+/// of dense layers, SmoothQuant), the float tensor is divided by the factors fitted from
+/// those weights ([`input_channel_fit`]).
 fn local_targets(
     pairs: &[Pair],
     layers: &[(String, String, Option<String>)],
     models: (&Model, &Graph, &Model, &Graph),
-    rescaled: &BTreeSet<String>,
+    rescaled: (&BTreeSet<String>, &HashMap<String, ChannelFactors>),
 ) -> Result<LocalPlan, EvalError> {
+    let (rescaled, recorded) = rescaled;
     let (_, _, _, qg) = models;
     let candidates: Vec<Target> = pairs
         .iter()
@@ -682,7 +738,7 @@ fn local_targets(
                 .map(|n| n.inputs.iter().map(|i| unquantized(qg, i)))
                 .into_iter()
                 .flatten()
-                .filter(|i| rescaled.contains(*i))
+                .filter(|i| rescaled.contains(*i) && !recorded.contains_key(*i))
                 .collect();
             (reader, read)
         })
@@ -694,7 +750,8 @@ fn local_targets(
             recomputed.insert((*tensor).to_owned());
         }
     }
-    let input_scales = fitted_scales(&readers, &recomputed, models)?;
+    let mut input_scales = fitted_scales(&readers, &recomputed, models)?;
+    input_scales.extend(recorded.iter().map(|(t, f)| (t.clone(), f.clone())));
     let targets = candidates
         .into_iter()
         .zip(&readers)
@@ -718,7 +775,7 @@ fn fitted_scales(
     readers: &[(Option<&Node>, Vec<&str>)],
     recomputed: &HashSet<String>,
     models: (&Model, &Graph, &Model, &Graph),
-) -> Result<HashMap<String, Vec<f32>>, EvalError> {
+) -> Result<HashMap<String, ChannelFactors>, EvalError> {
     let (float, fg, quant, qg) = models;
     let mut fits: HashMap<&str, Vec<(f64, f64)>> = HashMap::new();
     for (reader, read) in readers {
@@ -751,7 +808,7 @@ fn fitted_scales(
             inverse
                 .iter()
                 .all(|v| v.is_finite() && *v > 0.0)
-                .then(|| (tensor.to_owned(), inverse))
+                .then(|| (tensor.to_owned(), ChannelFactors::new(inverse, 0)))
         })
         .collect())
 }
@@ -824,8 +881,13 @@ fn local_pass(
     batch_size: usize,
     ctx: &JobContext,
 ) -> Result<LocalSums, EvalError> {
-    let mut session = local.session(runtime, eps)?;
     let mut sums = local.sums();
+    // Nothing to measure (no quantized node's copy could be made): no run either, as a
+    // session asked for no output refuses to run.
+    if local.is_empty() {
+        return Ok(sums);
+    }
+    let mut session = local.session(runtime, eps)?;
     each_batch(source, batch_size, ctx, "local error", |owned, index| {
         local.run(&mut session, owned, &mut sums, index)
     })?;

@@ -3,10 +3,14 @@
 //! QuantizeLinear of the float weight; MatMulNBits' packed blocks), against the float weight.
 //!
 //! Quantizers may scale a weight's input rows (AWQ, SmoothQuant) or output columns (a
-//! following layer's SmoothQuant divisor) by factors that a neighbouring op undoes. Those
-//! factors change no output, so when a weight was evidently rescaled (fitting a factor per
-//! row and per column gains more than [`RESCALE_GAIN_DB`]), they are fitted out by least
-//! squares and the error is that of the weight the layer effectively computes with.
+//! following layer's SmoothQuant divisor, equalization) by factors that a neighbouring op
+//! undoes. Those factors change no output, so they are taken out and the error is that of the
+//! weight the layer effectively computes with: exactly where qdq-studio recorded them in the
+//! QDQ model ([`ChannelFactors`] of the activations the layer reads and writes), else, for a
+//! 2-D weight that was evidently rescaled (fitting a factor per row and per column gains more
+//! than [`RESCALE_GAIN_DB`]), fitted by least squares.
+
+use std::collections::HashMap;
 
 use ndarray::ArrayD;
 use rayon::prelude::*;
@@ -15,6 +19,7 @@ use serde::Serialize;
 use super::EvalError;
 use super::tensors::sqnr;
 use crate::model::{DataType, Graph, Model, Node};
+use crate::quant::rescaled::ChannelFactors;
 use crate::recipe::Preprocessing;
 
 /// A fitted rescaling counts when it raises the SQNR by more than this (dB). Fitting
@@ -33,8 +38,9 @@ pub struct WeightError {
     pub weight: String,
     /// SQNR (dB) of the float weight against its dequantized value.
     pub sqnr_db: f64,
-    /// The quantizer scaled the weight's rows or columns (AWQ, SmoothQuant): the SQNR is that
-    /// of the effective weight, those factors fitted out.
+    /// The quantizer scaled the weight's rows or columns (equalization, AWQ, SmoothQuant): the
+    /// SQNR is that of the effective weight, those factors taken out (as the QDQ model
+    /// records them, else fitted).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub rescaled: bool,
 }
@@ -99,6 +105,7 @@ pub fn weight_errors(
     qg: &Graph,
     float: &Model,
     fg: &Graph,
+    factors: &HashMap<String, ChannelFactors>,
 ) -> Result<Vec<WeightError>, EvalError> {
     // Quantizers fold BatchNormalization into the preceding Conv before quantizing (ours and
     // onnxruntime's pre-processing both do): the weight they quantized is the folded one, so
@@ -129,7 +136,10 @@ pub fn weight_errors(
         {
             continue;
         }
-        let (sqnr_db, rescaled) = compare(&reference, &dequantized);
+        let (sqnr_db, rescaled) = match recorded_rescaling(&reference, qg, node, factors) {
+            Some(rescaled) => (compare(&rescaled, &dequantized).0, true),
+            None => compare(&reference, &dequantized),
+        };
         out.push(WeightError {
             weight: base,
             sqnr_db,
@@ -159,6 +169,116 @@ fn float_reference(
         true => reference.t().as_standard_layout().into_owned(),
         false => reference,
     }))
+}
+
+/// The float weight `reference` (in the QDQ model's layout) as the QDQ model holds it when
+/// the quantizer recorded the factors of what the layer reading it (through `dq`) writes or
+/// reads ([`ChannelFactors`]: `qdq = float × f`; `dq` may be a MatMulNBits, which reads its
+/// weight itself): equalization and AWQ divide a layer's
+/// output channels, weights and bias alike, and multiply the next layer's input channels.
+/// So the output channels are multiplied by the output's factors and the input channels
+/// divided by the input's. `None` when neither is recorded or the layout is not a Conv's,
+/// MatMul's or Gemm's weight or a 1-D bias.
+fn recorded_rescaling(
+    reference: &ArrayD<f32>,
+    qg: &Graph,
+    dq: &Node,
+    factors: &HashMap<String, ChannelFactors>,
+) -> Option<ArrayD<f32>> {
+    // A MatMulNBits reads its weight itself (`[K, N]` as dequantized here, input 1).
+    let (reader, slot) = match dq.op_type.as_str() {
+        "MatMulNBits" => (dq, 1),
+        _ => {
+            let weight = dq.outputs.first()?;
+            let reader = qg.node(*qg.tensor(weight)?.consumers.first()?);
+            (reader, reader.inputs.iter().position(|i| i == weight)?)
+        }
+    };
+    let values = |tensor: Option<&String>| {
+        tensor
+            .and_then(|t| factors.get(t))
+            .map(|f| f.values.as_slice())
+    };
+    let out = values(reader.outputs.first());
+    let input = match slot {
+        0 => None,
+        _ => values(
+            reader
+                .inputs
+                .first()
+                .map(|i| super::tensors::unquantized(qg, i).to_owned())
+                .as_ref(),
+        ),
+    };
+    if out.is_none() && input.is_none() {
+        return None;
+    }
+    let layout = WeightLayout::of(reader, slot, reference.shape())?;
+    let mut rescaled = reference.as_standard_layout().into_owned();
+    let shape = rescaled.shape().to_vec();
+    let inner: usize = shape.iter().skip(2).product();
+    for (offset, value) in rescaled.iter_mut().enumerate() {
+        let (o, i) = layout.channels(offset, &shape, inner);
+        if let Some(out) = out {
+            *value *= *out.get(o)?;
+        }
+        if let (Some(input), Some(i)) = (input, i) {
+            *value /= *input.get(i)?;
+        }
+    }
+    Some(rescaled)
+}
+
+/// Where a weight's output and input channels sit.
+#[derive(Debug, Clone, Copy)]
+enum WeightLayout {
+    /// A bias: `[C]`, output channels.
+    Bias,
+    /// A Conv's `[O, I / group, k…]`.
+    Conv { group: usize },
+    /// `[K, N]` (MatMul, Gemm): inputs on axis 0.
+    KByN,
+    /// `[N, K]` (Gemm with `transB`).
+    NByK,
+}
+
+impl WeightLayout {
+    /// The layout of input `slot` of `reader`, a weight of `shape`.
+    fn of(reader: &Node, slot: usize, shape: &[usize]) -> Option<Self> {
+        let trans_b = reader.int_attribute("transB").unwrap_or(0) != 0;
+        match (reader.op_type.as_str(), slot, shape.len()) {
+            (_, _, 1) => Some(WeightLayout::Bias),
+            ("Conv", 1, rank) if rank >= 3 => {
+                let group = reader.int_attribute("group").unwrap_or(1).max(1);
+                Some(WeightLayout::Conv {
+                    group: usize::try_from(group).ok()?,
+                })
+            }
+            ("MatMul" | "MatMulNBits", 1, 2) | ("Gemm", 1, 2) if !trans_b => {
+                Some(WeightLayout::KByN)
+            }
+            ("Gemm", 1, 2) => Some(WeightLayout::NByK),
+            _ => None,
+        }
+    }
+
+    /// The output channel and input channel (`None` for a bias) of the value at `offset`
+    /// of a standard-layout weight of `shape` (`inner`: the product of its axes past 1).
+    fn channels(self, offset: usize, shape: &[usize], inner: usize) -> (usize, Option<usize>) {
+        let cols = shape.get(1).copied().unwrap_or(1).max(1);
+        match self {
+            WeightLayout::Bias => (offset, None),
+            WeightLayout::Conv { group } => {
+                let per_output = cols * inner.max(1);
+                let o = offset / per_output;
+                let i = (offset % per_output) / inner.max(1);
+                let outputs_per_group = (shape[0] / group).max(1);
+                (o, Some((o / outputs_per_group) * cols + i))
+            }
+            WeightLayout::KByN => (offset % cols, Some(offset / cols)),
+            WeightLayout::NByK => (offset / cols, Some(offset % cols)),
+        }
+    }
 }
 
 /// Whether the quantized model holds `weight` transposed against the float model, as int4
@@ -531,6 +651,34 @@ mod tests {
     /// `w` rounded to a grid of `step`.
     fn rounded(w: &ArrayD<f32>, step: f32) -> ArrayD<f32> {
         w.mapv(|v| (v / step).round() * step)
+    }
+
+    #[test]
+    fn weight_layouts_name_each_values_output_and_input_channel() {
+        // A grouped Conv: 6 outputs in 2 groups of 3, 2 inputs per group, 2×1 kernels.
+        let conv = WeightLayout::Conv { group: 2 };
+        let shape = [6, 2, 2, 1];
+        let at = |o: usize, i: usize, k: usize| (o * 2 + i) * 2 + k;
+        assert_eq!(conv.channels(at(0, 1, 1), &shape, 2), (0, Some(1)));
+        // Output 4 is in the second group: its inputs are channels 2 and 3.
+        assert_eq!(conv.channels(at(4, 0, 0), &shape, 2), (4, Some(2)));
+        assert_eq!(conv.channels(at(5, 1, 1), &shape, 2), (5, Some(3)));
+        // Depthwise: one input per output, its own.
+        let depthwise = WeightLayout::Conv { group: 4 };
+        assert_eq!(
+            depthwise.channels(3 * 9 + 4, &[4, 1, 3, 3], 9),
+            (3, Some(3))
+        );
+        // [K = 3, N = 5] and its transpose.
+        assert_eq!(
+            WeightLayout::KByN.channels(2 * 5 + 4, &[3, 5], 1),
+            (4, Some(2))
+        );
+        assert_eq!(
+            WeightLayout::NByK.channels(4 * 3 + 2, &[5, 3], 1),
+            (4, Some(2))
+        );
+        assert_eq!(WeightLayout::Bias.channels(7, &[8], 1), (7, None));
     }
 
     #[test]

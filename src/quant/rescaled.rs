@@ -3,10 +3,14 @@
 //! channels, AWQ-lite and SmoothQuant divide an activation's channels (folded into its
 //! producer) and multiply the weights reading it. The model's outputs are unchanged, but these
 //! activations no longer equal the float model's of the same name, so a per-tensor comparison
-//! must set them aside rather than report the rescaling as error. The quantizer records them
-//! in the model's metadata; the comparison reads them back.
+//! must not report the rescaling as error. The quantizer records them in the model's
+//! metadata, with the factor per channel each holds against the float model's; the
+//! comparison reads them back and measures such a tensor against the float tensor times its
+//! factors.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
 
 use super::equalize::EqualizedPair;
 use super::int4::{ActivationScale, ScaleSite};
@@ -16,6 +20,79 @@ use crate::model::{Graph, Model};
 /// The metadata key: the tensors' names, one per line.
 pub const RESCALED_KEY: &str = "qdq_studio.rescaled";
 
+/// The metadata key of the factors: a JSON object, tensor name → [`ChannelFactors`].
+pub const FACTORS_KEY: &str = "qdq_studio.rescale_factors";
+
+/// What a rescaled activation holds against the float model's, channel by channel: the QDQ
+/// model's tensor is the float tensor times `values`, laid out in `shape` (`[C]` for channels
+/// on the last axis, `[C, 1, 1]` for a 2-D convolution's: broadcast from the last axis).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelFactors {
+    /// The layout the values broadcast in.
+    pub shape: Vec<usize>,
+    /// One positive factor per channel.
+    pub values: Vec<f32>,
+}
+
+impl ChannelFactors {
+    /// `values` for channels followed by `trailing` axes (a convolution's spatial dims; 0
+    /// for channels on the last axis).
+    pub fn new(values: Vec<f32>, trailing: usize) -> Self {
+        let mut shape = vec![values.len()];
+        shape.extend(std::iter::repeat_n(1, trailing));
+        ChannelFactors { shape, values }
+    }
+
+    /// Whether the record can be used: as many values as the layout holds, each positive
+    /// and finite.
+    fn is_valid(&self) -> bool {
+        self.shape.first() == Some(&self.values.len())
+            && self.shape.iter().skip(1).all(|d| *d == 1)
+            && self.values.iter().all(|v| v.is_finite() && *v > 0.0)
+    }
+
+    /// Both rescalings one after the other (`None` when their layouts differ).
+    fn then(&self, other: &ChannelFactors) -> Option<ChannelFactors> {
+        (self.shape == other.shape).then(|| ChannelFactors {
+            shape: self.shape.clone(),
+            values: self
+                .values
+                .iter()
+                .zip(&other.values)
+                .map(|(a, b)| a * b)
+                .collect(),
+        })
+    }
+
+    /// `tensor` (a float activation) at the QDQ model's scale: times the factors, channel by
+    /// channel (`None` when the layout does not broadcast against it).
+    pub fn apply(&self, tensor: &ndarray::ArrayD<f32>) -> Option<ndarray::ArrayD<f32>> {
+        let factors = self.array();
+        let factors = factors.broadcast(tensor.raw_dim())?;
+        Some(
+            ndarray::Zip::from(tensor)
+                .and(&factors)
+                .map_collect(|x, f| x * f),
+        )
+    }
+
+    /// The values as an array of [`ChannelFactors::shape`].
+    pub fn array(&self) -> ndarray::ArrayD<f32> {
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&self.shape), self.values.clone())
+            .unwrap_or_else(|_| ndarray::ArrayD::from_elem(ndarray::IxDyn(&[1]), 1.0))
+    }
+}
+
+/// The activations a quantization left at another scale than the float model's, and the
+/// factors of those whose rescaling is known.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rescaled {
+    /// Every such activation, sorted.
+    pub tensors: Vec<String>,
+    /// Their factors.
+    pub factors: BTreeMap<String, ChannelFactors>,
+}
+
 /// The activations `pairs` (equalization) and `scales` (activation scaling folded into a
 /// producer) left at another scale than the float model's, sorted. `graph` is the
 /// pre-processed model's. (Their weights are rescaled too; the comparison's weight errors fit
@@ -24,42 +101,82 @@ pub(crate) fn rescaled_tensors(
     graph: &Graph,
     pairs: &[EqualizedPair],
     scales: &[ActivationScale],
-) -> Vec<String> {
+) -> Rescaled {
     let mut out = BTreeSet::new();
+    // Each tensor's rescalings, in the order applied (equalization first).
+    let mut applied: BTreeMap<String, Vec<Option<ChannelFactors>>> = BTreeMap::new();
     for pair in pairs {
-        // What the nodes between write (an activation's and pooling's outputs).
-        out.extend(pair.between_tensors.iter().cloned());
-        // The first layer's output, and what the second reads (past the activation between).
-        out.extend(
-            graph
-                .node_by_name(&pair.first)
-                .and_then(|n| n.outputs.first().cloned()),
-        );
-        out.extend(
-            graph
-                .node_by_name(&pair.second)
-                .and_then(|n| n.inputs.first().cloned()),
-        );
+        // What the nodes between write (an activation's and pooling's outputs), the first
+        // layer's output, and what the second reads (past the activation between).
+        let tensors = pair
+            .between_tensors
+            .iter()
+            .cloned()
+            .chain(
+                graph
+                    .node_by_name(&pair.first)
+                    .and_then(|n| n.outputs.first().cloned()),
+            )
+            .chain(
+                graph
+                    .node_by_name(&pair.second)
+                    .and_then(|n| n.inputs.first().cloned()),
+            )
+            .collect::<BTreeSet<_>>();
+        for tensor in tensors {
+            applied
+                .entry(tensor.clone())
+                .or_default()
+                .push(pair.factors.clone());
+            out.insert(tensor);
+        }
     }
     // An inserted Mul leaves the activation as it was (its output is a new tensor).
-    out.extend(
-        scales
-            .iter()
-            .filter(|s| !matches!(s.site, ScaleSite::Mul))
-            .map(|s| s.activation.clone()),
-    );
+    for scale in scales.iter().filter(|s| !matches!(s.site, ScaleSite::Mul)) {
+        let inverse = scale.scales.iter().map(|s| s.recip()).collect();
+        let factors = ChannelFactors::new(inverse, 0);
+        applied
+            .entry(scale.activation.clone())
+            .or_default()
+            .push(Some(factors));
+        out.insert(scale.activation.clone());
+    }
     out.retain(|t: &String| !t.is_empty());
-    out.into_iter().collect()
+    let factors = applied
+        .into_iter()
+        .filter(|(tensor, _)| !tensor.is_empty())
+        .filter_map(|(tensor, steps)| {
+            let mut steps = steps.into_iter();
+            let first = steps.next().flatten()?;
+            let total = steps.try_fold(first, |total, step| total.then(&step?))?;
+            total.is_valid().then_some((tensor, total))
+        })
+        .collect();
+    Rescaled {
+        tensors: out.into_iter().collect(),
+        factors,
+    }
 }
 
-/// Records `tensors` in `model`'s metadata (nothing when there are none).
-pub(crate) fn stamp(model: &mut Model, tensors: &[String]) {
+/// Records `rescaled` in `model`'s metadata (nothing when there is none).
+pub(crate) fn stamp(model: &mut Model, rescaled: &Rescaled) {
     let proto = model.proto_mut();
-    proto.metadata_props.retain(|p| p.key() != RESCALED_KEY);
-    if !tensors.is_empty() {
+    proto
+        .metadata_props
+        .retain(|p| p.key() != RESCALED_KEY && p.key() != FACTORS_KEY);
+    if !rescaled.tensors.is_empty() {
         proto.metadata_props.push(StringStringEntryProto {
             key: Some(RESCALED_KEY.to_owned()),
-            value: Some(tensors.join("\n")),
+            value: Some(rescaled.tensors.join("\n")),
+        });
+    }
+    // Serialising a map of plain numbers cannot fail; a failure would only lose the record.
+    if let Ok(json) = serde_json::to_string(&rescaled.factors)
+        && !rescaled.factors.is_empty()
+    {
+        proto.metadata_props.push(StringStringEntryProto {
+            key: Some(FACTORS_KEY.to_owned()),
+            value: Some(json),
         });
     }
 }
@@ -75,4 +192,87 @@ pub fn rescaled_in(model: &Model) -> BTreeSet<String> {
         .flat_map(|p| p.value().lines().map(str::to_owned))
         .filter(|t| !t.is_empty())
         .collect()
+}
+
+/// The factors a QDQ model records for its rescaled activations (none for a model without
+/// the record, as other tools' and older ones are; an unreadable or inconsistent entry is left
+/// out, so the comparison falls back to what it can fit).
+pub fn factors_in(model: &Model) -> HashMap<String, ChannelFactors> {
+    model
+        .proto()
+        .metadata_props
+        .iter()
+        .filter(|p| p.key() == FACTORS_KEY)
+        .filter_map(|p| serde_json::from_str::<HashMap<String, ChannelFactors>>(p.value()).ok())
+        .flatten()
+        .filter(|(_, factors)| factors.is_valid())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factors_apply_per_channel_compose_and_check_their_layout() {
+        let conv = ChannelFactors::new(vec![2.0, 0.5], 2);
+        assert_eq!(conv.shape, vec![2, 1, 1]);
+        // [N = 1, C = 2, H = 1, W = 2]: each channel times its factor.
+        let x =
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[1, 2, 1, 2]), vec![1., 2., 3., 4.])
+                .unwrap();
+        let y = conv.apply(&x).unwrap();
+        assert_eq!(
+            y.iter().copied().collect::<Vec<f32>>(),
+            vec![2., 4., 1.5, 2.]
+        );
+        // Channels on the last axis.
+        let dense = ChannelFactors::new(vec![2.0, 0.5], 0);
+        let y = dense.apply(&x).unwrap();
+        assert_eq!(
+            y.iter().copied().collect::<Vec<f32>>(),
+            vec![2., 1., 6., 2.]
+        );
+        // A layout that does not broadcast is no answer, not a panic.
+        assert!(ChannelFactors::new(vec![1.0; 3], 0).apply(&x).is_none());
+        // Two rescalings of one tensor compose; different layouts do not.
+        let both = dense.then(&ChannelFactors::new(vec![3.0, 4.0], 0)).unwrap();
+        assert_eq!(both.values, vec![6.0, 2.0]);
+        assert!(dense.then(&conv).is_none());
+        assert!(conv.is_valid());
+        assert!(!ChannelFactors::new(vec![1.0, 0.0], 0).is_valid());
+        assert!(
+            !ChannelFactors {
+                shape: vec![3],
+                values: vec![1.0]
+            }
+            .is_valid()
+        );
+    }
+
+    #[test]
+    fn the_record_reads_back_and_an_unreadable_one_is_left_out() {
+        let mut model = crate::model::ModelBuilder::new(13).build();
+        let mut rescaled = Rescaled {
+            tensors: vec!["a".into(), "b".into()],
+            factors: BTreeMap::new(),
+        };
+        rescaled
+            .factors
+            .insert("a".into(), ChannelFactors::new(vec![0.25, 4.0], 2));
+        stamp(&mut model, &rescaled);
+        assert_eq!(rescaled_in(&model).len(), 2);
+        let read = factors_in(&model);
+        assert_eq!(read.len(), 1);
+        assert_eq!(read["a"], rescaled.factors["a"]);
+        // Stamped again: one record, not two.
+        stamp(&mut model, &rescaled);
+        assert_eq!(model.proto().metadata_props.len(), 2);
+        for p in &mut model.proto_mut().metadata_props {
+            if p.key() == FACTORS_KEY {
+                p.value = Some("{not json".into());
+            }
+        }
+        assert!(factors_in(&model).is_empty());
+    }
 }

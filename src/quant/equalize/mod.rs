@@ -27,6 +27,7 @@ pub use channels::ChannelMap;
 
 use crate::model::graph::put_initializer;
 use crate::model::{DataType, Graph, Model, ModelError, TensorArray};
+use crate::quant::rescaled::ChannelFactors;
 
 /// Scales are kept in this range (a dead channel must not make them 0 or ∞).
 const SCALE_LIMITS: (f32, f32) = (1e-3, 1e3);
@@ -53,6 +54,11 @@ pub struct EqualizedPair {
     pub first_sqnr_db: [f64; 2],
     /// The same for the second layer's weight.
     pub second_sqnr_db: [f64; 2],
+    /// What the rescaled activations (the first layer's output, `between_tensors`, the
+    /// second's input) hold against the float model's, per channel (`None` when no sweep
+    /// reached the pair).
+    #[serde(skip)]
+    pub factors: Option<ChannelFactors>,
 }
 
 /// Equalizes every pair of `model` in place; returns what it did.
@@ -99,7 +105,8 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
     };
     let mut report: Vec<EqualizedPair> = pairs
         .iter()
-        .map(|pair| {
+        .zip(&divided)
+        .map(|(pair, divided)| {
             let (first, second) = (&layers[pair.first], &layers[pair.second]);
             EqualizedPair {
                 first: name(pair.first),
@@ -109,6 +116,10 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
                 channels: first.outputs.channels(first.elements),
                 first_sqnr_db: both(&first.weight),
                 second_sqnr_db: both(&second.weight),
+                factors: (!divided.is_empty()).then(|| {
+                    let values = divided.iter().map(|d| d.recip()).collect();
+                    ChannelFactors::new(values, first.spatial_dims)
+                }),
             }
         })
         .collect();
