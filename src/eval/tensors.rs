@@ -359,7 +359,6 @@ impl<'a> Sums<'a> {
         }
     }
 
-    /// Adds one batch: the float model's tensors `f` and the quantized model's `q`.
     /// Adds one batch: `f` the float model's tensors, `scaled` those of them the quantizer
     /// rescaled, at the QDQ model's scale ([`at_qdq_scale`]), `q` the QDQ model's.
     fn add(&mut self, f: &Outputs, scaled: &Outputs, q: &Outputs) {
