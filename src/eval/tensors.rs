@@ -484,13 +484,13 @@ pub fn tensor_errors_against(
     let Float { model: float, run } = float;
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
+    let measured = measured(quant, &qg, &fg);
     let Measured {
         pairs,
-        unmatched,
         layers,
-        rescaled,
         factors,
-    } = measured(quant, &qg, &fg);
+        ..
+    } = &measured;
     let float_names = unique(
         pairs
             .iter()
@@ -516,7 +516,7 @@ pub fn tensor_errors_against(
         )?),
     };
     let mut quant_session = observing_session(quant, &quant_names, runtime, eps, "quantized")?;
-    let mut sums = Sums::new(&pairs, &layers);
+    let mut sums = Sums::new(pairs, layers);
     each_batch(
         source,
         batch_size,
@@ -525,19 +525,14 @@ pub fn tensor_errors_against(
         |owned, index| {
             let f = float_side.next(owned, &float_names, index)?;
             let q = collect(&mut quant_session, owned, &quant_names, index, "quantized")?;
-            sums.add(&f, &at_qdq_scale(&f, &factors), &q);
+            sums.add(&f, &at_qdq_scale(&f, factors), &q);
             Ok(())
         },
     )?;
     drop((quant_session, float_side));
     let order = float_order(&fg);
     let mut errors = sums.finish(&order);
-    let plan = local_targets(
-        &pairs,
-        &layers,
-        (float, &fg, quant, &qg),
-        (&rescaled, &factors),
-    )?;
+    let plan = local_targets(&measured, (float, &fg, quant, &qg))?;
     let local = match local_model(float, &fg, quant, &qg, &plan, source, runtime, eps) {
         Ok(local) => match local_pass(&local, source, runtime, eps, batch_size, ctx) {
             Ok(sums) => Ok(sums.finish(&order)),
@@ -552,7 +547,13 @@ pub fn tensor_errors_against(
         Ok(local) => errors.local = local,
         Err(reason) => errors.local_unavailable = Some(reason),
     }
-    errors.weights = weight_errors(quant, &qg, float, &fg, &factors)?;
+    errors.weights = weight_errors(quant, &qg, float, &fg, &measured.factors)?;
+    let Measured {
+        unmatched,
+        rescaled,
+        factors,
+        ..
+    } = measured;
     errors.unmatched = unmatched;
     errors.rescaled = rescaled
         .into_iter()
@@ -575,19 +576,7 @@ pub fn local_errors(
 ) -> Result<Vec<LocalError>, EvalError> {
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
-    let Measured {
-        pairs,
-        layers,
-        rescaled,
-        factors,
-        ..
-    } = measured(quant, &qg, &fg);
-    let plan = local_targets(
-        &pairs,
-        &layers,
-        (float, &fg, quant, &qg),
-        (&rescaled, &factors),
-    )?;
+    let plan = local_targets(&measured(quant, &qg, &fg), (float, &fg, quant, &qg))?;
     let local = local_model(float, &fg, quant, &qg, &plan, source, runtime, eps)?;
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
     Ok(sums.finish(&float_order(&fg)))
@@ -698,7 +687,7 @@ struct LocalPlan {
 
 /// The tensors whose local error is measured: every Q/DQ pair and weight-only layer, except
 /// those whose node reads a `rescaled` activation it cannot be given at the QDQ model's scale.
-/// The quantizer records the factors of what it rescaled (`rescaled.1`): the float tensor
+/// The quantizer records the factors of what it rescaled (`measured.factors`): the float tensor
 /// times those is the QDQ model's, exactly. For a QDQ model without the record, such an
 /// activation is recomputed by a copy of its producer when only the producer's constants
 /// differ ([`recomputable`]: a norm AWQ or SmoothQuant divided); else, when the layers
@@ -706,12 +695,16 @@ struct LocalPlan {
 /// of dense layers, SmoothQuant), the float tensor is divided by the factors fitted from
 /// those weights ([`input_channel_fit`]).
 fn local_targets(
-    pairs: &[Pair],
-    layers: &[(String, String, Option<String>)],
+    measured: &Measured,
     models: (&Model, &Graph, &Model, &Graph),
-    rescaled: (&BTreeSet<String>, &HashMap<String, ChannelFactors>),
 ) -> Result<LocalPlan, EvalError> {
-    let (rescaled, recorded) = rescaled;
+    let Measured {
+        pairs,
+        layers,
+        rescaled,
+        factors: recorded,
+        ..
+    } = measured;
     let (_, _, _, qg) = models;
     let candidates: Vec<Target> = pairs
         .iter()
