@@ -192,6 +192,11 @@ impl Reference {
         self.samples
     }
 
+    /// Batches the samples are held in (one run each).
+    pub fn batches(&self) -> usize {
+        self.batches.len()
+    }
+
     /// The array of the data the outputs are scored against, if any.
     pub fn truth_key(&self) -> Option<&str> {
         self.task.truth_key.as_deref()
