@@ -185,29 +185,20 @@ fn recorded_rescaling(
     dq: &Node,
     factors: &HashMap<String, ChannelFactors>,
 ) -> Option<ArrayD<f32>> {
-    // A MatMulNBits reads its weight itself (`[K, N]` as dequantized here, input 1).
-    let (reader, slot) = match dq.op_type.as_str() {
-        "MatMulNBits" => (dq, 1),
-        _ => {
-            let weight = dq.outputs.first()?;
-            let reader = qg.node(*qg.tensor(weight)?.consumers.first()?);
-            (reader, reader.inputs.iter().position(|i| i == weight)?)
-        }
-    };
-    let values = |tensor: Option<&String>| {
+    let (reader, slot) = weight_reader(qg, dq)?;
+    let values = |tensor: Option<&str>| {
         tensor
             .and_then(|t| factors.get(t))
             .map(|f| f.values.as_slice())
     };
-    let out = values(reader.outputs.first());
+    let out = values(reader.outputs.first().map(String::as_str));
     let input = match slot {
         0 => None,
         _ => values(
             reader
                 .inputs
                 .first()
-                .map(|i| super::tensors::unquantized(qg, i).to_owned())
-                .as_ref(),
+                .map(|i| super::tensors::unquantized(qg, i)),
         ),
     };
     if out.is_none() && input.is_none() {
@@ -281,22 +272,30 @@ impl WeightLayout {
     }
 }
 
+/// The node of the QDQ model that reads the weight `node` gives (a DequantizeLinear's first
+/// reader), and at which input; a MatMulNBits reads its weight itself (input 1).
+fn weight_reader<'g>(qg: &'g Graph, node: &'g Node) -> Option<(&'g Node, usize)> {
+    if node.op_type == "MatMulNBits" {
+        return Some((node, 1));
+    }
+    let weight = node.outputs.first()?;
+    let reader = qg.node(*qg.tensor(weight)?.consumers.first()?);
+    Some((reader, reader.inputs.iter().position(|i| i == weight)?))
+}
+
 /// Whether the quantized model holds `weight` transposed against the float model, as int4
 /// stores a Gemm's `transB` weight (`[K, N]`, the Gemm a MatMul or its flag cleared,
 /// [`crate::quant::gemm_layout`]): its float reader is a Gemm with `transB`, and the node
 /// reading it in the quantized model through `node` (its DequantizeLinear, or a MatMulNBits
 /// itself) takes `[K, N]`.
 fn stored_transposed(fg: &Graph, qg: &Graph, weight: &str, node: &Node) -> bool {
-    fn first_reader<'g>(g: &'g Graph, tensor: &str) -> Option<&'g Node> {
-        Some(g.node(*g.tensor(tensor)?.consumers.first()?))
-    }
     let trans_b = |n: &Node| n.int_attribute("transB").unwrap_or(0) != 0;
-    let float_n_by_k = first_reader(fg, weight).is_some_and(|r| r.op_type == "Gemm" && trans_b(r));
-    let reader = match node.op_type.as_str() {
-        "MatMulNBits" => Some(node),
-        _ => node.outputs.first().and_then(|o| first_reader(qg, o)),
-    };
-    let quant_k_by_n = reader.is_some_and(|r| match r.op_type.as_str() {
+    let float_reader = fg.tensor(weight).and_then(|t| t.consumers.first());
+    let float_n_by_k = float_reader.is_some_and(|&r| {
+        let r = fg.node(r);
+        r.op_type == "Gemm" && trans_b(r)
+    });
+    let quant_k_by_n = weight_reader(qg, node).is_some_and(|(r, _)| match r.op_type.as_str() {
         "MatMul" | "MatMulNBits" => true,
         "Gemm" => !trans_b(r),
         _ => false,

@@ -720,8 +720,8 @@ impl Graph {
     }
 }
 
-/// `base`, or `base_2`, `base_3`, ...: the first name `taken` refuses, for a tensor or node
-/// a rewrite adds.
+/// `base`, or `base_2`, `base_3`, ...: the first name `taken` says is free, for a tensor or
+/// node a rewrite adds.
 pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
     std::iter::once(base.to_owned())
         .chain((2..).map(|k| format!("{base}_{k}")))
