@@ -347,6 +347,21 @@ pub fn sentences(path: &Path, count: usize, seed: u64) {
 
 /// `compare --per_tensor` of `quant` against `float` on `data`: the report's `tensors`
 /// (JSON).
+/// A copy of the QDQ model `quant` (beside it, `older_` before its name) without the rescaling
+/// factors the quantizer records: a model of a version that recorded only which activations
+/// it rescaled.
+#[allow(dead_code)]
+pub fn without_rescale_factors(quant: &Path) -> PathBuf {
+    let mut model = qdq_studio::model::Model::load(quant).unwrap();
+    let key = qdq_studio::quant::rescaled::FACTORS_KEY;
+    assert!(model.proto().metadata_props.iter().any(|p| p.key() == key));
+    model.proto_mut().metadata_props.retain(|p| p.key() != key);
+    let name = quant.file_name().unwrap().to_string_lossy();
+    let older = quant.with_file_name(format!("older_{name}"));
+    model.save(&older, &Default::default()).unwrap();
+    older
+}
+
 pub fn per_tensor_json(float: &Path, quant: &Path, data: &Path) -> serde_json::Value {
     let json = run_ok(
         cli()
