@@ -237,3 +237,86 @@ fn the_switchable_scan_keeps_the_data_batches_when_joining_them_fails() {
         "exact {a} dB, switchable {b} dB"
     );
 }
+
+/// Auto-exclude measures several tries at once (one per core) but takes the steps a search
+/// trying one at a time takes: a kept step sends the tries measured after it back to be
+/// measured again on the new recipe.
+#[test]
+fn auto_exclude_trying_several_at_once_takes_the_steps_of_one_at_a_time() {
+    use qdq_studio::eval::reference::Reference;
+    use qdq_studio::eval::sensitivity::{
+        Evaluator, Goal, Granularity, NodeSensitivity, Sensitivity, Target, auto_exclude,
+    };
+    use qdq_studio::eval::switched_scan::ScanMethod;
+
+    let (model, stats, _) = sample();
+    let rt = runtime();
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
+        &model,
+    )))
+    .unwrap();
+    let reference = Reference::capture(
+        &model,
+        source.as_mut(),
+        &rt,
+        &[EpSpec::Cpu],
+        16,
+        &Default::default(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let eval = Evaluator {
+        float: &model,
+        stats: &stats,
+        reference: &reference,
+        runtime: &rt,
+        eps: &[EpSpec::Cpu],
+    };
+    let recipe = Recipe::default();
+    let quantized = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    // The first quantized nodes in graph order, as a scan would rank them.
+    let nodes = quantized.quantized_nodes[..20]
+        .iter()
+        .enumerate()
+        .map(|(i, node)| NodeSensitivity {
+            node: node.clone(),
+            sqnr_without_db: 30.0,
+            sqnr_only_db: 40.0 + i as f64,
+        })
+        .collect();
+    let scan = Sensitivity {
+        granularity: Granularity::Node,
+        baseline_db: 30.0,
+        nodes,
+        workers: 1,
+        method: ScanMethod::Exact,
+        fallback: None,
+    };
+    let run = |threads: usize, promote: bool| {
+        let goal = Goal {
+            promote,
+            ..Goal::new(Target::SqnrDb(90.0), 4)
+        };
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| auto_exclude(&eval, &recipe, &scan, goal, None, &JobContext::silent()))
+            .unwrap()
+    };
+    for promote in [true, false] {
+        let (alone, together) = (run(1, promote), run(3, promote));
+        assert_eq!((alone.workers, together.workers), (1, 3));
+        assert!(
+            alone.excluded.len() + alone.promoted.len() >= 2,
+            "several steps taken: {alone:?}"
+        );
+        assert_eq!(alone.excluded, together.excluded, "promote {promote}");
+        assert_eq!(alone.promoted, together.promoted, "promote {promote}");
+        assert_eq!(alone.recipe, together.recipe);
+        assert_eq!(alone.sqnr_db, together.sqnr_db);
+    }
+}

@@ -260,7 +260,7 @@ fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
         ),
     };
     println!(
-        "auto-exclude: {promoted}{} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm",
+        "auto-exclude: {promoted}{} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm; {} tries measured at once",
         fixed.excluded.len(),
         fixed.excluded.join(", "),
         target.format_score(fixed.score),
@@ -274,6 +274,7 @@ fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
         count("Conv"),
         count("MatMul"),
         count("Gemm"),
+        fixed.workers,
     );
     if fixed.alternatives.is_empty() {
         return;

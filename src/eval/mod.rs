@@ -3,6 +3,7 @@
 
 mod accumulator;
 pub mod alternatives;
+mod auto_exclude;
 pub mod kernels;
 pub mod layer_effect;
 pub mod local_error;

@@ -3,13 +3,12 @@
 //! from a real run of a model re-quantized from the cached statistics (no re-calibration),
 //! compared against the float outputs captured once in a [`Reference`].
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::alternatives::{Alternative, measure_alternatives};
+pub use super::auto_exclude::{AutoExclude, Goal, auto_exclude};
 use super::reference::Reference;
 use super::switchable::Switchable;
 use super::switched_scan::{Fallback, GatedRuns, ScanMethod, variant_sqnrs};
@@ -18,7 +17,7 @@ use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::{self, QuantError};
-use crate::recipe::{NodePrecision, Recipe, node_precision};
+use crate::recipe::Recipe;
 use crate::runtime::{EpSpec, Runtime};
 
 /// What a scan varies: one node at a time, or one op type at a time (a quick first look at a
@@ -207,7 +206,7 @@ impl Sensitivity {
 }
 
 /// An anchored, escaped pattern naming exactly one node.
-fn exact(name: &str) -> String {
+pub(crate) fn exact(name: &str) -> String {
     format!("{}$", regex::escape(name))
 }
 
@@ -496,268 +495,6 @@ fn exact_scan(
         method: ScanMethod::Exact,
         fallback: None,
     })
-}
-
-/// What auto-exclude aims for and what it may change.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Goal {
-    /// The score to reach.
-    pub target: Target,
-    /// At most this many nodes changed (kept in float or promoted).
-    pub max_changed: usize,
-    /// Try 16-bit activations (`w8a16`) on a node before keeping it in float. Off: float
-    /// only (what a CPU deployment wants: ONNX Runtime's CPU kernels run 16-bit Q/DQ in
-    /// float, slower than the float node).
-    pub promote: bool,
-}
-
-impl Goal {
-    /// `target` with at most `max_changed` nodes changed, promotions tried first.
-    pub fn new(target: Target, max_changed: usize) -> Self {
-        Goal {
-            target,
-            max_changed,
-            promote: true,
-        }
-    }
-}
-
-/// The result of auto-exclude.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AutoExclude {
-    /// The recipe with the chosen nodes excluded.
-    #[serde(skip)]
-    pub recipe: Recipe,
-    /// The target asked for.
-    pub target: Target,
-    /// The nodes kept in float, in the order they were added.
-    pub excluded: Vec<String>,
-    /// The nodes given 16-bit activations (`w8a16`) instead, in the order they were promoted:
-    /// each was tried before float and kept where the real run confirmed it helped.
-    pub promoted: Vec<String>,
-    /// The target's score reached (dB, or top-1 share), verified by a real run.
-    pub score: f64,
-    /// Worst output SQNR of the final recipe (dB).
-    pub sqnr_db: f64,
-    /// Whether the target was reached.
-    pub reached: bool,
-    /// Quantized nodes per op type in the final model (how many Conv/MatMul/Gemm stay
-    /// quantized is what decides the speed-up).
-    pub quantized_by_op_type: BTreeMap<String, usize>,
-    /// When the target was not reached: recipe-wide changes on top of the final recipe, each
-    /// measured by a real run, best first (empty when it was reached).
-    pub alternatives: Vec<Alternative>,
-}
-
-impl AutoExclude {
-    /// The recipe to keep: the best measured recipe-wide change when `take_alternative` and
-    /// one does better, else the recipe with the nodes kept in float; with the change taken.
-    pub fn chosen(&self, take_alternative: bool) -> (&Recipe, Option<&Alternative>) {
-        match self.best_alternative().filter(|_| take_alternative) {
-            Some(best) => (&best.recipe, Some(best)),
-            None => (&self.recipe, None),
-        }
-    }
-
-    /// The best measured recipe-wide change, if it does better than the excluded nodes alone
-    /// (a higher score, or the same score at a higher SQNR).
-    pub fn best_alternative(&self) -> Option<&Alternative> {
-        self.alternatives
-            .first()
-            .filter(|a| improves((a.score, a.sqnr_db), (self.score, self.sqnr_db)))
-    }
-}
-
-/// Whether `(score, sqnr_db)` does better than `than`: a higher score, or the same score at a
-/// higher SQNR (coarse scores such as agreement shares often tie).
-fn improves(candidate: (f64, f64), than: (f64, f64)) -> bool {
-    candidate.0 > than.0 || (candidate.0 == than.0 && candidate.1 > than.1)
-}
-
-/// Greedy auto-exclude: change the most harmful nodes (by a node scan) one at a time, first
-/// to 16-bit activations (when `goal.promote`, so the node stays quantized), else to float,
-/// verifying each step with a real run and keeping it only if it helps, until the target is
-/// reached or `goal.max_changed` nodes are changed. When every harmful node was tried and the
-/// target is still missed, the promoted nodes are tried in float instead.
-///
-/// Nodes are tried in order of harm done alone (lowest SQNR with only that node quantized),
-/// then by gain when left out: when error is spread over many nodes, leaving any single one in
-/// float barely moves the output, but the nodes that hurt most on their own still add up.
-///
-/// When that does not reach the target, recipe-wide changes (other range methods, 16-bit
-/// activations) are measured on top of the result and listed in
-/// [`AutoExclude::alternatives`]; the caller chooses whether to take one.
-pub fn auto_exclude(
-    eval: &Evaluator<'_>,
-    recipe: &Recipe,
-    scan: &Sensitivity,
-    goal: Goal,
-    switchable: Option<&Switchable>,
-    ctx: &JobContext,
-) -> Result<AutoExclude, EvalError> {
-    let Goal {
-        target,
-        max_changed,
-        promote,
-    } = goal;
-    let runs = switchable
-        .map(|s| GatedRuns::open(eval, s, false))
-        .transpose()?;
-    let scored = |metrics: Result<Vec<OutputMetrics>, EvalError>| match metrics {
-        Ok(m) => Ok((target.score(&m)?, Target::SqnrDb(0.0).score(&m)?)),
-        Err(EvalError::NothingToQuantize) => Ok((f64::INFINITY, f64::INFINITY)),
-        Err(e) => Err(e),
-    };
-    // Steps run on the scan's switchable model when it holds their chains; the result is
-    // measured on the recipe's own model.
-    let exact_score = |r: &Recipe| scored(eval.metrics(r, 0));
-    let score_of = |r: &Recipe| match &runs {
-        Some(runs) => scored(runs.recipe_metrics(r)),
-        None => exact_score(r),
-    };
-    let mut steps = Steps {
-        current: recipe.clone(),
-        excluded: Vec::new(),
-        promoted: Vec::new(),
-        best: score_of(recipe)?,
-    };
-    if scan.granularity == Granularity::Node {
-        let meter = RateMeter::new("auto-exclude", max_changed as u64);
-        let reached = |steps: &Steps| steps.best.0 >= target.goal();
-        for node in harm_order(scan) {
-            if reached(&steps) || steps.changed() >= max_changed {
-                break;
-            }
-            ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-            // A promotion keeps the node quantized: tried first, float only when it does not
-            // help. Each step is kept only if the real run confirms it (ties broken by SQNR).
-            let promotion = with_sixteen_bits(&steps.current, &node.node).filter(|_| promote);
-            let promoted = match promotion {
-                Some(next) => steps.try_step(next, &score_of)?,
-                None => false,
-            };
-            if promoted {
-                steps.promoted.push(node.node.clone());
-            } else if steps.try_step(excluded_too(&steps.current, &node.node), &score_of)? {
-                steps.excluded.push(node.node.clone());
-            } else {
-                continue;
-            }
-            ctx.report(meter.progress(steps.changed() as u64, node.node.clone()));
-        }
-        // Not there with every harmful node tried: the promoted nodes in float instead.
-        for node in steps.promoted.clone() {
-            if reached(&steps) {
-                break;
-            }
-            ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-            let mut next = excluded_too(&steps.current, &node);
-            next.node_precision.remove(&node);
-            if steps.try_step(next, &score_of)? {
-                steps.promoted.retain(|n| n != &node);
-                steps.excluded.push(node);
-            }
-        }
-    }
-    let Steps {
-        current,
-        excluded,
-        promoted,
-        best: (mut score, mut sqnr_db),
-    } = steps;
-    if runs.is_some() {
-        (score, sqnr_db) = exact_score(&current)?;
-    }
-    let quantized_by_op_type = match quant::quantize(eval.float, Some(eval.stats), &current) {
-        Ok(q) => q.quantized_by_op_type(&Graph::build(eval.float)),
-        Err(QuantError::NothingToQuantize { .. }) => BTreeMap::new(),
-        Err(e) => return Err(quant_error(e)),
-    };
-    let reached = score >= target.goal();
-    let alternatives = if reached {
-        Vec::new()
-    } else {
-        measure_alternatives(eval, &current, target, ctx)?
-    };
-    Ok(AutoExclude {
-        recipe: current,
-        target,
-        excluded,
-        promoted,
-        score,
-        sqnr_db,
-        reached,
-        quantized_by_op_type,
-        alternatives,
-    })
-}
-
-/// The nodes a node scan found harmful, most harmful alone first (lowest SQNR with only
-/// that node quantized), then by gain when left out.
-fn harm_order(scan: &Sensitivity) -> Vec<&NodeSensitivity> {
-    let mut order: Vec<&NodeSensitivity> = scan
-        .nodes
-        .iter()
-        .filter(|n| n.sqnr_only_db.is_finite() || n.sqnr_without_db > scan.baseline_db)
-        .collect();
-    order.sort_by(|a, b| {
-        a.sqnr_only_db
-            .total_cmp(&b.sqnr_only_db)
-            .then_with(|| b.sqnr_without_db.total_cmp(&a.sqnr_without_db))
-    });
-    order
-}
-
-/// `recipe` with `node` kept in float too.
-fn excluded_too(recipe: &Recipe, node: &str) -> Recipe {
-    let mut next = recipe.clone();
-    next.nodes_to_exclude.push(exact(node));
-    next
-}
-
-/// `recipe` with `node`'s activations in 16 bits, when the recipe can say so (int8 with
-/// 8-bit types) and does not already.
-fn with_sixteen_bits(recipe: &Recipe, node: &str) -> Option<Recipe> {
-    if node_precision::cannot_mix(recipe).is_some() || recipe.node_precision.contains_key(node) {
-        return None;
-    }
-    let mut next = recipe.clone();
-    next.node_precision
-        .insert(node.to_owned(), NodePrecision::W8a16);
-    Some(next)
-}
-
-/// A recipe's measured (target score, worst output SQNR).
-type Measured = (f64, f64);
-
-/// The recipe auto-exclude has reached, what it changed, and its measured (score, SQNR).
-struct Steps {
-    current: Recipe,
-    excluded: Vec<String>,
-    promoted: Vec<String>,
-    best: Measured,
-}
-
-impl Steps {
-    /// Nodes changed so far (in float or promoted).
-    fn changed(&self) -> usize {
-        self.excluded.len() + self.promoted.len()
-    }
-
-    /// Measures `next` and takes it when it does better; whether it did.
-    fn try_step(
-        &mut self,
-        next: Recipe,
-        score_of: &dyn Fn(&Recipe) -> Result<Measured, EvalError>,
-    ) -> Result<bool, EvalError> {
-        let measured = score_of(&next)?;
-        let better = improves(measured, self.best);
-        if better {
-            self.current = next;
-            self.best = measured;
-        }
-        Ok(better)
-    }
 }
 
 #[cfg(test)]

@@ -219,7 +219,10 @@ impl<'a> GatedRuns<'a> {
             .gates_for(self.eval.float, self.eval.stats, recipe);
         match gates {
             Ok(Some(gates)) => self.metrics(&gates),
-            Ok(None) | Err(BuildError::NotSwitchable(_)) => self.eval.metrics(recipe, 0),
+            Ok(None) | Err(BuildError::NotSwitchable(_)) => {
+                let threads = if self.workers > 1 { 1 } else { 0 };
+                self.eval.metrics(recipe, threads)
+            }
             Err(e) => Err(failed(e)),
         }
     }
