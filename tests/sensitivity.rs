@@ -161,6 +161,11 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
         "{exact_text}"
     );
     assert_eq!(exact["method"], "Exact");
+    // --workers caps the variants measured at once; the figures stay the same.
+    let (one_text, one_at_a_time) = scan(&["--workers", "1"]);
+    assert!(one_text.contains("(1 in parallel)"), "{one_text}");
+    assert_eq!(one_at_a_time["workers"], 1);
+    assert_eq!(one_at_a_time["nodes"], exact["nodes"]);
     let (text, switched) = scan(&["--switchable"]);
     assert!(text.contains("one switchable model"), "{text}");
     assert_eq!(switched["method"], "Switchable");

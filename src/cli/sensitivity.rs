@@ -10,7 +10,6 @@ use qdq_studio::eval::sensitivity::{
     AutoExclude, Goal, Granularity, Sensitivity, Target, TargetKind,
 };
 use qdq_studio::eval::switched_scan::ScanMethod;
-use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
 use qdq_studio::recipe::Recipe;
 use qdq_studio::workflow::outputs::RunFiles;
@@ -58,6 +57,10 @@ pub struct SensitivityArgs {
     /// than the fused integer kernels the saved model runs on the CPU.
     #[arg(long = "switchable")]
     pub switchable: bool,
+    /// Variants (and auto-exclude's tries) measured at once on the CPU; default: one per
+    /// core, as far as the memory holds them. 1 measures one at a time, each on every core.
+    #[arg(long = "workers", value_parser = super::common::at_least_one)]
+    pub workers: Option<usize>,
     /// Auto-exclude until the worst output's SQNR reaches this many dB.
     #[arg(long = "target_sqnr", visible_alias = "target-sqnr", conflicts_with_all = ["target_top1", "by_op_type"])]
     pub target_sqnr: Option<f64>,
@@ -129,8 +132,19 @@ fn target(args: &SensitivityArgs) -> Option<Target> {
     .find_map(|(value, kind)| Some(kind.target(value?)))
 }
 
-/// Runs `sensitivity`.
+/// Runs `sensitivity`, on `--workers` threads when given.
 pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
+    match args.workers {
+        Some(workers) => rayon::ThreadPoolBuilder::new()
+            .num_threads(workers)
+            .build()?
+            .install(|| scan_and_fix(args)),
+        None => scan_and_fix(args),
+    }
+}
+
+/// The scan, and auto-exclude when a target is given.
+fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
     let (stats, _) = statistics::load(&args.calibration_cache_path)?;
     let recipe = match &args.recipe {
@@ -187,7 +201,8 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
     );
     let mut fixed_json = serde_json::Value::Null;
     if let Some(target) = target(args) {
-        let (fixed, _) = auto_exclude_setup(
+        let (bar, ctx) = super::common::progress("{spinner} {msg} {pos}/{len} tries", true);
+        let fixed = auto_exclude_setup(
             &setup,
             Some(scanned.clone()),
             Goal {
@@ -196,8 +211,10 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
                 promote: !args.no_promotion,
             },
             &runtime,
-            &JobContext::silent(),
-        )?;
+            &ctx,
+        );
+        bar.finish_and_clear();
+        let (fixed, _) = fixed?;
         print_auto_exclude(&fixed, target);
         let (chosen, taken) = fixed.chosen(args.take_best_alternative);
         match (taken, fixed.best_alternative()) {

@@ -8,10 +8,14 @@
 //! nodes moves such a model, while ranges that clip rare outliers, or a finer activation grid,
 //! do. Auto-exclude then says so with numbers instead of stopping at "not reached".
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
 use super::sensitivity::{Evaluator, Target};
+use super::switched_scan::worker_pool;
 use crate::calib::RangeMethod;
 use crate::jobs::{JobContext, RateMeter};
 use crate::recipe::{QuantMode, QuantType, Recipe};
@@ -90,7 +94,8 @@ pub fn candidate_changes(recipe: &Recipe) -> Vec<(String, Recipe)> {
 
 /// Runs every [`candidate_changes`] of `recipe` and returns them best first (by the target's
 /// score, then by SQNR). A change the statistics cannot serve (no histograms cached for a
-/// histogram-based method) is left out with a warning in the log. Cancellable between runs.
+/// histogram-based method) is left out with a warning in the log. On the CPU the changes run
+/// in parallel (one thread each, as many as the memory holds); cancellable between runs.
 pub fn measure_alternatives(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -99,27 +104,41 @@ pub fn measure_alternatives(
 ) -> Result<Vec<Alternative>, EvalError> {
     let changes = candidate_changes(recipe);
     let meter = RateMeter::new("trying recipe changes", changes.len() as u64);
-    let mut measured = Vec::with_capacity(changes.len());
-    for (done, (change, changed)) in changes.into_iter().enumerate() {
+    let done = AtomicU64::new(0);
+    let workers = eval.workers(recipe);
+    let threads = if workers > 1 { 1 } else { 0 };
+    let measure = |(change, changed): (String, Recipe)| {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let metrics = match eval.metrics(&changed, 0) {
+        let metrics = match eval.metrics(&changed, threads) {
             Ok(metrics) => metrics,
             Err(EvalError::Run { reason, .. }) => {
                 tracing::warn!("{change}: not measured: {reason}");
-                continue;
+                return Ok(None);
             }
             Err(e) => return Err(e),
         };
         let score = target.score(&metrics)?;
-        measured.push(Alternative {
-            change: change.clone(),
+        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+        ctx.report(meter.progress(finished, change.clone()));
+        Ok(Some(Alternative {
+            change,
             recipe: changed,
             score,
             sqnr_db: Target::SqnrDb(0.0).score(&metrics)?,
             reached: score >= target.goal(),
-        });
-        ctx.report(meter.progress(done as u64 + 1, change));
-    }
+        }))
+    };
+    let measured: Vec<Option<Alternative>> = if workers > 1 {
+        worker_pool(workers)?.install(|| {
+            changes
+                .into_par_iter()
+                .map(measure)
+                .collect::<Result<_, EvalError>>()
+        })?
+    } else {
+        changes.into_iter().map(measure).collect::<Result<_, _>>()?
+    };
+    let mut measured: Vec<Alternative> = measured.into_iter().flatten().collect();
     measured.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)

@@ -136,7 +136,6 @@ pub fn auto_exclude(
         best,
     };
     if scan.granularity == Granularity::Node {
-        let meter = RateMeter::new("auto-exclude", goal.max_changed as u64);
         let reached = |steps: &Steps| steps.best.0 >= goal.target.goal();
         // A promotion keeps the node quantized: tried first, float only when it does not help.
         let tries = harm_order(scan).into_iter().flat_map(|node| {
@@ -144,11 +143,13 @@ pub fn auto_exclude(
             promote.into_iter().chain([Try::new(node, Change::Float)])
         });
         let done = |steps: &Steps| reached(steps) || steps.changed() >= goal.max_changed;
-        steps.take_in_order(tries.collect(), &scorer, done, &meter, ctx)?;
+        let pass = Pass::new("auto-exclude", &scorer, ctx);
+        steps.take_in_order(tries.collect(), pass, done)?;
         // Not there with the harmful nodes tried: the promoted nodes in float instead.
         let demotions = steps.promoted.iter();
         let tries = demotions.map(|node| Try::new_owned(node.clone(), Change::PromotedToFloat));
-        steps.take_in_order(tries.collect(), &scorer, reached, &meter, ctx)?;
+        let pass = Pass::new("auto-exclude: promoted nodes in float", &scorer, ctx);
+        steps.take_in_order(tries.collect(), pass, reached)?;
     }
     let Steps {
         current,
@@ -280,45 +281,65 @@ impl Steps {
     /// until `done`. Up to `scorer.workers` tries are measured at once against the current
     /// recipe; once one is taken, the tries measured after it go back to the queue's front
     /// (they were measured against the recipe before it), so what is taken is what trying
-    /// them one at a time would take.
+    /// them one at a time would take. Progress counts the tries decided.
     fn take_in_order(
         &mut self,
         tries: Vec<Try>,
-        scorer: &Scorer,
+        pass: Pass,
         done: impl Fn(&Steps) -> bool,
-        meter: &RateMeter,
-        ctx: &JobContext,
     ) -> Result<(), EvalError> {
+        let meter = RateMeter::new(pass.stage, tries.len() as u64);
+        let mut decided = 0;
         let mut queue = VecDeque::from(tries);
         while !done(self) {
-            ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+            pass.ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
             let mut batch = Vec::new();
-            while batch.len() < scorer.workers {
+            while batch.len() < pass.scorer.workers {
                 let Some(attempt) = queue.pop_front() else {
                     break;
                 };
-                if let Some(next) = self.recipe_for(&attempt) {
-                    batch.push((attempt, next));
+                match self.recipe_for(&attempt) {
+                    Some(next) => batch.push((attempt, next)),
+                    None => decided += 1,
                 }
             }
             if batch.is_empty() {
                 return Ok(());
             }
             let recipes: Vec<Recipe> = batch.iter().map(|(_, r)| r.clone()).collect();
-            let mut measured = batch.into_iter().zip(scorer.score(&recipes));
+            let mut measured = batch.into_iter().zip(pass.scorer.score(&recipes));
             while let Some(((attempt, next), result)) = measured.next() {
                 let result = result?;
-                if improves(result, self.best) {
-                    let node = attempt.node.clone();
+                decided += 1;
+                let node = attempt.node.clone();
+                let taken = improves(result, self.best);
+                if taken {
                     self.take(attempt, next, result);
+                }
+                let detail = format!("{} changed; tried {node}", self.changed());
+                pass.ctx.report(meter.progress(decided, detail));
+                if taken {
                     let stale: Vec<Try> = measured.map(|((t, _), _)| t).collect();
                     stale.into_iter().rev().for_each(|t| queue.push_front(t));
-                    ctx.report(meter.progress(self.changed() as u64, node));
                     break;
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// One pass of auto-exclude over a list of tries: what it is called, and what measures
+/// them.
+struct Pass<'s, 'a> {
+    stage: &'static str,
+    scorer: &'s Scorer<'a>,
+    ctx: &'s JobContext,
+}
+
+impl<'s, 'a> Pass<'s, 'a> {
+    fn new(stage: &'static str, scorer: &'s Scorer<'a>, ctx: &'s JobContext) -> Self {
+        Pass { stage, scorer, ctx }
     }
 }
 
