@@ -175,6 +175,10 @@ pub struct TensorOverride {
     /// 7-bit values for this weight (onnxruntime's `reduce_range`, for one weight).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reduce_range: bool,
+    /// Another range choice for this weight than the recipe's `weight_range` (what the
+    /// measured weight-range search writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_range: Option<WeightRange>,
 }
 
 /// An integer (or fp8) quantized element type.

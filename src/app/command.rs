@@ -147,6 +147,9 @@ pub enum Command {
     ScanSensitivity,
     /// Leave the most harmful nodes in float until the panel's target is met.
     AutoExclude,
+    /// Choose each weight's range (its extremes, or the clipped range of least squared
+    /// error) by the outputs on the evaluation data, one real run per weight.
+    ChooseWeightRanges,
     /// Take the auto-exclude result's recipe-wide change at this index into the recipe.
     ApplyAlternative(usize),
     /// Cancel the running task.

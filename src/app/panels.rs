@@ -109,6 +109,13 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                 menu_item(
                     ui,
                     commands,
+                    "Choose weight ranges by the outputs",
+                    Command::ChooseWeightRanges,
+                    ready,
+                );
+                menu_item(
+                    ui,
+                    commands,
                     "Cancel the running task",
                     Command::CancelTask,
                     menu.busy,
@@ -573,6 +580,14 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         Command::SetMseWeightRanges,
         commands,
     );
+    ui.label("");
+    let choose = ui.button("Choose per weight").on_hover_text(
+        "Gives each weight the other range choice in turn and keeps it where the worst output SQNR on the evaluation data rises (a real run per weight): clipping helps a transformer's output projections and hurts most convolutions; the choice is saved in the recipe; needs statistics",
+    );
+    if choose.clicked() {
+        commands.push(Command::ChooseWeightRanges);
+    }
+    ui.end_row();
 }
 
 /// The GPTQ switch (a grid row; int4's round-to-nearest methods show it too).

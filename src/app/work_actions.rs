@@ -35,6 +35,7 @@ pub fn is_work_command(command: &Command) -> bool {
             | Command::ShowSample(_)
             | Command::ScanSensitivity
             | Command::AutoExclude
+            | Command::ChooseWeightRanges
             | Command::ApplyAlternative(_)
             | Command::CancelTask
             | Command::SaveStatisticsDialog
@@ -120,6 +121,7 @@ impl Studio {
             Command::ShowSample(sample) => self.show_sample(sample),
             Command::ScanSensitivity => self.scan_sensitivity(),
             Command::AutoExclude => self.auto_exclude(),
+            Command::ChooseWeightRanges => self.choose_weight_ranges(),
             Command::CancelTask => {
                 if let Some(doc) = self.doc.as_ref() {
                     doc.work.task.cancel();
@@ -422,6 +424,20 @@ impl Studio {
         start(work, TaskKind::AutoExclude, body)
     }
 
+    fn choose_weight_ranges(&mut self) -> Result<(), Failure> {
+        float_only(
+            self.doc.as_ref().ok_or_else(no_model)?,
+            "Choosing weight ranges",
+        )?;
+        let setup = self.eval_setup()?;
+        let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        start(
+            &mut doc.work,
+            TaskKind::WeightRanges,
+            tasks::weight_ranges(setup),
+        )
+    }
+
     fn statistics_dialog(&mut self, save: bool) {
         let default = self
             .doc
@@ -695,6 +711,12 @@ impl Studio {
                 doc.work.results.scanned = Some(scanned);
                 doc.editor.replace(result.recipe.clone());
                 doc.work.results.auto_excluded = Some(result);
+                doc.refresh();
+                status
+            }
+            TaskOutput::WeightRanges(chosen) => {
+                let status = format!("Weight ranges: {} (Ctrl+Z undoes)", chosen.summary());
+                doc.editor.replace(chosen.recipe.clone());
                 doc.refresh();
                 status
             }

@@ -17,6 +17,8 @@ use qdq_studio::recipe::{
 use qdq_studio::runtime::Runtime;
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::quantize::{self, SaveRequest, Saved};
+use qdq_studio::workflow::reference::EvalSetup;
+use qdq_studio::workflow::weight_ranges::weight_ranges_setup;
 use qdq_studio::workflow::{calibrate, runtime, statistics};
 
 /// Arguments of `quantize`. Flags override the `--recipe` file; unset flags keep its values
@@ -169,8 +171,10 @@ pub struct QuantizeArgs {
     /// on the calibration data.
     #[arg(long = "layerwise_range", visible_alias = "layerwise-range")]
     pub layerwise_range: bool,
-    /// How weights get their range: minmax (their extremes, onnxruntime's) or mse (the
-    /// clipped range of least squared error; per-tensor weights with outliers gain most).
+    /// How weights get their range: minmax (their extremes, onnxruntime's), mse (the
+    /// clipped range of least squared error; per-tensor weights with outliers gain most), or
+    /// measured (each weight's choice of the two by the model's outputs on the calibration
+    /// data, a real run per weight; written into the recipe as per-weight overrides).
     #[arg(long = "weight_range", visible_alias = "weight-range")]
     pub weight_range: Option<String>,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
@@ -289,9 +293,10 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     if args.layerwise_range {
         recipe.layerwise_range = true;
     }
-    if let Some(range) = &args.weight_range {
-        recipe.weight_range = WeightRange::parse(range)
-            .with_context(|| format!("--weight_range: unknown range '{range}' (minmax, mse)"))?;
+    if let Some(range) = args.weight_range.as_deref().filter(|r| !measured(r)) {
+        recipe.weight_range = WeightRange::parse(range).with_context(|| {
+            format!("--weight_range: unknown range '{range}' (minmax, mse, measured)")
+        })?;
     }
     if args.no_preprocess {
         recipe.preprocessing.constants_to_initializers = false;
@@ -388,8 +393,60 @@ fn statistics_for(
     Ok(Some(stats))
 }
 
+/// Whether `--weight_range` asks for the measured choice.
+fn measured(range: &str) -> bool {
+    range.eq_ignore_ascii_case("measured")
+}
+
+/// With `--weight_range measured`: each weight's range chosen by the model's outputs on the
+/// calibration data, written into `recipe`.
+fn measure_weight_ranges(
+    args: &QuantizeArgs,
+    model: &Model,
+    stats: Option<&CalibrationStats>,
+    recipe: &mut Recipe,
+    runtime: &Runtime,
+) -> anyhow::Result<()> {
+    let (Some(data), Some(stats)) = (&args.calibration_data_path, stats) else {
+        return Ok(());
+    };
+    let setup = EvalSetup {
+        model: model.clone(),
+        stats: Arc::new(stats.clone()),
+        recipe: recipe.clone(),
+        data: super::common::data_spec(Some(data), &args.images, None, 0, model)?,
+        eps: super::common::parse_eps(&args.calibration_eps)?,
+        batch_size: args.batch_size,
+        task: Default::default(),
+        reference: None,
+    };
+    let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
+    let chosen = weight_ranges_setup(&setup, runtime, &ctx);
+    bar.finish_and_clear();
+    let chosen = chosen?;
+    println!(
+        "weight ranges measured: {} ({} tried at once)",
+        chosen.summary(),
+        chosen.workers
+    );
+    *recipe = chosen.recipe;
+    Ok(())
+}
+
+/// `--weight_range measured` needs real data: the outputs decide.
+fn check_measured_data(args: &QuantizeArgs) -> anyhow::Result<()> {
+    let asked = args.weight_range.as_deref().is_some_and(measured);
+    if asked && args.calibration_data_path.is_none() {
+        bail!(
+            "--weight_range measured chooses each weight's range by the model's outputs on the calibration data: give --calibration_data_path (a statistics cache holds no samples)"
+        );
+    }
+    Ok(())
+}
+
 /// Runs `quantize`.
 pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
+    check_measured_data(args)?;
     let mut recipe = recipe_from(args)?;
     let model = Model::load(&args.onnx_path)?;
     // Names the model lacks are refused before any calibration runs.
@@ -414,6 +471,7 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let stats = statistics_for(args, &model, &recipe, &runtime)?;
+    measure_weight_ranges(args, &model, stats.as_ref(), &mut recipe, &runtime)?;
     let request = SaveRequest {
         model,
         stats: stats.map(Arc::new),

@@ -1,27 +1,19 @@
 //! Auto-exclude: from a node scan, the few nodes to promote to 16-bit activations or keep in
-//! float so the model reaches a target, each step verified by a real run.
-//!
-//! The search is greedy and sequential in what it decides (each step is measured on the
-//! recipe the steps before it left), but its runs are not: the next few tries are measured
-//! at once against the current recipe, one per worker, and taken in order. Most tries are
-//! turned down (PP-OCR rec: 9 of 300 kept), so the runs a kept step makes stale (those
-//! after it, measured against the recipe before it) are few; they run again. The result is
-//! the one a one-at-a-time search reaches.
+//! float so the model reaches a target, each step verified by a real run; the tries run
+//! several at once and are decided in order ([`super::greedy`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
-use super::OutputMetrics;
 use super::alternatives::{Alternative, measure_alternatives};
+use super::greedy::{Greedy, Measured, Pass, Scorer, improves, take_in_order};
 use super::sensitivity::{
     Evaluator, Granularity, NodeSensitivity, Sensitivity, Target, exact, quant_error,
 };
 use super::switchable::Switchable;
-use super::switched_scan::{GatedRuns, worker_pool};
-use crate::jobs::{JobContext, RateMeter};
+use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::quant::{self, QuantError};
 use crate::recipe::{NodePrecision, Recipe, node_precision};
@@ -98,12 +90,6 @@ impl AutoExclude {
     }
 }
 
-/// Whether `(score, sqnr_db)` does better than `than`: a higher score, or the same score at a
-/// higher SQNR (coarse scores such as agreement shares often tie).
-fn improves(candidate: (f64, f64), than: (f64, f64)) -> bool {
-    candidate.0 > than.0 || (candidate.0 == than.0 && candidate.1 > than.1)
-}
-
 /// Greedy auto-exclude: change the most harmful nodes (by a node scan) one at a time, first
 /// to 16-bit activations (when `goal.promote`, so the node stays quantized), else to float,
 /// verifying each step with a real run and keeping it only if it helps, until the target is
@@ -143,13 +129,23 @@ pub fn auto_exclude(
             promote.into_iter().chain([Try::new(node, Change::Float)])
         });
         let done = |steps: &Steps| reached(steps) || steps.changed() >= goal.max_changed;
-        let pass = Pass::new("auto-exclude", &scorer, ctx);
-        steps.take_in_order(tries.collect(), pass, done)?;
+        let pass = Pass {
+            stage: "auto-exclude",
+            scorer: &scorer,
+            ctx,
+        };
+        take_in_order(&mut steps, tries.collect(), pass, done)?;
         // Not there with the harmful nodes tried: the promoted nodes in float instead.
         let demotions = steps.promoted.iter();
-        let tries = demotions.map(|node| Try::new_owned(node.clone(), Change::PromotedToFloat));
-        let pass = Pass::new("auto-exclude: promoted nodes in float", &scorer, ctx);
-        steps.take_in_order(tries.collect(), pass, reached)?;
+        let tries: Vec<Try> = demotions
+            .map(|node| Try::new_owned(node.clone(), Change::PromotedToFloat))
+            .collect();
+        let pass = Pass {
+            stage: "auto-exclude: promoted nodes in float",
+            scorer: &scorer,
+            ctx,
+        };
+        take_in_order(&mut steps, tries, pass, reached)?;
     }
     let Steps {
         current,
@@ -157,7 +153,7 @@ pub fn auto_exclude(
         promoted,
         best: (mut score, mut sqnr_db),
     } = steps;
-    if scorer.runs.is_some() {
+    if scorer.switched() {
         // Steps ran on the scan's switchable model; the result is measured on its own model.
         (score, sqnr_db) = scorer.exact_score(&current, 0)?;
     }
@@ -230,9 +226,6 @@ impl Try {
     }
 }
 
-/// A recipe's measured (target score, worst output SQNR).
-type Measured = (f64, f64);
-
 /// The recipe auto-exclude has reached, what it changed, and its measured (score, SQNR).
 struct Steps {
     current: Recipe,
@@ -241,14 +234,15 @@ struct Steps {
     best: Measured,
 }
 
-impl Steps {
-    /// Nodes changed so far (in float or promoted).
-    fn changed(&self) -> usize {
-        self.excluded.len() + self.promoted.len()
+impl Greedy for Steps {
+    type Try = Try;
+
+    fn best(&self) -> Measured {
+        self.best
     }
 
-    /// The recipe `attempt` would make of the current one; `None` when it does not apply (a
-    /// promotion the recipe cannot express or already has, float for a node just promoted).
+    /// `None` for a promotion the recipe cannot express or already has, and for float on a
+    /// node just promoted.
     fn recipe_for(&self, attempt: &Try) -> Option<Recipe> {
         let node = attempt.node.as_str();
         match attempt.change {
@@ -263,7 +257,6 @@ impl Steps {
         }
     }
 
-    /// Takes `attempt`, measured as `measured`.
     fn take(&mut self, attempt: Try, next: Recipe, measured: Measured) {
         match attempt.change {
             Change::Promote => self.promoted.push(attempt.node),
@@ -277,69 +270,13 @@ impl Steps {
         self.best = measured;
     }
 
-    /// Goes through `tries` in order, taking each that does better than the current recipe,
-    /// until `done`. Up to `scorer.workers` tries are measured at once against the current
-    /// recipe; once one is taken, the tries measured after it go back to the queue's front
-    /// (they were measured against the recipe before it), so what is taken is what trying
-    /// them one at a time would take. Progress counts the tries decided.
-    fn take_in_order(
-        &mut self,
-        tries: Vec<Try>,
-        pass: Pass,
-        done: impl Fn(&Steps) -> bool,
-    ) -> Result<(), EvalError> {
-        let meter = RateMeter::new(pass.stage, tries.len() as u64);
-        let mut decided = 0;
-        let mut queue = VecDeque::from(tries);
-        while !done(self) {
-            pass.ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-            let mut batch = Vec::new();
-            while batch.len() < pass.scorer.workers {
-                let Some(attempt) = queue.pop_front() else {
-                    break;
-                };
-                match self.recipe_for(&attempt) {
-                    Some(next) => batch.push((attempt, next)),
-                    None => decided += 1,
-                }
-            }
-            if batch.is_empty() {
-                return Ok(());
-            }
-            let recipes: Vec<Recipe> = batch.iter().map(|(_, r)| r.clone()).collect();
-            let mut measured = batch.into_iter().zip(pass.scorer.score(&recipes));
-            while let Some(((attempt, next), result)) = measured.next() {
-                let result = result?;
-                decided += 1;
-                let node = attempt.node.clone();
-                let taken = improves(result, self.best);
-                if taken {
-                    self.take(attempt, next, result);
-                }
-                let detail = format!("{} changed; tried {node}", self.changed());
-                pass.ctx.report(meter.progress(decided, detail));
-                if taken {
-                    let stale: Vec<Try> = measured.map(|((t, _), _)| t).collect();
-                    stale.into_iter().rev().for_each(|t| queue.push_front(t));
-                    break;
-                }
-            }
-        }
-        Ok(())
+    /// Nodes changed so far (in float or promoted).
+    fn changed(&self) -> usize {
+        self.excluded.len() + self.promoted.len()
     }
-}
 
-/// One pass of auto-exclude over a list of tries: what it is called, and what measures
-/// them.
-struct Pass<'s, 'a> {
-    stage: &'static str,
-    scorer: &'s Scorer<'a>,
-    ctx: &'s JobContext,
-}
-
-impl<'s, 'a> Pass<'s, 'a> {
-    fn new(stage: &'static str, scorer: &'s Scorer<'a>, ctx: &'s JobContext) -> Self {
-        Pass { stage, scorer, ctx }
+    fn subject(attempt: &Try) -> String {
+        attempt.node.clone()
     }
 }
 
@@ -360,72 +297,4 @@ fn with_sixteen_bits(recipe: &Recipe, node: &str) -> Option<Recipe> {
     next.node_precision
         .insert(node.to_owned(), NodePrecision::W8a16);
     Some(next)
-}
-
-/// Measures recipes for auto-exclude: each quantized and run on its own, or as gate settings
-/// of the scan's switchable model when that holds their chains; up to `workers` at once.
-struct Scorer<'a> {
-    eval: &'a Evaluator<'a>,
-    target: Target,
-    runs: Option<GatedRuns<'a>>,
-    workers: usize,
-    pool: Option<rayon::ThreadPool>,
-}
-
-impl<'a> Scorer<'a> {
-    fn open(
-        eval: &'a Evaluator<'a>,
-        recipe: &Recipe,
-        target: Target,
-        switchable: Option<&'a Switchable>,
-    ) -> Result<Self, EvalError> {
-        let runs = switchable
-            .map(|s| GatedRuns::open(eval, s, true))
-            .transpose()?;
-        let workers = match &runs {
-            Some(runs) => runs.workers(),
-            None => eval.workers(recipe),
-        };
-        let pool = (workers > 1).then(|| worker_pool(workers)).transpose()?;
-        Ok(Scorer {
-            eval,
-            target,
-            runs,
-            workers,
-            pool,
-        })
-    }
-
-    /// The measured (score, SQNR) of each recipe, in order, up to `workers` at once.
-    fn score(&self, recipes: &[Recipe]) -> Vec<Result<Measured, EvalError>> {
-        match &self.pool {
-            Some(pool) => pool.install(|| recipes.par_iter().map(|r| self.score_one(r)).collect()),
-            None => recipes.iter().map(|r| self.score_one(r)).collect(),
-        }
-    }
-
-    /// The measured (score, SQNR) of `recipe`; one that quantizes nothing is the float model
-    /// (infinite).
-    fn score_one(&self, recipe: &Recipe) -> Result<Measured, EvalError> {
-        match &self.runs {
-            Some(runs) => self.scored(runs.recipe_metrics(recipe)),
-            None => self.exact_score(recipe, if self.workers > 1 { 1 } else { 0 }),
-        }
-    }
-
-    /// The measured (score, SQNR) of `recipe` quantized and run on its own.
-    fn exact_score(&self, recipe: &Recipe, threads: usize) -> Result<Measured, EvalError> {
-        self.scored(self.eval.metrics(recipe, threads))
-    }
-
-    fn scored(
-        &self,
-        metrics: Result<Vec<OutputMetrics>, EvalError>,
-    ) -> Result<Measured, EvalError> {
-        match metrics {
-            Ok(m) => Ok((self.target.score(&m)?, Target::SqnrDb(0.0).score(&m)?)),
-            Err(EvalError::NothingToQuantize) => Ok((f64::INFINITY, f64::INFINITY)),
-            Err(e) => Err(e),
-        }
-    }
 }

@@ -4,6 +4,7 @@
 mod accumulator;
 pub mod alternatives;
 mod auto_exclude;
+mod greedy;
 pub mod kernels;
 pub mod layer_effect;
 pub mod local_error;
@@ -17,6 +18,7 @@ pub mod task;
 mod tensor_pass;
 pub mod tensors;
 pub mod weight_error;
+pub mod weight_ranges;
 
 use std::time::Instant;
 

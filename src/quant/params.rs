@@ -232,7 +232,11 @@ pub fn weight_quant(
                 range: if qtype == QuantType::Float8e4m3fn {
                     WeightRange::Minmax
                 } else {
-                    recipe.weight_range
+                    recipe
+                        .tensor_overrides
+                        .get(name)
+                        .and_then(|o| o.weight_range)
+                        .unwrap_or(recipe.weight_range)
                 },
             })
         }

@@ -15,5 +15,6 @@ pub mod runtime;
 pub mod sensitivity;
 pub mod statistics;
 pub mod tensor_facts;
+pub mod weight_ranges;
 
 pub use error::WorkflowError;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::calib::CalibrationStats;
 use crate::eval::reference::OutputPair;
 use crate::eval::sensitivity::AutoExclude;
+use crate::eval::weight_ranges::WeightRanges;
 use crate::jobs::{Job, JobContext, Progress};
 use crate::workflow::WorkflowError;
 use crate::workflow::compare::Comparison;
@@ -26,6 +27,8 @@ pub enum TaskKind {
     Sensitivity,
     /// Auto-exclude.
     AutoExclude,
+    /// Choosing each weight's range by the outputs.
+    WeightRanges,
     /// Saving the QDQ model.
     Save,
     /// Fetching an ONNX Runtime build.
@@ -41,6 +44,7 @@ impl TaskKind {
             TaskKind::Sample => "Running the sample",
             TaskKind::Sensitivity => "Sensitivity scan",
             TaskKind::AutoExclude => "Auto-exclude",
+            TaskKind::WeightRanges => "Choosing weight ranges",
             TaskKind::Save => "Saving the quantized model",
             TaskKind::InstallRuntime => "Getting ONNX Runtime",
         }
@@ -59,6 +63,8 @@ pub enum TaskOutput {
     Scanned(Box<Scanned>),
     /// Auto-exclude's result and the scan it used.
     AutoExcluded(Box<(AutoExclude, Scanned)>),
+    /// Each weight's range, chosen by the outputs.
+    WeightRanges(Box<WeightRanges>),
     /// A saved model.
     Saved(Box<Saved>),
     /// An installed runtime build: version and library path.

@@ -18,6 +18,7 @@ use crate::workflow::quantize::{self, SaveRequest};
 use crate::workflow::reference::{CapturedReference, EvalSetup};
 use crate::workflow::runtime::{install, runtime_for_job};
 use crate::workflow::sensitivity::{self, Scanned};
+use crate::workflow::weight_ranges::weight_ranges_setup;
 
 /// Calibrates the model as the quantizer sees it (`prepared` with the recipe's
 /// pre-processing), for `recipe`.
@@ -75,6 +76,14 @@ pub fn auto_exclude(setup: EvalSetup, scanned: Option<Scanned>, goal: Goal) -> T
         let runtime = runtime_for_job(&ctx)?;
         sensitivity::auto_exclude_setup(&setup, scanned, goal, &runtime, &ctx)
             .map(|r| TaskOutput::AutoExcluded(Box::new(r)))
+    })
+}
+
+/// Each weight's range (extremes or least squared error), chosen by the outputs.
+pub fn weight_ranges(setup: EvalSetup) -> TaskWork {
+    Box::new(move |ctx| {
+        let runtime = runtime_for_job(&ctx)?;
+        weight_ranges_setup(&setup, &runtime, &ctx).map(|r| TaskOutput::WeightRanges(Box::new(r)))
     })
 }
 
