@@ -1171,6 +1171,44 @@ fn gptq_layerwise_and_weight_ranges_are_recipe_switches_that_calibration_honours
     );
 }
 
+/// "Choose per weight" measures each weight's range at the outputs and changes the recipe
+/// once, undoably: the outlier weight gets its least-error range, the other keeps its
+/// extremes.
+#[test]
+fn weight_ranges_chosen_by_the_outputs_are_one_undoable_recipe_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, data) = (dir.path().join("m.onnx"), dir.path().join("x.npz"));
+    common::weight_outlier_model()
+        .save(&model, &Default::default())
+        .unwrap();
+    common::write_npz(&data, &[("x", common::weight_outlier_data(64, 3))]);
+    let mut h = harness();
+    open_calibrate_compare(&mut h, Source::File(model), Some((data, false)));
+    h.get_by_value("one scale per output channel").click();
+    h.run_steps(2);
+    h.get_by_label("one scale per weight tensor").click();
+    h.run_steps(2);
+    let before = recipe(&h);
+    assert!(!before.per_channel);
+    press(&mut h, "Choose per weight");
+    settle(&mut h, "choosing weight ranges");
+    no_notices(&h);
+    let status = h.state().status().to_owned();
+    assert!(
+        status.contains("Weight ranges: 1 of 2 weight(s) clipped") && status.contains("Ctrl+Z"),
+        "{status}"
+    );
+    let chosen = recipe(&h);
+    assert_eq!(
+        chosen.tensor_overrides["w1"].weight_range,
+        Some(qdq_studio::recipe::WeightRange::Mse)
+    );
+    assert!(!chosen.tensor_overrides.contains_key("w2"));
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(2);
+    assert_eq!(recipe(&h), before, "one undo takes the whole choice back");
+}
+
 #[test]
 fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
     use qdq_studio::workflow::tensor_facts::ShapeSource;

@@ -4,65 +4,25 @@
 
 mod common;
 
-use ndarray::{ArrayD, IxDyn};
 use qdq_studio::calib::CalibrationConfig;
 use qdq_studio::calib::data::{DataSpec, model_inputs};
 use qdq_studio::eval::reference::Reference;
 use qdq_studio::eval::sensitivity::Evaluator;
 use qdq_studio::eval::weight_ranges::choose_weight_ranges;
 use qdq_studio::jobs::JobContext;
-use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray};
+use qdq_studio::model::Graph;
 use qdq_studio::recipe::{Recipe, WeightRange};
 use qdq_studio::runtime::EpSpec;
 
-use common::{runtime, seeded_values, write_npz};
-
-/// Inputs of the model below.
-const WIDTH: usize = 512;
-
-/// x → MatMul w1 → MatMul w2. `w1` holds values within ±0.03 and one of 7.5, on the input
-/// the data keeps near zero: its extremes give every other value a step of 7.5/127, while
-/// clipping it costs the outputs almost nothing. `w2` holds only ±0.05 and 0: its extremes
-/// are its least-error range too, so the choice changes nothing there.
-fn outlier_model() -> Model {
-    let mut w1 = seeded_values(WIDTH * WIDTH, 11, 0.03);
-    w1[(WIDTH - 1) * WIDTH] = 7.5;
-    let w2: Vec<f32> = seeded_values(WIDTH * 16, 12, 1.0)
-        .into_iter()
-        .map(|v| (v * 1.5).round() * 0.05)
-        .collect();
-    let tensor = |shape: &[usize], values: Vec<f32>| {
-        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values).unwrap())
-    };
-    let mut b = ModelBuilder::new(17);
-    b.input("x", DataType::Float32, &[-1, WIDTH as i64]);
-    b.initializer("w1", tensor(&[WIDTH, WIDTH], w1));
-    b.initializer("w2", tensor(&[WIDTH, 16], w2));
-    b.node("MatMul", &["x", "w1"], &["h"]).name("first");
-    b.node("MatMul", &["h", "w2"], &["y"]).name("second");
-    b.output("y", DataType::Float32, &[-1, 16]);
-    b.build()
-}
-
-/// `samples` rows of inputs within ±1, the last input within ±0.001.
-fn data(samples: usize, seed: u64) -> TensorArray {
-    let mut x = ArrayD::from_shape_vec(
-        IxDyn(&[samples, WIDTH]),
-        seeded_values(samples * WIDTH, seed, 1.0),
-    )
-    .unwrap();
-    x.index_axis_mut(ndarray::Axis(1), WIDTH - 1)
-        .mapv_inplace(|v| v * 1e-3);
-    TensorArray::Float32(x)
-}
+use common::{runtime, weight_outlier_data, weight_outlier_model, write_npz};
 
 #[test]
 fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let (model_path, calib) = (dir.path().join("m.onnx"), dir.path().join("calib.npz"));
-    let model = outlier_model();
+    let model = weight_outlier_model();
     model.save(&model_path, &Default::default()).unwrap();
-    write_npz(&calib, &[("x", data(64, 3))]);
+    write_npz(&calib, &[("x", weight_outlier_data(64, 3))]);
     let rt = runtime();
     let spec = DataSpec::Npz {
         path: calib.clone(),

@@ -714,6 +714,12 @@ impl Studio {
                 doc.refresh();
                 status
             }
+            TaskOutput::WeightRanges(chosen) if chosen.flipped.is_empty() => {
+                format!(
+                    "Weight ranges: {}; the recipe is unchanged",
+                    chosen.summary()
+                )
+            }
             TaskOutput::WeightRanges(chosen) => {
                 let status = format!("Weight ranges: {} (Ctrl+Z undoes)", chosen.summary());
                 doc.editor.replace(chosen.recipe.clone());

@@ -382,3 +382,44 @@ pub fn per_tensor_json(float: &Path, quant: &Path, data: &Path) -> serde_json::V
     let report: serde_json::Value = serde_json::from_str(&json).unwrap();
     report["tensors"].clone()
 }
+
+/// Inputs of [`weight_outlier_model`].
+const WIDTH: usize = 512;
+
+/// For the measured weight-range choice: x → MatMul w1 → MatMul w2. `w1` holds values
+/// within ±0.03 and one of 7.5, on the input the data keeps near zero: its extremes give every other value a step of 7.5/127, while
+/// clipping it costs the outputs almost nothing. `w2` holds only ±0.05 and 0: its extremes
+/// are its least-error range too, so the choice changes nothing there.
+pub fn weight_outlier_model() -> qdq_studio::model::Model {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
+    let mut w1 = seeded_values(WIDTH * WIDTH, 11, 0.03);
+    w1[(WIDTH - 1) * WIDTH] = 7.5;
+    let w2: Vec<f32> = seeded_values(WIDTH * 16, 12, 1.0)
+        .into_iter()
+        .map(|v| (v * 1.5).round() * 0.05)
+        .collect();
+    let tensor = |shape: &[usize], values: Vec<f32>| {
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values).unwrap())
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, WIDTH as i64]);
+    b.initializer("w1", tensor(&[WIDTH, WIDTH], w1));
+    b.initializer("w2", tensor(&[WIDTH, 16], w2));
+    b.node("MatMul", &["x", "w1"], &["h"]).name("first");
+    b.node("MatMul", &["h", "w2"], &["y"]).name("second");
+    b.output("y", DataType::Float32, &[-1, 16]);
+    b.build()
+}
+
+/// `samples` rows of inputs within ±1, the last input within ±0.001.
+pub fn weight_outlier_data(samples: usize, seed: u64) -> qdq_studio::model::TensorArray {
+    let mut x = ndarray::ArrayD::from_shape_vec(
+        ndarray::IxDyn(&[samples, WIDTH]),
+        seeded_values(samples * WIDTH, seed, 1.0),
+    )
+    .unwrap();
+    x.index_axis_mut(ndarray::Axis(1), WIDTH - 1)
+        .mapv_inplace(|v| v * 1e-3);
+    qdq_studio::model::TensorArray::Float32(x)
+}
