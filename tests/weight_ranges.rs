@@ -85,20 +85,34 @@ fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
         let mut cmd = common::cli();
         cmd.args(["quantize", "--onnx_path"])
             .arg(&model_path)
-            .args(["--per_tensor", "--weight_range", "measured", "-o"])
+            .args(["--per_tensor", "-o"])
             .arg(dir.path().join("m.qdq.onnx"))
             .args(extra);
         common::run_text(&mut cmd)
     };
+    let calib_arg = calib.to_str().unwrap();
+    let (ok, text) = quantize(&["--calibration_data_path", calib_arg]);
+    assert!(ok, "{text}");
+    assert!(
+        !text.contains("weight ranges measured"),
+        "not asked: {text}"
+    );
     let stats_path = dir.path().join("stats.json");
     qdq_studio::calib::file::save(&stats, &stats_path).unwrap();
-    let (ok, text) = quantize(&["--calibration_cache_path", stats_path.to_str().unwrap()]);
+    let (ok, text) = quantize(&[
+        "--weight_range",
+        "measured",
+        "--calibration_cache_path",
+        stats_path.to_str().unwrap(),
+    ]);
     assert!(!ok, "{text}");
     assert!(text.contains("--calibration_data_path"), "{text}");
     let saved = dir.path().join("measured.toml");
     let (ok, text) = quantize(&[
+        "--weight_range",
+        "measured",
         "--calibration_data_path",
-        calib.to_str().unwrap(),
+        calib_arg,
         "--save-recipe",
         saved.to_str().unwrap(),
     ]);

@@ -407,7 +407,8 @@ fn measure_weight_ranges(
     recipe: &mut Recipe,
     runtime: &Runtime,
 ) -> anyhow::Result<()> {
-    let (Some(data), Some(stats)) = (&args.calibration_data_path, stats) else {
+    let asked = args.weight_range.as_deref().is_some_and(measured);
+    let (Some(data), Some(stats), true) = (&args.calibration_data_path, stats, asked) else {
         return Ok(());
     };
     let setup = EvalSetup {

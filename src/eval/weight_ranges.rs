@@ -47,12 +47,15 @@ pub struct WeightRanges {
     pub after_db: f64,
     /// Tries measured at once.
     pub workers: usize,
+    /// When the choice made without GPTQ did worse with it: its worst output SQNR (dB) with
+    /// GPTQ; the recipe then keeps its ranges.
+    pub dropped_db: Option<f64>,
 }
 
 impl WeightRanges {
     /// What the search did, in one line for both faces.
     pub fn summary(&self) -> String {
-        format!(
+        let line = format!(
             "{} of {} weight(s) {}, worst output SQNR {:.2} -> {:.2} dB",
             self.flipped.len(),
             self.tried,
@@ -62,7 +65,13 @@ impl WeightRanges {
             },
             self.before_db,
             self.after_db,
-        )
+        );
+        match self.dropped_db {
+            Some(db) => format!(
+                "{line}; the choice found without GPTQ read {db:.2} dB with it, so the ranges stay"
+            ),
+            None => line,
+        }
     }
 }
 
@@ -70,23 +79,31 @@ impl WeightRanges {
 /// recipe's `weight_range`, every quantized integer weight of a Conv, ConvTranspose, MatMul
 /// or Gemm (per tensor or per channel; block-wise and FP8 weights always take their
 /// extremes) is given the other choice in turn, kept when the worst output SQNR rises.
+///
+/// GPTQ re-solves every layer in each quantization (seconds to minutes on a convolution
+/// network), so the tries leave it out; the figures before and after are measured with the
+/// recipe as it is, GPTQ included, and a choice that does worse there is dropped.
 pub fn choose_weight_ranges(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
     ctx: &JobContext,
 ) -> Result<WeightRanges, EvalError> {
     let target = Target::SqnrDb(f64::INFINITY);
-    let scorer = Scorer::open(eval, recipe, target, None)?;
+    let searched = Recipe {
+        gptq: false,
+        ..recipe.clone()
+    };
+    let scorer = Scorer::open(eval, &searched, target, None)?;
     let flipped_to = match recipe.weight_range {
         WeightRange::Minmax => WeightRange::Mse,
         WeightRange::Mse => WeightRange::Minmax,
     };
-    let tries = candidates(eval, recipe)?;
+    let tries = candidates(eval, &searched)?;
     let tried = tries.len();
-    let before = scorer.score_one(recipe)?;
+    let start = scorer.score_one(&searched)?;
     let mut steps = RangeSteps {
-        current: recipe.clone(),
-        best: before,
+        current: searched,
+        best: start,
         flipped: Vec::new(),
         flipped_to,
     };
@@ -96,14 +113,28 @@ pub fn choose_weight_ranges(
         ctx,
     };
     take_in_order(&mut steps, tries, pass, |_| false)?;
+    let chosen = Recipe {
+        tensor_overrides: steps.current.tensor_overrides,
+        ..recipe.clone()
+    };
+    let (before_db, after_db) = if recipe.gptq && !steps.flipped.is_empty() {
+        let both = scorer.score(&[recipe.clone(), chosen.clone()]);
+        let mut db = both.into_iter().map(|m| m.map(|(_, sqnr)| sqnr));
+        let before = db.next().unwrap_or(Ok(f64::NAN))?;
+        (before, db.next().unwrap_or(Ok(f64::NAN))?)
+    } else {
+        (start.1, steps.best.1)
+    };
+    let kept = after_db >= before_db || after_db.is_nan();
     Ok(WeightRanges {
-        recipe: steps.current,
-        flipped: steps.flipped,
+        recipe: if kept { chosen } else { recipe.clone() },
+        flipped: if kept { steps.flipped } else { Vec::new() },
         flipped_to,
         tried,
-        before_db: before.1,
-        after_db: steps.best.1,
+        before_db,
+        after_db: if kept { after_db } else { before_db },
         workers: scorer.workers,
+        dropped_db: (!kept).then_some(after_db),
     })
 }
 
