@@ -333,7 +333,7 @@ impl Studio {
             None => {
                 return Err((
                     "Calibrate first".into(),
-                    "Quantize & compare uses the cached calibration statistics: run Calibrate (Ctrl+R) or load statistics first.".into(),
+                    "This runs models quantized from the cached calibration statistics: run Calibrate (Ctrl+R) or load statistics first.".into(),
                 ));
             }
         };
