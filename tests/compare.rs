@@ -458,9 +458,9 @@ fn outlier_model() -> Model {
 #[test]
 fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     use qdq_studio::calib::{CalibrationConfig, calibrate};
-    use qdq_studio::eval::reference::Reference;
+
     use qdq_studio::eval::sensitivity::{
-        Evaluator, Goal, Granularity, Target, auto_exclude, scan, scan_keeping,
+        Goal, Granularity, Target, auto_exclude, scan, scan_keeping,
     };
     use qdq_studio::eval::switched_scan::ScanMethod;
     use qdq_studio::recipe::Recipe;
@@ -481,32 +481,15 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
         &JobContext::silent(),
     )
     .unwrap();
-    let mut eval_source = DataSpec::Random {
+    let eval_data = DataSpec::Random {
         samples: 16,
         shapes: Default::default(),
         seed: 6,
-    }
-    .open(&inputs)
-    .unwrap();
-    let rt = runtime();
-    let reference = Reference::capture(
-        &model,
-        eval_source.as_mut(),
-        &rt,
-        &[EpSpec::Cpu],
-        8,
-        &Default::default(),
-        &JobContext::silent(),
-    )
-    .unwrap();
-    assert_eq!(reference.samples(), 16);
-    let evaluator = Evaluator {
-        float: &model,
-        stats: &stats,
-        reference: &reference,
-        runtime: &rt,
-        eps: &[EpSpec::Cpu],
     };
+    let rt = runtime();
+    let reference = common::cpu_reference(&model, &eval_data, &rt, 8);
+    assert_eq!(reference.samples(), 16);
+    let evaluator = common::cpu_evaluator(&model, &stats, &reference, &rt);
     let recipe = Recipe {
         op_types_to_quantize: vec!["Add".into(), "Mul".into()],
         ..Recipe::default()

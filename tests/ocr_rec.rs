@@ -12,10 +12,7 @@ use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
 use qdq_studio::calib::data::model_inputs;
 use qdq_studio::calib::{CalibrationConfig, DataSpec, calibrate};
 use qdq_studio::eval::TaskMetric;
-use qdq_studio::eval::reference::Reference;
-use qdq_studio::eval::sensitivity::{
-    Evaluator, Goal, Granularity, Target, auto_exclude, scan_units,
-};
+use qdq_studio::eval::sensitivity::{Goal, Granularity, Target, auto_exclude, scan_units};
 use qdq_studio::eval::switched_scan::ScanMethod;
 use qdq_studio::eval::tensors::tensor_errors;
 use qdq_studio::jobs::JobContext;
@@ -253,29 +250,12 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
     // The same lines as a `.npz` with their texts beside them: every comparison then reads
     // exact match and character error rate against the texts.
     let with_texts = lines_with_texts(&inputs[0].name, &labels);
-    let mut eval = DataSpec::Npz {
+    let eval = DataSpec::Npz {
         path: with_texts.path().join("eval.npz"),
-    }
-    .open(&inputs)
-    .unwrap();
-    let reference = Reference::capture(
-        &float,
-        eval.as_mut(),
-        &rt,
-        &[EpSpec::Cpu],
-        16,
-        &Default::default(),
-        &JobContext::silent(),
-    )
-    .unwrap();
-    assert_eq!(reference.truth_key(), Some("texts"));
-    let evaluator = Evaluator {
-        float: &float,
-        stats: &stats,
-        reference: &reference,
-        runtime: &rt,
-        eps: &[EpSpec::Cpu],
     };
+    let reference = common::cpu_reference(&float, &eval, &rt, 16);
+    assert_eq!(reference.truth_key(), Some("texts"));
+    let evaluator = common::cpu_evaluator(&float, &stats, &reference, &rt);
     let plain_db = evaluator.sqnr(&recipe).unwrap();
     // A node scan of the whole model takes minutes (343 nodes: 456 s on 2 cores, see the
     // closing note of #5); here it covers the two nodes that full scan found most harmful on

@@ -248,38 +248,18 @@ fn the_switchable_scan_keeps_the_data_batches_when_joining_them_fails() {
 /// measured again on the new recipe.
 #[test]
 fn auto_exclude_trying_several_at_once_takes_the_steps_of_one_at_a_time() {
-    use qdq_studio::eval::reference::Reference;
     use qdq_studio::eval::sensitivity::{
-        Evaluator, Goal, Granularity, NodeSensitivity, Sensitivity, Target, auto_exclude,
+        Goal, Granularity, NodeSensitivity, Sensitivity, Target, auto_exclude,
     };
     use qdq_studio::eval::switched_scan::ScanMethod;
 
     let (model, stats, _) = sample();
     let rt = runtime();
-    let mut source = DataSpec::Npz {
+    let data = DataSpec::Npz {
         path: asset("eval.npz"),
-    }
-    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
-        &model,
-    )))
-    .unwrap();
-    let reference = Reference::capture(
-        &model,
-        source.as_mut(),
-        &rt,
-        &[EpSpec::Cpu],
-        16,
-        &Default::default(),
-        &JobContext::silent(),
-    )
-    .unwrap();
-    let eval = Evaluator {
-        float: &model,
-        stats: &stats,
-        reference: &reference,
-        runtime: &rt,
-        eps: &[EpSpec::Cpu],
     };
+    let reference = common::cpu_reference(&model, &data, &rt, 16);
+    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
     let recipe = Recipe::default();
     let quantized = quant::quantize(&model, Some(&stats), &recipe).unwrap();
     // The first quantized nodes in graph order, as a scan would rank them.

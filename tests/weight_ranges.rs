@@ -5,14 +5,10 @@
 mod common;
 
 use qdq_studio::calib::CalibrationConfig;
-use qdq_studio::calib::data::{DataSpec, model_inputs};
-use qdq_studio::eval::reference::Reference;
-use qdq_studio::eval::sensitivity::Evaluator;
+use qdq_studio::calib::data::DataSpec;
 use qdq_studio::eval::weight_ranges::choose_weight_ranges;
 use qdq_studio::jobs::JobContext;
-use qdq_studio::model::Graph;
 use qdq_studio::recipe::{Recipe, WeightRange};
-use qdq_studio::runtime::EpSpec;
 
 use common::{runtime, weight_outlier_data, weight_outlier_model, write_npz};
 
@@ -36,24 +32,8 @@ fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
         &JobContext::silent(),
     )
     .unwrap();
-    let mut source = spec.open(&model_inputs(&Graph::build(&model))).unwrap();
-    let reference = Reference::capture(
-        &model,
-        source.as_mut(),
-        &rt,
-        &[EpSpec::Cpu],
-        16,
-        &Default::default(),
-        &JobContext::silent(),
-    )
-    .unwrap();
-    let eval = Evaluator {
-        float: &model,
-        stats: &stats,
-        reference: &reference,
-        runtime: &rt,
-        eps: &[EpSpec::Cpu],
-    };
+    let reference = common::cpu_reference(&model, &spec, &rt, 16);
+    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
     let recipe = Recipe {
         per_channel: false,
         ..Recipe::default()

@@ -423,3 +423,43 @@ pub fn weight_outlier_data(samples: usize, seed: u64) -> qdq_studio::model::Tens
         .mapv_inplace(|v| v * 1e-3);
     qdq_studio::model::TensorArray::Float32(x)
 }
+
+/// `model`'s float outputs on `data`, in batches of `batch` on the CPU: what an evaluator
+/// compares quantized models against.
+pub fn cpu_reference(
+    model: &qdq_studio::model::Model,
+    data: &qdq_studio::calib::data::DataSpec,
+    rt: &Runtime,
+    batch: usize,
+) -> qdq_studio::eval::reference::Reference {
+    let graph = qdq_studio::model::Graph::build(model);
+    let mut source = data
+        .open(&qdq_studio::calib::data::model_inputs(&graph))
+        .unwrap();
+    qdq_studio::eval::reference::Reference::capture(
+        model,
+        source.as_mut(),
+        rt,
+        &[qdq_studio::runtime::EpSpec::Cpu],
+        batch,
+        &Default::default(),
+        &qdq_studio::jobs::JobContext::silent(),
+    )
+    .unwrap()
+}
+
+/// An evaluator of `model`'s recipes against `reference` on the CPU.
+pub fn cpu_evaluator<'a>(
+    model: &'a qdq_studio::model::Model,
+    stats: &'a qdq_studio::calib::CalibrationStats,
+    reference: &'a qdq_studio::eval::reference::Reference,
+    rt: &'a Runtime,
+) -> qdq_studio::eval::sensitivity::Evaluator<'a> {
+    qdq_studio::eval::sensitivity::Evaluator {
+        float: model,
+        stats,
+        reference,
+        runtime: rt,
+        eps: &[qdq_studio::runtime::EpSpec::Cpu],
+    }
+}
