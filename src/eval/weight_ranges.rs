@@ -117,13 +117,9 @@ pub fn choose_weight_ranges(
         tensor_overrides: steps.current.tensor_overrides,
         ..recipe.clone()
     };
-    let (before_db, after_db) = if recipe.gptq && !steps.flipped.is_empty() {
-        let both = scorer.score(&[recipe.clone(), chosen.clone()]);
-        let mut db = both.into_iter().map(|m| m.map(|(_, sqnr)| sqnr));
-        let before = db.next().unwrap_or(Ok(f64::NAN))?;
-        (before, db.next().unwrap_or(Ok(f64::NAN))?)
-    } else {
-        (start.1, steps.best.1)
+    let (before_db, after_db) = match recipe.gptq && !steps.flipped.is_empty() {
+        true => with_gptq(&scorer, recipe, &chosen)?,
+        false => (start.1, steps.best.1),
     };
     let kept = after_db >= before_db || after_db.is_nan();
     Ok(WeightRanges {
@@ -136,6 +132,18 @@ pub fn choose_weight_ranges(
         workers: scorer.workers,
         dropped_db: (!kept).then_some(after_db),
     })
+}
+
+/// The worst output SQNR of `recipe` and of `chosen` (its ranges chosen without GPTQ), both
+/// with GPTQ, measured at once.
+fn with_gptq(scorer: &Scorer, recipe: &Recipe, chosen: &Recipe) -> Result<(f64, f64), EvalError> {
+    let measured = scorer.score(&[recipe.clone(), chosen.clone()]);
+    let mut sqnr = measured.into_iter().map(|m| m.map(|(_, db)| db));
+    match (sqnr.next(), sqnr.next()) {
+        (Some(before), Some(after)) => Ok((before?, after?)),
+        // `score` gives one result per recipe: not reached.
+        _ => Err(EvalError::NothingToQuantize),
+    }
 }
 
 /// The weights the search tries, in graph order: the integer per-tensor or per-channel
