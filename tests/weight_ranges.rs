@@ -104,3 +104,38 @@ fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
         Some(WeightRange::Mse)
     );
 }
+
+/// With GPTQ in the recipe, the tries run without it (it re-solves every layer each time),
+/// and the figures said are those of the recipe as it is: GPTQ included, before and after.
+#[test]
+fn with_gptq_the_figures_are_those_of_the_recipe_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let calib = dir.path().join("calib.npz");
+    write_npz(&calib, &[("x", weight_outlier_data(64, 3))]);
+    let model = weight_outlier_model();
+    let rt = runtime();
+    let spec = DataSpec::Npz { path: calib };
+    let recipe = Recipe {
+        per_channel: false,
+        gptq: true,
+        ..Recipe::default()
+    };
+    let stats = qdq_studio::workflow::calibrate::calibrate_for_recipe(
+        &model,
+        &recipe,
+        &spec,
+        &CalibrationConfig::default(),
+        &rt,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let reference = common::cpu_reference(&model, &spec, &rt, 16);
+    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
+    let chosen = choose_weight_ranges(&eval, &recipe, &JobContext::silent()).unwrap();
+    assert!(chosen.recipe.gptq, "GPTQ stays in the recipe");
+    assert_eq!(chosen.flipped, ["w1"], "{chosen:?}");
+    assert_eq!(chosen.dropped_db, None);
+    assert_eq!(eval.sqnr(&recipe).unwrap(), chosen.before_db);
+    assert_eq!(eval.sqnr(&chosen.recipe).unwrap(), chosen.after_db);
+    assert!(chosen.after_db > chosen.before_db, "{chosen:?}");
+}
