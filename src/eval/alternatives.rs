@@ -8,14 +8,11 @@
 //! nodes moves such a model, while ranges that clip rare outliers, or a finer activation grid,
 //! do. Auto-exclude then says so with numbers instead of stopping at "not reached".
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
+use super::greedy::Scorer;
 use super::sensitivity::{Evaluator, Target};
-use super::switched_scan::worker_pool;
 use crate::calib::RangeMethod;
 use crate::jobs::{JobContext, RateMeter};
 use crate::recipe::{QuantMode, QuantType, Recipe};
@@ -95,7 +92,8 @@ pub fn candidate_changes(recipe: &Recipe) -> Vec<(String, Recipe)> {
 /// Runs every [`candidate_changes`] of `recipe` and returns them best first (by the target's
 /// score, then by SQNR). A change the statistics cannot serve (no histograms cached for a
 /// histogram-based method) is left out with a warning in the log. On the CPU the changes run
-/// in parallel (one thread each, as many as the memory holds); cancellable between runs.
+/// in parallel ([`Scorer`]: one thread each, as many as the memory holds); cancellable
+/// between runs.
 pub fn measure_alternatives(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -104,41 +102,32 @@ pub fn measure_alternatives(
 ) -> Result<Vec<Alternative>, EvalError> {
     let changes = candidate_changes(recipe);
     let meter = RateMeter::new("trying recipe changes", changes.len() as u64);
-    let done = AtomicU64::new(0);
-    let workers = eval.workers(recipe);
-    let threads = if workers > 1 { 1 } else { 0 };
-    let measure = |(change, changed): (String, Recipe)| {
+    let scorer = Scorer::open(eval, recipe, target, None)?;
+    let mut measured = Vec::with_capacity(changes.len());
+    let mut done = 0;
+    for batch in changes.chunks(scorer.workers.max(1)) {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let metrics = match eval.metrics(&changed, threads) {
-            Ok(metrics) => metrics,
-            Err(EvalError::Run { reason, .. }) => {
-                tracing::warn!("{change}: not measured: {reason}");
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
-        };
-        let score = target.score(&metrics)?;
-        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-        ctx.report(meter.progress(finished, change.clone()));
-        Ok(Some(Alternative {
-            change,
-            recipe: changed,
-            score,
-            sqnr_db: Target::SqnrDb(0.0).score(&metrics)?,
-            reached: score >= target.goal(),
-        }))
-    };
-    let measured: Vec<Option<Alternative>> = if workers > 1 {
-        worker_pool(workers)?.install(|| {
-            changes
-                .into_par_iter()
-                .map(measure)
-                .collect::<Result<_, EvalError>>()
-        })?
-    } else {
-        changes.into_iter().map(measure).collect::<Result<_, _>>()?
-    };
-    let mut measured: Vec<Alternative> = measured.into_iter().flatten().collect();
+        let recipes: Vec<Recipe> = batch.iter().map(|(_, r)| r.clone()).collect();
+        for ((change, changed), result) in batch.iter().zip(scorer.score(&recipes)) {
+            done += 1;
+            let (score, sqnr_db) = match result {
+                Ok(scored) => scored,
+                Err(EvalError::Run { reason, .. }) => {
+                    tracing::warn!("{change}: not measured: {reason}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            measured.push(Alternative {
+                change: change.clone(),
+                recipe: changed.clone(),
+                score,
+                sqnr_db,
+                reached: score >= target.goal(),
+            });
+            ctx.report(meter.progress(done, change.clone()));
+        }
+    }
     measured.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)

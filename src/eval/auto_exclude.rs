@@ -125,8 +125,10 @@ pub fn auto_exclude(
         let reached = |steps: &Steps| steps.best.0 >= goal.target.goal();
         // A promotion keeps the node quantized: tried first, float only when it does not help.
         let tries = harm_order(scan).into_iter().flat_map(|node| {
-            let promote = goal.promote.then(|| Try::new(node, Change::Promote));
-            promote.into_iter().chain([Try::new(node, Change::Float)])
+            let promote = goal.promote.then(|| Try::new(&node.node, Change::Promote));
+            promote
+                .into_iter()
+                .chain([Try::new(&node.node, Change::Float)])
         });
         let done = |steps: &Steps| reached(steps) || steps.changed() >= goal.max_changed;
         let pass = Pass {
@@ -138,7 +140,7 @@ pub fn auto_exclude(
         // Not there with the harmful nodes tried: the promoted nodes in float instead.
         let demotions = steps.promoted.iter();
         let tries: Vec<Try> = demotions
-            .map(|node| Try::new_owned(node.clone(), Change::PromotedToFloat))
+            .map(|node| Try::new(node, Change::PromotedToFloat))
             .collect();
         let pass = Pass {
             stage: "auto-exclude: promoted nodes in float",
@@ -217,12 +219,11 @@ struct Try {
 }
 
 impl Try {
-    fn new(node: &NodeSensitivity, change: Change) -> Self {
-        Try::new_owned(node.node.clone(), change)
-    }
-
-    fn new_owned(node: String, change: Change) -> Self {
-        Try { node, change }
+    fn new(node: &str, change: Change) -> Self {
+        Try {
+            node: node.to_owned(),
+            change,
+        }
     }
 }
 
