@@ -393,29 +393,36 @@ fn statistics_for(
     Ok(Some(stats))
 }
 
-/// Whether `--weight_range` asks for the measured choice.
+/// Whether a `--weight_range` value asks for the measured choice.
 fn measured(range: &str) -> bool {
     range.eq_ignore_ascii_case("measured")
 }
 
+/// Whether the arguments ask for `--weight_range measured`.
+fn measured_asked(args: &QuantizeArgs) -> bool {
+    args.weight_range.as_deref().is_some_and(measured)
+}
+
 /// With `--weight_range measured`: each weight's range chosen by the model's outputs on the
 /// calibration data, written into `recipe`.
+/// The model is handed back (the search holds it meanwhile, without a copy).
 fn measure_weight_ranges(
     args: &QuantizeArgs,
-    model: &Model,
-    stats: Option<&CalibrationStats>,
+    model: Model,
+    stats: Option<&Arc<CalibrationStats>>,
     recipe: &mut Recipe,
     runtime: &Runtime,
-) -> anyhow::Result<()> {
-    let asked = args.weight_range.as_deref().is_some_and(measured);
+) -> anyhow::Result<Model> {
+    let asked = measured_asked(args);
     let (Some(data), Some(stats), true) = (&args.calibration_data_path, stats, asked) else {
-        return Ok(());
+        return Ok(model);
     };
+    let data = super::common::data_spec(Some(data), &args.images, None, 0, &model)?;
     let setup = EvalSetup {
-        model: model.clone(),
-        stats: Arc::new(stats.clone()),
+        model,
+        stats: Arc::clone(stats),
         recipe: recipe.clone(),
-        data: super::common::data_spec(Some(data), &args.images, None, 0, model)?,
+        data,
         eps: super::common::parse_eps(&args.calibration_eps)?,
         batch_size: args.batch_size,
         task: Default::default(),
@@ -431,13 +438,12 @@ fn measure_weight_ranges(
         chosen.workers
     );
     *recipe = chosen.recipe;
-    Ok(())
+    Ok(setup.model)
 }
 
 /// `--weight_range measured` needs real data: the outputs decide.
 fn check_measured_data(args: &QuantizeArgs) -> anyhow::Result<()> {
-    let asked = args.weight_range.as_deref().is_some_and(measured);
-    if asked && args.calibration_data_path.is_none() {
+    if measured_asked(args) && args.calibration_data_path.is_none() {
         bail!(
             "--weight_range measured chooses each weight's range by the model's outputs on the calibration data: give --calibration_data_path (a statistics cache holds no samples)"
         );
@@ -471,11 +477,11 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
         .output_if("the recipe written", args.save_recipe.as_deref())
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
-    let stats = statistics_for(args, &model, &recipe, &runtime)?;
-    measure_weight_ranges(args, &model, stats.as_ref(), &mut recipe, &runtime)?;
+    let stats = statistics_for(args, &model, &recipe, &runtime)?.map(Arc::new);
+    let model = measure_weight_ranges(args, model, stats.as_ref(), &mut recipe, &runtime)?;
     let request = SaveRequest {
         model,
-        stats: stats.map(Arc::new),
+        stats,
         recipe,
         quantized: None,
         path: output,
