@@ -13,6 +13,24 @@ use qdq_studio::recipe::{Recipe, WeightRange};
 
 use common::{runtime, weight_outlier_data, weight_outlier_model, write_npz};
 
+/// `model`'s statistics on `data` for `recipe` (what its techniques need gathered).
+fn calibrated(
+    model: &qdq_studio::model::Model,
+    recipe: &Recipe,
+    data: &DataSpec,
+    rt: &qdq_studio::runtime::Runtime,
+) -> qdq_studio::calib::CalibrationStats {
+    qdq_studio::workflow::calibrate::calibrate_for_recipe(
+        model,
+        recipe,
+        data,
+        &CalibrationConfig::default(),
+        rt,
+        &JobContext::silent(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
     let dir = tempfile::tempdir().unwrap();
@@ -24,21 +42,13 @@ fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
     let spec = DataSpec::Npz {
         path: calib.clone(),
     };
-    let stats = qdq_studio::workflow::calibrate::calibrate(
-        &model,
-        &Default::default(),
-        &spec,
-        &CalibrationConfig::default(),
-        &rt,
-        &JobContext::silent(),
-    )
-    .unwrap();
-    let reference = common::cpu_reference(&model, &spec, &rt, 16);
-    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
     let recipe = Recipe {
         per_channel: false,
         ..Recipe::default()
     };
+    let stats = calibrated(&model, &recipe, &spec, &rt);
+    let reference = common::cpu_reference(&model, &spec, &rt, 16);
+    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
     let chosen = choose_weight_ranges(&eval, &recipe, &JobContext::silent()).unwrap();
     assert_eq!(chosen.tried, 2, "{chosen:?}");
     assert_eq!(chosen.flipped, ["w1"], "{chosen:?}");
@@ -131,15 +141,7 @@ fn with_gptq_the_figures_are_those_of_the_recipe_as_it_is() {
         gptq: true,
         ..Recipe::default()
     };
-    let stats = qdq_studio::workflow::calibrate::calibrate_for_recipe(
-        &model,
-        &recipe,
-        &spec,
-        &CalibrationConfig::default(),
-        &rt,
-        &JobContext::silent(),
-    )
-    .unwrap();
+    let stats = calibrated(&model, &recipe, &spec, &rt);
     let reference = common::cpu_reference(&model, &spec, &rt, 16);
     let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
     let chosen = choose_weight_ranges(&eval, &recipe, &JobContext::silent()).unwrap();
