@@ -148,6 +148,7 @@ pub fn calibrate(
         } else {
             Optimization::Disable
         },
+        arena: false,
         ..SessionOptions::default()
     };
     let mut session = runtime

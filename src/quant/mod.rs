@@ -508,6 +508,7 @@ pub fn verify_loads(model: &Model, runtime: &Runtime) -> Result<(), QuantError> 
     let encoded = model.to_session_model()?;
     let options = SessionOptions {
         prepacking: false,
+        arena: false,
         ..cpu_session_options(model)
     };
     let opened = runtime

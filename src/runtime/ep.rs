@@ -85,10 +85,11 @@ impl EpSpec {
         }
     }
 
-    /// The ort dispatch for this provider, failing loudly when it cannot register.
-    pub fn dispatch(&self) -> ExecutionProviderDispatch {
+    /// The ort dispatch for this provider, failing loudly when it cannot register; `cpu_arena`
+    /// says whether the CPU provider keeps its arena ([`super::SessionOptions::arena`]).
+    pub fn dispatch(&self, cpu_arena: bool) -> ExecutionProviderDispatch {
         let dispatch = match self {
-            EpSpec::Cpu => ep::CPU::default().build(),
+            EpSpec::Cpu => ep::CPU::default().with_arena_allocator(cpu_arena).build(),
             EpSpec::Cuda(device) => ep::CUDA::default().with_device_id(*device).build(),
             EpSpec::TensorRt(device) => ep::TensorRT::default().with_device_id(*device).build(),
             EpSpec::DirectMl(device) => ep::DirectML::default().with_device_id(*device).build(),

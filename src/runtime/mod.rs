@@ -199,6 +199,14 @@ pub struct SessionOptions {
     /// a session whose failing runs the caller expects and handles (a probe); the error
     /// still comes back to the caller.
     pub quiet_errors: bool,
+    /// Whether the CPU provider keeps freed activation buffers in its arena for the next
+    /// run (ONNX Runtime's own default, and what its Python API does) rather than handing
+    /// each back to the system. A model of many mid-sized activations runs up to twice as
+    /// fast with it (the local-error model of PP-OCR rec: 60 ms a sample against 115 ms,
+    /// measured). Off where memory matters more than speed: calibration, whose outputs are
+    /// every observed tensor at once and whose batch is fitted to the memory left, and
+    /// sessions only opened to check that a model loads.
+    pub arena: bool,
 }
 
 impl Default for SessionOptions {
@@ -208,6 +216,7 @@ impl Default for SessionOptions {
             intra_threads: 0,
             prepacking: true,
             quiet_errors: false,
+            arena: true,
         }
     }
 }
@@ -370,7 +379,7 @@ impl Runtime {
                 });
             }
             builder = builder
-                .with_execution_providers([spec.dispatch()])
+                .with_execution_providers([spec.dispatch(options.arena)])
                 .map_err(|e| RuntimeError::EpUnavailable {
                     ep: spec.to_string(),
                     reason: ep::explain_failure(&e.to_string()),
