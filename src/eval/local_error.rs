@@ -7,12 +7,13 @@
 //! of each quantized node of the QDQ model whose inputs are the float model's tensors passed
 //! through the node's own Q/DQ chains, its weights dequantized as in the QDQ model and its
 //! output through a copy of the Q/DQ the QDQ model puts there. Each copy so carries its node's
-//! quantization alone (inputs, weights, output). The errors are summed inside the graph
-//! (`ReduceSumSquare` of the float tensor and of the difference), so a run hands back two
-//! scalars per tensor rather than the tensors, and runs with every graph optimization: ONNX
-//! Runtime's fused integer kernels compute the copies as they would in deployment.
+//! quantization alone (inputs, weights, output). The errors are summed inside the graph by
+//! qdq-studio's own operator ([`super::error_sums`]), which reads the copy's integer output
+//! and the float tensor once, so a run hands back two sums per tensor rather than the
+//! tensors, and runs with every graph optimization: ONNX Runtime's fused integer kernels
+//! compute the copies as they would in deployment.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ort::session::Session;
 use serde::Serialize;
@@ -21,11 +22,14 @@ use super::EvalError;
 use super::tensors::sqnr;
 use crate::model::builder::value_info;
 use crate::model::infer::elem_types;
-use crate::model::proto::{AttributeProto, ModelProto, NodeProto, TensorProto, attribute_proto};
+use crate::model::pinned::pin_sample_shapes;
+use crate::model::proto::{
+    AttributeProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, attribute_proto,
+};
 use crate::model::{DataType, Graph, Model, NodeId, SessionModel, TensorKind};
 use crate::quant::cpu_session_options;
 use crate::quant::rescaled::ChannelFactors;
-use crate::runtime::{EpSpec, Runtime};
+use crate::runtime::{EpSpec, Runtime, RuntimeError};
 
 /// The suffix of every name the local model adds.
 const SUFFIX: &str = "__qdq_studio_local";
@@ -90,7 +94,7 @@ pub struct LocalModel {
     encoded: SessionModel,
     /// The float model's tensors measured.
     tensors: Vec<String>,
-    /// The graph outputs, per measured tensor Σ float² then Σ error².
+    /// The graph outputs, per measured tensor the pair `[Σ float², Σ error²]`.
     outputs: Vec<String>,
     /// The options its session takes (those of the QDQ model on the CPU).
     options: crate::runtime::SessionOptions,
@@ -279,10 +283,11 @@ impl<'a> Copier<'a> {
         copy
     }
 
-    /// The local value of `target`: the name of its copy.
-    fn target(&mut self, target: &Target, index: usize) -> Option<String> {
+    /// The local value of `target`: its copy, read as the pair's integer output when the
+    /// error-sum operator can dequantize it ([`Copier::dequantizer`]), else as float.
+    fn target(&mut self, target: &Target, index: usize) -> Option<Local> {
         match target {
-            Target::Output(name) => Some(self.computed(name)),
+            Target::Output(name) => Some(Local::Float(self.computed(name))),
             Target::Pair { q, dq, .. } => {
                 let quant = self.quant;
                 let graph = quant.graph.as_ref()?;
@@ -296,61 +301,106 @@ impl<'a> Copier<'a> {
                 }
                 let quantized = format!("qdq_studio_local_q{index}");
                 let local = format!("qdq_studio_local_v{index}");
-                dq_inputs[0] = quantized.clone();
                 let mut q_copy = q.clone();
                 q_copy.input = q_inputs;
-                q_copy.output = vec![quantized];
+                q_copy.output = vec![quantized.clone()];
                 q_copy.name = Some(format!("qdq_studio_local_Q{index}"));
+                self.nodes.push(q_copy);
+                if self.dequantizer(q, dq) {
+                    dq_inputs.truncate(3);
+                    return Some(Local::Quantized {
+                        values: quantized,
+                        dequantize: dq_inputs.split_off(1),
+                    });
+                }
+                dq_inputs[0] = quantized;
                 let mut dq_copy = dq.clone();
                 dq_copy.input = dq_inputs;
                 dq_copy.output = vec![local.clone()];
                 dq_copy.name = Some(format!("qdq_studio_local_DQ{index}"));
-                self.nodes.extend([q_copy, dq_copy]);
-                Some(local)
+                self.nodes.push(dq_copy);
+                Some(Local::Float(local))
             }
         }
     }
 }
 
-/// The nodes summing the error of `local` against the float tensor `float`: Σ float² into
-/// `signal`, Σ (float − local)² into `noise`. Unless the tensor is known to be float32 (`cast`
-/// false), both are cast to float32 first, so a float16 model's sums do not overflow.
-fn error_sums(
-    float: &str,
-    local: &str,
-    index: usize,
-    cast: bool,
-) -> (Vec<NodeProto>, String, String) {
+/// A measured tensor's local value as the error sums read it.
+enum Local {
+    /// A float tensor of the float model's type.
+    Float(String),
+    /// A pair's integer output and the copied scale and zero point that dequantize it.
+    Quantized {
+        values: String,
+        dequantize: Vec<String>,
+    },
+}
+
+impl Copier<'_> {
+    /// Whether the error-sum operator can read the integer output of the pair `q`→`dq`
+    /// itself: a float32 scale of one value and an 8- or 16-bit integer output (its zero
+    /// point's type, or uint8 when the pair has none and no other output type is set).
+    fn dequantizer(&self, q: &NodeProto, dq: &NodeProto) -> bool {
+        let initializer = |i: usize| {
+            dq.input
+                .get(i)
+                .filter(|name| !name.is_empty())
+                .and_then(|name| self.initializers.get(name.as_str()))
+        };
+        let single = |t: &TensorProto| t.dims.iter().product::<i64>() == 1;
+        let Some(scale) = initializer(1) else {
+            return false;
+        };
+        let integer = match initializer(2) {
+            Some(zero) => single(zero).then(|| zero.data_type()),
+            None if q.attribute.iter().all(|a| a.name() != "output_dtype") => {
+                Some(DataType::Uint8.to_onnx())
+            }
+            None => None,
+        };
+        let readable = [
+            DataType::Uint8,
+            DataType::Int8,
+            DataType::Uint16,
+            DataType::Int16,
+        ]
+        .map(DataType::to_onnx);
+        scale.data_type() == DataType::Float32.to_onnx()
+            && single(scale)
+            && integer.is_some_and(|t| readable.contains(&t))
+    }
+}
+
+/// The nodes summing the error of `local` against the float tensor `float` into the pair
+/// `sums` ([`super::error_sums`]). Unless the tensor is known to be float32 (`float32`
+/// false), the float tensor and a float local value are cast to float32 first, which the
+/// operator reads (a float16 model's sums then do not overflow either).
+fn error_sums(float: &str, local: Local, index: usize, float32: bool) -> (Vec<NodeProto>, String) {
     let name = |what: &str| format!("qdq_studio_local_{what}{index}");
-    let (f32_float, f32_local, diff) = (name("f"), name("l"), name("d"));
-    let (signal, noise) = (name("signal"), name("noise"));
-    let cast_to_f32 = |input: &str, output: &str| {
-        let mut cast = node("Cast", vec![input.to_owned()], output);
-        cast.attribute.push(int_attribute("to", 1));
-        cast
-    };
-    let sum_squares = |input: &str, output: &str| {
-        let mut sum = node("ReduceSumSquare", vec![input.to_owned()], output);
-        sum.attribute.push(int_attribute("keepdims", 0));
-        sum
-    };
+    let sums = name("sums");
     let mut nodes = Vec::new();
-    let (float, local) = match cast {
-        true => {
-            nodes.extend([
-                cast_to_f32(float, &f32_float),
-                cast_to_f32(local, &f32_local),
-            ]);
-            (f32_float, f32_local)
+    let mut to_f32 = |input: String, output: String| match float32 {
+        true => input,
+        false => {
+            let mut cast = node("Cast", vec![input], &output);
+            cast.attribute.push(int_attribute("to", 1));
+            nodes.push(cast);
+            output
         }
-        false => (float.to_owned(), local.to_owned()),
     };
-    nodes.extend([
-        node("Sub", vec![float.clone(), local], &diff),
-        sum_squares(&float, &signal),
-        sum_squares(&diff, &noise),
-    ]);
-    (nodes, signal, noise)
+    let float = to_f32(float.to_owned(), name("f"));
+    let mut inputs = vec![float];
+    match local {
+        Local::Float(local) => inputs.push(to_f32(local, name("l"))),
+        Local::Quantized { values, dequantize } => {
+            inputs.push(values);
+            inputs.extend(dequantize);
+        }
+    }
+    let mut sum = node(super::error_sums::OP, inputs, &sums);
+    sum.domain = Some(super::error_sums::DOMAIN.to_owned());
+    nodes.push(sum);
+    (nodes, sums)
 }
 
 /// The float model's `nodes` with each of `added` placed as soon as its inputs are computed
@@ -450,12 +500,15 @@ fn merged_imports(
     merged
 }
 
-/// True when the float model's opset can be raised to the QDQ model's without knowing the
-/// rank of any tensor from a run.
-pub fn needs_ranks(float: &Model, fg: &Graph, quant: &Model) -> bool {
+/// The float tensors whose rank a run must show before the float model's opset can be raised
+/// to the QDQ model's (empty when the graph says all it takes).
+pub fn unranked_tensors(float: &Model, fg: &Graph, quant: &Model) -> Vec<String> {
     let default = |m: &Model| crate::quant::opset::default_opset(m.proto()).unwrap_or(1);
     let (from, to) = (default(float), default(quant));
-    from < to && !crate::quant::opset::blocking_nodes(fg, from, to, &|_| None).is_empty()
+    match from < to {
+        true => crate::quant::opset::unranked_inputs(fg, from, to),
+        false => Vec::new(),
+    }
 }
 
 impl LocalModel {
@@ -467,11 +520,15 @@ impl LocalModel {
     /// producer is copied from the QDQ model instead of read from the float one.
     /// `ranks` gives the rank of a float tensor seen in a run, for raising the float model's
     /// opset where the graph does not say it (Softmax's axis semantics changed at 13).
+    /// `sample_shapes` is the shape of one sample of each input in every batch the model
+    /// will run on, pinned in its inputs ([`pin_sample_shapes`]: its session opens several
+    /// times faster).
     pub fn build(
         models: (&Model, &Graph, &Model, &Graph),
         targets: &[Target],
         rescaled: (&HashMap<String, ChannelFactors>, &HashSet<String>),
         ranks: &dyn Fn(&str) -> Option<usize>,
+        sample_shapes: &BTreeMap<String, Vec<usize>>,
     ) -> Result<Self, LocalUnavailable> {
         let (float, fg, quant, qg) = models;
         let external_folder = match (float.to_session_proto().1, quant.to_session_proto().1) {
@@ -482,7 +539,12 @@ impl LocalModel {
         let to = crate::quant::opset::default_opset(quant.proto()).unwrap_or(1);
         crate::quant::opset::raise(&mut proto, fg, to, ranks)
             .map_err(|e| LocalUnavailable::Opset(e.to_string()))?;
+        pin_sample_shapes(&mut proto, sample_shapes);
         proto.opset_import = merged_imports(&proto, quant.proto());
+        proto.opset_import.push(OperatorSetIdProto {
+            domain: Some(super::error_sums::DOMAIN.to_owned()),
+            version: Some(1),
+        });
         proto.ir_version = proto.ir_version.max(quant.proto().ir_version);
         let mut copier = Copier::new(quant, qg, fg, rescaled);
         let float_types = elem_types(float, fg);
@@ -495,10 +557,10 @@ impl LocalModel {
             let float32 = float_types.get(target.float()) == Some(&DataType::Float32.to_onnx());
             // A rescaled tensor is measured against the float one at the QDQ model's scale.
             let reference = copier.float_input(target.float(), target.float().to_owned());
-            let (nodes, signal, noise) = error_sums(&reference, &local, i, !float32);
+            let (nodes, pair) = error_sums(&reference, local, i, float32);
             sums.extend(nodes);
             tensors.push(target.float().to_owned());
-            outputs.extend([signal, noise]);
+            outputs.push(pair);
         }
         let graph = proto.graph.get_or_insert_with(Default::default);
         graph.initializer.append(&mut copier.copied_initializers);
@@ -513,7 +575,7 @@ impl LocalModel {
         graph.node = interleaved(std::mem::take(&mut graph.node), added, available);
         graph.output = outputs
             .iter()
-            .map(|name| value_info(name, DataType::Float32, &[]))
+            .map(|name| value_info(name, DataType::Float64, &[2]))
             .collect();
         Ok(LocalModel {
             encoded: SessionModel::encode(proto, external_folder)?,
@@ -531,7 +593,8 @@ impl LocalModel {
     /// A session over the local model, with the QDQ model's CPU options (every graph
     /// optimization, but for float8).
     pub fn session(&self, runtime: &Runtime, eps: &[EpSpec]) -> Result<Session, EvalError> {
-        Ok(runtime.session_from_model(&self.encoded, eps, self.options)?)
+        let operators = super::error_sums::domain().map_err(RuntimeError::from)?;
+        Ok(runtime.session_with_operators(&self.encoded, eps, self.options, operators)?)
     }
 
     /// Runs `session` (over this model) on a batch and adds its sums to `sums`.
@@ -542,14 +605,21 @@ impl LocalModel {
         sums: &mut LocalSums,
         batch: usize,
     ) -> Result<(), EvalError> {
-        let values = super::run_outputs(session, inputs, &self.outputs, batch, "local")?;
-        let scalar = |v: &Option<ndarray::ArrayD<f32>>| {
-            v.as_ref()
-                .and_then(|a| a.iter().next().copied())
-                .map(f64::from)
+        let failed = |reason: String| EvalError::Run {
+            batch,
+            model: "local",
+            reason,
         };
-        for (sum, pair) in sums.sums.iter_mut().zip(values.chunks(2)) {
-            if let (Some(signal), Some(noise)) = (scalar(&pair[0]), scalar(&pair[1])) {
+        let out = session
+            .run(crate::runtime::value::session_inputs(inputs))
+            .map_err(|e| failed(e.to_string()))?;
+        for (sum, name) in sums.sums.iter_mut().zip(&self.outputs) {
+            let pair = out
+                .get(name.as_str())
+                .map(|v| v.try_extract_tensor::<f64>())
+                .transpose()
+                .map_err(|e| failed(e.to_string()))?;
+            if let Some((_, &[signal, noise])) = pair {
                 sum[0] += signal;
                 sum[1] += noise;
             }

@@ -4,6 +4,7 @@
 mod accumulator;
 pub mod alternatives;
 mod auto_exclude;
+pub mod error_sums;
 mod greedy;
 pub mod kernels;
 pub mod layer_effect;

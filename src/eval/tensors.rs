@@ -14,12 +14,12 @@ use serde::Serialize;
 
 use super::EvalError;
 pub use super::local_error::LocalError;
-use super::local_error::{LocalModel, LocalSums, Target, needs_ranks};
+use super::local_error::{LocalModel, LocalSums, Target, unranked_tensors};
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
 use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
 pub use super::weight_error::WeightError;
 use super::weight_error::{input_channel_fit, weight_errors};
-use crate::calib::data::BatchSource;
+use crate::calib::data::{BatchSource, sample_shapes};
 use crate::calib::histogram::Histogram;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, Node, NodeId};
@@ -645,32 +645,39 @@ fn local_model(
     runtime: &Runtime,
     eps: &[EpSpec],
 ) -> Result<LocalModel, EvalError> {
-    let ranks = match needs_ranks(float, fg, quant) {
-        true => observed_ranks(float, fg, source, runtime, eps)?,
-        false => HashMap::new(),
+    let unranked = unranked_tensors(float, fg, quant);
+    let ranks = match unranked.is_empty() {
+        true => HashMap::new(),
+        false => observed_ranks(float, &unranked, source, runtime, eps)?,
     };
     let ranks = |t: &str| ranks.get(t).copied();
     let models = (float, fg, quant, qg);
     let rescaled = (&plan.input_scales, &plan.recomputed);
-    Ok(LocalModel::build(models, &plan.targets, rescaled, &ranks)?)
+    let shapes = sample_shapes(source);
+    Ok(LocalModel::build(
+        models,
+        &plan.targets,
+        rescaled,
+        &ranks,
+        &shapes,
+    )?)
 }
 
-/// The rank of every float activation of `float` on the first sample of `source`.
+/// The rank of each of `names` (float activations of `float`) on the first sample of `source`.
 fn observed_ranks(
     float: &Model,
-    fg: &Graph,
+    names: &[String],
     source: &mut dyn BatchSource,
     runtime: &Runtime,
     eps: &[EpSpec],
 ) -> Result<HashMap<String, usize>, EvalError> {
-    let names = crate::calib::runner::calibration_tensors(fg, None);
-    let mut session = observing_session(float, &names, runtime, eps, "float")?;
+    let mut session = observing_session(float, names, runtime, eps, "float")?;
     source.rewind()?;
     let Some(batch) = source.next_batch(1)? else {
         return Ok(HashMap::new());
     };
     let owned = owned_inputs(batch.inputs)?;
-    let outputs = collect(&mut session, &owned, &names, batch.index, "float")?;
+    let outputs = collect(&mut session, &owned, names, batch.index, "float")?;
     Ok(outputs.into_iter().map(|(n, a)| (n, a.ndim())).collect())
 }
 

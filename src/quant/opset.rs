@@ -239,6 +239,26 @@ pub fn blocking_nodes(
     blocking
 }
 
+/// The tensors whose rank [`blocking_nodes`] needs from a run when the opset goes from `from`
+/// to `to`: the inputs of Softmax-like nodes, across opset 13, that `graph` gives no rank.
+pub fn unranked_inputs(graph: &Graph, from: i64, to: i64) -> Vec<String> {
+    if !(from < 13 && to >= 13) {
+        return Vec::new();
+    }
+    let mut inputs: Vec<String> = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.domain.is_empty() || n.domain == "ai.onnx")
+        .filter(|n| SOFTMAX_LIKE.contains(&n.op_type.as_str()))
+        .filter_map(|n| n.inputs.first())
+        .filter(|i| rank_of(graph, i).is_none())
+        .cloned()
+        .collect();
+    inputs.sort();
+    inputs.dedup();
+    inputs
+}
+
 /// Softmax's axis (default 1 before opset 13).
 fn node_axis(node: &crate::model::Node) -> Option<i64> {
     node.int_attribute("axis").or(Some(1))

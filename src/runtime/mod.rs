@@ -423,6 +423,22 @@ impl Runtime {
         Self::commit_model(builder, model, eps)
     }
 
+    /// [`Runtime::session_from_model`] for a model that uses the operators of `domain`
+    /// (qdq-studio's own, [`crate::eval::error_sums`]), registered on the session.
+    pub fn session_with_operators(
+        &self,
+        model: &crate::model::SessionModel,
+        eps: &[EpSpec],
+        options: SessionOptions,
+        domain: ort::operator::OperatorDomain,
+    ) -> Result<Session, RuntimeError> {
+        let builder = self
+            .builder(eps, options)?
+            .with_operators(domain)
+            .map_err(ort::Error::from)?;
+        Self::commit_model(builder, model, eps)
+    }
+
     /// [`Runtime::session_from_model`] with ONNX Runtime's per-node profiling on, written to
     /// a file named from `prefix` once [`Session::end_profiling`] is called.
     pub fn profiled_session_from_model(

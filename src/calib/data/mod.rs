@@ -178,6 +178,20 @@ pub trait BatchSource: Send {
     }
 }
 
+/// The shape of one sample of each array `source` provides (axis 0 dropped), which every
+/// batch it gives shares; empty for a source of whole feeds, whose arrays are fed as stored.
+pub fn sample_shapes(source: &dyn BatchSource) -> BTreeMap<String, Vec<usize>> {
+    if source.whole_feeds() {
+        return BTreeMap::new();
+    }
+    source
+        .arrays()
+        .into_iter()
+        .filter(|a| !a.shape.is_empty())
+        .map(|a| (a.name, a.shape[1..].to_vec()))
+        .collect()
+}
+
 /// The batch size the model's inputs fix: the size the inputs with a fixed first axis all
 /// declare (inputs whose first axis is symbolic or undeclared take any, scalars aside).
 /// `None` when none fixes it, or they disagree (the data check then says what is wrong).

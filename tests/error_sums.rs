@@ -1,0 +1,102 @@
+//! qdq-studio's `ErrorSums` operator in a real ONNX Runtime session: reading a Q/DQ pair's
+//! integer output and dequantizing it itself gives the same sums as reading ONNX Runtime's
+//! own DequantizeLinear output, for every integer type it reads, and both equal the sums
+//! taken here from the session's float tensors.
+
+mod common;
+
+use ndarray::{ArrayD, IxDyn};
+use qdq_studio::eval::error_sums;
+use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
+use qdq_studio::runtime::value::{owned_inputs, session_inputs};
+use qdq_studio::runtime::{EpSpec, SessionOptions};
+
+/// Values spread past every type's range below (some clip), 50,000 of them so that several
+/// chunks and a remainder are summed.
+fn values() -> ArrayD<f32> {
+    let n = 50_003;
+    let values = (0..n).map(|i| ((i * 7919) % 2001) as f32 / 1000.0 - 1.0);
+    ArrayD::from_shape_vec(IxDyn(&[1, n]), values.map(|v| v * v * v * 40.0).collect()).unwrap()
+}
+
+/// A scalar initializer of `dtype` holding `value`.
+fn zero_point(dtype: DataType, value: i32) -> TensorArray {
+    fn scalar<T: Clone>(v: T) -> ArrayD<T> {
+        ArrayD::from_elem(IxDyn(&[]), v)
+    }
+    match dtype {
+        DataType::Uint8 => TensorArray::Uint8(scalar(value as u8)),
+        DataType::Int8 => TensorArray::Int8(scalar(value as i8)),
+        DataType::Uint16 => TensorArray::Uint16(scalar(value as u16)),
+        DataType::Int16 => TensorArray::Int16(scalar(value as i16)),
+        other => panic!("no zero point of {other:?} here"),
+    }
+}
+
+/// `[Σ x², Σ (x − l)²]` from the session's own tensors.
+fn expected(x: &ArrayD<f32>, local: &ArrayD<f32>) -> [f64; 2] {
+    x.iter().zip(local).fold([0.0; 2], |[s, n], (&x, &l)| {
+        let d = f64::from(x - l);
+        [s + f64::from(x) * f64::from(x), n + d * d]
+    })
+}
+
+#[test]
+fn integer_local_values_give_the_sums_of_onnx_runtimes_dequantized_ones() {
+    let runtime = common::runtime();
+    let cases = [
+        (DataType::Uint8, 0.05_f32, 128),
+        (DataType::Int8, 0.07, -5),
+        (DataType::Uint16, 0.0004, 30_000),
+        (DataType::Int16, 0.0011, 7),
+    ];
+    for (dtype, scale, zero) in cases {
+        let mut b = ModelBuilder::new(21);
+        b.import(error_sums::DOMAIN, 1);
+        b.input("x", DataType::Float32, &[1, -1]);
+        b.initializer(
+            "scale",
+            TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), scale)),
+        );
+        b.initializer("zero", zero_point(dtype, zero));
+        b.node("QuantizeLinear", &["x", "scale", "zero"], &["q"]);
+        b.node("DequantizeLinear", &["q", "scale", "zero"], &["l"]);
+        b.node(
+            error_sums::OP,
+            &["x", "q", "scale", "zero"],
+            &["from_integers"],
+        )
+        .domain(error_sums::DOMAIN);
+        b.node(error_sums::OP, &["x", "l"], &["from_floats"])
+            .domain(error_sums::DOMAIN);
+        for output in ["from_integers", "from_floats"] {
+            b.output(output, DataType::Float64, &[2]);
+        }
+        b.output("l", DataType::Float32, &[1, -1]);
+        let model = b.build().to_session_model().unwrap();
+        let domain = error_sums::domain().unwrap();
+        let mut session = runtime
+            .session_with_operators(&model, &[EpSpec::Cpu], SessionOptions::default(), domain)
+            .unwrap();
+        let x = values();
+        let owned = owned_inputs(vec![("x".into(), TensorArray::Float32(x.clone()))]).unwrap();
+        let out = session.run(session_inputs(&owned)).unwrap();
+        let pair =
+            |name: &str| -> Vec<f64> { out[name].try_extract_tensor::<f64>().unwrap().1.to_vec() };
+        let local = out["l"].try_extract_array::<f32>().unwrap().to_owned();
+        let [signal, noise] = expected(&x, &local);
+        assert_eq!(pair("from_integers"), pair("from_floats"), "{dtype:?}");
+        let from_integers = pair("from_integers");
+        assert!(noise > 0.0, "{dtype:?}: the case must quantize with error");
+        assert!(
+            (from_integers[0] - signal).abs() <= 1e-5 * signal,
+            "{dtype:?}: signal {} against {signal}",
+            from_integers[0]
+        );
+        assert!(
+            (from_integers[1] - noise).abs() <= 1e-5 * noise,
+            "{dtype:?}: noise {} against {noise}",
+            from_integers[1]
+        );
+    }
+}
