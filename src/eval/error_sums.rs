@@ -7,9 +7,8 @@
 //! PP-OCR rec (its 339 tensors hold 45 M values a sample). This operator reads the float
 //! tensor and the copy's output, integer or float, once each, dequantizes on the fly exactly
 //! as DequantizeLinear does (`(q − zero_point) as f32 × scale`), and sums Σ float² and
-//! Σ (float − local)² (float32 within blocks of 256 values, float64 across them), split into
-//! fixed chunks on ONNX Runtime's own threads and added in chunk order, so the figures do not
-//! depend on the thread count.
+//! Σ (float − local)² ([`squared_sums`]), split into fixed chunks on ONNX Runtime's own
+//! threads and added in chunk order, so the figures do not depend on the thread count.
 //!
 //! Inputs: the float tensor (float32), then the local value, either float32 of the same
 //! shape, or an 8- or 16-bit integer tensor followed by its scale (a float32 scalar) and
@@ -23,6 +22,8 @@ use ort::operator::{
     OperatorOutput,
 };
 use ort::value::{TensorElementType, ValueRef};
+
+use super::squares::squared_sums;
 
 /// The domain of qdq-studio's operator.
 pub const DOMAIN: &str = "ai.qdq_studio";
@@ -174,60 +175,4 @@ fn chunked_sums(
     Ok(partial
         .iter()
         .fold([0.0; 2], |[s, n], [ps, pn]| [s + ps, n + pn]))
-}
-
-/// Independent running sums, so the additions pipeline and vectorize.
-const LANES: usize = 8;
-
-/// Values per lane summed in float32 before being added to the float64 totals: every term
-/// is a square, so a block's relative rounding stays under 32 × 2⁻²⁴ (2 · 10⁻⁶, a 10⁻⁵ dB
-/// change of an SQNR) while the inner loop runs at float32's vector width.
-const BLOCK: usize = 32 * LANES;
-
-/// `[Σ float², Σ (float − local)²]` of one chunk, `value` taking each local element to
-/// float32; the difference is taken in f32, as the Sub of the float model's type would.
-fn squared_sums<T: Copy>(float: &[f32], local: &[T], value: impl Fn(T) -> f32) -> [f64; 2] {
-    let mut totals = [0.0_f64; 2];
-    for (f, l) in float.chunks(BLOCK).zip(local.chunks(BLOCK)) {
-        let (mut signal, mut noise) = ([0.0_f32; LANES], [0.0_f32; LANES]);
-        let (fs, ls) = (f.chunks_exact(LANES), l.chunks_exact(LANES));
-        let (f_rest, l_rest) = (fs.remainder(), ls.remainder());
-        for (f, l) in fs.zip(ls) {
-            for lane in 0..LANES {
-                let d = f[lane] - value(l[lane]);
-                signal[lane] += f[lane] * f[lane];
-                noise[lane] += d * d;
-            }
-        }
-        for (lane, (&f, &l)) in f_rest.iter().zip(l_rest).enumerate() {
-            let d = f - value(l);
-            signal[lane] += f * f;
-            noise[lane] += d * d;
-        }
-        totals[0] += signal.iter().map(|&v| f64::from(v)).sum::<f64>();
-        totals[1] += noise.iter().map(|&v| f64::from(v)).sum::<f64>();
-    }
-    totals
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sums_of_squares_cover_every_value_lanes_and_remainder_alike() {
-        let float = [3.0_f32, -1.0, 0.5];
-        let local = [2.0_f32, -1.0, 0.25];
-        assert_eq!(
-            squared_sums(&float, &local, |l| l),
-            [9.0 + 1.0 + 0.25, 1.0 + 0.0 + 0.0625]
-        );
-        // More values than lanes: the remainder is summed too.
-        let float: Vec<f32> = (0..19).map(|i| i as f32).collect();
-        let q: Vec<u8> = (0..19).map(|i| i as u8 + 1).collect();
-        let [signal, noise] = squared_sums(&float, &q, |q| (i32::from(q) - 1) as f32 * 0.5);
-        let expected_noise: f64 = (0..19).map(|i| (i as f64 * 0.5).powi(2)).sum();
-        assert_eq!(signal, (0..19).map(|i| (i * i) as f64).sum::<f64>());
-        assert_eq!(noise, expected_noise);
-    }
 }

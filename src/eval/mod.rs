@@ -13,6 +13,7 @@ pub mod output_kind;
 pub mod range_choice;
 pub mod reference;
 pub mod sensitivity;
+mod squares;
 pub mod switchable;
 pub mod switched_scan;
 pub mod task;

@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::EvalError;
 pub use super::local_error::LocalError;
 use super::local_error::{LocalModel, LocalSums, Target, unranked_tensors};
+use super::squares::array_sums;
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
 use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
 pub use super::weight_error::WeightError;
@@ -376,10 +377,9 @@ impl<'a> Sums<'a> {
                     return;
                 };
                 if reference.len() == test.len() {
-                    for (&a, &b) in reference.iter().zip(test.iter()) {
-                        s[0] += f64::from(a).powi(2);
-                        s[1] += f64::from(a - b).powi(2);
-                    }
+                    let [signal, noise] = array_sums(reference, test);
+                    s[0] += signal;
+                    s[1] += noise;
                 }
             });
     }
@@ -405,9 +405,10 @@ fn add_pair(
     let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
         return;
     };
-    for (&a, &b) in pre.iter().zip(post.iter()) {
-        s[0] += f64::from(a).powi(2);
-        s[1] += f64::from(a - b).powi(2);
+    if pre.len() == post.len() {
+        let [signal, noise] = array_sums(pre, post);
+        s[0] += signal;
+        s[1] += noise;
     }
     let Some(reference) = float.filter(|r| r.len() == post.len()) else {
         return;
@@ -431,10 +432,9 @@ fn add_pair(
             .count() as f64;
         s[5] += reference.len() as f64;
     }
-    for (&a, &b) in reference.iter().zip(post.iter()) {
-        s[2] += f64::from(a).powi(2);
-        s[3] += f64::from(a - b).powi(2);
-    }
+    let [signal, noise] = array_sums(reference, post);
+    s[2] += signal;
+    s[3] += noise;
 }
 
 /// Runs both models on `source` with every matched tensor exposed and accumulates the errors.
