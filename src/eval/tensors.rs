@@ -22,6 +22,7 @@ pub use super::weight_error::WeightError;
 use super::weight_error::{input_channel_fit, weight_errors};
 use crate::calib::data::{BatchSource, sample_shapes};
 use crate::calib::histogram::Histogram;
+use crate::calib::stats::BatchSummary;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, Node, NodeId};
 use crate::quant::rescaled::{ChannelFactors, factors_in, rescaled_in};
@@ -413,12 +414,15 @@ fn add_pair(
     let Some(reference) = float.filter(|r| r.len() == post.len()) else {
         return;
     };
-    if let Some(values) = reference.as_slice() {
-        let abs_max = values
-            .iter()
-            .filter(|v| v.is_finite())
-            .fold(0f32, |m, v| m.max(v.abs()));
-        h.add(values, abs_max);
+    // One vectorized scan gives the histogram its range and says whether any value can lie
+    // outside the pair's.
+    let summary = reference.as_slice().map(BatchSummary::of);
+    if let (Some(values), Some(summary)) = (reference.as_slice(), summary) {
+        let abs_max = match summary.count {
+            0 => 0.0,
+            _ => summary.min.abs().max(summary.max.abs()),
+        };
+        h.add_summarized(values, abs_max, summary.count == values.len() as u64);
     }
     if let Some((lo, hi, half_step)) = p
         .range
@@ -426,10 +430,17 @@ fn add_pair(
     {
         // Within half a step of an end a value rounds to the end as any other value rounds:
         // only beyond it is it clipped.
-        s[4] += reference
-            .iter()
-            .filter(|&&v| v < lo - half_step || v > hi + half_step)
-            .count() as f64;
+        let (below, above) = (lo - half_step, hi + half_step);
+        let clipped = |v: f32| usize::from(v < below || v > above);
+        s[4] += match (reference.as_slice(), summary) {
+            (_, Some(summary))
+                if summary.inf == 0 && summary.min >= below && summary.max <= above =>
+            {
+                0
+            }
+            (Some(values), _) => values.iter().map(|&v| clipped(v)).sum::<usize>(),
+            (None, _) => reference.iter().map(|&v| clipped(v)).sum::<usize>(),
+        } as f64;
         s[5] += reference.len() as f64;
     }
     let [signal, noise] = array_sums(reference, post);
