@@ -424,7 +424,7 @@ impl Runtime {
     }
 
     /// [`Runtime::session_from_model`] for a model that uses the operators of `domain`
-    /// (qdq-studio's own, [`crate::eval::error_sums`]), registered on the session.
+    /// (qdq-studio's own operator the evaluation layer adds), registered on the session.
     pub fn session_with_operators(
         &self,
         model: &crate::model::SessionModel,
