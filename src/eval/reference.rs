@@ -6,13 +6,16 @@
 //! comparison; a scan trades memory (inputs and float outputs of the evaluation set) for
 //! hundreds of runs saved.
 
+use std::collections::BTreeMap;
+
 use ndarray::{ArrayD, Axis};
 
 use super::task::{Task, TaskOptions};
 use super::{EvalError, OutputMetrics, check_comparable, run_outputs};
 use crate::calib::data::BatchSource;
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::{Model, TensorArray};
+use crate::model::pinned::pin_sample_shapes;
+use crate::model::{Model, SessionModel, TensorArray};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime, SessionOptions};
@@ -35,9 +38,11 @@ impl ReferenceBatch {
 }
 
 /// A session for a QDQ model with its CPU options and at most `intra_threads` threads per
-/// operator (0: ONNX Runtime's default).
+/// operator (0: ONNX Runtime's default), its inputs declaring `sample_shapes`
+/// ([`Reference::sample_shapes`]).
 fn quantized_session(
     quant: &Model,
+    sample_shapes: &BTreeMap<String, Vec<usize>>,
     runtime: &Runtime,
     eps: &[EpSpec],
     intra_threads: usize,
@@ -46,7 +51,18 @@ fn quantized_session(
         intra_threads,
         ..cpu_session_options(quant)
     };
-    Ok(runtime.session_from_model(&quant.to_session_model()?, eps, options)?)
+    let encoded = pinned_session_model(quant, sample_shapes)?;
+    Ok(runtime.session_from_model(&encoded, eps, options)?)
+}
+
+/// `model` encoded for a session whose inputs declare `sample_shapes` ([`pin_sample_shapes`]).
+pub fn pinned_session_model(
+    model: &Model,
+    sample_shapes: &BTreeMap<String, Vec<usize>>,
+) -> Result<SessionModel, EvalError> {
+    let (mut proto, external_folder) = model.to_session_proto();
+    pin_sample_shapes(&mut proto, sample_shapes);
+    Ok(SessionModel::encode(proto, external_folder)?)
 }
 
 /// Consecutive batches as one (`None` when an input or output cannot be joined).
@@ -214,7 +230,8 @@ impl Reference {
         intra_threads: usize,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
-        let mut session = quantized_session(quant, runtime, eps, intra_threads)?;
+        let mut session =
+            quantized_session(quant, &self.sample_shapes(), runtime, eps, intra_threads)?;
         Ok(self.run_all(&mut session, None, &[])?.0)
     }
 
@@ -240,7 +257,7 @@ impl Reference {
     ) -> Result<(Vec<OutputMetrics>, Vec<OutputPair>), EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         self.batch_of(sample)?;
-        let mut session = quantized_session(quant, runtime, eps, 0)?;
+        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0)?;
         let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[])?;
         Ok((metrics, pairs.unwrap_or_default()))
     }
@@ -270,6 +287,25 @@ impl Reference {
         Ok((super::finish(&accumulators), pairs))
     }
 
+    /// The shape of one sample of each input that every held batch gives alike: a session
+    /// that only runs these batches may declare it, and ONNX Runtime then plans the graph
+    /// without symbolic sizes (the local errors' module [`crate::model::pinned`] says how
+    /// much that saves).
+    pub fn sample_shapes(&self) -> BTreeMap<String, Vec<usize>> {
+        let mut shapes: BTreeMap<String, Option<Vec<usize>>> = BTreeMap::new();
+        for (name, array) in self.batches.iter().flat_map(|b| &b.inputs) {
+            let sample = array.shape().get(1..).map(<[usize]>::to_vec);
+            let agreed = shapes.entry(name.clone()).or_insert_with(|| sample.clone());
+            if *agreed != sample {
+                *agreed = None;
+            }
+        }
+        shapes
+            .into_iter()
+            .filter_map(|(name, shape)| Some((name, shape?)))
+            .collect()
+    }
+
     /// The batch holding `sample`.
     fn batch_of(&self, sample: usize) -> Result<&ReferenceBatch, EvalError> {
         self.batches
@@ -293,7 +329,7 @@ impl Reference {
     ) -> Result<Vec<OutputPair>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
-        let mut session = quantized_session(quant, runtime, eps, 0)?;
+        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0)?;
         let results = self.run_batch(&mut session, batch, &[])?;
         Ok(self.pairs(batch, &results, sample))
     }
@@ -340,5 +376,56 @@ impl Reference {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(index: usize, inputs: &[(&str, &[usize])]) -> ReferenceBatch {
+        let inputs = inputs
+            .iter()
+            .map(|(name, shape)| {
+                let array = ArrayD::<f32>::zeros(ndarray::IxDyn(shape));
+                ((*name).to_owned(), TensorArray::Float32(array))
+            })
+            .collect();
+        ReferenceBatch {
+            index,
+            first_sample: index,
+            samples: 1,
+            inputs,
+            outputs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn sample_shapes_are_those_every_batch_gives_alike() {
+        let reference = Reference {
+            outputs: Vec::new(),
+            task: Task {
+                kinds: Vec::new(),
+                truth_key: None,
+                scorers: Vec::new(),
+                iou_threshold: 0.5,
+            },
+            batches: vec![
+                batch(
+                    0,
+                    &[("image", &[4, 3, 48, 320]), ("ids", &[4, 7]), ("k", &[])],
+                ),
+                // A smaller last batch keeps the sample shape; a longer sequence does not.
+                batch(
+                    1,
+                    &[("image", &[2, 3, 48, 320]), ("ids", &[2, 9]), ("k", &[])],
+                ),
+            ],
+            samples: 6,
+        };
+        assert_eq!(
+            reference.sample_shapes(),
+            BTreeMap::from([("image".to_owned(), vec![3, 48, 320])])
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::reference::Reference;
+use super::reference::{Reference, pinned_session_model};
 use super::sensitivity::{Evaluator, Target, workers_within};
 use super::switchable::{BuildError, Switchable};
 use super::{EvalError, OutputMetrics};
@@ -104,10 +104,7 @@ fn joining_agrees(eval: &Evaluator, joined: &Reference) -> bool {
         quiet_errors: true,
         ..crate::quant::cpu_session_options(eval.float)
     };
-    let session = eval
-        .float
-        .to_session_model()
-        .map_err(EvalError::from)
+    let session = pinned_session_model(eval.float, &joined.sample_shapes())
         .and_then(|m| Ok(eval.runtime.session_from_model(&m, eval.eps, options)?));
     let metrics = session.and_then(|mut session| joined.compare_session(&mut session, &[]));
     let worst = metrics.map(|m| m.iter().map(|o| o.sqnr_db).fold(f64::INFINITY, f64::min));
@@ -152,7 +149,7 @@ impl<'a> GatedRuns<'a> {
             intra_threads: if workers > 1 { 1 } else { 0 },
             ..SessionOptions::default()
         };
-        let encoded = switchable.model().to_session_model()?;
+        let encoded = pinned_session_model(switchable.model(), &eval.reference.sample_shapes())?;
         let open = |_| eval.runtime.session_from_model(&encoded, eval.eps, options);
         let sessions = if workers > 1 {
             worker_pool(workers)?.install(|| (0..workers).into_par_iter().map(open).collect())
