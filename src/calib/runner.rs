@@ -9,7 +9,9 @@ use ndarray::ArrayViewD;
 use rayon::prelude::*;
 
 use super::channels::ChannelStats;
-use super::data::{BatchChoice, BatchSource, choose_batch, model_inputs, validate_source};
+use super::data::{
+    BatchChoice, BatchSource, choose_batch, model_inputs, sample_shapes, validate_source,
+};
 use super::histogram::{AbsHistogram, Histogram};
 use super::input_hessians::InputHessian;
 use super::input_means::InputMean;
@@ -18,6 +20,7 @@ use super::stats::{BatchSummary, CalibrationInfo, CalibrationStats, TensorStats}
 use super::{CalibError, CalibrationConfig};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::builder::any_shape_info;
+use crate::model::pinned::pin_sample_shapes;
 use crate::model::proto::ValueInfoProto;
 use crate::model::{DataType, Graph, Model, SessionModel, TensorKind};
 use crate::runtime::value::{owned_inputs, session_inputs};
@@ -53,13 +56,17 @@ pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String
     names
 }
 
-/// The model with `tensors` added as graph outputs, encoded for a session.
+/// The model with `tensors` added as graph outputs, encoded for a session whose inputs
+/// declare `sample_shapes` ([`crate::model::pinned`]: the data's, so that ONNX Runtime plans
+/// it without symbolic sizes).
 pub fn augmented_model(
     model: &Model,
     graph: &Graph,
     tensors: &[String],
+    sample_shapes: &BTreeMap<String, Vec<usize>>,
 ) -> Result<SessionModel, CalibError> {
     let (mut proto, external_folder) = model.to_session_proto();
+    pin_sample_shapes(&mut proto, sample_shapes);
     let Some(g) = proto.graph.as_mut() else {
         return Ok(SessionModel::encode(proto, external_folder)?);
     };
@@ -141,7 +148,7 @@ pub fn calibrate(
         memory::declared_bytes_per_sample(&graph, &tensors, &source.arrays()),
         tensors.len(),
     )?;
-    let augmented = augmented_model(model, &graph, &tensors)?;
+    let augmented = augmented_model(model, &graph, &tensors, &sample_shapes(&*source))?;
     let options = SessionOptions {
         optimization: if config.optimize {
             Optimization::All

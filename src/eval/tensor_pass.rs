@@ -17,7 +17,7 @@ use ndarray::ArrayD;
 use ort::session::Session;
 
 use super::EvalError;
-use crate::calib::data::BatchSource;
+use crate::calib::data::{BatchSource, sample_shapes};
 use crate::calib::runner::{augmented_model, calibration_tensors};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
@@ -68,16 +68,19 @@ pub fn observing(model: &Model) -> SessionOptions {
     }
 }
 
-/// A session over `model` with `names` exposed as outputs.
+/// A session over `model` with `names` exposed as outputs, for the batches of `source` (its
+/// inputs declare their sample shape).
 pub fn observing_session(
     model: &Model,
     names: &[String],
+    source: &dyn BatchSource,
     runtime: &Runtime,
     eps: &[EpSpec],
     label: &'static str,
 ) -> Result<Session, EvalError> {
     let graph = Graph::build(model);
-    let encoded = augmented_model(model, &graph, names).map_err(|e| EvalError::Run {
+    let shapes = sample_shapes(source);
+    let encoded = augmented_model(model, &graph, names, &shapes).map_err(|e| EvalError::Run {
         batch: 0,
         model: label,
         reason: e.to_string(),
@@ -107,7 +110,7 @@ impl FloatTensors {
     ) -> Result<FloatPass, EvalError> {
         let batch_size = batch_size.max(1);
         let names = calibration_tensors(&Graph::build(float), None);
-        let mut session = observing_session(float, &names, runtime, eps, "float")?;
+        let mut session = observing_session(float, &names, &*source, runtime, eps, "float")?;
         let batches = source.samples().div_ceil(batch_size);
         let meter = RateMeter::new("float tensors", source.samples() as u64);
         let mut captured = Vec::new();

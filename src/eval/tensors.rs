@@ -521,12 +521,14 @@ pub fn tensor_errors_against(
         _ => FloatSide::Live(observing_session(
             float,
             &float_names,
+            &*source,
             runtime,
             eps,
             "float",
         )?),
     };
-    let mut quant_session = observing_session(quant, &quant_names, runtime, eps, "quantized")?;
+    let mut quant_session =
+        observing_session(quant, &quant_names, &*source, runtime, eps, "quantized")?;
     let mut sums = Sums::new(pairs, layers);
     each_batch(
         source,
@@ -682,7 +684,7 @@ fn observed_ranks(
     runtime: &Runtime,
     eps: &[EpSpec],
 ) -> Result<HashMap<String, usize>, EvalError> {
-    let mut session = observing_session(float, names, runtime, eps, "float")?;
+    let mut session = observing_session(float, names, &*source, runtime, eps, "float")?;
     source.rewind()?;
     let Some(batch) = source.next_batch(1)? else {
         return Ok(HashMap::new());
