@@ -78,6 +78,15 @@ fn integer_local_values_give_the_sums_of_onnx_runtimes_dequantized_ones() {
         let mut session = runtime
             .session_with_operators(&model, &[EpSpec::Cpu], SessionOptions::default(), domain)
             .unwrap();
+        // An empty tensor sums to nothing rather than failing the run.
+        let empty = ArrayD::<f32>::zeros(IxDyn(&[1, 0]));
+        let owned = owned_inputs(vec![("x".into(), TensorArray::Float32(empty))]).unwrap();
+        let out = session.run(session_inputs(&owned)).unwrap();
+        for name in ["from_integers", "from_floats"] {
+            let (_, pair) = out[name].try_extract_tensor::<f64>().unwrap();
+            assert_eq!(pair, [0.0, 0.0], "{dtype:?}: {name} on no values");
+        }
+        drop(out);
         let x = values();
         let owned = owned_inputs(vec![("x".into(), TensorArray::Float32(x.clone()))]).unwrap();
         let out = session.run(session_inputs(&owned)).unwrap();

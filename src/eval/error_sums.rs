@@ -161,6 +161,10 @@ fn chunked_sums(
     sums: impl Fn(std::ops::Range<usize>) -> [f64; 2] + Sync + Send,
 ) -> ort::Result<[f64; 2]> {
     let chunks = len.div_ceil(CHUNK);
+    if chunks == 0 {
+        // An empty tensor (a batch with a zero-sized axis): nothing to sum, nothing to split.
+        return Ok([0.0; 2]);
+    }
     let partial = Mutex::new(vec![[0.0; 2]; chunks]);
     ctx.par_for(chunks, chunks, |chunk| {
         let start = chunk * CHUNK;
