@@ -14,8 +14,8 @@ use super::task::{Task, TaskOptions};
 use super::{EvalError, OutputMetrics, check_comparable, run_outputs};
 use crate::calib::data::BatchSource;
 use crate::jobs::{JobContext, RateMeter};
-use crate::model::pinned::pin_sample_shapes;
-use crate::model::{Model, SessionModel, TensorArray};
+use crate::model::pinned::pinned_session_model;
+use crate::model::{Model, TensorArray};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime, SessionOptions};
@@ -53,16 +53,6 @@ fn quantized_session(
     };
     let encoded = pinned_session_model(quant, sample_shapes)?;
     Ok(runtime.session_from_model(&encoded, eps, options)?)
-}
-
-/// `model` encoded for a session whose inputs declare `sample_shapes` ([`pin_sample_shapes`]).
-pub fn pinned_session_model(
-    model: &Model,
-    sample_shapes: &BTreeMap<String, Vec<usize>>,
-) -> Result<SessionModel, EvalError> {
-    let (mut proto, external_folder) = model.to_session_proto();
-    pin_sample_shapes(&mut proto, sample_shapes);
-    Ok(SessionModel::encode(proto, external_folder)?)
 }
 
 /// Consecutive batches as one (`None` when an input or output cannot be joined).

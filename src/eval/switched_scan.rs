@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::reference::{Reference, pinned_session_model};
+use super::reference::Reference;
 use super::sensitivity::{Evaluator, Target, workers_within};
 use super::switchable::{BuildError, Switchable};
 use super::{EvalError, OutputMetrics};
 use crate::jobs::{JobContext, RateMeter};
+use crate::model::pinned::pinned_session_model;
 use crate::recipe::Recipe;
 use crate::runtime::{EpSpec, Optimization, SessionOptions};
 
@@ -105,6 +106,7 @@ fn joining_agrees(eval: &Evaluator, joined: &Reference) -> bool {
         ..crate::quant::cpu_session_options(eval.float)
     };
     let session = pinned_session_model(eval.float, &joined.sample_shapes())
+        .map_err(EvalError::from)
         .and_then(|m| Ok(eval.runtime.session_from_model(&m, eval.eps, options)?));
     let metrics = session.and_then(|mut session| joined.compare_session(&mut session, &[]));
     let worst = metrics.map(|m| m.iter().map(|o| o.sqnr_db).fold(f64::INFINITY, f64::min));

@@ -416,8 +416,9 @@ fn add_pair(
     };
     // One vectorized scan gives the histogram its range and says whether any value can lie
     // outside the pair's.
-    let summary = reference.as_slice().map(BatchSummary::of);
-    if let (Some(values), Some(summary)) = (reference.as_slice(), summary) {
+    let values = reference.as_slice();
+    let summary = values.map(BatchSummary::of);
+    if let (Some(values), Some(summary)) = (values, summary) {
         let abs_max = match summary.count {
             0 => 0.0,
             _ => summary.min.abs().max(summary.max.abs()),
@@ -432,7 +433,7 @@ fn add_pair(
         // only beyond it is it clipped.
         let (below, above) = (lo - half_step, hi + half_step);
         let clipped = |v: f32| usize::from(v < below || v > above);
-        s[4] += match (reference.as_slice(), summary) {
+        s[4] += match (values, summary) {
             (_, Some(summary))
                 if summary.inf == 0 && summary.min >= below && summary.max <= above =>
             {

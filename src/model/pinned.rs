@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use super::proto::tensor_shape_proto::dimension::Value as DimValue;
 use super::proto::{ModelProto, type_proto};
+use super::{Model, ModelError, SessionModel};
 
 /// Sets, on each graph input of `proto` named in `sample_shapes`, every dimension after the
 /// first (the batch axis, left as declared) that is not fixed to the size the data gives it.
@@ -42,10 +43,20 @@ pub fn pin_sample_shapes(proto: &mut ModelProto, sample_shapes: &BTreeMap<String
     }
 }
 
+/// `model` encoded for a session whose inputs declare `sample_shapes` ([`pin_sample_shapes`]).
+pub fn pinned_session_model(
+    model: &Model,
+    sample_shapes: &BTreeMap<String, Vec<usize>>,
+) -> Result<SessionModel, ModelError> {
+    let (mut proto, external_folder) = model.to_session_proto();
+    pin_sample_shapes(&mut proto, sample_shapes);
+    SessionModel::encode(proto, external_folder)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{DataType, Dim, Graph, Model, ModelBuilder};
+    use crate::model::{DataType, Dim, Graph, ModelBuilder};
 
     #[test]
     fn free_sample_dimensions_take_the_data_sizes_and_the_batch_axis_stays_free() {
