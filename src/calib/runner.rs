@@ -511,10 +511,7 @@ impl BatchFitter {
         // Shapes not all declared: measure one sample first, unless a full batch is far from
         // the budget even if the unknown activations are many times the known bytes (the
         // common case; a probe would also change the batch partition the statistics see).
-        let worst = declared
-            .bytes
-            .saturating_mul(fitter.batch_size as u64)
-            .saturating_mul(UNKNOWN_SHAPES_FACTOR);
+        let worst = fitter.worst_batch_bytes(declared);
         fitter.probe = budget.is_some_and(|b| worst > b)
             && !declared.complete
             && fitter.batch_size > 1
@@ -528,16 +525,22 @@ impl BatchFitter {
     /// the budget, so that the arena's growth (it extends in doubling regions) stays inside.
     /// Batches fitted close to the memory available run without it.
     fn leaves_arena_room(&self, declared: memory::SampleEstimate) -> bool {
+        let worst = self.worst_batch_bytes(declared);
+        self.budget
+            .is_none_or(|budget| worst.saturating_mul(ARENA_HEADROOM) <= budget)
+    }
+
+    /// The most a batch of the size in force could hold: the declared bytes, times
+    /// [`UNKNOWN_SHAPES_FACTOR`] when some tensors' shapes are not declared.
+    fn worst_batch_bytes(&self, declared: memory::SampleEstimate) -> u64 {
         let factor = match declared.complete {
             true => 1,
             false => UNKNOWN_SHAPES_FACTOR,
         };
-        let worst = declared
+        declared
             .bytes
             .saturating_mul(self.batch_size as u64)
-            .saturating_mul(factor);
-        self.budget
-            .is_none_or(|budget| worst.saturating_mul(ARENA_HEADROOM) <= budget)
+            .saturating_mul(factor)
     }
 
     /// Samples to ask for next.
