@@ -240,9 +240,6 @@ fn mean_channel_bias(float: &ArrayD<f32>, quant: &ArrayD<f32>) -> f64 {
 
 #[test]
 fn bias_correction_removes_the_mean_output_error() {
-    if common::kernels_saturate_here("bias_correction_removes_the_mean_output_error") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("calib.npz");
     write_npz(&data, &[("x", TensorArray::Float32(positive_data(5, 64)))]);
@@ -588,11 +585,6 @@ fn run_two(model: &Model, a: &ArrayD<f32>, b: &ArrayD<f32>) -> (ArrayD<f32>, Arr
 
 #[test]
 fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
-    if common::kernels_saturate_here(
-        "layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts",
-    ) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("calib.npz");
     let (a, b) = (spiked(1, 64), spiked(2, 64));
@@ -693,9 +685,6 @@ fn quantize_sample(dir: &std::path::Path, name: &str, flags: &[&str]) -> std::pa
 
 #[test]
 fn compare_against_a_baseline_shows_each_layers_gain() {
-    if common::kernels_saturate_here("compare_against_a_baseline_shows_each_layers_gain") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let before = quantize_sample(dir.path(), "per_tensor.onnx", &["--per_tensor"]);
     let after = quantize_sample(dir.path(), "per_channel.onnx", &["--per_channel"]);

@@ -81,11 +81,6 @@ fn sample_with_bad_first_conv(dir: &Path) -> (PathBuf, PathBuf, String) {
 
 #[test]
 fn a_node_made_bad_is_flagged_by_its_local_error_and_those_after_it_by_cumulative_error_only() {
-    if common::kernels_saturate_here(
-        "a_node_made_bad_is_flagged_by_its_local_error_and_those_after_it_by_cumulative_error_only",
-    ) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let (quant, bad, culprit) = sample_with_bad_first_conv(dir.path());
     let (good_local, good_cumulative) = errors(&quant);

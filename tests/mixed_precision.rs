@@ -81,9 +81,6 @@ fn each_node_gets_its_precision_and_onnx_runtime_runs_the_model() {
 
 #[test]
 fn sixteen_bit_activations_on_every_conv_beat_eight_bits() {
-    if common::kernels_saturate_here("sixteen_bit_activations_on_every_conv_beat_eight_bits") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
     let mut recipe = Recipe::default();

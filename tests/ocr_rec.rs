@@ -203,11 +203,6 @@ fn int8_kernels_exact() -> bool {
 
 #[test]
 fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
-    if common::kernels_saturate_here(
-        "pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy",
-    ) {
-        return;
-    }
     let rt = runtime();
     let float = Model::load(&ppocr(PPOCR_REC)).unwrap();
     let alphabet = alphabet(&float);

@@ -179,11 +179,6 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
 /// succeeds, with ONNX Runtime's log of the failed try kept off the terminal.
 #[test]
 fn the_switchable_scan_keeps_the_data_batches_when_joining_them_fails() {
-    if common::kernels_saturate_here(
-        "the_switchable_scan_keeps_the_data_batches_when_joining_them_fails",
-    ) {
-        return;
-    }
     use qdq_studio::model::{DataType, ModelBuilder};
     let values = |seed: u64, shape: &[usize]| {
         let n = shape.iter().product();

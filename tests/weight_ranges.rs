@@ -33,9 +33,6 @@ fn calibrated(
 
 #[test]
 fn each_weight_gets_the_range_that_does_better_at_the_outputs() {
-    if common::kernels_saturate_here("each_weight_gets_the_range_that_does_better_at_the_outputs") {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let (model_path, calib) = (dir.path().join("m.onnx"), dir.path().join("calib.npz"));
     let model = weight_outlier_model();

@@ -463,36 +463,3 @@ pub fn cpu_evaluator<'a>(
         eps: &[qdq_studio::runtime::EpSpec::Cpu],
     }
 }
-
-/// Whether ONNX Runtime's u8×s8 integer kernels saturate on this CPU: x86-64 without VNNI
-/// (AVX2, AVX-512 before Cascade Lake) adds each pair of u8×s8 products in 16 bits
-/// (`vpmaddubsw`), so a QDQ model with 8-bit weights computes far from its Q/DQ arithmetic
-/// there (the bundled sample per channel: 13 dB against 53 dB, measured on an AMD EPYC with
-/// AVX2). The saturation guard gives 7 bits to transformers' MatMul/Gemm weights only, so
-/// tests whose claims rest on the fused kernels following the Q/DQ arithmetic of a network
-/// without a norm cannot judge such a machine.
-pub fn int8_kernels_saturate() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        !(std::arch::is_x86_feature_detected!("avx512vnni")
-            || std::arch::is_x86_feature_detected!("avxvnni"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// True, after saying so on stderr, where `test` must not judge this machine because its
-/// integer kernels saturate ([`int8_kernels_saturate`]).
-pub fn kernels_saturate_here(test: &str) -> bool {
-    let saturate = int8_kernels_saturate();
-    if saturate {
-        eprintln!(
-            "{test}: not judged here: this x86 CPU has no VNNI, so ONNX Runtime's u8×s8 \
-             kernels saturate on 8-bit weights and the QDQ model computes far from its Q/DQ \
-             arithmetic"
-        );
-    }
-    saturate
-}
