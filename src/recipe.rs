@@ -120,6 +120,27 @@ impl Int4Output {
     }
 }
 
+/// Which weights the saturation guard gives 7 bits (see the quantizer's `saturation` module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardScope {
+    /// Every int8 weight ONNX Runtime's u8×s8 kernels read: a quantized Conv, MatMul or Gemm
+    /// with an 8-bit activation input.
+    #[default]
+    IntegerKernels,
+    /// Only the MatMul/Gemm weights of a model with a LayerNorm/RMSNorm: what the guard
+    /// covered in recipes written before its scope was a setting, kept so that they
+    /// reproduce the model they made.
+    TransformerLinear,
+}
+
+impl GuardScope {
+    /// The scope of recipes that do not name one.
+    fn legacy() -> Self {
+        GuardScope::TransformerLinear
+    }
+}
+
 /// How a weight's range is chosen (per tensor or per channel, integer types; block-wise and
 /// FP8 weights always take their extremes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -384,12 +405,16 @@ pub struct Recipe {
     /// onnxruntime's placement.
     #[serde(default = "yes")]
     pub auto_precision: bool,
-    /// With automatic precision, a transformer's int8 weights get 7 bits when the recipe
-    /// targets ONNX Runtime's u8×s8 kernels, which saturate on x86 CPUs without VNNI (see
-    /// the quantizer's `saturation` module). Recipes written before this setting: off, so
-    /// they reproduce the model they made.
+    /// With automatic precision, the int8 weights ONNX Runtime's u8×s8 kernels read get 7
+    /// bits, as those kernels saturate on x86 CPUs without VNNI (see the quantizer's
+    /// `saturation` module). Recipes written before this setting: off, so they reproduce
+    /// the model they made.
     #[serde(default)]
     pub saturation_guard: bool,
+    /// Which weights the saturation guard covers. Recipes written before this setting: a
+    /// transformer's MatMul/Gemm weights only, as then.
+    #[serde(default = "GuardScope::legacy")]
+    pub saturation_guard_scope: GuardScope,
     /// Per-tensor overrides, by tensor name.
     #[serde(default)]
     pub tensor_overrides: BTreeMap<String, TensorOverride>,
@@ -439,6 +464,7 @@ impl Default for Recipe {
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,
+            saturation_guard_scope: GuardScope::IntegerKernels,
             tensor_overrides: BTreeMap::new(),
             node_precision: BTreeMap::new(),
         }
@@ -861,6 +887,29 @@ mod tests {
         );
         let text = recipe.to_toml();
         assert_eq!(Recipe::from_toml(&text, "r.toml").unwrap(), recipe);
+    }
+
+    #[test]
+    fn recipes_from_before_a_setting_keep_what_they_meant_then() {
+        let text = Recipe::default().to_toml();
+        assert!(
+            text.contains("saturation_guard_scope = \"integer_kernels\""),
+            "{text}"
+        );
+        let older: String = text
+            .lines()
+            .filter(|l| !l.starts_with("saturation_guard"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let recipe = Recipe::from_toml(&older, "r.toml").unwrap();
+        assert!(!recipe.saturation_guard);
+        let guarded = older.replace(
+            "auto_precision = true",
+            "auto_precision = true\nsaturation_guard = true",
+        );
+        let recipe = Recipe::from_toml(&guarded, "r.toml").unwrap();
+        assert!(recipe.saturation_guard);
+        assert_eq!(recipe.saturation_guard_scope, GuardScope::TransformerLinear);
     }
 
     #[test]

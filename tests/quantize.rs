@@ -249,7 +249,9 @@ fn the_quantized_samples_integer_kernels_follow_its_qdq_arithmetic() {
     let model = sample();
     let recipe = Recipe::default();
     let stats = stats_for(&model, &recipe, &asset("calib.npz"), 8);
-    let mut q = quant::quantize(&model, Some(&stats), &recipe).unwrap().model;
+    let mut q = quant::quantize(&model, Some(&stats), &recipe)
+        .unwrap()
+        .model;
     let logits = "linear_1.tmp_1";
     let graph = q.proto_mut().graph.as_mut().unwrap();
     graph.output.insert(
@@ -262,7 +264,10 @@ fn the_quantized_samples_integer_kernels_follow_its_qdq_arithmetic() {
     let fused = run_with(&q, Optimization::All);
     let unfused = run_with(&q, Optimization::Disable);
     let db = sqnr(&unfused, &fused);
-    assert!(db > 35.0, "fused kernels {db:.2} dB from the Q/DQ arithmetic");
+    assert!(
+        db > 35.0,
+        "fused kernels {db:.2} dB from the Q/DQ arithmetic"
+    );
 }
 
 /// A small transformer-like block: MatMul+bias, Softmax attention-ish mixing, LayerNorm.

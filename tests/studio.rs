@@ -441,7 +441,7 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     h.state_mut().document_mut().unwrap().selection = vec![dense];
     h.run_steps(2);
     h.get_by_label_contains("int8 (7-bit) symmetric");
-    h.get_by_label_contains("7-bit transformer weights (1)")
+    h.get_by_label_contains("7-bit weights against saturation (1)")
         .click();
     h.run_steps(3);
     assert!(!recipe(&h).saturation_guard);

@@ -759,12 +759,13 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
     let mut guard = doc.recipe().saturation_guard;
     let count = doc.plan.seven_bit_weights.len();
     let label = if guard && count > 0 {
-        format!("7-bit transformer weights ({count})")
+        format!("7-bit weights against saturation ({count})")
     } else {
-        "7-bit transformer weights".to_owned()
+        "7-bit weights against saturation".to_owned()
     };
-    let hover = "A transformer's int8 MatMul/Gemm weights get 7 bits when the model targets ONNX Runtime's \
-                 u8×s8 kernels, which saturate on x86 CPUs without VNNI. Off: 8 bits, for VNNI \
+    let hover = "The int8 weights of Conv/MatMul/Gemm nodes that ONNX Runtime runs with its u8×s8 \
+                 kernels get 7 bits: those kernels saturate on x86 CPUs without VNNI (AMD before \
+                 Zen 4, Intel client CPUs before Alder Lake). Off: onnxruntime's 8 bits, for VNNI \
                  CPUs, GPUs and NPUs.";
     ui.indent("saturation_guard", |ui| {
         if ui

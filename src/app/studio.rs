@@ -343,9 +343,14 @@ impl Studio {
                     format!("Automatic precision {}", if on { "on" } else { "off" });
             }
             Command::SetSaturationGuard(on) => {
-                doc.editor.change(|r| r.saturation_guard = on);
+                doc.editor.change(|r| {
+                    r.saturation_guard = on;
+                    if on {
+                        r.saturation_guard_scope = crate::recipe::GuardScope::default();
+                    }
+                });
                 self.window.status = format!(
-                    "7-bit transformer weights {}",
+                    "7-bit weights against saturation {}",
                     if on { "on" } else { "off" }
                 );
             }

@@ -120,6 +120,12 @@ pub fn with_kept(recipe: &Recipe, kept: &BTreeMap<String, KeptReason>) -> Recipe
     effective
 }
 
+/// Whether the graph normalizes anything (a LayerNorm/RMSNorm, as one op or in primitives):
+/// what tells a transformer from a convolutional network here.
+pub fn has_normalization(graph: &Graph) -> bool {
+    !norm_inputs(graph).is_empty()
+}
+
 /// Normalizations: their data input (and a Skip variant's skip input) is normalized.
 const NORM_OPS: &[(&str, &[usize])] = &[
     ("LayerNormalization", &[0]),

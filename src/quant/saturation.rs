@@ -26,12 +26,23 @@
 use std::collections::BTreeSet;
 
 use super::plan::{Plan, TensorRole};
+use super::precision;
 use super::prepare::Prepared;
 use crate::model::Graph;
-use crate::recipe::{Placement, QuantMode, QuantType, Recipe};
+use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
 
 /// The weights the guard quantizes with 7 bits under `plan`; empty when it does not apply.
 pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> BTreeSet<String> {
+    let graph = &prepared.graph;
+    let covered: &dyn Fn(&str) -> bool = match recipe.saturation_guard_scope {
+        GuardScope::IntegerKernels => &|name| read_by_integer_kernel(graph, recipe, plan, name),
+        GuardScope::TransformerLinear => {
+            if !precision::has_normalization(graph) {
+                return BTreeSet::new();
+            }
+            &|name| feeds_linear(graph, name)
+        }
+    };
     if !applies(recipe) {
         return BTreeSet::new();
     }
@@ -43,10 +54,19 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
                     .tensor_overrides
                     .get(*name)
                     .is_some_and(|o| o.keep_float || o.reduce_range || o.dtype.is_some())
-                && read_by_integer_kernel(&prepared.graph, recipe, plan, name)
+                && covered(name)
         })
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Whether `name` is read by a MatMul or Gemm (the legacy scope's test).
+fn feeds_linear(graph: &Graph, name: &str) -> bool {
+    graph.tensor(name).is_some_and(|t| {
+        t.consumers
+            .iter()
+            .any(|&c| matches!(graph.node(c).op_type.as_str(), "MatMul" | "Gemm"))
+    })
 }
 
 /// Whether a Conv, MatMul or Gemm reads `weight` as its second input with an 8-bit
@@ -74,7 +94,8 @@ fn eight_bit_activation(recipe: &Recipe, plan: &Plan, input: &str) -> bool {
     );
     let own = recipe.tensor_overrides.get(input);
     quantized
-        && !own.is_some_and(|o| o.keep_float || o.dtype.is_some_and(|d| d != recipe.activation_type))
+        && !own
+            .is_some_and(|o| o.keep_float || o.dtype.is_some_and(|d| d != recipe.activation_type))
 }
 
 /// Whether the recipe asks for ONNX Runtime's u8×s8 kernels with full 8-bit weights.
@@ -123,8 +144,9 @@ mod tests {
     use crate::recipe::node_precision::NodePrecision;
 
     /// x → Conv(wc) → Relu → MatMul(w1) → Relu → MatMul(w2) → y: a network without norms,
-    /// whose three weights all feed ONNX Runtime's integer kernels by default.
-    fn model() -> crate::model::Model {
+    /// whose three weights all feed ONNX Runtime's integer kernels by default; with `norm`, a
+    /// LayerNormalization before the first MatMul.
+    fn model(norm: bool) -> crate::model::Model {
         let mut b = ModelBuilder::new(17);
         b.input("x", DataType::Float32, &[1, 2, 4, 4]);
         let weight = |shape: &[usize], seed: f32| {
@@ -137,16 +159,28 @@ mod tests {
         b.initializer("w2", weight(&[4, 4], 0.71));
         b.node("Conv", &["x", "wc"], &["c"]).name("conv");
         b.node("Relu", &["c"], &["cr"]).name("conv_relu");
-        b.node("MatMul", &["cr", "w1"], &["h"]).name("mm1");
+        let first = if norm {
+            b.initializer("gamma", TensorArray::Float32(ArrayD::ones(IxDyn(&[4]))));
+            b.node("LayerNormalization", &["cr", "gamma"], &["n"])
+                .name("ln");
+            "n"
+        } else {
+            "cr"
+        };
+        b.node("MatMul", &[first, "w1"], &["h"]).name("mm1");
         b.node("Relu", &["h"], &["r"]).name("relu");
         b.node("MatMul", &["r", "w2"], &["y"]).name("mm2");
         b.output("y", DataType::Float32, &[1, 4, 4, 4]);
         b.build()
     }
 
-    /// The weights automatic precision gives 7 bits under `recipe`.
+    /// The weights automatic precision gives 7 bits under `recipe` (the model without norms).
     fn guarded(recipe: &Recipe) -> BTreeSet<String> {
-        let prepared = Prepared::new(&model(), &recipe.preprocessing).unwrap();
+        guarded_in(&model(false), recipe)
+    }
+
+    fn guarded_in(model: &crate::model::Model, recipe: &Recipe) -> BTreeSet<String> {
+        let prepared = Prepared::new(model, &recipe.preprocessing).unwrap();
         crate::quant::guarded(&prepared, recipe, None).seven_bit_weights
     }
 
@@ -181,6 +215,18 @@ mod tests {
             },
         );
         assert_eq!(guarded(&float_input), names(&["w2", "wc"]));
+    }
+
+    #[test]
+    fn recipes_of_the_transformer_only_scope_guard_a_transformers_matmuls_only() {
+        let legacy = Recipe {
+            saturation_guard_scope: GuardScope::TransformerLinear,
+            ..Recipe::default()
+        };
+        assert!(guarded(&legacy).is_empty());
+        assert_eq!(guarded_in(&model(true), &legacy), names(&["w1", "w2"]));
+        let current = guarded_in(&model(true), &Recipe::default());
+        assert_eq!(current, names(&["w1", "w2", "wc"]));
     }
 
     #[test]
