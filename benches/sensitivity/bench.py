@@ -123,7 +123,7 @@ def main():
         compare(args.binary, "sample", sample / "ppocr_cls.onnx", sample / "calib.npz", sample / "eval.npz",
                 time_limit=20.0)
     auto_exclude(args.binary, "sample", sample / "ppocr_cls.onnx", WORK / "sample.sens.stats", sample / "eval.npz",
-                 45.0)
+                 60.0)
     if not args.skip_rec:
         rng = np.random.default_rng(1)
 
