@@ -763,10 +763,10 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
     } else {
         "7-bit weights against saturation".to_owned()
     };
-    let hover = "The int8 weights of Conv/MatMul/Gemm nodes that ONNX Runtime runs with its u8×s8 \
-                 kernels get 7 bits: those kernels saturate on x86 CPUs without VNNI (AMD before \
-                 Zen 4, Intel client CPUs before Alder Lake). Off: onnxruntime's 8 bits, for VNNI \
-                 CPUs, GPUs and NPUs.";
+    let hover = "The per-channel int8 weights of Conv/MatMul/Gemm nodes that ONNX Runtime runs with \
+                 its u8×s8 kernels get 7 bits: those kernels saturate on x86 CPUs without VNNI \
+                 (AMD before Zen 4, Intel client CPUs before Alder Lake). Per-tensor weights keep \
+                 8 bits. Off: onnxruntime's 8 bits, for VNNI CPUs, GPUs and NPUs.";
     ui.indent("saturation_guard", |ui| {
         if ui
             .checkbox(&mut guard, label)
