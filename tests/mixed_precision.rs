@@ -80,18 +80,14 @@ fn each_node_gets_its_precision_and_onnx_runtime_runs_the_model() {
 }
 
 /// The bundled classifier's logits (before its softmax): their SQNR to float in the
-/// quantized model `quant`, everything upstream quantized.
-fn logits_sqnr(float: &std::path::Path, quant: &std::path::Path) -> f64 {
-    let report = common::run_json(
-        cli()
-            .args(["compare", "--float"])
-            .arg(float)
-            .arg("--quant")
-            .arg(quant)
-            .arg("--data")
-            .arg(asset("eval.npz"))
-            .args(["--latency_runs", "0", "--per_tensor", "--json"]),
-    );
+/// quantized sample `quant`, everything upstream quantized.
+fn logits_sqnr(quant: &std::path::Path) -> f64 {
+    let report = common::run_json(common::compare_cmd(quant, &asset("eval.npz")).args([
+        "--latency_runs",
+        "0",
+        "--per_tensor",
+        "--json",
+    ]));
     let activations = report["tensors"]["activations"].as_array().unwrap();
     let logits = activations
         .iter()
@@ -125,8 +121,7 @@ fn sixteen_bit_activations_on_every_conv_beat_eight_bits() {
     );
     // Judged on the logits: the classifier's softmax, confident on these images, hides what
     // happens before it (47.1 against 47.3 dB there, measured).
-    let sqnr = |q: &std::path::Path| logits_sqnr(&asset("ppocr_cls.onnx"), q);
-    let (a8, a16) = (sqnr(&eight), sqnr(&sixteen));
+    let (a8, a16) = (logits_sqnr(&eight), logits_sqnr(&sixteen));
     assert!(a16 > a8 + 4.0, "w8a16 {a16:.2} dB against w8a8 {a8:.2} dB");
 }
 
