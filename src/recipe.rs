@@ -124,8 +124,8 @@ impl Int4Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum GuardScope {
-    /// Every int8 weight ONNX Runtime's u8×s8 kernels read: a quantized Conv, MatMul or Gemm
-    /// with an 8-bit activation input.
+    /// Every per-channel int8 weight ONNX Runtime's u8×s8 kernels read: a quantized Conv,
+    /// MatMul or Gemm with an 8-bit activation input.
     #[default]
     IntegerKernels,
     /// Only the MatMul/Gemm weights of a model with a LayerNorm/RMSNorm: what the guard

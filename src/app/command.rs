@@ -50,7 +50,8 @@ pub enum Command {
     },
     /// Turn the recipe's automatic precision on or off.
     SetAutoPrecision(bool),
-    /// Turn automatic precision's saturation guard (7-bit weights for the integer kernels) on or off.
+    /// Turn automatic precision's saturation guard (7-bit weights for the integer kernels) on
+    /// or off.
     SetSaturationGuard(bool),
     /// Switch the recipe's mode (int8, fp8, int4), with the types it needs.
     SetMode(crate::recipe::QuantMode),
