@@ -405,10 +405,10 @@ pub struct Recipe {
     /// onnxruntime's placement.
     #[serde(default = "yes")]
     pub auto_precision: bool,
-    /// With automatic precision, the int8 weights ONNX Runtime's u8×s8 kernels read get 7
-    /// bits, as those kernels saturate on x86 CPUs without VNNI (see the quantizer's
-    /// `saturation` module). Recipes written before this setting: off, so they reproduce
-    /// the model they made.
+    /// With automatic precision, the per-channel int8 weights ONNX Runtime's u8×s8 kernels
+    /// read get 7 bits, as those kernels saturate on x86 CPUs without VNNI (see the
+    /// quantizer's `saturation` module). Recipes written before this setting: off, so they
+    /// reproduce the model they made.
     #[serde(default)]
     pub saturation_guard: bool,
     /// Which weights the saturation guard covers. Recipes written before this setting: a
