@@ -42,7 +42,7 @@ for size in 1024x700 1600x1000; do
     click 350 200  # empty graph view: keys go to the studio, nothing selected
     xdotool key ctrl+r; sleep 15; shot "$name-histograms"
     xdotool key F5; sleep 18; shot "$name-results"
-    click "${quantize_menu[@]}"; click "${scan_item[@]}"; sleep 45; shot "$name-sensitivity"
+    click "${quantize_menu[@]}"; click "${scan_item[@]}"; sleep 80; shot "$name-sensitivity"
     kill "$studio" "$xvfb"; wait "$studio" "$xvfb" 2>/dev/null || true
   done
 done
