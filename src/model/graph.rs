@@ -606,6 +606,13 @@ impl Graph {
         self.by_tensor.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// The number of dimensions `name` is declared with; 0 when its shape is not known.
+    pub fn rank(&self, name: &str) -> usize {
+        self.tensor(name)
+            .and_then(|t| t.shape.as_ref())
+            .map_or(0, Vec::len)
+    }
+
     /// The node writing `tensor`, if a node does.
     pub fn producer_of(&self, tensor: &str) -> Option<&Node> {
         self.tensor(tensor)?.producer.map(|id| self.node(id))

@@ -347,12 +347,6 @@ fn planned_tensors(
 ) -> BTreeMap<String, PlannedTensor> {
     let graph = &prepared.graph;
     let softmax = softmax_outputs(graph);
-    let rank = |t: &str| {
-        graph
-            .tensor(t)
-            .and_then(|t| t.shape.as_ref())
-            .map_or(0, Vec::len)
-    };
     let mut tensors: BTreeMap<String, PlannedTensor> = plan
         .roles
         .iter()
@@ -367,7 +361,7 @@ fn planned_tensors(
                     weight: weight.clone(),
                 },
                 TensorRole::Weight { .. } | TensorRole::ConstantActivation => TensorQuant::Weight {
-                    quant: weight_quant(recipe, name, role, rank(name))?,
+                    quant: weight_quant(recipe, name, role, graph.rank(name))?,
                     constant: *role == TensorRole::ConstantActivation,
                 },
             };

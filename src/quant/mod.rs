@@ -364,10 +364,10 @@ pub fn guarded(prepared: &Prepared, recipe: &Recipe, stats: Option<&CalibrationS
     let unguarded = prepared.plan(recipe, stats);
     // Only what would be quantized like an activation: a weight holding Inf stays an error.
     kept.retain(|name, _| {
-        matches!(
-            unguarded.roles.get(name),
-            Some(TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation)
-        )
+        unguarded
+            .roles
+            .get(name)
+            .is_some_and(TensorRole::is_activation_like)
     });
     for name in smooth::folded_constants(prepared, &unguarded, recipe, stats) {
         kept.insert(name, precision::KeptReason::Smoothed);

@@ -39,6 +39,9 @@ use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
 
 /// The weights the guard quantizes with 7 bits under `plan`; empty when it does not apply.
 pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> BTreeSet<String> {
+    if !applies(recipe) {
+        return BTreeSet::new();
+    }
     let graph = &prepared.graph;
     let covered: &dyn Fn(&str, &TensorRole) -> bool = match recipe.saturation_guard_scope {
         GuardScope::IntegerKernels => &|name, role| {
@@ -52,9 +55,6 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
             &|name, _| feeds_linear(graph, name)
         }
     };
-    if !applies(recipe) {
-        return BTreeSet::new();
-    }
     plan.roles
         .iter()
         .filter(|(name, role)| {
@@ -71,11 +71,7 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
 
 /// Whether the weight `name` is quantized per channel (see [`weight_quant`]).
 fn per_channel(graph: &Graph, recipe: &Recipe, name: &str, role: &TensorRole) -> bool {
-    let rank = graph
-        .tensor(name)
-        .and_then(|t| t.shape.as_ref())
-        .map_or(0, Vec::len);
-    weight_quant(recipe, name, role, rank).is_some_and(|how| how.axis.is_some())
+    weight_quant(recipe, name, role, graph.rank(name)).is_some_and(|how| how.axis.is_some())
 }
 
 /// Whether `name` is read by a MatMul or Gemm (the legacy scope's test).
@@ -106,10 +102,10 @@ fn read_by_integer_kernel(graph: &Graph, recipe: &Recipe, plan: &Plan, weight: &
 
 /// Whether `input` is quantized with the recipe's 8-bit activation type.
 fn eight_bit_activation(recipe: &Recipe, plan: &Plan, input: &str) -> bool {
-    let quantized = matches!(
-        plan.roles.get(input),
-        Some(TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation)
-    );
+    let quantized = plan
+        .roles
+        .get(input)
+        .is_some_and(TensorRole::is_activation_like);
     let own = recipe.tensor_overrides.get(input);
     quantized
         && !own

@@ -42,6 +42,17 @@ pub enum TensorRole {
     },
 }
 
+impl TensorRole {
+    /// Whether the tensor is quantized like an activation (its own range, another tensor's
+    /// scale, or a constant's values), rather than as a weight or a bias.
+    pub fn is_activation_like(&self) -> bool {
+        matches!(
+            self,
+            TensorRole::Activation | TensorRole::Shared(_) | TensorRole::ConstantActivation
+        )
+    }
+}
+
 /// Why a node is not quantized.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
