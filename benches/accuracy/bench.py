@@ -88,6 +88,11 @@ OURS = {
     "percentile per-channel": ["--per_channel", "--calibration_method", "percentile"],
     "percentile per-channel + bias corr. + gptq": ["--per_channel", "--bias_correction", "--gptq",
                                                    "--calibration_method", "percentile"],
+    "percentile per-channel, 8-bit weights (no saturation guard)": [
+        "--per_channel", "--no_saturation_guard", "--calibration_method", "percentile"],
+    "percentile per-channel, 8-bit weights (no saturation guard) + bias corr. + gptq": [
+        "--per_channel", "--no_saturation_guard", "--bias_correction", "--gptq", "--calibration_method",
+        "percentile"],
 }
 FULL_PIPELINE = ("per-tensor, all four", "per-channel, all four")
 
