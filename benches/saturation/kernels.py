@@ -92,6 +92,7 @@ def per_node(model_path, data_path, samples):
                                                              *inferred.graph.input]}
     initializers = {t.name for t in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
+    quantizer = {n.input[0]: n for n in graph.node if n.op_type == "QuantizeLinear"}
     everything = onnx.ModelProto()
     everything.CopyFrom(inferred)
     names = [o for n in graph.node for o in n.output if o in types]
@@ -106,7 +107,7 @@ def per_node(model_path, data_path, samples):
     for node in graph.node:
         if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
             continue
-        q = next((c for c in graph.node if node.output[0] in c.input and c.op_type == "QuantizeLinear"), None)
+        q = quantizer.get(node.output[0])
         if q is None:
             continue
         group, inputs = [], []

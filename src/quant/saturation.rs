@@ -24,9 +24,9 @@
 //! −1.4 against 7.2 dB, on `benches/accuracy`'s held-out data) and on the sentence
 //! transformer (cosine 0.898 against 0.963), it keeps 8 bits. A node promoted to 16-bit
 //! activations, or reading a float input, runs in float after DequantizeLinear and keeps 8
-//! bits, as does a weight with its own override. The output model does not depend on the machine that made it; the
-//! recipe's `saturation_guard = false` (`--no_saturation_guard`) keeps onnxruntime's exact
-//! 8-bit weights for VNNI CPUs, GPUs and NPUs.
+//! bits, as does a weight with its own override. The output model does not depend on the
+//! machine that made it; the recipe's `saturation_guard = false` (`--no_saturation_guard`)
+//! keeps onnxruntime's exact 8-bit weights for VNNI CPUs, GPUs and NPUs.
 //!
 //! **Limiting pairs instead of a bit was measured and not adopted.** The kernels pair
 //! neighbouring values of the reduction (`benches/saturation` measures which; on ONNX
@@ -37,14 +37,14 @@
 //! and a pair of one sign whose magnitudes add up to 128 or less cannot saturate
 //! (255 × 128 < 32767). 8-bit weights with each larger pair stepped down to 128 are so
 //! safe, and layer by layer the fused kernels then equal the Q/DQ arithmetic exactly
-//! (measured on the sample). But the steps cost more than the bit: a
-//! per-channel weight's ±127 meets a neighbour of its sign in most rows, and the sample's
-//! logits fell to 2.3 dB (7 bits: 25.0 dB); per-tensor weights, with 0.6 % of their values
-//! moved, fell from 19.4 dB saturating to 13.5 dB. Choosing per output channel between
-//! 7 bits and limited 8 bits by the squared weight error gained 0.45 dB on the sample (25.6
-//! dB); choosing the grid of least squared error among 64 to 127 steps lost 3.8 dB (21.2
-//! dB): the values moved are a channel's largest, which weigh more in the outputs than in
-//! the squared error.
+//! (measured on the sample). But the steps cost more than the bit: a per-channel weight's
+//! ±127 meets a neighbour of its sign in most rows, and the sample's logits fell to 2.3 dB
+//! (7 bits: 25.0 dB); per-tensor weights, with 0.6 % of their values moved, fell from
+//! 19.4 dB saturating to 13.5 dB. Choosing per output channel between 7 bits and limited
+//! 8 bits by the squared weight error gained 0.45 dB on the sample (25.6 dB); choosing the
+//! grid of least squared error among 64 to 127 steps lost 3.8 dB (21.2 dB): the values
+//! moved are a channel's largest, which weigh more in the outputs than in the squared
+//! error.
 
 use std::collections::BTreeSet;
 
