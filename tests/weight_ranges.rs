@@ -155,3 +155,112 @@ fn with_gptq_the_figures_are_those_of_the_recipe_as_it_is() {
     assert_eq!(eval.sqnr(&chosen.recipe).unwrap(), chosen.after_db);
     assert!(chosen.after_db > chosen.before_db, "{chosen:?}");
 }
+
+/// Two dense layers whose per-tensor 8-bit weights run in same-sign neighbouring pairs of
+/// large values (codes 64 to 127; the first layer's all positive, so its outputs are too,
+/// the second's of one sign per column) and meet non-negative inputs: where
+/// ONNX Runtime's u8×s8 kernels add a pair of products in a saturating 16-bit lane (x86
+/// without VNNI), 255 × (64 + 127) overflows it.
+fn saturating_model() -> qdq_studio::model::Model {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::model::{DataType, ModelBuilder};
+    let dense = |rows: usize, cols: usize, seed: u64, alternate: bool| {
+        let values = common::seeded_values(rows * cols, seed, 1.0)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let sign = if alternate && (i % cols) % 2 == 1 {
+                    -1.0
+                } else {
+                    1.0
+                };
+                sign * (0.75 + 0.25 * v)
+            })
+            .collect();
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&[rows, cols]), values).unwrap())
+    };
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 32]);
+    b.initializer("w1", dense(32, 32, 21, false));
+    b.initializer("w2", dense(32, 8, 22, true));
+    b.node("MatMul", &["x", "w1"], &["h"]).name("first");
+    b.node("Relu", &["h"], &["r"]).name("act");
+    b.node("MatMul", &["r", "w2"], &["y"]).name("second");
+    b.output("y", DataType::Float32, &[-1, 8]);
+    b.build()
+}
+
+/// SQNR (dB) of `quant`'s first output run with ONNX Runtime's fused integer kernels against
+/// the same model run as its Q/DQ arithmetic (graph optimizations off), on `x`.
+fn kernels_against_arithmetic(quant: &qdq_studio::model::Model, x: &TensorArray) -> f64 {
+    use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions};
+    let TensorArray::Float32(x) = x else {
+        unreachable!()
+    };
+    let bytes = quant.to_bytes().unwrap();
+    let run = |optimization| {
+        let options = SessionOptions {
+            optimization,
+            ..SessionOptions::default()
+        };
+        let mut session = runtime()
+            .session_from_bytes(&bytes, &[EpSpec::Cpu], options)
+            .unwrap();
+        let value = ort::value::Tensor::from_array(x.clone()).unwrap();
+        let out = session.run(ort::inputs!["x" => value]).unwrap();
+        out[0].try_extract_array::<f32>().unwrap().to_owned()
+    };
+    let (fused, unfused) = (run(Optimization::All), run(Optimization::Disable));
+    let noise: f32 = (&fused - &unfused).mapv(|d| d * d).sum();
+    10.0 * f64::from(unfused.mapv(|v| v * v).sum() / noise.max(f32::MIN_POSITIVE)).log10()
+}
+
+/// Where the CPU's u8×s8 kernels saturate on a per-tensor weight's 8 bits, the measured search
+/// gives it 7 (the outputs gain); where they do not, 7 bits only lose precision and are not
+/// taken. A recipe whose saturation guard is off is not given 7 bits either way.
+#[test]
+fn weights_the_kernels_saturate_on_get_seven_bits_where_that_does_better() {
+    let dir = tempfile::tempdir().unwrap();
+    let calib = dir.path().join("calib.npz");
+    let values = common::seeded_values(64 * 32, 5, 1.0);
+    let x = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[64, 32]), values).unwrap();
+    let x = TensorArray::Float32(x.mapv(f32::abs));
+    write_npz(&calib, &[("x", x.clone())]);
+    let model = saturating_model();
+    let rt = runtime();
+    let spec = DataSpec::Npz { path: calib };
+    let recipe = Recipe {
+        per_channel: false,
+        ..Recipe::default()
+    };
+    let stats = calibrated(&model, &recipe, &spec, &rt);
+    let reference = common::cpu_reference(&model, &spec, &rt, 16);
+    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
+    let chosen = choose_weight_ranges(&eval, &recipe, &JobContext::silent()).unwrap();
+    let eight = qdq_studio::quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let saturates = kernels_against_arithmetic(&eight.model, &x) < 30.0;
+    if saturates {
+        assert_eq!(chosen.seven_bit, ["w1", "w2"], "{chosen:?}");
+        assert!(chosen.after_db > chosen.before_db + 6.0, "{chosen:?}");
+        assert!(chosen.summary().contains("2 given 7 bits"), "{chosen:?}");
+        for weight in ["w1", "w2"] {
+            assert!(chosen.recipe.tensor_overrides[weight].reduce_range);
+        }
+        // With the 7 bits, the kernels follow the Q/DQ arithmetic.
+        let seven = qdq_studio::quant::quantize(&model, Some(&stats), &chosen.recipe).unwrap();
+        assert!(kernels_against_arithmetic(&seven.model, &x) > 30.0);
+    } else {
+        assert!(chosen.seven_bit.is_empty(), "{chosen:?}");
+    }
+    assert_eq!(eval.sqnr(&chosen.recipe).unwrap(), chosen.after_db);
+    let text = chosen.recipe.to_toml();
+    assert_eq!(Recipe::from_toml(&text, "saved").unwrap(), chosen.recipe);
+
+    let unguarded = Recipe {
+        saturation_guard: false,
+        ..recipe
+    };
+    let kept = choose_weight_ranges(&eval, &unguarded, &JobContext::silent()).unwrap();
+    assert!(kept.seven_bit.is_empty(), "{kept:?}");
+    assert_eq!(kept.tried, 2);
+}

@@ -714,7 +714,7 @@ impl Studio {
                 doc.refresh();
                 status
             }
-            TaskOutput::WeightRanges(chosen) if chosen.flipped.is_empty() => {
+            TaskOutput::WeightRanges(chosen) if !chosen.changed() => {
                 format!(
                     "Weight ranges: {}; the recipe is unchanged",
                     chosen.summary()

@@ -22,11 +22,15 @@
 //! halves the step of every channel: measured worse than the saturation on both PP-OCR
 //! models (the classifier's logits 11.4 dB with 7 bits against 13.1 dB saturating; rec's
 //! −1.4 against 7.2 dB, on `benches/accuracy`'s held-out data) and on the sentence
-//! transformer (cosine 0.898 against 0.963), it keeps 8 bits. A node promoted to 16-bit
-//! activations, or reading a float input, runs in float after DequantizeLinear and keeps 8
-//! bits, as does a weight with its own override. The output model does not depend on the
-//! machine that made it; the recipe's `saturation_guard = false` (`--no_saturation_guard`)
-//! keeps onnxruntime's exact 8-bit weights for VNNI CPUs, GPUs and NPUs.
+//! transformer (cosine 0.898 against 0.963), it keeps 8 bits. Whether a per-tensor weight
+//! saturates more than its bit is worth depends on the activations it meets: the measured
+//! weight search (`--weight_range measured`, [`crate::eval::weight_ranges`]) tries 7 bits on
+//! the kernels of the machine it runs on. A node promoted to 16-bit activations, or reading
+//! a float input, runs in float after DequantizeLinear and keeps 8 bits, as does a weight
+//! with its own override. The guard's output does not depend on the machine that made it;
+//! the recipe's `saturation_guard = false` (`--no_saturation_guard`) keeps onnxruntime's
+//! exact 8-bit weights for VNNI CPUs, GPUs and NPUs (and the measured search then tries no
+//! 7 bits either).
 //!
 //! **Limiting pairs instead of a bit was measured and not adopted.** The kernels pair
 //! neighbouring values of the reduction (`benches/saturation` measures which; on ONNX
@@ -131,7 +135,7 @@ fn eight_bit_activation(recipe: &Recipe, plan: &Plan, input: &str) -> bool {
 }
 
 /// Whether the recipe asks for ONNX Runtime's u8×s8 kernels with full 8-bit weights.
-fn applies(recipe: &Recipe) -> bool {
+pub(crate) fn applies(recipe: &Recipe) -> bool {
     recipe.auto_precision
         && recipe.saturation_guard
         && !recipe.reduce_range
