@@ -1203,7 +1203,16 @@ fn weight_ranges_chosen_by_the_outputs_are_one_undoable_recipe_change() {
         chosen.tensor_overrides["w1"].weight_range,
         Some(qdq_studio::recipe::WeightRange::Mse)
     );
-    assert!(!chosen.tensor_overrides.contains_key("w2"));
+    // w2 keeps its extremes; on a CPU whose u8×s8 kernels saturate on its 8 bits, the search
+    // may give it 7 (the weight-range tests check that choice).
+    assert!(
+        chosen
+            .tensor_overrides
+            .get("w2")
+            .is_none_or(|o| o.weight_range.is_none()),
+        "{:?}",
+        chosen.tensor_overrides
+    );
     h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
     h.run_steps(2);
     assert_eq!(recipe(&h), before, "one undo takes the whole choice back");
