@@ -327,3 +327,40 @@ impl Greedy for RangeSteps {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{ArrayD, IxDyn};
+
+    use super::*;
+    use crate::model::{DataType, ModelBuilder, TensorArray};
+
+    /// Only a Conv with one input channel per group pairs nothing: a grouped Conv with more
+    /// channels per group and a plain one pair their products, and so do dense layers.
+    #[test]
+    fn only_depthwise_convolutions_pair_nothing() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4, 4, 4]);
+        let zeros = |shape: &[usize]| TensorArray::Float32(ArrayD::zeros(IxDyn(shape)));
+        b.initializer("depthwise", zeros(&[4, 1, 3, 3]));
+        b.initializer("grouped", zeros(&[4, 2, 3, 3]));
+        b.initializer("plain", zeros(&[4, 4, 1, 1]));
+        b.node("Conv", &["x", "depthwise"], &["a"])
+            .name("dw")
+            .attr_int("group", 4);
+        b.node("Conv", &["a", "grouped"], &["c"])
+            .name("gc")
+            .attr_int("group", 2);
+        b.node("Conv", &["c", "plain"], &["y"]).name("pc");
+        b.output("y", DataType::Float32, &[1, 4, 2, 2]);
+        let model = b.build();
+        let graph = Graph::build(&model);
+        let pairs_nothing = |node: &str, weight: &str| {
+            let node = graph.node_by_name(node).unwrap();
+            pairs_nothing(&graph, node, weight)
+        };
+        assert!(pairs_nothing("dw", "depthwise"));
+        assert!(!pairs_nothing("gc", "grouped"));
+        assert!(!pairs_nothing("pc", "plain"));
+    }
+}
