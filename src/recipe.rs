@@ -196,6 +196,11 @@ pub struct TensorOverride {
     /// 7-bit values for this weight (onnxruntime's `reduce_range`, for one weight).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reduce_range: bool,
+    /// 8-bit values for this weight where the saturation guard would give it 7 (what the
+    /// measured weight search writes where the integer kernels' saturation costs less than
+    /// the bit); `reduce_range` wins when both are set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full_range: bool,
     /// Another range choice for this weight than the recipe's `weight_range` (what the
     /// measured weight-range search writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]

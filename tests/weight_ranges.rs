@@ -156,12 +156,13 @@ fn with_gptq_the_figures_are_those_of_the_recipe_as_it_is() {
     assert!(chosen.after_db > chosen.before_db, "{chosen:?}");
 }
 
-/// Two dense layers whose per-tensor 8-bit weights run in same-sign neighbouring pairs of
-/// large values (codes 64 to 127; the first layer's all positive, so its outputs are too,
-/// the second's of one sign per column) and meet non-negative inputs: where
-/// ONNX Runtime's u8×s8 kernels add a pair of products in a saturating 16-bit lane (x86
-/// without VNNI), 255 × (64 + 127) overflows it.
-fn saturating_model() -> qdq_studio::model::Model {
+/// Two dense layers whose 8-bit weights hold large values (codes 64 to 127) and meet
+/// non-negative inputs. With `same_sign_pairs`, neighbouring rows (what ONNX Runtime's u8×s8
+/// kernels add in one saturating 16-bit lane on x86 without VNNI) share a sign, the first
+/// layer's all positive so its outputs are too, the second's one sign per column: 255 × (64 +
+/// 127) overflows the lane. Otherwise each pair has one value of each sign and no lane
+/// overflows on any CPU.
+fn dense_model(same_sign_pairs: bool) -> qdq_studio::model::Model {
     use ndarray::{ArrayD, IxDyn};
     use qdq_studio::model::{DataType, ModelBuilder};
     let dense = |rows: usize, cols: usize, seed: u64, alternate: bool| {
@@ -169,12 +170,12 @@ fn saturating_model() -> qdq_studio::model::Model {
             .into_iter()
             .enumerate()
             .map(|(i, v)| {
-                let sign = if alternate && (i % cols) % 2 == 1 {
-                    -1.0
-                } else {
-                    1.0
+                let negative = match same_sign_pairs {
+                    true => alternate && (i % cols) % 2 == 1,
+                    false => (i / cols) % 2 == 1,
                 };
-                sign * (0.75 + 0.25 * v)
+                let magnitude = 0.75 + 0.25 * v;
+                if negative { -magnitude } else { magnitude }
             })
             .collect();
         TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(&[rows, cols]), values).unwrap())
@@ -188,6 +189,16 @@ fn saturating_model() -> qdq_studio::model::Model {
     b.node("MatMul", &["r", "w2"], &["y"]).name("second");
     b.output("y", DataType::Float32, &[-1, 8]);
     b.build()
+}
+
+/// 64 non-negative samples for [`dense_model`], written to `dir`/calib.npz.
+fn dense_data(dir: &std::path::Path) -> (TensorArray, DataSpec) {
+    let path = dir.join("calib.npz");
+    let values = common::seeded_values(64 * 32, 5, 1.0);
+    let x = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[64, 32]), values).unwrap();
+    let x = TensorArray::Float32(x.mapv(f32::abs));
+    write_npz(&path, &[("x", x.clone())]);
+    (x, DataSpec::Npz { path })
 }
 
 /// SQNR (dB) of `quant`'s first output run with ONNX Runtime's fused integer kernels against
@@ -221,14 +232,9 @@ fn kernels_against_arithmetic(quant: &qdq_studio::model::Model, x: &TensorArray)
 #[test]
 fn weights_the_kernels_saturate_on_get_seven_bits_where_that_does_better() {
     let dir = tempfile::tempdir().unwrap();
-    let calib = dir.path().join("calib.npz");
-    let values = common::seeded_values(64 * 32, 5, 1.0);
-    let x = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[64, 32]), values).unwrap();
-    let x = TensorArray::Float32(x.mapv(f32::abs));
-    write_npz(&calib, &[("x", x.clone())]);
-    let model = saturating_model();
+    let (x, spec) = dense_data(dir.path());
+    let model = dense_model(true);
     let rt = runtime();
-    let spec = DataSpec::Npz { path: calib };
     let recipe = Recipe {
         per_channel: false,
         ..Recipe::default()
@@ -263,4 +269,35 @@ fn weights_the_kernels_saturate_on_get_seven_bits_where_that_does_better() {
     let kept = choose_weight_ranges(&eval, &unguarded, &JobContext::silent()).unwrap();
     assert!(kept.seven_bit.is_empty(), "{kept:?}");
     assert_eq!(kept.tried, 2);
+}
+
+/// Where the pairs cannot saturate, the saturation guard's 7 bits on per-channel weights only
+/// cost precision: the search gives them 8 back, on every CPU, and the recipe keeps that.
+#[test]
+fn weights_whose_pairs_cannot_saturate_get_their_eight_bits_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, spec) = dense_data(dir.path());
+    let model = dense_model(false);
+    let rt = runtime();
+    let recipe = Recipe::default();
+    assert!(recipe.per_channel && recipe.saturation_guard);
+    let stats = calibrated(&model, &recipe, &spec, &rt);
+    let guarded = qdq_studio::quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    assert_eq!(guarded.seven_bit_weights.len(), 2);
+    let reference = common::cpu_reference(&model, &spec, &rt, 16);
+    let eval = common::cpu_evaluator(&model, &stats, &reference, &rt);
+    let chosen = choose_weight_ranges(&eval, &recipe, &JobContext::silent()).unwrap();
+    assert_eq!(chosen.eight_bit, ["w1", "w2"], "{chosen:?}");
+    assert!(chosen.seven_bit.is_empty(), "{chosen:?}");
+    assert!(chosen.after_db > chosen.before_db + 3.0, "{chosen:?}");
+    assert!(
+        chosen.summary().contains("2 given back 8 bits"),
+        "{chosen:?}"
+    );
+    let eight = qdq_studio::quant::quantize(&model, Some(&stats), &chosen.recipe).unwrap();
+    assert!(eight.seven_bit_weights.is_empty());
+    assert_eq!(eval.sqnr(&chosen.recipe).unwrap(), chosen.after_db);
+    let text = chosen.recipe.to_toml();
+    assert!(text.contains("full_range = true"), "{text}");
+    assert_eq!(Recipe::from_toml(&text, "saved").unwrap(), chosen.recipe);
 }

@@ -582,7 +582,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
     );
     ui.label("");
     let choose = ui.button("Choose per weight").on_hover_text(
-        "Gives each weight the other range choice in turn, and 7 bits where this CPU's u8×s8 kernels may saturate on its 8 (all such weights at once first), and keeps each where the worst output SQNR on the evaluation data rises (a real run per weight): clipping helps a transformer's output projections and hurts most convolutions; the choice is saved in the recipe; needs statistics",
+        "Gives each weight the other range choice in turn, and the other bit width (7 or 8) where this CPU's u8×s8 kernels read it (all such weights at once first), and keeps each where the worst output SQNR on the evaluation data rises (a real run per weight): clipping helps a transformer's output projections and hurts most convolutions; the choice is saved in the recipe; needs statistics",
     );
     if choose.clicked() {
         commands.push(Command::ChooseWeightRanges);

@@ -174,8 +174,8 @@ pub struct QuantizeArgs {
     /// How weights get their range: minmax (their extremes, onnxruntime's), mse (the
     /// clipped range of least squared error; per-tensor weights with outliers gain most), or
     /// measured (each weight's choice of the two by the model's outputs on the calibration
-    /// data, a real run per weight, and 7 bits where this CPU's u8×s8 kernels saturate on its
-    /// 8 and that does better; written into the recipe as per-weight overrides).
+    /// data, a real run per weight, and its bit width, 7 or 8, where this CPU's u8×s8 kernels
+    /// read it; written into the recipe as per-weight overrides).
     #[arg(long = "weight_range", visible_alias = "weight-range")]
     pub weight_range: Option<String>,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity

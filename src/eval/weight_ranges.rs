@@ -1,6 +1,6 @@
 //! Measured weight ranges: per weight, the range choice (its extremes, or the clipped range of
 //! least squared error) and, where ONNX Runtime's u8×s8 kernels read it, the bit width (8, or
-//! the saturation guard's 7) that do better at the model's outputs, found by a greedy search
+//! 7 as the saturation guard gives per-channel weights) that do better at the model's outputs, found by a greedy search
 //! of real runs ([`super::greedy`]) and written into the recipe as per-weight overrides, so
 //! the recipe reproduces the model without the data.
 //!
@@ -20,13 +20,15 @@
 //! it meets. Measured on `benches/accuracy`'s held-out data: the bundled classifier per
 //! tensor with equalization, bias correction and GPTQ reads 10.6 dB at its logits with
 //! 8-bit weights and 16.6 dB with 7 bits, while PP-OCR rec reads 9.4 dB with 8 and 8.3 dB
-//! with 7; with the search choosing ranges and bits, 17.0 and 9.9 dB. The runs are real ones
-//! on this machine's kernels, so on a CPU whose kernels do not saturate the 7 bits only lose
-//! and are not taken.
+//! with 7; with the search choosing ranges and bits, 17.0 and 9.9 dB. Per channel, PP-OCR det
+//! with percentile ranges reads 10.5 dB with 8 bits and 8.7 with the guard's 7. The runs are
+//! real ones on this machine's kernels, so on a CPU whose kernels do not saturate 7 bits only
+//! lose: the search gives none, and gives the guard's weights their 8 bits back.
 //!
-//! The search starts from the recipe's choice and tries 7 bits for every such weight at once,
-//! then, one weight at a time in graph order, the other range and 7 bits, keeping each change
-//! that raises the worst output SQNR.
+//! The search starts from the recipe's choice and tries each bit width for every weight it
+//! applies to at once (8 bits to the guard's weights, 7 to the other 8-bit weights the
+//! kernels pair), then, one weight at a time in graph order, the other range and the other
+//! bit width, keeping each change that raises the worst output SQNR.
 
 use std::collections::HashSet;
 
@@ -39,7 +41,7 @@ use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::quant;
 use crate::quant::saturation;
-use crate::recipe::{QuantType, Recipe, WeightRange};
+use crate::recipe::{QuantType, Recipe, TensorOverride, WeightRange};
 
 /// Op types whose second input is the weight the search tries.
 const WEIGHTED: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
@@ -56,6 +58,9 @@ pub struct WeightRanges {
     pub flipped_to: WeightRange,
     /// The weights given 7 bits, in the order they were taken.
     pub seven_bit: Vec<String>,
+    /// The weights the saturation guard gave 7 bits given 8 back, in the order they were
+    /// taken.
+    pub eight_bit: Vec<String>,
     /// Weights tried.
     pub tried: usize,
     /// Worst output SQNR (dB) with the recipe's ranges.
@@ -72,15 +77,21 @@ pub struct WeightRanges {
 impl WeightRanges {
     /// Whether the search changed the recipe.
     pub fn changed(&self) -> bool {
-        !self.flipped.is_empty() || !self.seven_bit.is_empty()
+        !self.flipped.is_empty() || !self.seven_bit.is_empty() || !self.eight_bit.is_empty()
     }
 
     /// What the search did, in one line for both faces.
     pub fn summary(&self) -> String {
-        let seven = match self.seven_bit.len() {
+        let mut seven = match self.seven_bit.len() {
             0 => String::new(),
             n => format!(", {n} given 7 bits (the integer kernels saturate on their 8)"),
         };
+        if !self.eight_bit.is_empty() {
+            seven += &format!(
+                ", {} given back 8 bits (their saturation costs less than the guard's bit)",
+                self.eight_bit.len()
+            );
+        }
         let line = format!(
             "{} of {} weight(s) {}{seven}, worst output SQNR {:.2} -> {:.2} dB",
             self.flipped.len(),
@@ -104,9 +115,9 @@ impl WeightRanges {
 /// Chooses each weight's range by the model's outputs on `eval`'s data: starting from the
 /// recipe's `weight_range`, every quantized integer weight of a Conv, ConvTranspose, MatMul
 /// or Gemm (per tensor or per channel; block-wise and FP8 weights always take their
-/// extremes) is given the other choice in turn, then, where the u8×s8 kernels read it with
-/// 8 bits and the saturation guard is on, 7 bits; each kept when the worst output SQNR
-/// rises.
+/// extremes) is given the other choice in turn and, where the saturation guard is on and the
+/// u8×s8 kernels read it, the other bit width (8 bits back to a weight the guard gave 7, 7 to
+/// another 8-bit one); each kept when the worst output SQNR rises.
 ///
 /// GPTQ re-solves every layer in each quantization (seconds to minutes on a convolution
 /// network), so the tries leave it out; the figures before and after are measured with the
@@ -137,6 +148,7 @@ pub fn choose_weight_ranges(
         best: start,
         flipped: Vec::new(),
         seven_bit: Vec::new(),
+        eight_bit: Vec::new(),
     };
     let pass = Pass {
         stage: "choosing weight ranges",
@@ -159,6 +171,7 @@ pub fn choose_weight_ranges(
         flipped: if kept { steps.flipped } else { Vec::new() },
         flipped_to,
         seven_bit: if kept { steps.seven_bit } else { Vec::new() },
+        eight_bit: if kept { steps.eight_bit } else { Vec::new() },
         tried,
         before_db,
         after_db: if kept { after_db } else { before_db },
@@ -184,18 +197,44 @@ fn with_gptq(scorer: &Scorer, recipe: &Recipe, chosen: &Recipe) -> Result<(f64, 
 enum Change {
     /// The other range choice than the recipe's, for one weight.
     Range(String, WeightRange),
-    /// 7 bits instead of 8 for one weight.
-    SevenBits(String),
-    /// 7 bits for every weight the search would try them on, at once: tried first, since
-    /// one weight's saturation is often small beside the outputs' noise while all of them
-    /// together are not.
-    AllSevenBits(Vec<String>),
+    /// Another bit width for some weights: one at a time, or every weight the search tries
+    /// it on at once, which is tried first, since one weight's saturation (or step) is often
+    /// small beside the outputs' noise while all of them together are not.
+    Bits(Vec<String>, Bits),
 }
 
-/// The changes the search tries, in graph order: each integer per-tensor or per-channel weight
-/// `recipe` quantizes (by the names the quantizer gives their parameters) to the range
-/// `flipped_to`, then to 7 bits where [`saturation_prone`]; before them all, 7 bits for every
-/// such weight at once.
+/// The bit widths the search gives a weight the u8×s8 kernels read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bits {
+    /// 7 bits to an 8-bit weight the kernels may saturate on.
+    Seven,
+    /// 8 bits back to a weight the saturation guard gave 7.
+    Eight,
+}
+
+impl Bits {
+    /// The override that gives a weight these bits.
+    fn flag(self, to: &mut TensorOverride) -> &mut bool {
+        match self {
+            Bits::Seven => &mut to.reduce_range,
+            Bits::Eight => &mut to.full_range,
+        }
+    }
+
+    /// How many bits.
+    fn count(self) -> u8 {
+        match self {
+            Bits::Seven => 7,
+            Bits::Eight => 8,
+        }
+    }
+}
+
+/// The changes the search tries: first each bit width for every weight it applies to at
+/// once, then, in graph order, each integer per-tensor or per-channel weight `recipe`
+/// quantizes (by the names the quantizer gives their parameters) to the range `flipped_to`
+/// and to its other bit width: 7 bits where [`saturation_prone`], 8 where the saturation
+/// guard gave it 7.
 fn candidates(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -203,7 +242,8 @@ fn candidates(
 ) -> Result<Vec<Change>, EvalError> {
     let quantized = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
     let graph = Graph::build(eval.float);
-    let (mut tries, mut prone, mut seen) = (Vec::new(), Vec::new(), HashSet::new());
+    let (mut tries, mut seen) = (Vec::new(), HashSet::new());
+    let (mut seven, mut eight) = (Vec::new(), Vec::new());
     for node in graph.nodes() {
         if !WEIGHTED.contains(&node.op_type.as_str()) {
             continue;
@@ -218,15 +258,25 @@ fn candidates(
             continue;
         }
         tries.push(Change::Range(weight.clone(), flipped_to));
-        if !pairs_nothing(&graph, node, weight)
-            && saturation_prone(&quantized, recipe, weight, node.inputs.first())
-        {
-            tries.push(Change::SevenBits(weight.clone()));
-            prone.push(weight.clone());
+        let bits = if quantized.seven_bit_weights.contains(weight) {
+            Some(Bits::Eight)
+        } else {
+            let prone = !pairs_nothing(&graph, node, weight)
+                && saturation_prone(&quantized, recipe, weight, node.inputs.first());
+            prone.then_some(Bits::Seven)
+        };
+        if let Some(bits) = bits {
+            tries.push(Change::Bits(vec![weight.clone()], bits));
+            match bits {
+                Bits::Seven => seven.push(weight.clone()),
+                Bits::Eight => eight.push(weight.clone()),
+            }
         }
     }
-    if prone.len() > 1 {
-        tries.insert(0, Change::AllSevenBits(prone));
+    for (weights, bits) in [(eight, Bits::Eight), (seven, Bits::Seven)] {
+        if weights.len() > 1 {
+            tries.insert(0, Change::Bits(weights, bits));
+        }
     }
     Ok(tries)
 }
@@ -269,6 +319,7 @@ struct RangeSteps {
     best: Measured,
     flipped: Vec<String>,
     seven_bit: Vec<String>,
+    eight_bit: Vec<String>,
 }
 
 impl Greedy for RangeSteps {
@@ -289,16 +340,15 @@ impl Greedy for RangeSteps {
                 }
                 entry.weight_range = Some(*range);
             }
-            Change::SevenBits(weight) => {
-                let entry = overrides.entry(weight.clone()).or_default();
-                if entry.reduce_range {
-                    return None;
-                }
-                entry.reduce_range = true;
-            }
-            Change::AllSevenBits(weights) => {
+            Change::Bits(weights, bits) => {
+                let mut changed = false;
                 for weight in weights {
-                    overrides.entry(weight.clone()).or_default().reduce_range = true;
+                    let set = bits.flag(overrides.entry(weight.clone()).or_default());
+                    changed |= !*set;
+                    *set = true;
+                }
+                if !changed {
+                    return None;
                 }
             }
         }
@@ -308,22 +358,26 @@ impl Greedy for RangeSteps {
     fn take(&mut self, change: Change, next: Recipe, measured: Measured) {
         match change {
             Change::Range(weight, _) => self.flipped.push(weight),
-            Change::SevenBits(weight) => self.seven_bit.push(weight),
-            Change::AllSevenBits(weights) => self.seven_bit.extend(weights),
+            Change::Bits(weights, Bits::Seven) => self.seven_bit.extend(weights),
+            Change::Bits(weights, Bits::Eight) => self.eight_bit.extend(weights),
         }
         self.current = next;
         self.best = measured;
     }
 
     fn changed(&self) -> usize {
-        self.flipped.len() + self.seven_bit.len()
+        self.flipped.len() + self.seven_bit.len() + self.eight_bit.len()
     }
 
     fn subject(change: &Change) -> String {
         match change {
             Change::Range(weight, _) => weight.clone(),
-            Change::SevenBits(weight) => format!("{weight} (7 bits)"),
-            Change::AllSevenBits(weights) => format!("7 bits for {} weights", weights.len()),
+            Change::Bits(weights, bits) if weights.len() == 1 => {
+                format!("{} ({} bits)", weights[0], bits.count())
+            }
+            Change::Bits(weights, bits) => {
+                format!("{} bits for {} weights", bits.count(), weights.len())
+            }
         }
     }
 }

@@ -81,10 +81,9 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
         .iter()
         .filter(|(name, role)| {
             matches!(role, TensorRole::Weight { .. })
-                && !recipe
-                    .tensor_overrides
-                    .get(*name)
-                    .is_some_and(|o| o.keep_float || o.reduce_range || o.dtype.is_some())
+                && !recipe.tensor_overrides.get(*name).is_some_and(|o| {
+                    o.keep_float || o.reduce_range || o.full_range || o.dtype.is_some()
+                })
                 && covered(name, role)
         })
         .map(|(name, _)| name.clone())
@@ -307,5 +306,15 @@ mod tests {
             },
         );
         assert_eq!(guarded(&recipe), names(&["w1", "wc"]));
+        // A weight given its 8 bits back (what the measured search writes) keeps them.
+        let mut recipe = Recipe::default();
+        recipe.tensor_overrides.insert(
+            "wc".to_owned(),
+            TensorOverride {
+                full_range: true,
+                ..TensorOverride::default()
+            },
+        );
+        assert_eq!(guarded(&recipe), names(&["w1", "w2"]));
     }
 }
