@@ -82,12 +82,15 @@ OURS = {
     "per-tensor + measured weights + cle + bias corr. + gptq": ["--per_tensor", "--weight_range", "measured",
                                                                 "--cle", "--bias_correction", "--gptq"],
     "per-channel + mse weights": ["--per_channel", "--weight_range", "mse"],
+    "per-channel + measured weights": ["--per_channel", "--weight_range", "measured"],
     "per-channel + bias corr. + gptq + layer-wise": ["--per_channel", "--bias_correction", "--gptq",
                                                      "--layerwise_range"],
     "per-channel, all four": ["--per_channel", "--cle", "--bias_correction", "--gptq", "--layerwise_range"],
     "percentile per-channel": ["--per_channel", "--calibration_method", "percentile"],
     "percentile per-channel + bias corr. + gptq": ["--per_channel", "--bias_correction", "--gptq",
                                                    "--calibration_method", "percentile"],
+    "percentile per-channel + measured weights": ["--per_channel", "--weight_range", "measured",
+                                                  "--calibration_method", "percentile"],
     "percentile per-channel, 8-bit weights (no saturation guard)": [
         "--per_channel", "--no_saturation_guard", "--calibration_method", "percentile"],
     "percentile per-channel, 8-bit weights (no saturation guard) + bias corr. + gptq": [
