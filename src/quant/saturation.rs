@@ -22,15 +22,15 @@
 //! halves the step of every channel: measured worse than the saturation on both PP-OCR
 //! models (the classifier's logits 11.4 dB with 7 bits against 13.1 dB saturating; rec's
 //! −1.4 against 7.2 dB, on `benches/accuracy`'s held-out data) and on the sentence
-//! transformer (cosine 0.898 against 0.963), it keeps 8 bits. Whether a per-tensor weight
-//! saturates more than its bit is worth depends on the activations it meets: the measured
-//! weight search (`--weight_range measured`, [`crate::eval::weight_ranges`]) tries 7 bits on
-//! the kernels of the machine it runs on. A node promoted to 16-bit activations, or reading
-//! a float input, runs in float after DequantizeLinear and keeps 8 bits, as does a weight
-//! with its own override. The guard's output does not depend on the machine that made it;
-//! the recipe's `saturation_guard = false` (`--no_saturation_guard`) keeps onnxruntime's
-//! exact 8-bit weights for VNNI CPUs, GPUs and NPUs (and the measured search then tries no
-//! 7 bits either).
+//! transformer (cosine 0.898 against 0.963), it keeps 8 bits. Whether a weight saturates
+//! more than its bit is worth depends on the activations it meets: the measured weight
+//! search (`--weight_range measured`, in the evaluation layer) tries 7 bits, and 8 back for
+//! the guard's weights (the `full_range` override), on the kernels of the machine it runs
+//! on. A node promoted to 16-bit activations, or reading a float input, runs in float after
+//! DequantizeLinear and keeps 8 bits, as does a weight with its own override. The guard's
+//! output does not depend on the machine that made it; the recipe's `saturation_guard =
+//! false` (`--no_saturation_guard`) keeps onnxruntime's exact 8-bit weights for VNNI CPUs,
+//! GPUs and NPUs (and the measured search then tries no other widths either).
 //!
 //! **Limiting pairs instead of a bit was measured and not adopted.** The kernels pair
 //! neighbouring values of the reduction (`benches/saturation` measures which; on ONNX
