@@ -40,7 +40,6 @@ use super::sensitivity::{Evaluator, Target, quant_error};
 use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::quant;
-use crate::quant::saturation;
 use crate::recipe::{QuantType, Recipe, TensorOverride, WeightRange};
 
 /// Op types whose second input is the weight the search tries.
@@ -233,8 +232,8 @@ impl Bits {
 /// The changes the search tries: first each bit width for every weight it applies to at
 /// once, then, in graph order, each integer per-tensor or per-channel weight `recipe`
 /// quantizes (by the names the quantizer gives their parameters) to the range `flipped_to`
-/// and to its other bit width: 7 bits where [`saturation_prone`], 8 where the saturation
-/// guard gave it 7.
+/// and to its other bit width: 7 bits where the kernels may saturate on its 8
+/// ([`crate::quant::saturation::saturation_prone_weights`]), 8 where the saturation guard gave it 7.
 fn candidates(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -261,8 +260,7 @@ fn candidates(
         let bits = if quantized.seven_bit_weights.contains(weight) {
             Some(Bits::Eight)
         } else {
-            let prone = !pairs_nothing(&graph, node, weight)
-                && saturation_prone(&quantized, recipe, weight, node.inputs.first());
+            let prone = quantized.saturation_prone_weights.contains(weight);
             prone.then_some(Bits::Seven)
         };
         if let Some(bits) = bits {
@@ -279,38 +277,6 @@ fn candidates(
         }
     }
     Ok(tries)
-}
-
-/// Whether `node` is a depthwise Conv (one input channel per group): ONNX Runtime runs it
-/// in a kernel that adds no pairs of products, so it cannot saturate.
-fn pairs_nothing(graph: &Graph, node: &crate::model::Node, weight: &str) -> bool {
-    let channels_per_group = graph
-        .tensor(weight)
-        .and_then(|t| t.shape.as_ref())
-        .and_then(|s| s.get(1).cloned());
-    node.op_type == "Conv"
-        && node.int_attribute("group").unwrap_or(1) > 1
-        && channels_per_group == Some(crate::model::Dim::Fixed(1))
-}
-
-/// Whether `weight` is quantized with 8 bits for ONNX Runtime's u8×s8 kernels reading it
-/// beside the 8-bit activation `input`, under a recipe whose saturation guard is on: the
-/// weights a CPU without VNNI may saturate on.
-fn saturation_prone(
-    quantized: &quant::Quantized,
-    recipe: &Recipe,
-    weight: &str,
-    input: Option<&String>,
-) -> bool {
-    let qtype = |name: &str| quantized.params.get(name).map(|p| p.qtype);
-    saturation::applies(recipe)
-        && qtype(weight) == Some(QuantType::Int8)
-        && !quantized.seven_bit_weights.contains(weight)
-        && !recipe
-            .tensor_overrides
-            .get(weight)
-            .is_some_and(|o| o.reduce_range)
-        && input.is_some_and(|i| qtype(i) == Some(QuantType::Uint8))
 }
 
 /// The search's state.
@@ -379,42 +345,5 @@ impl Greedy for RangeSteps {
                 format!("{} bits for {} weights", bits.count(), weights.len())
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use ndarray::{ArrayD, IxDyn};
-
-    use super::*;
-    use crate::model::{DataType, ModelBuilder, TensorArray};
-
-    /// Only a Conv with one input channel per group pairs nothing: a grouped Conv with more
-    /// channels per group and a plain one pair their products, and so do dense layers.
-    #[test]
-    fn only_depthwise_convolutions_pair_nothing() {
-        let mut b = ModelBuilder::new(17);
-        b.input("x", DataType::Float32, &[1, 4, 4, 4]);
-        let zeros = |shape: &[usize]| TensorArray::Float32(ArrayD::zeros(IxDyn(shape)));
-        b.initializer("depthwise", zeros(&[4, 1, 3, 3]));
-        b.initializer("grouped", zeros(&[4, 2, 3, 3]));
-        b.initializer("plain", zeros(&[4, 4, 1, 1]));
-        b.node("Conv", &["x", "depthwise"], &["a"])
-            .name("dw")
-            .attr_int("group", 4);
-        b.node("Conv", &["a", "grouped"], &["c"])
-            .name("gc")
-            .attr_int("group", 2);
-        b.node("Conv", &["c", "plain"], &["y"]).name("pc");
-        b.output("y", DataType::Float32, &[1, 4, 2, 2]);
-        let model = b.build();
-        let graph = Graph::build(&model);
-        let pairs_nothing = |node: &str, weight: &str| {
-            let node = graph.node_by_name(node).unwrap();
-            pairs_nothing(&graph, node, weight)
-        };
-        assert!(pairs_nothing("dw", "depthwise"));
-        assert!(!pairs_nothing("gc", "grouped"));
-        assert!(!pairs_nothing("pc", "plain"));
     }
 }

@@ -130,6 +130,9 @@ pub struct Quantized {
     pub kept_float: BTreeMap<String, precision::KeptReason>,
     /// Weights automatic precision gave 7 bits against kernel saturation.
     pub seven_bit_weights: BTreeSet<String>,
+    /// The 8-bit weights a CPU without VNNI may still saturate on
+    /// ([`saturation::saturation_prone_weights`]).
+    pub saturation_prone_weights: BTreeSet<String>,
     /// What the int4 search did (empty for other modes and methods).
     pub int4: int4::Int4Report,
     /// One line on what SmoothQuant smoothed, when it did.
@@ -252,6 +255,7 @@ pub fn quantize_with(
     let user_recipe = recipe;
     let recipe = &effective;
     let plan = check_plan(&prepared, recipe, plan, stats)?;
+    let saturation_prone_weights = saturation::saturation_prone_weights(&prepared, recipe, &plan);
     memory::check(
         memory::estimate(&prepared.model, &plan, recipe),
         crate::util::available_memory(),
@@ -305,6 +309,7 @@ pub fn quantize_with(
         opset_raised,
         kept_float,
         seven_bit_weights,
+        saturation_prone_weights,
         int4: scaling.report,
         smoothing,
         bias_correction,

@@ -56,7 +56,7 @@ use super::params::weight_quant;
 use super::plan::{Plan, TensorRole};
 use super::precision;
 use super::prepare::Prepared;
-use crate::model::Graph;
+use crate::model::{Dim, Graph, Node};
 use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
 
 /// The weights the guard quantizes with 7 bits under `plan`; empty when it does not apply.
@@ -77,17 +77,47 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
             &|name, _| feeds_linear(graph, name)
         }
     };
-    plan.roles
-        .iter()
-        .filter(|(name, role)| {
-            matches!(role, TensorRole::Weight { .. })
-                && !recipe.tensor_overrides.get(*name).is_some_and(|o| {
-                    o.keep_float || o.reduce_range || o.full_range || o.dtype.is_some()
-                })
-                && covered(name, role)
+    weights_of(plan, recipe)
+        .filter(|(name, role)| covered(name, role))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The 8-bit weights a CPU without VNNI may saturate on besides the guard's: each weight
+/// `plan` quantizes that a u8×s8 kernel pairing its products reads (every Conv, MatMul or Gemm
+/// [`integer_kernel_readers`] names but a depthwise Conv, [`pairs_nothing`]) and whose bits no
+/// override sets (the guard's 7 bits are overrides in the recipe it hands on). What the
+/// measured weight search tries 7 bits on; empty where the guard does not apply.
+pub fn saturation_prone_weights(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    plan: &Plan,
+) -> BTreeSet<String> {
+    if !applies(recipe) {
+        return BTreeSet::new();
+    }
+    let graph = &prepared.graph;
+    weights_of(plan, recipe)
+        .filter(|(name, _)| {
+            integer_kernel_readers(graph, recipe, plan, name)
+                .any(|node| !pairs_nothing(graph, node, name))
         })
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// The weights `plan` quantizes whose bits no override of `recipe` sets (kept in float,
+/// 7 or 8 bits, another type).
+fn weights_of<'a>(
+    plan: &'a Plan,
+    recipe: &'a Recipe,
+) -> impl Iterator<Item = (&'a String, &'a TensorRole)> {
+    plan.roles.iter().filter(|(name, role)| {
+        matches!(role, TensorRole::Weight { .. })
+            && !recipe.tensor_overrides.get(*name).is_some_and(|o| {
+                o.keep_float || o.reduce_range || o.full_range || o.dtype.is_some()
+            })
+    })
 }
 
 /// Whether the weight `name` is quantized per channel (see [`weight_quant`]).
@@ -107,18 +137,43 @@ fn feeds_linear(graph: &Graph, name: &str) -> bool {
 /// Whether a Conv, MatMul or Gemm reads `weight` as its second input with an 8-bit
 /// activation as its first: the node ONNX Runtime fuses into a u8×s8 integer kernel.
 fn read_by_integer_kernel(graph: &Graph, recipe: &Recipe, plan: &Plan, weight: &str) -> bool {
-    let Some(tensor) = graph.tensor(weight) else {
-        return false;
-    };
-    tensor.consumers.iter().any(|&c| {
-        let node = graph.node(c);
-        matches!(node.op_type.as_str(), "Conv" | "MatMul" | "Gemm")
-            && node.inputs.get(1).is_some_and(|w| w == weight)
-            && node
-                .inputs
-                .first()
-                .is_some_and(|input| eight_bit_activation(recipe, plan, input))
-    })
+    integer_kernel_readers(graph, recipe, plan, weight)
+        .next()
+        .is_some()
+}
+
+/// The nodes of [`read_by_integer_kernel`].
+fn integer_kernel_readers<'a>(
+    graph: &'a Graph,
+    recipe: &'a Recipe,
+    plan: &'a Plan,
+    weight: &'a str,
+) -> impl Iterator<Item = &'a Node> {
+    let consumers = graph.tensor(weight).map(|t| t.consumers.as_slice());
+    consumers
+        .unwrap_or_default()
+        .iter()
+        .map(|&c| graph.node(c))
+        .filter(move |node| {
+            matches!(node.op_type.as_str(), "Conv" | "MatMul" | "Gemm")
+                && node.inputs.get(1).is_some_and(|w| w == weight)
+                && node
+                    .inputs
+                    .first()
+                    .is_some_and(|input| eight_bit_activation(recipe, plan, input))
+        })
+}
+
+/// Whether `node` is a depthwise Conv (one input channel per group) reading `weight`: ONNX
+/// Runtime runs it in a kernel that adds no pairs of products, so it cannot saturate.
+fn pairs_nothing(graph: &Graph, node: &Node, weight: &str) -> bool {
+    let channels_per_group = graph
+        .tensor(weight)
+        .and_then(|t| t.shape.as_ref())
+        .and_then(|s| s.get(1).cloned());
+    node.op_type == "Conv"
+        && node.int_attribute("group").unwrap_or(1) > 1
+        && channels_per_group == Some(Dim::Fixed(1))
 }
 
 /// Whether `input` is quantized with the recipe's 8-bit activation type.
@@ -134,7 +189,7 @@ fn eight_bit_activation(recipe: &Recipe, plan: &Plan, input: &str) -> bool {
 }
 
 /// Whether the recipe asks for ONNX Runtime's u8×s8 kernels with full 8-bit weights.
-pub(crate) fn applies(recipe: &Recipe) -> bool {
+fn applies(recipe: &Recipe) -> bool {
     recipe.auto_precision
         && recipe.saturation_guard
         && !recipe.reduce_range
@@ -316,5 +371,55 @@ mod tests {
             },
         );
         assert_eq!(guarded(&recipe), names(&["w1", "w2"]));
+    }
+
+    /// Per-tensor weights, which the guard leaves at 8 bits, are the ones the kernels may
+    /// still saturate on; the guard's own weights and a recipe without the guard have none.
+    #[test]
+    fn weights_left_at_eight_bits_beside_the_kernels_are_saturation_prone() {
+        let prone = |recipe: &Recipe| {
+            let prepared = Prepared::new(&model(false), &recipe.preprocessing).unwrap();
+            let guarded = crate::quant::guarded(&prepared, recipe, None);
+            saturation_prone_weights(&prepared, &guarded.recipe, &guarded.plan)
+        };
+        let per_tensor = Recipe {
+            per_channel: false,
+            ..Recipe::default()
+        };
+        assert_eq!(prone(&per_tensor), names(&["w1", "w2", "wc"]));
+        assert!(prone(&Recipe::default()).is_empty());
+        let unguarded = Recipe {
+            saturation_guard: false,
+            ..per_tensor
+        };
+        assert!(prone(&unguarded).is_empty());
+    }
+
+    /// Only a Conv with one input channel per group pairs nothing: a grouped Conv with more
+    /// channels per group and a plain one pair their products.
+    #[test]
+    fn only_depthwise_convolutions_pair_nothing() {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4, 4, 4]);
+        let zeros = |shape: &[usize]| TensorArray::Float32(ArrayD::zeros(IxDyn(shape)));
+        b.initializer("depthwise", zeros(&[4, 1, 3, 3]));
+        b.initializer("grouped", zeros(&[4, 2, 3, 3]));
+        b.initializer("plain", zeros(&[4, 4, 1, 1]));
+        b.node("Conv", &["x", "depthwise"], &["a"])
+            .name("dw")
+            .attr_int("group", 4);
+        b.node("Conv", &["a", "grouped"], &["c"])
+            .name("gc")
+            .attr_int("group", 2);
+        b.node("Conv", &["c", "plain"], &["y"]).name("pc");
+        b.output("y", DataType::Float32, &[1, 4, 2, 2]);
+        let graph = Graph::build(&b.build());
+        let pairs_nothing = |node: &str, weight: &str| {
+            let node = graph.node_by_name(node).unwrap();
+            pairs_nothing(&graph, node, weight)
+        };
+        assert!(pairs_nothing("dw", "depthwise"));
+        assert!(!pairs_nothing("gc", "grouped"));
+        assert!(!pairs_nothing("pc", "plain"));
     }
 }
