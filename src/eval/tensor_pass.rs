@@ -10,11 +10,10 @@
 //! quantizes, and keeps them with the float reference for the next run). Otherwise both
 //! sessions stay open and the batches stream one at a time.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
-use ndarray::ArrayD;
-use ort::session::Session;
+use ndarray::{ArrayD, CowArray, IxDyn};
+use ort::session::{Session, SessionOutputs};
 
 use super::EvalError;
 use crate::calib::data::{BatchSource, sample_shapes};
@@ -22,11 +21,31 @@ use crate::calib::runner::{augmented_model, calibration_tensors};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
-use crate::runtime::value::owned_inputs;
+use crate::runtime::value::{float_view, owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Optimization, Runtime, SessionOptions};
 
 /// One model's exposed float tensors for one batch, by name.
 pub type Outputs = HashMap<String, ArrayD<f32>>;
+
+/// One model's exposed float tensors for one batch, by name, read where they lie: views of a
+/// run's float32 outputs or of captured tensors, copies only of outputs of another float type.
+pub type Views<'a> = HashMap<String, CowArray<'a, f32, IxDyn>>;
+
+/// The float tensors named in `names` among a run's `outputs`, as [`Views`].
+pub fn views<'a>(outputs: &'a SessionOutputs<'_>, names: &[String]) -> Views<'a> {
+    names
+        .iter()
+        .filter_map(|name| Some((name.clone(), float_view(outputs.get(name.as_str())?)?)))
+        .collect()
+}
+
+/// Views of tensors held in memory.
+fn borrowed(outputs: &Outputs) -> Views<'_> {
+    outputs
+        .iter()
+        .map(|(name, array)| (name.clone(), array.view().into()))
+        .collect()
+}
 
 /// Runs `session` on `inputs` and keeps the float tensors named in `names`, by name.
 pub fn collect(
@@ -174,13 +193,16 @@ pub enum FloatSide<'a> {
 }
 
 impl FloatSide<'_> {
-    /// The float tensors of the next batch (`inputs`, numbered `batch`).
-    pub fn next(
+    /// Calls `read` with the float tensors of the next batch (`inputs`, numbered `batch`):
+    /// the captured ones, or views of the float session's outputs for it, which live only as
+    /// long as the call.
+    pub fn with_next<T>(
         &mut self,
         inputs: &[(String, ort::value::DynValue)],
         names: &[String],
         batch: usize,
-    ) -> Result<Cow<'_, Outputs>, EvalError> {
+        read: impl FnOnce(&Views<'_>) -> T,
+    ) -> Result<T, EvalError> {
         match self {
             FloatSide::Captured(tensors, next) => {
                 let outputs = tensors.batches.get(*next).ok_or_else(|| EvalError::Run {
@@ -190,13 +212,30 @@ impl FloatSide<'_> {
                         .to_owned(),
                 })?;
                 *next += 1;
-                Ok(Cow::Borrowed(outputs))
+                Ok(read(&borrowed(outputs)))
             }
             FloatSide::Live(session) => {
-                Ok(Cow::Owned(collect(session, inputs, names, batch, "float")?))
+                let outputs = run(session, inputs, batch, "float")?;
+                Ok(read(&views(&outputs, names)))
             }
         }
     }
+}
+
+/// Runs `session` on `inputs` (batch number `batch` of `model`, for the error).
+pub fn run<'s>(
+    session: &'s mut Session,
+    inputs: &[(String, ort::value::DynValue)],
+    batch: usize,
+    model: &'static str,
+) -> Result<SessionOutputs<'s>, EvalError> {
+    session
+        .run(session_inputs(inputs))
+        .map_err(|e| EvalError::Run {
+            batch,
+            model,
+            reason: e.to_string(),
+        })
 }
 
 #[cfg(test)]
@@ -225,7 +264,7 @@ mod tests {
             batches: vec![Outputs::new()],
         };
         let mut side = FloatSide::Captured(&tensors, 0);
-        assert!(side.next(&[], &[], 0).is_ok());
-        assert!(side.next(&[], &[], 1).is_err());
+        assert!(side.with_next(&[], &[], 0, |_| ()).is_ok());
+        assert!(side.with_next(&[], &[], 1, |_| ()).is_err());
     }
 }

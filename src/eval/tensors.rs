@@ -17,7 +17,7 @@ pub use super::local_error::LocalError;
 use super::local_error::{LocalModel, LocalSums, Target, unranked_tensors};
 use super::squares::array_sums;
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
-use super::tensor_pass::{FloatSide, Outputs, collect, observing_session};
+use super::tensor_pass::{FloatSide, Outputs, Views, collect, observing_session, views};
 pub use super::weight_error::WeightError;
 use super::weight_error::{input_channel_fit, weight_errors};
 use crate::calib::data::{BatchSource, sample_shapes};
@@ -363,8 +363,13 @@ impl<'a> Sums<'a> {
 
     /// Adds one batch: `f` the float model's tensors, `scaled` those of them the quantizer
     /// rescaled, at the QDQ model's scale ([`at_qdq_scale`]), `q` the QDQ model's.
-    fn add(&mut self, f: &Outputs, scaled: &Outputs, q: &Outputs) {
-        let float = |name: &str| scaled.get(name).or_else(|| f.get(name));
+    fn add(&mut self, f: &Views, scaled: &Outputs, q: &Views) {
+        let float = |name: &str| {
+            scaled
+                .get(name)
+                .map(|a| a.view())
+                .or_else(|| f.get(name).map(|a| a.view()))
+        };
         self.pair_sums
             .par_iter_mut()
             .zip(self.histograms.par_iter_mut())
@@ -378,7 +383,7 @@ impl<'a> Sums<'a> {
                     return;
                 };
                 if reference.len() == test.len() {
-                    let [signal, noise] = array_sums(reference, test);
+                    let [signal, noise] = array_sums(&reference, &test.view());
                     s[0] += signal;
                     s[1] += noise;
                 }
@@ -387,10 +392,10 @@ impl<'a> Sums<'a> {
 }
 
 /// The float tensors of `f` that `factors` names, at the QDQ model's scale.
-fn at_qdq_scale(f: &Outputs, factors: &HashMap<String, ChannelFactors>) -> Outputs {
+fn at_qdq_scale(f: &Views, factors: &HashMap<String, ChannelFactors>) -> Outputs {
     factors
         .iter()
-        .filter_map(|(name, factors)| Some((name.clone(), factors.apply(f.get(name)?)?)))
+        .filter_map(|(name, factors)| Some((name.clone(), factors.apply(&f.get(name)?.view())?)))
         .collect()
 }
 
@@ -400,14 +405,15 @@ fn add_pair(
     s: &mut [f64; 6],
     h: &mut Histogram,
     p: &Pair,
-    float: Option<&ndarray::ArrayD<f32>>,
-    q: &Outputs,
+    float: Option<ndarray::ArrayViewD<f32>>,
+    q: &Views,
 ) {
     let (Some(pre), Some(post)) = (q.get(&p.pre), q.get(&p.post)) else {
         return;
     };
+    let post = post.view();
     if pre.len() == post.len() {
-        let [signal, noise] = array_sums(pre, post);
+        let [signal, noise] = array_sums(&pre.view(), &post);
         s[0] += signal;
         s[1] += noise;
     }
@@ -444,7 +450,7 @@ fn add_pair(
         } as f64;
         s[5] += reference.len() as f64;
     }
-    let [signal, noise] = array_sums(reference, post);
+    let [signal, noise] = array_sums(&reference, &post);
     s[2] += signal;
     s[3] += noise;
 }
@@ -537,10 +543,11 @@ pub fn tensor_errors_against(
         ctx,
         "per-tensor error",
         |owned, index| {
-            let f = float_side.next(owned, &float_names, index)?;
-            let q = collect(&mut quant_session, owned, &quant_names, index, "quantized")?;
-            sums.add(&f, &at_qdq_scale(&f, factors), &q);
-            Ok(())
+            let ran = super::tensor_pass::run(&mut quant_session, owned, index, "quantized")?;
+            let q = views(&ran, &quant_names);
+            float_side.with_next(owned, &float_names, index, |f| {
+                sums.add(f, &at_qdq_scale(f, factors), &q);
+            })
         },
     )?;
     drop((quant_session, float_side));

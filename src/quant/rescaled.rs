@@ -66,7 +66,7 @@ impl ChannelFactors {
 
     /// `tensor` (a float activation) at the QDQ model's scale: times the factors, channel by
     /// channel (`None` when the layout does not broadcast against it).
-    pub fn apply(&self, tensor: &ndarray::ArrayD<f32>) -> Option<ndarray::ArrayD<f32>> {
+    pub fn apply(&self, tensor: &ndarray::ArrayViewD<f32>) -> Option<ndarray::ArrayD<f32>> {
         let factors = self.array();
         let factors = factors.broadcast(tensor.raw_dim())?;
         Some(
@@ -221,20 +221,24 @@ mod tests {
         let x =
             ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[1, 2, 1, 2]), vec![1., 2., 3., 4.])
                 .unwrap();
-        let y = conv.apply(&x).unwrap();
+        let y = conv.apply(&x.view()).unwrap();
         assert_eq!(
             y.iter().copied().collect::<Vec<f32>>(),
             vec![2., 4., 1.5, 2.]
         );
         // Channels on the last axis.
         let dense = ChannelFactors::new(vec![2.0, 0.5], 0);
-        let y = dense.apply(&x).unwrap();
+        let y = dense.apply(&x.view()).unwrap();
         assert_eq!(
             y.iter().copied().collect::<Vec<f32>>(),
             vec![2., 1., 6., 2.]
         );
         // A layout that does not broadcast is no answer, not a panic.
-        assert!(ChannelFactors::new(vec![1.0; 3], 0).apply(&x).is_none());
+        assert!(
+            ChannelFactors::new(vec![1.0; 3], 0)
+                .apply(&x.view())
+                .is_none()
+        );
         // Two rescalings of one tensor compose; different layouts do not.
         let both = dense.then(&ChannelFactors::new(vec![3.0, 4.0], 0)).unwrap();
         assert_eq!(both.values, vec![6.0, 2.0]);

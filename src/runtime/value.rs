@@ -33,6 +33,19 @@ pub fn to_value(array: TensorArray) -> Result<ort::value::DynValue, RuntimeError
     Ok(value)
 }
 
+/// A float output as f32 without a copy where it already is float32 (a view of the session's
+/// buffer), converted otherwise ([`float_output`]); `None` for other types. A pass that only
+/// reads a run's tensors (the per-tensor errors read 135 M values a sample on PP-OCR rec) then
+/// neither copies them nor maps fresh pages for the copies.
+pub fn float_view(
+    value: &ort::value::DynValue,
+) -> Option<ndarray::CowArray<'_, f32, ndarray::IxDyn>> {
+    match value.try_extract_array::<f32>() {
+        Ok(view) => Some(view.into()),
+        Err(_) => float_output(value).map(|(_, a)| a.into()),
+    }
+}
+
 /// A float output as f32 (float16/bfloat16/float64 converted) with its original element type;
 /// `None` for other types.
 pub fn float_output(value: &ort::value::DynValue) -> Option<(crate::model::DataType, ArrayD<f32>)> {
