@@ -124,9 +124,15 @@ impl Int4Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum GuardScope {
-    /// Every per-channel int8 weight ONNX Runtime's u8×s8 kernels read: a quantized Conv,
-    /// MatMul or Gemm with an 8-bit activation input.
+    /// Every int8 weight ONNX Runtime's u8×s8 kernels read (a quantized Conv, MatMul or Gemm
+    /// with an 8-bit activation input) that is quantized per channel, or per tensor after
+    /// cross-layer equalization rescaled its layer: equalized, every channel spans about the
+    /// weight's extremes, as a per-channel weight's does.
     #[default]
+    IntegerKernelsAndEqualized,
+    /// Every per-channel int8 weight those kernels read: what the guard covered in recipes
+    /// written before equalized per-tensor weights were guarded too, kept so that they
+    /// reproduce the model they made.
     IntegerKernels,
     /// Only the MatMul/Gemm weights of a model with a LayerNorm/RMSNorm: what the guard
     /// covered in recipes written before its scope was a setting, kept so that they
@@ -469,7 +475,7 @@ impl Default for Recipe {
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,
-            saturation_guard_scope: GuardScope::IntegerKernels,
+            saturation_guard_scope: GuardScope::IntegerKernelsAndEqualized,
             tensor_overrides: BTreeMap::new(),
             node_precision: BTreeMap::new(),
         }

@@ -142,8 +142,9 @@ pub struct QuantizeArgs {
     /// onnxruntime's placement); by default they stay in float.
     #[arg(long = "no_auto_precision", visible_alias = "no-auto-precision")]
     pub no_auto_precision: bool,
-    /// Keep a transformer's int8 weights at 8 bits (for VNNI CPUs, GPUs and NPUs); by default
-    /// they get 7 so that ONNX Runtime's u8×s8 kernels cannot saturate on older x86 CPUs.
+    /// Keep 8-bit weights (for VNNI CPUs, GPUs and NPUs); by default the int8 weights ONNX
+    /// Runtime's u8×s8 kernels read get 7 bits so that those kernels cannot saturate on older
+    /// x86 CPUs: per-channel weights, and per-tensor ones whose layer `--cle` equalized.
     #[arg(long = "no_saturation_guard", visible_alias = "no-saturation-guard")]
     pub no_saturation_guard: bool,
     /// SmoothQuant (int8): move activation outlier channels into the MatMul weights where the

@@ -16,13 +16,21 @@
 //!
 //! The guard is part of automatic precision and applies where the recipe targets ONNX
 //! Runtime's integer kernels with uint8 activations and int8 weights (int8 mode,
-//! onnxruntime's placement), to the per-channel weights those kernels read: a quantized
-//! Conv, MatMul or Gemm whose activation input is quantized to 8 bits. A per-tensor weight
+//! onnxruntime's placement), to the per-channel weights those kernels read (and per-tensor
+//! ones after equalization, below): a quantized Conv, MatMul or Gemm whose activation input is quantized to 8 bits. A per-tensor weight
 //! reaches ±127 in its largest channel only, so it saturates far less, and one bit fewer
 //! halves the step of every channel: measured worse than the saturation on both PP-OCR
 //! models (the classifier's logits 11.4 dB with 7 bits against 13.1 dB saturating; rec's
 //! −1.4 against 7.2 dB, on `benches/accuracy`'s held-out data) and on the sentence
-//! transformer (cosine 0.898 against 0.963), it keeps 8 bits. Whether a weight saturates
+//! transformer (cosine 0.898 against 0.963), it keeps 8 bits, unless cross-layer
+//! equalization rescaled its layer: equalization gives each channel of a pair's two weights
+//! the range `√(r₁ r₂)`, so every channel spans about the weight's extremes, as a per-channel
+//! weight's does, and saturates as one. Measured on `benches/accuracy`'s held-out data on
+//! this AVX2 machine, per tensor with equalization, bias correction and GPTQ: the sample's
+//! logits 10.55 → 14.08 dB with those weights at 7 bits, PP-OCR rec's 9.36 → 10.71 dB (exact
+//! match 78.1 → 89.1 %), PP-OCR det 8.60 → 8.59 dB; with equalization alone the sample
+//! 10.38 → 13.33 dB and det 8.66 → 8.08 dB, the one loss (recipes written before name the
+//! scope `integer_kernels` and keep their 8 bits). Whether a weight saturates
 //! more than its bit is worth depends on the activations it meets: the measured weight
 //! search (`--weight_range measured`, in the evaluation layer) tries 7 bits, and 8 back for
 //! the guard's weights (the `full_range` override), on the kernels of the machine it runs
@@ -66,6 +74,10 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
     }
     let graph = &prepared.graph;
     let covered: &dyn Fn(&str, &TensorRole) -> bool = match recipe.saturation_guard_scope {
+        GuardScope::IntegerKernelsAndEqualized => &|name, role| {
+            (per_channel(graph, recipe, name, role) || equalized(prepared, name))
+                && read_by_integer_kernel(graph, recipe, plan, name)
+        },
         GuardScope::IntegerKernels => &|name, role| {
             per_channel(graph, recipe, name, role)
                 && read_by_integer_kernel(graph, recipe, plan, name)
@@ -123,6 +135,15 @@ fn weights_of<'a>(
 /// Whether the weight `name` is quantized per channel (see [`weight_quant`]).
 fn per_channel(graph: &Graph, recipe: &Recipe, name: &str, role: &TensorRole) -> bool {
     weight_quant(recipe, name, role, graph.rank(name)).is_some_and(|how| how.axis.is_some())
+}
+
+/// Whether `name` is the weight of a layer cross-layer equalization rescaled.
+fn equalized(prepared: &Prepared, name: &str) -> bool {
+    prepared
+        .report
+        .equalized
+        .iter()
+        .any(|pair| pair.weights.iter().any(|w| w == name))
 }
 
 /// Whether `name` is read by a MatMul or Gemm (the legacy scope's test).
@@ -285,6 +306,27 @@ mod tests {
         let line = summary(weights.len()).unwrap();
         assert!(line.starts_with("7-bit weights: 3 weight(s)"), "{line}");
         assert_eq!(summary(0), None);
+    }
+
+    #[test]
+    fn per_tensor_weights_get_seven_bits_where_equalization_rescaled_their_layer() {
+        let per_tensor = Recipe {
+            per_channel: false,
+            ..Recipe::default()
+        };
+        assert!(guarded(&per_tensor).is_empty());
+        let mut equalized = per_tensor.clone();
+        equalized.preprocessing.equalize = true;
+        // mm1 → Relu → mm2 is a pair; the Conv before them pairs with nothing.
+        let prepared = Prepared::new(&model(false), &equalized.preprocessing).unwrap();
+        assert_eq!(prepared.report.equalized.len(), 1);
+        assert_eq!(guarded(&equalized), names(&["w1", "w2"]));
+        // Recipes of the scope before it keep 8 bits there, as they were made.
+        let before = Recipe {
+            saturation_guard_scope: GuardScope::IntegerKernels,
+            ..equalized
+        };
+        assert!(guarded(&before).is_empty());
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct EqualizedPair {
     pub first: String,
     /// The second layer.
     pub second: String,
+    /// The two layers' weights (initializer names), first then second.
+    pub weights: [String; 2],
     /// The nodes between them, if any (a bounded Clip says its bound went per channel).
     pub between: Option<String>,
     /// The tensors those nodes write: rescaled along with the pair.
@@ -111,6 +113,7 @@ pub fn equalize(model: &mut Model) -> Result<Vec<EqualizedPair>, ModelError> {
             EqualizedPair {
                 first: name(pair.first),
                 second: name(pair.second),
+                weights: [first.weight.clone(), second.weight.clone()],
                 between: pair.between.clone(),
                 between_tensors: pair.between_tensors.clone(),
                 channels: first.outputs.channels(first.elements),
