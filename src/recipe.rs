@@ -904,9 +904,16 @@ mod tests {
     fn recipes_from_before_a_setting_keep_what_they_meant_then() {
         let text = Recipe::default().to_toml();
         assert!(
-            text.contains("saturation_guard_scope = \"integer_kernels\""),
+            text.contains("saturation_guard_scope = \"integer_kernels_and_equalized\""),
             "{text}"
         );
+        // A recipe of the scope before equalized weights were guarded keeps it.
+        let per_channel_only = text.replace(
+            "saturation_guard_scope = \"integer_kernels_and_equalized\"",
+            "saturation_guard_scope = \"integer_kernels\"",
+        );
+        let recipe = Recipe::from_toml(&per_channel_only, "r.toml").unwrap();
+        assert_eq!(recipe.saturation_guard_scope, GuardScope::IntegerKernels);
         let older: String = text
             .lines()
             .filter(|l| !l.starts_with("saturation_guard"))
