@@ -17,7 +17,8 @@
 //! The guard is part of automatic precision and applies where the recipe targets ONNX
 //! Runtime's integer kernels with uint8 activations and int8 weights (int8 mode,
 //! onnxruntime's placement), to the per-channel weights those kernels read (and per-tensor
-//! ones after equalization, below): a quantized Conv, MatMul or Gemm whose activation input is quantized to 8 bits. A per-tensor weight
+//! ones after equalization, below): a quantized Conv, MatMul or Gemm whose activation input
+//! is quantized to 8 bits. A per-tensor weight
 //! reaches ±127 in its largest channel only, so it saturates far less, and one bit fewer
 //! halves the step of every channel: measured worse than the saturation on both PP-OCR
 //! models (the classifier's logits 11.4 dB with 7 bits against 13.1 dB saturating; rec's
