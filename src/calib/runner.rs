@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
-use ndarray::ArrayViewD;
+use ndarray::{ArrayViewD, CowArray, IxDyn};
 use rayon::prelude::*;
 
 use super::channels::ChannelStats;
@@ -23,7 +23,7 @@ use crate::model::builder::any_shape_info;
 use crate::model::pinned::pin_sample_shapes;
 use crate::model::proto::ValueInfoProto;
 use crate::model::{DataType, Graph, Model, SessionModel, TensorKind};
-use crate::runtime::value::{owned_inputs, session_inputs};
+use crate::runtime::value::{float_view, owned_inputs, session_inputs};
 use crate::runtime::{Optimization, Runtime, RuntimeError, SessionOptions};
 
 /// The tensors calibration observes: every float (or untyped) tensor read or written by a
@@ -349,44 +349,30 @@ fn fold_outputs(
         float_seen,
     } = into;
     // f32 outputs are read in place; other float types are converted once.
-    let converted: Vec<Option<(DataType, ndarray::ArrayD<f32>)>> = tensors
+    let read: Vec<Option<(DataType, CowArray<'_, f32, IxDyn>)>> = tensors
         .iter()
-        .map(|name| {
-            let value = outputs.get(name.as_str())?;
-            if value.try_extract_array::<f32>().is_ok() {
-                None
-            } else {
-                crate::runtime::value::float_output(value)
-            }
-        })
+        .map(|name| float_view(outputs.get(name.as_str())?))
         .collect();
-    let views: Vec<Option<ArrayViewD<'_, f32>>> = tensors
+    let views: Vec<Option<ArrayViewD<'_, f32>>> = read
         .iter()
-        .zip(&converted)
-        .map(|(name, owned)| match owned {
-            Some((_, array)) => Some(array.view()),
-            None => outputs.get(name.as_str())?.try_extract_array::<f32>().ok(),
-        })
+        .map(|r| r.as_ref().map(|(_, array)| array.view()))
         .collect();
-    for ((s, view), owned) in stats.iter_mut().zip(&views).zip(&converted) {
-        if view.is_some() && s.dtype.is_none() {
-            s.dtype = Some(owned.as_ref().map_or(DataType::Float32, |(t, _)| *t));
+    for (s, read) in stats.iter_mut().zip(&read) {
+        if let Some((dtype, _)) = read
+            && s.dtype.is_none()
+        {
+            s.dtype = Some(*dtype);
         }
     }
     for (seen, view) in float_seen.iter_mut().zip(&views) {
         *seen |= view.is_some();
     }
     // What the batch's observed tensors hold (as f32, plus the converted copies).
-    let held: u64 = views
+    let held: u64 = read
         .iter()
         .flatten()
-        .map(|v| v.len() as u64 * 4)
-        .sum::<u64>()
-        + converted
-            .iter()
-            .flatten()
-            .map(|(_, a)| a.len() as u64 * 4)
-            .sum::<u64>();
+        .map(|(_, a)| a.len() as u64 * if a.is_owned() { 8 } else { 4 })
+        .sum();
     if pass != Pass::Histograms {
         config
             .input_means

@@ -35,7 +35,7 @@ pub type Views<'a> = HashMap<String, CowArray<'a, f32, IxDyn>>;
 pub fn views<'a>(outputs: &'a SessionOutputs<'_>, names: &[String]) -> Views<'a> {
     names
         .iter()
-        .filter_map(|name| Some((name.clone(), float_view(outputs.get(name.as_str())?)?)))
+        .filter_map(|name| Some((name.clone(), float_view(outputs.get(name.as_str())?)?.1)))
         .collect()
 }
 

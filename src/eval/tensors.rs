@@ -17,7 +17,7 @@ pub use super::local_error::LocalError;
 use super::local_error::{LocalModel, LocalSums, Target, unranked_tensors};
 use super::squares::array_sums;
 pub use super::tensor_pass::{FloatPass, FloatRun, FloatTensors};
-use super::tensor_pass::{FloatSide, Outputs, Views, collect, observing_session, views};
+use super::tensor_pass::{FloatSide, Outputs, Views, observing_session, views};
 pub use super::weight_error::WeightError;
 use super::weight_error::{input_channel_fit, weight_errors};
 use crate::calib::data::{BatchSource, sample_shapes};
@@ -698,8 +698,11 @@ fn observed_ranks(
         return Ok(HashMap::new());
     };
     let owned = owned_inputs(batch.inputs)?;
-    let outputs = collect(&mut session, &owned, names, batch.index, "float")?;
-    Ok(outputs.into_iter().map(|(n, a)| (n, a.ndim())).collect())
+    let outputs = super::tensor_pass::run(&mut session, &owned, batch.index, "float")?;
+    Ok(views(&outputs, names)
+        .into_iter()
+        .map(|(n, a)| (n, a.ndim()))
+        .collect())
 }
 
 /// What the local model measures, and how its copies read the activations the quantizer

@@ -75,14 +75,14 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
     }
     let graph = &prepared.graph;
     let covered: &dyn Fn(&str, &TensorRole) -> bool = match recipe.saturation_guard_scope {
-        GuardScope::IntegerKernelsAndEqualized => &|name, role| {
-            (per_channel(graph, recipe, name, role) || equalized(prepared, name))
-                && read_by_integer_kernel(graph, recipe, plan, name)
-        },
-        GuardScope::IntegerKernels => &|name, role| {
-            per_channel(graph, recipe, name, role)
-                && read_by_integer_kernel(graph, recipe, plan, name)
-        },
+        scope @ (GuardScope::IntegerKernelsAndEqualized | GuardScope::IntegerKernels) => {
+            let with_equalized = scope == GuardScope::IntegerKernelsAndEqualized;
+            &move |name, role| {
+                (per_channel(graph, recipe, name, role)
+                    || (with_equalized && equalized(prepared, name)))
+                    && read_by_integer_kernel(graph, recipe, plan, name)
+            }
+        }
         GuardScope::TransformerLinear => {
             if !precision::has_normalization(graph) {
                 return BTreeSet::new();

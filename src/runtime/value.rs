@@ -33,16 +33,20 @@ pub fn to_value(array: TensorArray) -> Result<ort::value::DynValue, RuntimeError
     Ok(value)
 }
 
-/// A float output as f32 without a copy where it already is float32 (a view of the session's
-/// buffer), converted otherwise ([`float_output`]); `None` for other types. A pass that only
-/// reads a run's tensors (the per-tensor errors read 135 M values a sample on PP-OCR rec) then
-/// neither copies them nor maps fresh pages for the copies.
+/// A float output as f32 with its original element type: a view of the session's buffer
+/// where it already is float32, converted otherwise ([`float_output`]); `None` for other
+/// types. A pass that only reads a run's tensors (calibration; the per-tensor errors read
+/// 135 M values a sample on PP-OCR rec) then neither copies them nor maps fresh pages for
+/// the copies.
 pub fn float_view(
     value: &ort::value::DynValue,
-) -> Option<ndarray::CowArray<'_, f32, ndarray::IxDyn>> {
+) -> Option<(
+    crate::model::DataType,
+    ndarray::CowArray<'_, f32, ndarray::IxDyn>,
+)> {
     match value.try_extract_array::<f32>() {
-        Ok(view) => Some(view.into()),
-        Err(_) => float_output(value).map(|(_, a)| a.into()),
+        Ok(view) => Some((crate::model::DataType::Float32, view.into())),
+        Err(_) => float_output(value).map(|(dtype, a)| (dtype, a.into())),
     }
 }
 
