@@ -125,10 +125,15 @@ impl Int4Output {
 #[serde(rename_all = "snake_case")]
 pub enum GuardScope {
     /// Every int8 weight ONNX Runtime's u8×s8 kernels read (a quantized Conv, MatMul or Gemm
-    /// with an 8-bit activation input) that is quantized per channel, or per tensor after
-    /// cross-layer equalization rescaled its layer: equalized, every channel spans about the
-    /// weight's extremes, as a per-channel weight's does.
+    /// with an 8-bit activation input) that is quantized per channel; per tensor, one whose
+    /// layer cross-layer equalization rescaled (every channel then spans about the weight's
+    /// extremes, as a per-channel weight's does) or one with at least 1 % of the pairs the
+    /// kernels add able to overflow at 8 bits, as most per-channel weights have.
     #[default]
+    IntegerKernelsAndSaturatingPairs,
+    /// Per-channel weights and equalized per-tensor ones, not the per-tensor weights whose
+    /// pairs overflow: what the guard covered in recipes written before those were guarded,
+    /// kept so that they reproduce the model they made.
     IntegerKernelsAndEqualized,
     /// Every per-channel int8 weight those kernels read: what the guard covered in recipes
     /// written before equalized per-tensor weights were guarded too, kept so that they
@@ -475,7 +480,7 @@ impl Default for Recipe {
             preprocessing: Preprocessing::default(),
             auto_precision: true,
             saturation_guard: true,
-            saturation_guard_scope: GuardScope::IntegerKernelsAndEqualized,
+            saturation_guard_scope: GuardScope::IntegerKernelsAndSaturatingPairs,
             tensor_overrides: BTreeMap::new(),
             node_precision: BTreeMap::new(),
         }
@@ -903,17 +908,21 @@ mod tests {
     #[test]
     fn recipes_from_before_a_setting_keep_what_they_meant_then() {
         let text = Recipe::default().to_toml();
-        assert!(
-            text.contains("saturation_guard_scope = \"integer_kernels_and_equalized\""),
-            "{text}"
-        );
-        // A recipe of the scope before equalized weights were guarded keeps it.
-        let per_channel_only = text.replace(
-            "saturation_guard_scope = \"integer_kernels_and_equalized\"",
-            "saturation_guard_scope = \"integer_kernels\"",
-        );
-        let recipe = Recipe::from_toml(&per_channel_only, "r.toml").unwrap();
-        assert_eq!(recipe.saturation_guard_scope, GuardScope::IntegerKernels);
+        let current = "saturation_guard_scope = \"integer_kernels_and_saturating_pairs\"";
+        assert!(text.contains(current), "{text}");
+        // Recipes of the scopes before per-tensor weights with overflowing pairs, or
+        // equalized ones, were guarded keep theirs.
+        for (name, scope) in [
+            (
+                "integer_kernels_and_equalized",
+                GuardScope::IntegerKernelsAndEqualized,
+            ),
+            ("integer_kernels", GuardScope::IntegerKernels),
+        ] {
+            let before = text.replace(current, &format!("saturation_guard_scope = \"{name}\""));
+            let recipe = Recipe::from_toml(&before, "r.toml").unwrap();
+            assert_eq!(recipe.saturation_guard_scope, scope);
+        }
         let older: String = text
             .lines()
             .filter(|l| !l.starts_with("saturation_guard"))

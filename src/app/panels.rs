@@ -767,8 +767,9 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
                  its u8×s8 kernels get 7 bits: those kernels saturate on x86 CPUs without VNNI \
                  (AMD before Zen 4, Intel client CPUs before Alder Lake). Per-tensor weights keep \
                  8 bits, but for those cross-layer equalization rescaled (each channel then \
-                 spans about the weight's extremes, as per channel). Off: onnxruntime's 8 bits, \
-                 for VNNI CPUs, GPUs and NPUs.";
+                 spans about the weight's extremes, as per channel) and those with at least 1 % \
+                 of the kernels' pairs of neighbouring weights able to overflow. Off: \
+                 onnxruntime's 8 bits, for VNNI CPUs, GPUs and NPUs.";
     ui.indent("saturation_guard", |ui| {
         if ui
             .checkbox(&mut guard, label)

@@ -144,7 +144,8 @@ pub struct QuantizeArgs {
     pub no_auto_precision: bool,
     /// Keep 8-bit weights (for VNNI CPUs, GPUs and NPUs); by default the int8 weights ONNX
     /// Runtime's u8×s8 kernels read get 7 bits so that those kernels cannot saturate on older
-    /// x86 CPUs: per-channel weights, and per-tensor ones whose layer `--cle` equalized.
+    /// x86 CPUs: per-channel weights, and per-tensor ones whose layer `--cle` equalized or
+    /// with at least 1 % of the kernels' pairs able to overflow.
     #[arg(long = "no_saturation_guard", visible_alias = "no-saturation-guard")]
     pub no_saturation_guard: bool,
     /// SmoothQuant (int8): move activation outlier channels into the MatMul weights where the

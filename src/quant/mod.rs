@@ -7,6 +7,7 @@ pub mod explain;
 pub mod gemm_layout;
 pub mod gptq;
 pub mod int4;
+pub mod kernel_pairs;
 pub mod layers;
 pub mod layerwise;
 pub mod memory;

@@ -16,22 +16,29 @@
 //!
 //! The guard is part of automatic precision and applies where the recipe targets ONNX
 //! Runtime's integer kernels with uint8 activations and int8 weights (int8 mode,
-//! onnxruntime's placement), to the per-channel weights those kernels read (and per-tensor
-//! ones after equalization, below): a quantized Conv, MatMul or Gemm whose activation input
-//! is quantized to 8 bits. A per-tensor weight
-//! reaches ±127 in its largest channel only, so it saturates far less, and one bit fewer
-//! halves the step of every channel: measured worse than the saturation on both PP-OCR
-//! models (the classifier's logits 11.4 dB with 7 bits against 13.1 dB saturating; rec's
-//! −1.4 against 7.2 dB, on `benches/accuracy`'s held-out data) and on the sentence
-//! transformer (cosine 0.898 against 0.963), it keeps 8 bits, unless cross-layer
-//! equalization rescaled its layer: equalization gives each channel of a pair's two weights
-//! the range `√(r₁ r₂)`, so every channel spans about the weight's extremes, as a per-channel
-//! weight's does, and saturates as one. Measured on `benches/accuracy`'s held-out data on
-//! this AVX2 machine, per tensor with equalization, bias correction and GPTQ: the sample's
-//! logits 10.55 → 14.08 dB with those weights at 7 bits, PP-OCR rec's 9.36 → 10.71 dB (exact
-//! match 78.1 → 89.1 %), PP-OCR det 8.60 → 8.59 dB; with equalization alone the sample
-//! 10.38 → 13.33 dB and det 8.66 → 8.08 dB, the one loss (recipes written before name the
-//! scope `integer_kernels` and keep their 8 bits). Whether a weight saturates
+//! onnxruntime's placement), to the per-channel weights those kernels read (and some
+//! per-tensor ones, below): a quantized Conv, MatMul or Gemm whose activation input is
+//! quantized to 8 bits. A per-tensor weight mostly reaches ±127 in its largest channel only,
+//! so it saturates far less, and one bit fewer halves the step of every channel: with every
+//! per-tensor weight at 7 bits, measured worse than the saturation on both PP-OCR models (the
+//! classifier's logits 11.4 dB against 13.1 dB saturating; rec's −1.4 against 7.2 dB, on
+//! `benches/accuracy`'s held-out data) and on the sentence transformer (cosine 0.898 against
+//! 0.963). So a per-tensor weight keeps 8 bits unless it saturates as a per-channel one does:
+//! - cross-layer equalization rescaled its layer: equalization gives each channel of a pair's
+//!   two weights the range `√(r₁ r₂)`, so every channel spans about the weight's extremes
+//!   (per tensor with equalization, bias correction and GPTQ: the sample's logits 10.55 →
+//!   14.08 dB, PP-OCR rec's 9.36 → 10.71 dB, exact match 78.1 → 89.1 %; det 8.60 → 8.59 dB);
+//! - or at least 1 % of the pairs its kernel adds can overflow at 8 bits (one sign, stored
+//!   magnitudes adding up past 128, [`super::kernel_pairs`]), as most per-channel weights'
+//!   can: the classifier's first Conv, squeeze-excitation Convs and final MatMul (1.5 to
+//!   50 %), PP-OCR rec's first Conv; no other weight of rec, det or MiniLM (at most 0.8 %).
+//!   The classifier's logits per tensor 13.05 → 15.62 dB, with equalization, bias correction
+//!   and GPTQ 14.08 → 18.53 dB (per channel: 16.36), with GPTQ alone 13.38 → 18.75 dB; rec's
+//!   with GPTQ 9.27 → 10.44 dB, plain per tensor 7.22 → 6.99 dB (the one loss); det and
+//!   MiniLM unchanged.
+//!
+//! Recipes written before name the scope `integer_kernels_and_equalized` (no pair rule) or
+//! `integer_kernels` (per-channel weights only) and keep it. Whether a weight saturates
 //! more than its bit is worth depends on the activations it meets: the measured weight
 //! search (`--weight_range measured`, in the evaluation layer) tries 7 bits, and 8 back for
 //! the guard's weights (the `full_range` override), on the kernels of the machine it runs
@@ -61,10 +68,12 @@
 
 use std::collections::BTreeSet;
 
+use super::kernel_pairs::{Reduction, overflowing_share};
 use super::params::weight_quant;
 use super::plan::{Plan, TensorRole};
 use super::precision;
 use super::prepare::Prepared;
+use super::rewrite::weight_params;
 use crate::model::{Dim, Graph, Node};
 use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
 
@@ -75,12 +84,16 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
     }
     let graph = &prepared.graph;
     let covered: &dyn Fn(&str, &TensorRole) -> bool = match recipe.saturation_guard_scope {
-        scope @ (GuardScope::IntegerKernelsAndEqualized | GuardScope::IntegerKernels) => {
-            let with_equalized = scope == GuardScope::IntegerKernelsAndEqualized;
+        scope @ (GuardScope::IntegerKernelsAndSaturatingPairs
+        | GuardScope::IntegerKernelsAndEqualized
+        | GuardScope::IntegerKernels) => {
+            let with_equalized = scope != GuardScope::IntegerKernels;
+            let with_pairs = scope == GuardScope::IntegerKernelsAndSaturatingPairs;
             &move |name, role| {
-                (per_channel(graph, recipe, name, role)
-                    || (with_equalized && equalized(prepared, name)))
-                    && read_by_integer_kernel(graph, recipe, plan, name)
+                read_by_integer_kernel(graph, recipe, plan, name)
+                    && (per_channel(graph, recipe, name, role)
+                        || (with_equalized && equalized(prepared, name))
+                        || (with_pairs && pairs_saturate(prepared, recipe, plan, name, role)))
             }
         }
         GuardScope::TransformerLinear => {
@@ -145,6 +158,54 @@ fn equalized(prepared: &Prepared, name: &str) -> bool {
         .equalized
         .iter()
         .any(|pair| pair.weights.iter().any(|w| w == name))
+}
+
+/// The share of a weight's kernel pairs able to overflow from which the guard counts it as
+/// saturating. Measured at 8 bits on `benches/accuracy`'s four models: the per-channel
+/// weights the guard covers have a median share of 1.8 to 12.5 % per model (the least 0.1 %);
+/// per tensor, the sample's first Conv, squeeze-excitation Convs and classifier have 1.5 to
+/// 50 %, every weight of PP-OCR rec and det and of MiniLM after equalization at most 0.8 %.
+const SATURATING_SHARE: f64 = 0.01;
+
+/// Whether the weight `name` at 8 bits has at least [`SATURATING_SHARE`] of the pairs the
+/// integer kernel reading it adds able to overflow ([`kernel_pairs`](super::kernel_pairs)).
+fn pairs_saturate(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    plan: &Plan,
+    name: &str,
+    role: &TensorRole,
+) -> bool {
+    let graph = &prepared.graph;
+    let Some(along) = integer_kernel_readers(graph, recipe, plan, name)
+        .filter(|node| !pairs_nothing(graph, node, name))
+        .find_map(|node| reduction_of(node))
+    else {
+        return false;
+    };
+    let Ok(Some(values)) = prepared.model.weight(name) else {
+        return false;
+    };
+    let values = values.into_f32();
+    prepared.model.release_weight(name);
+    let Some(how) = weight_quant(recipe, name, role, values.ndim()) else {
+        return false;
+    };
+    let Some(&p) = weight_params(&values, &how).first() else {
+        return false;
+    };
+    overflowing_share(&values, &how, p, along) >= SATURATING_SHARE
+}
+
+/// How `node`'s integer kernel lays out its weight's reduction.
+fn reduction_of(node: &Node) -> Option<Reduction> {
+    match node.op_type.as_str() {
+        "Conv" => Some(Reduction::ConvTaps),
+        "MatMul" => Some(Reduction::Rows),
+        "Gemm" if node.int_attribute("transB").unwrap_or(0) != 0 => Some(Reduction::Columns),
+        "Gemm" => Some(Reduction::Rows),
+        _ => None,
+    }
 }
 
 /// Whether `name` is read by a MatMul or Gemm (the legacy scope's test).
@@ -261,9 +322,15 @@ mod tests {
     fn model(norm: bool) -> crate::model::Model {
         let mut b = ModelBuilder::new(17);
         b.input("x", DataType::Float32, &[1, 2, 4, 4]);
+        // Signs alternate along each kernel's reduction (a MatMul weight's rows, a Conv
+        // weight's input channels), so per tensor no pair the kernels add can overflow.
         let weight = |shape: &[usize], seed: f32| {
             TensorArray::Float32(ArrayD::from_shape_fn(IxDyn(shape), |ix| {
-                (ix.slice().iter().sum::<usize>() as f32 * seed + seed).sin()
+                let along = ix[shape.len().min(4) / 2 - 1];
+                let sign = if along % 2 == 0 { 1.0 } else { -1.0 };
+                sign * (ix.slice().iter().sum::<usize>() as f32 * seed + seed)
+                    .sin()
+                    .abs()
             }))
         };
         b.initializer("wc", weight(&[4, 2, 1, 1], 0.53));
@@ -330,6 +397,49 @@ mod tests {
         assert!(guarded(&before).is_empty());
     }
 
+    /// x → MatMul(w1) → Relu → MatMul(w2) → y with per-tensor weights at 8 bits: w1 holds
+    /// two large neighbours of one sign in a column (codes 127 and 114, a pair that can
+    /// overflow: 1 of its 8 pairs), w2's neighbours alternate their signs.
+    fn pairs_model() -> crate::model::Model {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4]);
+        let w1 = [
+            1.0, 0.1, 0.2, 0.1, 0.9, 0.2, 0.1, 0.3, 0.1, 0.2, 0.2, 0.1, 0.1, 0.1, 0.3, 0.2,
+        ];
+        let w2 = [
+            1.0, -0.9, 0.8, -0.7, -0.9, 0.8, -0.7, 0.9, 0.5, -0.6, 0.4, -0.8, -0.5, 0.9, -0.3, 0.6,
+        ];
+        for (name, values) in [("w1", w1), ("w2", w2)] {
+            let values = ArrayD::from_shape_vec(IxDyn(&[4, 4]), values.to_vec()).unwrap();
+            b.initializer(name, TensorArray::Float32(values));
+        }
+        b.node("MatMul", &["x", "w1"], &["h"]).name("mm1");
+        b.node("Relu", &["h"], &["r"]).name("relu");
+        b.node("MatMul", &["r", "w2"], &["y"]).name("mm2");
+        b.output("y", DataType::Float32, &[1, 4]);
+        b.build()
+    }
+
+    #[test]
+    fn per_tensor_weights_whose_kernel_pairs_can_overflow_get_seven_bits() {
+        let per_tensor = Recipe {
+            per_channel: false,
+            ..Recipe::default()
+        };
+        assert_eq!(guarded_in(&pairs_model(), &per_tensor), names(&["w1"]));
+        // Recipes of the scopes before it keep 8 bits there, as they were made.
+        for scope in [
+            GuardScope::IntegerKernelsAndEqualized,
+            GuardScope::IntegerKernels,
+        ] {
+            let before = Recipe {
+                saturation_guard_scope: scope,
+                ..per_tensor.clone()
+            };
+            assert!(guarded_in(&pairs_model(), &before).is_empty(), "{scope:?}");
+        }
+    }
+
     #[test]
     fn nodes_that_run_in_float_after_dequantizing_keep_eight_bits() {
         // Promoted to 16-bit activations: no integer kernel reads mm2's weight.
@@ -386,7 +496,7 @@ mod tests {
                 reduce_range: true,
                 ..Recipe::default()
             },
-            // Per-tensor weights saturate far less than 7 bits cost them.
+            // Per-tensor weights none of whose pairs can overflow.
             Recipe {
                 per_channel: false,
                 ..Recipe::default()
