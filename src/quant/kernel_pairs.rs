@@ -13,6 +13,7 @@ use ndarray::{ArrayD, Axis};
 
 use super::params::WeightQuant;
 use super::scale::ScaleZp;
+use super::weight_range::Channels;
 
 /// How a kernel lays a weight out along its reduction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +33,21 @@ pub enum Reduction {
 pub fn overflowing_share(
     values: &ArrayD<f32>,
     how: &WeightQuant,
-    p: ScaleZp,
+    params: &[ScaleZp],
     along: Reduction,
 ) -> f64 {
-    let stored = values.mapv(|v| how.quantize(v, p));
+    let channels = Channels::along(values.shape(), how.axis);
+    let standard = values.as_standard_layout();
+    let stored: Vec<i64> = standard
+        .iter()
+        .enumerate()
+        .map(|(at, &v)| {
+            params
+                .get(channels.of(at))
+                .map_or(0, |&p| how.quantize(v, p))
+        })
+        .collect();
+    let stored = ArrayD::from_shape_vec(values.raw_dim(), stored).unwrap_or_default();
     let lanes = reduction_lanes(stored, along);
     let (mut pairs, mut overflowing) = (0usize, 0usize);
     for lane in &lanes {
@@ -127,10 +139,13 @@ mod tests {
             vec![100.0, 1.0, 100.0, -100.0, 1.0, 1.0, 1.0, 1.0],
         )
         .unwrap();
-        assert_eq!(overflowing_share(&w, &how(), one(), Reduction::Rows), 0.25);
+        assert_eq!(
+            overflowing_share(&w, &how(), &[one()], Reduction::Rows),
+            0.25
+        );
         // Read as [N = 4, K = 2]: rows (100, 1), (100, -100), (1, 1), (1, 1).
         assert_eq!(
-            overflowing_share(&w, &how(), one(), Reduction::Columns),
+            overflowing_share(&w, &how(), &[one()], Reduction::Columns),
             0.0
         );
     }
@@ -141,7 +156,7 @@ mod tests {
         // of one channel the pairs would be (100, 1) twice and nothing could overflow.
         let w = ArrayD::from_shape_vec(IxDyn(&[1, 2, 1, 2]), vec![100.0, 1.0, 100.0, 1.0]).unwrap();
         assert_eq!(
-            overflowing_share(&w, &how(), one(), Reduction::ConvTaps),
+            overflowing_share(&w, &how(), &[one()], Reduction::ConvTaps),
             0.5
         );
     }
