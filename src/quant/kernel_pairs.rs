@@ -9,7 +9,7 @@
 //! stored magnitudes add up to 128 or less cannot overflow (255 × 128 < 32767); a larger one
 //! overflows when both activation codes it meets are near the top of their range.
 
-use ndarray::{ArrayD, Axis};
+use ndarray::{ArrayD, ArrayViewD, Axis};
 
 use super::params::WeightQuant;
 use super::scale::ScaleZp;
@@ -28,32 +28,34 @@ pub enum Reduction {
 }
 
 /// The share (0 to 1) of the pairs a kernel adds that can overflow 16 bits, for `values`
-/// stored with the one scale and zero point `p` by `how` (a per-tensor weight). 0 for a weight
-/// too small to pair.
+/// stored by `how` with `params` (one per channel along `how.axis`; one for a per-tensor
+/// weight). 0 for a weight too small to pair.
 pub fn overflowing_share(
     values: &ArrayD<f32>,
     how: &WeightQuant,
     params: &[ScaleZp],
     along: Reduction,
 ) -> f64 {
-    let channels = Channels::along(values.shape(), how.axis);
-    let standard = values.as_standard_layout();
-    let stored: Vec<i64> = standard
-        .iter()
-        .enumerate()
-        .map(|(at, &v)| {
-            params
-                .get(channels.of(at))
-                .map_or(0, |&p| how.quantize(v, p))
-        })
-        .collect();
-    let stored = ArrayD::from_shape_vec(values.raw_dim(), stored).unwrap_or_default();
-    let lanes = reduction_lanes(stored, along);
+    let stored = stored_codes(values, how, params);
+    let arranged = in_kernel_order(stored.view(), along);
+    let per_lane = match along {
+        Reduction::ConvTaps => arranged.len() / arranged.len_of(Axis(0)).max(1),
+        Reduction::Rows | Reduction::Columns => arranged.shape().last().copied().unwrap_or(1),
+    }
+    .max(1);
     let (mut pairs, mut overflowing) = (0usize, 0usize);
-    for lane in &lanes {
-        for pair in lane.chunks_exact(2) {
-            pairs += 1;
-            overflowing += usize::from(can_overflow(pair[0], pair[1]));
+    let mut first: Option<i16> = None;
+    for (at, &code) in arranged.iter().enumerate() {
+        if at % per_lane == 0 {
+            // A new reduction: an odd one's last value paired with nothing.
+            first = None;
+        }
+        match first.take() {
+            None => first = Some(code),
+            Some(a) => {
+                pairs += 1;
+                overflowing += usize::from(can_overflow(a, code));
+            }
         }
     }
     if pairs == 0 {
@@ -63,17 +65,30 @@ pub fn overflowing_share(
     }
 }
 
-/// Whether `a·x + b·y` can leave a signed 16-bit lane for codes `x, y` in 0..=255: only
-/// when `a` and `b` share a sign and their magnitudes add up to more than 128.
-fn can_overflow(a: i64, b: i64) -> bool {
-    a.signum() == b.signum() && a != 0 && a.abs() + b.abs() > 128
+/// The integer codes of `values` as `how` stores them with `params` (8-bit codes fit 16 bits).
+fn stored_codes(values: &ArrayD<f32>, how: &WeightQuant, params: &[ScaleZp]) -> ArrayD<i16> {
+    let channels = Channels::along(values.shape(), how.axis);
+    let standard = values.as_standard_layout();
+    let codes = standard.iter().enumerate().map(|(at, &v)| {
+        let code = params
+            .get(channels.of(at))
+            .map_or(0, |&p| how.quantize(v, p));
+        code.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
+    });
+    ArrayD::from_shape_vec(values.raw_dim(), codes.collect()).unwrap_or_default()
 }
 
-/// The stored values of each reduction the kernel computes (one output's), in the order it
-/// pairs them.
-fn reduction_lanes(stored: ArrayD<i64>, along: Reduction) -> Vec<Vec<i64>> {
+/// Whether `a·x + b·y` can leave a signed 16-bit lane for codes `x, y` in 0..=255: only
+/// when `a` and `b` share a sign and their magnitudes add up to more than 128.
+fn can_overflow(a: i16, b: i16) -> bool {
+    a.signum() == b.signum() && a != 0 && i32::from(a).abs() + i32::from(b).abs() > 128
+}
+
+/// `stored` viewed with each reduction the kernel computes (one output's) contiguous in
+/// logical order, its values in the order the kernel pairs them.
+fn in_kernel_order(stored: ArrayViewD<'_, i16>, along: Reduction) -> ArrayViewD<'_, i16> {
     let rank = stored.ndim();
-    let arranged = match along {
+    match along {
         Reduction::Rows if rank >= 2 => {
             let mut a = stored;
             a.swap_axes(rank - 2, rank - 1);
@@ -84,16 +99,7 @@ fn reduction_lanes(stored: ArrayD<i64>, along: Reduction) -> Vec<Vec<i64>> {
             stored.permuted_axes(order)
         }
         _ => stored,
-    };
-    let per_lane = match along {
-        Reduction::ConvTaps => arranged.len() / arranged.len_of(Axis(0)).max(1),
-        Reduction::Rows | Reduction::Columns => arranged.shape().last().copied().unwrap_or(1),
-    };
-    let values: Vec<i64> = arranged.iter().copied().collect();
-    values
-        .chunks(per_lane.max(1))
-        .map(<[i64]>::to_vec)
-        .collect()
+    }
 }
 
 #[cfg(test)]
