@@ -183,7 +183,7 @@ fn pairs_saturate(
     let graph = &prepared.graph;
     let Some(along) = integer_kernel_readers(graph, recipe, plan, name)
         .filter(|node| !pairs_nothing(graph, node, name))
-        .find_map(|node| reduction_of(node))
+        .find_map(reduction_of)
     else {
         return false;
     };
