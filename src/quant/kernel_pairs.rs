@@ -9,6 +9,9 @@
 //! stored magnitudes add up to 128 or less cannot overflow (255 × 128 < 32767); a larger one
 //! overflows when both activation codes it meets are near the top of their range.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use ndarray::{ArrayD, ArrayViewD, Axis};
 
 use super::params::WeightQuant;
@@ -16,7 +19,7 @@ use super::scale::ScaleZp;
 use super::weight_range::Channels;
 
 /// How a kernel lays a weight out along its reduction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reduction {
     /// MatMul, and Gemm without `transB`: the reduction runs along the rows (`[.., K, N]`).
     Rows,
@@ -76,6 +79,40 @@ fn stored_codes(values: &ArrayD<f32>, how: &WeightQuant, params: &[ScaleZp]) -> 
         code.clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
     });
     ArrayD::from_shape_vec(values.raw_dim(), codes.collect()).unwrap_or_default()
+}
+
+/// Shares measured so far, by weight, storage and layout: what
+/// [`Prepared::overflowing_share`](super::prepare::Prepared::overflowing_share) keeps so that
+/// each is measured once per prepared model.
+#[derive(Debug, Default)]
+pub struct Measured(Mutex<HashMap<(String, WeightQuant, Reduction), f64>>);
+
+impl Clone for Measured {
+    fn clone(&self) -> Self {
+        let shares = self.0.lock().map(|m| m.clone()).unwrap_or_default();
+        Measured(Mutex::new(shares))
+    }
+}
+
+impl Measured {
+    /// The share measured for `key`, if it was.
+    pub fn get(&self, key: &(String, WeightQuant, Reduction)) -> Option<f64> {
+        self.0.lock().ok()?.get(key).copied()
+    }
+
+    /// Keeps `share` for `key`.
+    pub fn insert(&self, key: (String, WeightQuant, Reduction), share: f64) {
+        if let Ok(mut shares) = self.0.lock() {
+            shares.insert(key, share);
+        }
+    }
+
+    /// Forgets every share (the model changed).
+    pub fn clear(&self) {
+        if let Ok(mut shares) = self.0.lock() {
+            shares.clear();
+        }
+    }
 }
 
 /// Whether `a·x + b·y` can leave a signed 16-bit lane for codes `x, y` in 0..=255: only

@@ -129,7 +129,7 @@ impl ActivationQuant {
 }
 
 /// How one weight (or constant input) is quantized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct WeightQuant {
     /// The quantized type.
     pub qtype: QuantType,

@@ -5,7 +5,10 @@
 
 use std::collections::HashMap;
 
+use super::kernel_pairs::{Measured, Reduction, overflowing_share};
+use super::params::WeightQuant;
 use super::preprocess::{PreprocessReport, preprocess, write_observed_shapes};
+use super::rewrite::weight_params;
 use crate::calib::stats::CalibrationStats;
 use crate::model::DataType;
 use crate::model::infer::{elem_types, is_quantizable_code};
@@ -27,6 +30,8 @@ pub struct Prepared {
     pub options: Preprocessing,
     /// Every tensor's element type, declared or inferred ([`crate::model::infer`]).
     types: HashMap<String, i32>,
+    /// The kernel pair shares [`Self::overflowing_share`] measured.
+    overflow_shares: Measured,
 }
 
 /// Writes every node's effective name into the model (unnamed ones get `OpType_N`), so
@@ -55,6 +60,7 @@ impl Prepared {
             report,
             options: *options,
             types,
+            overflow_shares: Measured::default(),
         })
     }
 
@@ -62,12 +68,49 @@ impl Prepared {
     /// [`write_observed_shapes`]) and re-indexes the graph.
     pub fn record_observed_shapes(&mut self, stats: &CalibrationStats) {
         self.report.shapes_written = write_observed_shapes(&mut self.model, stats);
-        self.graph = Graph::build(&self.model);
+        self.reindex();
     }
 
-    /// Re-indexes the graph after the model was changed in place (bias correction).
+    /// Re-indexes the graph after the model was changed in place (bias correction), and
+    /// forgets what was measured on the model before.
     pub fn reindex(&mut self) {
         self.graph = Graph::build(&self.model);
+        self.overflow_shares.clear();
+    }
+
+    /// The share of the weight `name`'s kernel pairs (laid out `along`) able to overflow at
+    /// the storage `how` gives a weight of its rank ([`overflowing_share`]); `None` when it is
+    /// no weight or `how` quantizes nothing. Measured once per weight and storage: the
+    /// saturation guard asks at every plan (each recipe edit in the studio, several times a
+    /// quantization), and decoding and quantizing the weights each time cost 0.3 s a plan on
+    /// MiniLM per tensor.
+    pub fn overflowing_share(
+        &self,
+        name: &str,
+        along: Reduction,
+        how: &dyn Fn(usize) -> Option<WeightQuant>,
+    ) -> Option<f64> {
+        // An initializer's rank is in its header; a Constant node's is known once decoded.
+        let rank = self
+            .model
+            .graph()
+            .initializer
+            .iter()
+            .find(|t| t.name() == name)
+            .map(|t| t.dims.len());
+        if let Some(key) = rank.and_then(how).map(|h| (name.to_owned(), h, along))
+            && let Some(share) = self.overflow_shares.get(&key)
+        {
+            return Some(share);
+        }
+        let values = self.model.weight(name).ok()??.into_f32();
+        self.model.release_weight(name);
+        let how = how(values.ndim())?;
+        let params = weight_params(&values, &how);
+        let share = overflowing_share(&values, &how, &params, along);
+        self.overflow_shares
+            .insert((name.to_owned(), how, along), share);
+        Some(share)
     }
 
     /// True when `tensor` is of a float type Q/DQ can quantize (float64 is not one): as

@@ -72,12 +72,11 @@
 
 use std::collections::BTreeSet;
 
-use super::kernel_pairs::{Reduction, overflowing_share};
+use super::kernel_pairs::Reduction;
 use super::params::weight_quant;
 use super::plan::{Plan, TensorRole};
 use super::precision;
 use super::prepare::Prepared;
-use super::rewrite::weight_params;
 use crate::model::{Dim, Graph, Node};
 use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
 
@@ -128,10 +127,7 @@ pub fn saturation_prone_weights(
     }
     let graph = &prepared.graph;
     weights_of(plan, recipe)
-        .filter(|(name, _)| {
-            integer_kernel_readers(graph, recipe, plan, name)
-                .any(|node| !pairs_nothing(graph, node, name))
-        })
+        .filter(|(name, _)| pairing_readers(graph, recipe, plan, name).next().is_some())
         .map(|(name, _)| name.clone())
         .collect()
 }
@@ -180,23 +176,14 @@ fn pairs_saturate(
     name: &str,
     role: &TensorRole,
 ) -> bool {
-    let graph = &prepared.graph;
-    let Some(along) = integer_kernel_readers(graph, recipe, plan, name)
-        .filter(|node| !pairs_nothing(graph, node, name))
-        .find_map(reduction_of)
+    let Some(along) = pairing_readers(&prepared.graph, recipe, plan, name).find_map(reduction_of)
     else {
         return false;
     };
-    let Ok(Some(values)) = prepared.model.weight(name) else {
-        return false;
-    };
-    let values = values.into_f32();
-    prepared.model.release_weight(name);
-    let Some(how) = weight_quant(recipe, name, role, values.ndim()) else {
-        return false;
-    };
-    let params = weight_params(&values, &how);
-    overflowing_share(&values, &how, &params, along) >= SATURATING_SHARE
+    let how = |rank| weight_quant(recipe, name, role, rank);
+    prepared
+        .overflowing_share(name, along, &how)
+        .is_some_and(|share| share >= SATURATING_SHARE)
 }
 
 /// How `node`'s integer kernel lays out its weight's reduction.
@@ -247,6 +234,18 @@ fn integer_kernel_readers<'a>(
                     .first()
                     .is_some_and(|input| eight_bit_activation(recipe, plan, input))
         })
+}
+
+/// The [`integer_kernel_readers`] of `weight` whose kernels pair its products (all but a
+/// depthwise Conv, [`pairs_nothing`]).
+fn pairing_readers<'a>(
+    graph: &'a Graph,
+    recipe: &'a Recipe,
+    plan: &'a Plan,
+    weight: &'a str,
+) -> impl Iterator<Item = &'a Node> {
+    integer_kernel_readers(graph, recipe, plan, weight)
+        .filter(move |node| !pairs_nothing(graph, node, weight))
 }
 
 /// Whether `node` is a depthwise Conv (one input channel per group) reading `weight`: ONNX
