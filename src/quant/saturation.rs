@@ -53,13 +53,9 @@
 //! GPUs and NPUs (and the measured search then tries no other widths either).
 //!
 //! **Limiting pairs instead of a bit was measured and not adopted.** The kernels pair
-//! neighbouring values of the reduction (`benches/saturation` measures which; on ONNX
-//! Runtime 1.31 with AVX2: a MatMul weight's rows `2i` and `2i + 1` of each column, Gemm
-//! `transB`'s columns of each row, a Conv weight tap by tap with the input channels
-//! innermost, as onnxruntime's `ReorderFilter` lays it out, pairing across taps when a
-//! group has an odd channel count; a depthwise Conv runs a kernel that does not pair),
-//! and a pair of one sign whose magnitudes add up to 128 or less cannot saturate
-//! (255 × 128 < 32767). 8-bit weights with each larger pair stepped down to 128 are so
+//! neighbouring values of the reduction ([`super::kernel_pairs`] says which; a depthwise
+//! Conv runs a kernel that does not pair), and a pair of one sign whose magnitudes add up to
+//! 128 or less cannot saturate (255 × 128 < 32767). 8-bit weights with each larger pair stepped down to 128 are so
 //! safe, and layer by layer the fused kernels then equal the Q/DQ arithmetic exactly
 //! (measured on the sample). But the steps cost more than the bit: a per-channel weight's
 //! ±127 meets a neighbour of its sign in most rows, and the sample's logits fell to 2.3 dB
