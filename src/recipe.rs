@@ -294,6 +294,12 @@ pub struct Preprocessing {
     /// statistics must be calibrated with it).
     #[serde(default)]
     pub equalize: bool,
+    /// Compute in float the few rows of a MatMul weight that hold its outliers, so that one
+    /// step no longer serves them and every other weight alike (see the quantizer's
+    /// `outlier_rows`; exact in float). Applies to 8-bit weights under automatic precision.
+    /// Recipes written before it lack it and keep the model they made.
+    #[serde(default)]
+    pub outlier_rows: bool,
     /// Store each private weight of a Gemm with `transB` as `[K, N]` (see
     /// [`crate::quant::gemm_layout`]). Not a recipe setting: [`Recipe::prepared_options`] sets
     /// it for int4, whose blocks run along `K`.
@@ -318,6 +324,7 @@ impl Default for Preprocessing {
             drop_identity: true,
             write_observed_shapes: true,
             equalize: false,
+            outlier_rows: true,
             gemm_weights_k_by_n: false,
             gemms_as_matmul: false,
         }
@@ -840,9 +847,14 @@ impl Recipe {
                 || self.op_types_to_quantize.iter().any(|t| t == op))
                 && !self.op_types_to_exclude.iter().any(|t| t == op)
         };
+        let eight_bit_weights = matches!(self.weight_type, QuantType::Int8 | QuantType::Uint8);
         Preprocessing {
             gemm_weights_k_by_n: int4,
             gemms_as_matmul: int4 && listed("MatMul") && listed("Gemm"),
+            outlier_rows: self.preprocessing.outlier_rows
+                && self.auto_precision
+                && self.mode == QuantMode::Int8
+                && eight_bit_weights,
             ..self.preprocessing
         }
     }
@@ -937,6 +949,13 @@ mod tests {
         let recipe = Recipe::from_toml(&guarded, "r.toml").unwrap();
         assert!(recipe.saturation_guard);
         assert_eq!(recipe.saturation_guard_scope, GuardScope::TransformerLinear);
+        // Recipes from before outlier rows went to float quantize their weights whole.
+        assert!(text.contains("outlier_rows = true"), "{text}");
+        let whole = text.replace("outlier_rows = true\n", "");
+        let recipe = Recipe::from_toml(&whole, "r.toml").unwrap();
+        assert!(!recipe.preprocessing.outlier_rows);
+        assert!(!recipe.prepared_options().outlier_rows);
+        assert!(Recipe::default().prepared_options().outlier_rows);
     }
 
     #[test]

@@ -1052,3 +1052,86 @@ fn equalized_dense_layers_keep_their_local_errors() {
         );
     }
 }
+
+/// x `[n, 16, 256]` → MatMul by a `[256, 24]` weight whose rows 7 and 200 are 20 and 12
+/// times the others (a transformer's outlier rows) → y.
+fn outlier_row_model() -> Model {
+    let mut w = ArrayD::from_shape_vec(IxDyn(&[256, 24]), values(41, 256 * 24)).unwrap();
+    w.index_axis_mut(Axis(0), 7).mapv_inplace(|v| v * 20.0);
+    w.index_axis_mut(Axis(0), 200).mapv_inplace(|v| v * 12.0);
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 16, 256]);
+    b.initializer("w", TensorArray::Float32(w));
+    b.node("MatMul", &["x", "w"], &["y"]).name("matmul");
+    b.output("y", DataType::Float32, &[-1, 16, 24]);
+    b.build()
+}
+
+fn feature_data(seed: u64, n: usize) -> ArrayD<f32> {
+    ArrayD::from_shape_vec(IxDyn(&[n, 16, 256]), values(seed, n * 16 * 256)).unwrap()
+}
+
+#[test]
+fn outlier_rows_in_float_keep_the_float_outputs_and_free_the_other_rows_step() {
+    let model = outlier_row_model();
+    let x = feature_data(8, 8);
+    let split = Recipe {
+        per_channel: false,
+        reduce_range: true,
+        ..Recipe::default()
+    };
+    let prepared = Prepared::new(&model, &split.prepared_options()).unwrap();
+    let report = &prepared.report.outlier_rows;
+    assert_eq!(report.len(), 1, "{report:?}");
+    assert_eq!(report[0].rows, [7, 200], "the larger first");
+    assert!(report[0].range[0] > 10.0 * report[0].range[1], "{report:?}");
+    assert!(relative_error(&run(&model, &x), &run(&prepared.model, &x)) < 1e-5);
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("calib.npz");
+    write_npz(&data, &[("x", TensorArray::Float32(feature_data(3, 32)))]);
+    let stats = calibrate(&model, &split, &data);
+    let whole = Recipe {
+        preprocessing: Preprocessing {
+            outlier_rows: false,
+            ..Preprocessing::default()
+        },
+        ..split.clone()
+    };
+    let with = quant::quantize(&model, Some(&stats), &split).unwrap();
+    let without = quant::quantize(&model, Some(&stats), &whole).unwrap();
+    // The float path reads the input as the quantized MatMul sees it and a float weight, and
+    // adds in float: nothing on it is quantized.
+    let graph = qdq_studio::model::Graph::build(&with.model);
+    let path: Vec<_> = graph
+        .nodes()
+        .iter()
+        .filter(|n| report[0].float_nodes.contains(&n.name))
+        .collect();
+    assert_eq!(path.len(), 3);
+    assert!(
+        path[1..].iter().flat_map(|n| &n.inputs).all(|t| {
+            graph
+                .producer_of(t)
+                .is_none_or(|p| p.op_type != "DequantizeLinear")
+        }),
+        "{path:?}"
+    );
+    let x = feature_data(9, 16);
+    let float = run(&model, &x);
+    let (split_mse, whole_mse) = (
+        mean_squared_error(&float, &run(&with.model, &x)),
+        mean_squared_error(&float, &run(&without.model, &x)),
+    );
+    eprintln!("output MSE: outlier rows in float {split_mse:e}, quantized {whole_mse:e}");
+    assert!(
+        split_mse < 0.1 * whole_mse,
+        "{split_mse:e} vs {whole_mse:e}"
+    );
+    // onnxruntime's placement quantizes the whole weight.
+    let exact = Recipe {
+        auto_precision: false,
+        ..split
+    };
+    assert!(!exact.prepared_options().outlier_rows);
+}

@@ -87,13 +87,15 @@ fn minilm_int4_weights_with_gptq_beat_round_to_nearest() {
 #[test]
 fn minilm_per_tensor_weights_keep_their_resolution_with_mse_ranges() {
     // The first feed-forward output projection holds one weight of 7.5 among values of 0.03:
-    // per tensor, its extremes give a step that rounds nearly every other weight to zero.
+    // per tensor, its extremes give a step that rounds nearly every other weight to zero
+    // (with its outlier rows quantized too, as here).
     let dir = tempfile::tempdir().unwrap();
-    let (_, extremes) = quantize_and_compare(dir.path(), "minmax", &["--per_tensor"]);
+    let whole = "--no_outlier_rows";
+    let (_, extremes) = quantize_and_compare(dir.path(), "minmax", &["--per_tensor", whole]);
     let (said, mse) = quantize_and_compare(
         dir.path(),
         "mse",
-        &["--per_tensor", "--weight_range", "mse"],
+        &["--per_tensor", "--weight_range", "mse", whole],
     );
     eprintln!("per-tensor weights, cosine: extremes {extremes:.5}, mse ranges {mse:.5}");
     // Per-tensor weights keep 8 bits: the saturation guard's 7 bits are for per-channel ones
@@ -115,6 +117,7 @@ fn minilm_per_tensor_weights_keep_their_resolution_with_mse_ranges() {
             "mse",
             "--bias_correction",
             "--gptq",
+            whole,
         ],
     );
     eprintln!("per-tensor, mse ranges + bias correction + gptq: cosine {all:.5}");
@@ -122,4 +125,27 @@ fn minilm_per_tensor_weights_keep_their_resolution_with_mse_ranges() {
         all >= mse - 0.002,
         "with bias correction and gptq {all} against {mse}"
     );
+}
+
+#[test]
+fn minilm_per_tensor_weights_compute_their_outlier_rows_in_float() {
+    // The same outliers, kept exact on a float path beside the quantized MatMul: every other
+    // weight gets a fine step and the extremes-based range needs no clipping.
+    let dir = tempfile::tempdir().unwrap();
+    let (_, whole) =
+        quantize_and_compare(dir.path(), "whole", &["--per_tensor", "--no_outlier_rows"]);
+    let (said, split) = quantize_and_compare(dir.path(), "split", &["--per_tensor"]);
+    eprintln!("per-tensor weights, cosine: outlier rows quantized {whole:.5}, in float {split:.5}");
+    assert!(
+        said.contains("4 outlier row(s) of 2 MatMul weight(s) computed in float"),
+        "{said}"
+    );
+    assert!(
+        split >= 0.985 && 1.0 - split < 0.5 * (1.0 - whole),
+        "per-tensor cosine: outlier rows in float {split} against quantized {whole}"
+    );
+    // onnxruntime's placement quantizes them.
+    let (said, _) =
+        quantize_and_compare(dir.path(), "ort", &["--per_tensor", "--no_auto_precision"]);
+    assert!(!said.contains("outlier row"), "{said}");
 }

@@ -739,7 +739,8 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
     };
     let hover = std::iter::once(
         "Keeps in float the tensors 8-bit activations break: attention masks and the streams \
-         feeding a LayerNorm/RMSNorm. Off: exactly onnxruntime's placement."
+         feeding a LayerNorm/RMSNorm, and MatMul weights' outlier rows. Off: exactly \
+         onnxruntime's placement."
             .to_owned(),
     )
     .chain(crate::quant::precision::summary(kept))
@@ -750,7 +751,34 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
     }
     if on {
         saturation_guard_row(ui, doc, commands);
+        outlier_rows_row(ui, doc, commands);
     }
+}
+
+/// The outlier rows' switch (part of automatic precision), with how many rows of how many
+/// weights the current plan computes in float.
+fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+    let mut on = doc.recipe().preprocessing.outlier_rows;
+    let split = &doc.plan.outlier_rows;
+    let rows: usize = split.iter().map(|s| s.rows.len()).sum();
+    let label = if on && !split.is_empty() {
+        format!(
+            "Outlier rows in float ({rows} of {} weight(s))",
+            split.len()
+        )
+    } else {
+        "Outlier rows in float".to_owned()
+    };
+    let hover = "The few rows of a MatMul weight far larger than the rest (more than 3 times its \
+                 99th-percentile row, at most 1 % of the rows; a transformer's feed-forward \
+                 output projection holds some) are computed by a small float MatMul beside the \
+                 quantized one, so one step no longer serves them and every other weight alike. \
+                 Exact in float; 8-bit weights only.";
+    ui.indent("outlier_rows", |ui| {
+        if ui.checkbox(&mut on, label).on_hover_text(hover).changed() {
+            commands.push(Command::SetOutlierRows(on));
+        }
+    });
 }
 
 /// The saturation guard's switch (part of automatic precision), with how many weights it

@@ -55,7 +55,9 @@ impl NodeState {
             }
             Some(NodeDecision::Excluded(Exclusion::OutsideSubgraph)) => NodeState::OutsideSubgraph,
             Some(NodeDecision::Folded(_)) => NodeState::Folded,
-            Some(NodeDecision::Excluded(Exclusion::TensorsKeptFloat)) => NodeState::KeptFloat,
+            Some(NodeDecision::Excluded(
+                Exclusion::TensorsKeptFloat | Exclusion::OutlierRowsPath,
+            )) => NodeState::KeptFloat,
             Some(NodeDecision::Excluded(
                 Exclusion::OpTypeNotQuantized | Exclusion::CustomDomain,
             ))

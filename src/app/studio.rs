@@ -354,6 +354,11 @@ impl Studio {
                     if on { "on" } else { "off" }
                 );
             }
+            Command::SetOutlierRows(on) => {
+                doc.editor.change(|r| r.preprocessing.outlier_rows = on);
+                self.window.status =
+                    format!("Outlier rows in float {}", if on { "on" } else { "off" });
+            }
             Command::SetMode(mode) => {
                 doc.editor.change(|r| r.set_mode(mode));
                 self.window.status = format!("Mode: {}", crate::app::panels::mode_name(mode));

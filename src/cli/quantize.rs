@@ -138,8 +138,9 @@ pub struct QuantizeArgs {
     /// u8×s8 kernels on x86 CPUs without VNNI.
     #[arg(long = "reduce_range", visible_alias = "reduce-range")]
     pub reduce_range: bool,
-    /// Quantize attention masks and the streams feeding normalizations too (exactly
-    /// onnxruntime's placement); by default they stay in float.
+    /// Quantize attention masks and the streams feeding normalizations too, and MatMul
+    /// weights' outlier rows with the rest (exactly onnxruntime's placement); by default they
+    /// stay in float.
     #[arg(long = "no_auto_precision", visible_alias = "no-auto-precision")]
     pub no_auto_precision: bool,
     /// Keep 8-bit weights (for VNNI CPUs, GPUs and NPUs); by default the int8 weights ONNX
@@ -148,6 +149,12 @@ pub struct QuantizeArgs {
     /// with at least 1 % of the kernels' pairs able to overflow.
     #[arg(long = "no_saturation_guard", visible_alias = "no-saturation-guard")]
     pub no_saturation_guard: bool,
+    /// Quantize MatMul weights' outlier rows with the rest; by default the few rows far
+    /// larger than the others (more than 3 times the 99th-percentile row, at most 1 % of the
+    /// rows) are computed by a small float MatMul beside the quantized one, so that one step
+    /// no longer serves them and every other weight alike.
+    #[arg(long = "no_outlier_rows", visible_alias = "no-outlier-rows")]
+    pub no_outlier_rows: bool,
     /// SmoothQuant (int8): move activation outlier channels into the MatMul weights where the
     /// division folds into the producer; α searched per activation.
     #[arg(long)]
@@ -276,6 +283,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if args.no_auto_precision {
         recipe.auto_precision = false;
+    }
+    if args.no_outlier_rows {
+        recipe.preprocessing.outlier_rows = false;
     }
     if args.no_saturation_guard {
         recipe.saturation_guard = false;
@@ -560,8 +570,10 @@ pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
         .model("the input model", &model)
         .model_output("the pre-processed model", &args.output_path)
         .check()?;
+    // The outlier rows' float path is the quantizer's own placement, not a clean-up.
     let options = Preprocessing {
         equalize: args.cle,
+        outlier_rows: false,
         ..Preprocessing::default()
     };
     let prepared = Prepared::new(&model, &options)?;

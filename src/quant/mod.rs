@@ -14,6 +14,7 @@ pub mod memory;
 pub mod mixed;
 pub mod ops;
 pub mod opset;
+pub mod outlier_rows;
 pub mod params;
 pub mod plan;
 pub mod precision;

@@ -15,7 +15,7 @@ use crate::model::infer::{elem_types, is_quantizable_code};
 use crate::model::{Graph, Model, ModelError, NodeId};
 use crate::recipe::{Preprocessing, Recipe};
 
-use super::plan::{Plan, PlanFacts, plan};
+use super::plan::{FloatPath, Plan, PlanFacts, plan};
 
 /// A named, pre-processed copy of a model with its graph index.
 #[derive(Debug, Clone)]
@@ -137,9 +137,15 @@ impl Prepared {
     pub fn plan(&self, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Plan {
         let is_float = |t: &str| self.is_float(t, stats);
         let clip_min = |id| self.clip_min(id);
+        let split = &self.report.outlier_rows;
+        let float_path = FloatPath {
+            nodes: split.iter().flat_map(|s| s.float_nodes.clone()).collect(),
+            tensors: split.iter().map(|s| s.partial_output.clone()).collect(),
+        };
         let facts = PlanFacts {
             is_float: &is_float,
             clip_min: &clip_min,
+            float_path: &float_path,
         };
         plan(&self.graph, recipe, &facts)
     }

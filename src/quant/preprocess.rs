@@ -1,7 +1,9 @@
 //! Pre-processing before quantization, on a copy of the model: Constant-node weights become
-//! initializers, BatchNormalization folds into the preceding Conv/ConvTranspose/Gemm, and
-//! Identity/Dropout nodes disappear, and layer pairs may be equalized (see [`super::equalize`]). Each step is optional (the recipe records which ran) and
-//! reported, so users see what changed.
+//! initializers, BatchNormalization folds into the preceding Conv/ConvTranspose/Gemm,
+//! Identity/Dropout nodes disappear, layer pairs may be equalized (see [`super::equalize`])
+//! and MatMul weights' outlier rows moved to a float path (see [`super::outlier_rows`]).
+//! Each step is optional (the recipe records which ran) and reported, so users see what
+//! changed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,6 +29,8 @@ pub struct PreprocessReport {
     pub shapes_written: usize,
     /// Layer pairs cross-layer equalization rescaled.
     pub equalized: Vec<super::equalize::EqualizedPair>,
+    /// MatMuls whose outlier rows were moved to a float path ([`super::outlier_rows`]).
+    pub outlier_rows: Vec<super::outlier_rows::SplitLayer>,
     /// Gemm layers int4 pre-processing rewrote ([`super::gemm_layout`]).
     pub gemm_layout: super::gemm_layout::GemmLayout,
 }
@@ -45,6 +49,13 @@ impl PreprocessReport {
             text.push_str(&format!(
                 ", {} layer pair(s) equalized",
                 self.equalized.len()
+            ));
+        }
+        if !self.outlier_rows.is_empty() {
+            let rows: usize = self.outlier_rows.iter().map(|s| s.rows.len()).sum();
+            text.push_str(&format!(
+                ", {rows} outlier row(s) of {} MatMul weight(s) computed in float",
+                self.outlier_rows.len()
             ));
         }
         let gemms = &self.gemm_layout;
@@ -83,6 +94,10 @@ pub fn preprocess(
     // After the folds: a Conv → BatchNormalization → Conv chain is a pair only then.
     if options.equalize {
         report.equalized = super::equalize::equalize(&mut out)?;
+    }
+    // After equalization, which rescales the rows it would measure.
+    if options.outlier_rows {
+        report.outlier_rows = super::outlier_rows::split_outlier_rows(&mut out)?;
     }
     if options.gemm_weights_k_by_n {
         report.gemm_layout =

@@ -325,11 +325,24 @@ fn subtract_from_bias(
     Ok(Some(false))
 }
 
-/// The constant input of the Add right after a MatMul, when it is one value per column.
+/// The constant input of the Add right after a MatMul, when it is one value per column. The
+/// float Add that completes a MatMul whose outlier rows were split off
+/// ([`crate::quant::outlier_rows`]) is looked through: the bias is the one after it.
 fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> {
     let graph = &prepared.graph;
-    let output = graph.node(layer.node).outputs.first()?;
-    let add = graph.node(graph.sole_consumer(output)?);
+    let mut output = graph.node(layer.node).outputs.first()?;
+    let mut add = graph.node(graph.sole_consumer(output)?);
+    let completes = |name: &str| {
+        prepared
+            .report
+            .outlier_rows
+            .iter()
+            .any(|s| s.float_nodes[2] == name)
+    };
+    if completes(&add.name) {
+        output = add.outputs.first()?;
+        add = graph.node(graph.sole_consumer(output)?);
+    }
     if add.op_type != "Add" || !add.domain.is_empty() {
         return None;
     }

@@ -75,6 +75,9 @@ pub enum Exclusion {
     /// tensors are not float at all (shape arithmetic on int64) is
     /// [`Exclusion::OpTypeNotQuantized`]: the policy has nothing to quantize on it.
     TensorsKeptFloat,
+    /// A node of the float path pre-processing gave a weight's outlier rows (see
+    /// [`crate::quant::outlier_rows`]): it exists to stay in float.
+    OutlierRowsPath,
 }
 
 /// The plan for a graph.
@@ -98,6 +101,19 @@ pub struct PlanFacts<'a> {
     pub is_float: &'a dyn Fn(&str) -> bool,
     /// A Clip node's lower bound when it is a constant.
     pub clip_min: &'a dyn Fn(NodeId) -> Option<f32>,
+    /// What pre-processing added to compute in float.
+    pub float_path: &'a FloatPath,
+}
+
+/// What pre-processing added to compute in float (the outlier rows' paths, see
+/// [`crate::quant::outlier_rows`]): nodes the plan leaves in float, and tensors it never
+/// quantizes (a split MatMul's partial output, which the float path completes).
+#[derive(Debug, Clone, Default)]
+pub struct FloatPath {
+    /// Node names.
+    pub nodes: HashSet<String>,
+    /// Tensor names.
+    pub tensors: HashSet<String>,
 }
 
 /// The plan under construction, with what the op families' rules need to read.
@@ -106,6 +122,7 @@ pub(crate) struct Planner<'a> {
     recipe: &'a Recipe,
     is_float: &'a dyn Fn(&str) -> bool,
     clip_min: &'a dyn Fn(NodeId) -> Option<f32>,
+    float_path: &'a FloatPath,
     keep_float: HashSet<&'a str>,
     plan: Plan,
 }
@@ -139,7 +156,11 @@ impl<'a> Planner<'a> {
     /// Gives `name` its role unless it already has one (the first node to claim a tensor
     /// decides); false for an empty name, a tensor kept in float, or a non-float tensor.
     fn set(&mut self, name: &str, role: TensorRole) -> bool {
-        if name.is_empty() || self.keep_float.contains(name) || !(self.is_float)(name) {
+        if name.is_empty()
+            || self.keep_float.contains(name)
+            || self.float_path.tensors.contains(name)
+            || !(self.is_float)(name)
+        {
             return false;
         }
         self.plan.roles.entry(name.to_owned()).or_insert(role);
@@ -152,7 +173,12 @@ impl<'a> Planner<'a> {
             .filter(|t| self.plan.roles.contains_key(*t))
             .cloned()
             .collect();
-        let decided = match selection.exclusion(node) {
+        let exclusion = if self.float_path.nodes.contains(&node.name) {
+            Some(Exclusion::OutlierRowsPath)
+        } else {
+            selection.exclusion(node)
+        };
+        let decided = match exclusion {
             Some(reason) => Err(reason),
             None => self.apply(families::rule(self.recipe, &node.op_type), node),
         };
@@ -197,6 +223,7 @@ pub fn plan(graph: &Graph, recipe: &Recipe, facts: &PlanFacts) -> Plan {
         recipe,
         is_float: facts.is_float,
         clip_min: facts.clip_min,
+        float_path: facts.float_path,
         keep_float: recipe
             .tensor_overrides
             .iter()
