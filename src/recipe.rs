@@ -296,7 +296,8 @@ pub struct Preprocessing {
     pub equalize: bool,
     /// Compute in float the few rows of a MatMul weight that hold its outliers, so that one
     /// step no longer serves them and every other weight alike (see the quantizer's
-    /// `outlier_rows`; exact in float). Applies to 8-bit weights under automatic precision.
+    /// `outlier_rows`; exact in float). Applies to 8-bit weights under automatic precision,
+    /// without SmoothQuant.
     /// Recipes written before it lack it and keep the model they made.
     #[serde(default)]
     pub outlier_rows: bool,
@@ -851,10 +852,13 @@ impl Recipe {
         Preprocessing {
             gemm_weights_k_by_n: int4,
             gemms_as_matmul: int4 && listed("MatMul") && listed("Gemm"),
+            // SmoothQuant rescales the same rows, and a MatMul input the float path also
+            // reads is not its to smooth.
             outlier_rows: self.preprocessing.outlier_rows
                 && self.auto_precision
                 && self.mode == QuantMode::Int8
-                && eight_bit_weights,
+                && eight_bit_weights
+                && !self.smoothquant,
             ..self.preprocessing
         }
     }
@@ -956,6 +960,11 @@ mod tests {
         assert!(!recipe.preprocessing.outlier_rows);
         assert!(!recipe.prepared_options().outlier_rows);
         assert!(Recipe::default().prepared_options().outlier_rows);
+        let smoothed = Recipe {
+            smoothquant: true,
+            ..Recipe::default()
+        };
+        assert!(!smoothed.prepared_options().outlier_rows);
     }
 
     #[test]

@@ -467,6 +467,48 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     assert!(recipe(&h).auto_precision);
 }
 
+/// x → MatMul by a `[256, 8]` weight whose row 3 is 20 times the others → y.
+fn outlier_row_matmul(path: &std::path::Path) {
+    let mut w = ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[256, 8]), |i| {
+        ((i[0] * 7 + i[1] * 3) % 11) as f32 / 10.0 - 0.5
+    });
+    w.index_axis_mut(ndarray::Axis(0), 3)
+        .mapv_inplace(|v| v * 20.0);
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4, 256]);
+    b.initializer("w", qdq_studio::model::TensorArray::Float32(w));
+    b.node("MatMul", &["x", "w"], &["y"]).name("dense");
+    b.output("y", DataType::Float32, &[1, 4, 8]);
+    std::fs::write(path, b.build().to_bytes().unwrap()).unwrap();
+}
+
+#[test]
+fn outlier_rows_in_float_are_counted_and_switched_off_as_one_recipe_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outlier.onnx");
+    outlier_row_matmul(&path);
+    let mut h = harness(studio());
+    open(&mut h, Source::File(path));
+    let split = |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.outlier_rows.len();
+    assert_eq!(split(&h), 1);
+    // The float path is the quantizer's own: the graph shows the model as opened.
+    let doc = h.state().document().unwrap();
+    assert!(
+        doc.graph
+            .node_by_name("dense/outlier_rows/MatMul")
+            .is_none()
+    );
+    h.get_by_label_contains("Outlier rows in float (1 row(s), 1 weight(s))")
+        .click();
+    h.run_steps(3);
+    assert!(!recipe(&h).preprocessing.outlier_rows);
+    assert_eq!(split(&h), 0);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+    h.run_steps(3);
+    assert!(recipe(&h).preprocessing.outlier_rows);
+    assert_eq!(split(&h), 1);
+}
+
 #[test]
 fn the_mode_choice_offers_the_int4_methods_and_output_forms() {
     let dir = tempfile::tempdir().unwrap();

@@ -763,7 +763,7 @@ fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     let rows: usize = split.iter().map(|s| s.rows.len()).sum();
     let label = if on && !split.is_empty() {
         format!(
-            "Outlier rows in float ({rows} of {} weight(s))",
+            "Outlier rows in float ({rows} row(s), {} weight(s))",
             split.len()
         )
     } else {

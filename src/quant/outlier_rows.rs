@@ -1,5 +1,5 @@
 //! Outlier rows in float (recipe `preprocessing.outlier_rows`, on by default for 8-bit
-//! weights under automatic precision): a MatMul weight `W [K, N]` whose few input rows hold
+//! weights under automatic precision, without SmoothQuant, which rescales the same rows): a MatMul weight `W [K, N]` whose few input rows hold
 //! values many times larger than the rest is split, exactly in float, into
 //! `X·W' + X[…, J]·W[J, :]`, where `W'` is `W` with the rows `J` set to zero. The quantizer
 //! quantizes `W'` like any weight, and the small `Gather → MatMul → Add` path that computes the
