@@ -294,7 +294,7 @@ pub struct Preprocessing {
     /// statistics must be calibrated with it).
     #[serde(default)]
     pub equalize: bool,
-    /// Compute in float the few rows of a MatMul weight that hold its outliers, so that one
+    /// Compute in float the few rows of a MatMul/Gemm weight that hold its outliers, so that one
     /// step no longer serves them and every other weight alike (see the quantizer's
     /// `outlier_rows`; exact in float). Applies to 8-bit weights under automatic precision,
     /// without SmoothQuant.

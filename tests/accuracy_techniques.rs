@@ -1135,3 +1135,31 @@ fn outlier_rows_in_float_keep_the_float_outputs_and_free_the_other_rows_step() {
     };
     assert!(!exact.prepared_options().outlier_rows);
 }
+
+#[test]
+fn outlier_rows_of_a_gemm_with_trans_b_are_its_weights_columns() {
+    // y = 0.5 · x · Bᵀ + c, B stored [N, K] with columns 7 and 200 (inputs) 20 and 12 times
+    // the others.
+    let mut w = ArrayD::from_shape_vec(IxDyn(&[24, 256]), values(43, 24 * 256)).unwrap();
+    w.index_axis_mut(Axis(1), 7).mapv_inplace(|v| v * 20.0);
+    w.index_axis_mut(Axis(1), 200).mapv_inplace(|v| v * 12.0);
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[-1, 256]);
+    b.initializer("w", TensorArray::Float32(w));
+    b.initializer("c", tensor(44, &[24]));
+    b.node("Gemm", &["x", "w", "c"], &["y"])
+        .name("gemm")
+        .attr_int("transB", 1)
+        .attr_float("alpha", 0.5);
+    b.output("y", DataType::Float32, &[-1, 24]);
+    let model = b.build();
+    let prepared = Prepared::new(&model, &Recipe::default().prepared_options()).unwrap();
+    let report = &prepared.report.outlier_rows;
+    assert_eq!(report.len(), 1, "{report:?}");
+    assert_eq!(
+        (report[0].rows.as_slice(), report[0].row_count),
+        ([7, 200].as_slice(), 256)
+    );
+    let x = ArrayD::from_shape_vec(IxDyn(&[16, 256]), values(45, 16 * 256)).unwrap();
+    assert!(relative_error(&run(&model, &x), &run(&prepared.model, &x)) < 1e-5);
+}

@@ -53,7 +53,7 @@ pub enum Command {
     /// Turn automatic precision's saturation guard (7-bit weights for the integer kernels) on
     /// or off.
     SetSaturationGuard(bool),
-    /// Compute MatMul weights' outlier rows in float (part of automatic precision).
+    /// Compute MatMul/Gemm weights' outlier rows in float (part of automatic precision).
     SetOutlierRows(bool),
     /// Switch the recipe's mode (int8, fp8, int4), with the types it needs.
     SetMode(crate::recipe::QuantMode),

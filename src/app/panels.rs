@@ -739,7 +739,7 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
     };
     let hover = std::iter::once(
         "Keeps in float the tensors 8-bit activations break: attention masks and the streams \
-         feeding a LayerNorm/RMSNorm, and MatMul weights' outlier rows. Off: exactly \
+         feeding a LayerNorm/RMSNorm, and MatMul/Gemm weights' outlier rows. Off: exactly \
          onnxruntime's placement."
             .to_owned(),
     )
@@ -769,7 +769,7 @@ fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     } else {
         "Outlier rows in float".to_owned()
     };
-    let hover = "The few rows of a MatMul weight far larger than the rest (more than 3 times its \
+    let hover = "The few rows of a MatMul/Gemm weight far larger than the rest (more than 3 times its \
                  99th-percentile row, at most 1 % of the rows; a transformer's feed-forward \
                  output projection holds some) are computed by a small float MatMul beside the \
                  quantized one, so one step no longer serves them and every other weight alike. \

@@ -149,7 +149,7 @@ pub struct QuantizeArgs {
     /// with at least 1 % of the kernels' pairs able to overflow.
     #[arg(long = "no_saturation_guard", visible_alias = "no-saturation-guard")]
     pub no_saturation_guard: bool,
-    /// Quantize MatMul weights' outlier rows with the rest; by default the few rows far
+    /// Quantize MatMul/Gemm weights' outlier rows with the rest; by default the few rows far
     /// larger than the others (more than 3 times the 99th-percentile row, at most 1 % of the
     /// rows) are computed by a small float MatMul beside the quantized one, so that one step
     /// no longer serves them and every other weight alike.

@@ -167,7 +167,7 @@ pub struct Explanation {
     pub kept_float: BTreeMap<String, KeptReason>,
     /// Weights automatic precision gives 7 bits against kernel saturation.
     pub seven_bit_weights: std::collections::BTreeSet<String>,
-    /// MatMuls whose weight's outlier rows pre-processing computes in float.
+    /// MatMuls and Gemms whose weight's outlier rows pre-processing computes in float.
     pub outlier_rows: Vec<super::outlier_rows::SplitLayer>,
     /// The quantized nodes the recipe gives another precision (`node_precision`), by name.
     pub node_precision: BTreeMap<String, crate::recipe::NodePrecision>,

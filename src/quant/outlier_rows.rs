@@ -1,9 +1,10 @@
 //! Outlier rows in float (recipe `preprocessing.outlier_rows`, on by default for 8-bit
-//! weights under automatic precision, without SmoothQuant, which rescales the same rows): a MatMul weight `W [K, N]` whose few input rows hold
-//! values many times larger than the rest is split, exactly in float, into
-//! `X·W' + X[…, J]·W[J, :]`, where `W'` is `W` with the rows `J` set to zero. The quantizer
-//! quantizes `W'` like any weight, and the small `Gather → MatMul → Add` path that computes the
-//! rows `J` stays in float (the plan leaves it there, [`SplitLayer::float_nodes`]).
+//! weights under automatic precision, without SmoothQuant, which rescales the same rows): a
+//! MatMul (or Gemm) weight `W [K, N]` whose few input rows hold values many times larger
+//! than the rest is split, exactly in float, into `X·W' + X[…, J]·W[J, :]`, where `W'` is
+//! `W` with the rows `J` set to zero. The quantizer quantizes `W'` like any weight, and the
+//! small `Gather → MatMul → Add` path that computes the rows `J` stays in float (the plan
+//! leaves it there, [`SplitLayer::float_nodes`]).
 //!
 //! Why: a trained transformer's feed-forward output projection holds a few rows that feed the
 //! residual stream's massive activations (MiniLM's first layer: rows of 7.5, 4.2 and 2.2
@@ -21,14 +22,17 @@
 //! weight's 99th-percentile row maximum; at most [`MAX_ROW_SHARE`] of the rows (the largest)
 //! are split, so the float path stays a small fraction of the layer's work. None of the
 //! convolution networks of the benchmark (PP-OCR cls, rec, det) has such a MatMul, so they
-//! are unchanged. Only MatMuls with a private two-dimensional float initializer as weight are
-//! considered; Gemm, Conv and shared weights are left as they are.
+//! are unchanged. MatMuls and Gemms (without `transA`; with `transB` the rows are the stored
+//! weight's columns, and the float path carries `alpha`) whose weight is a private
+//! two-dimensional float initializer are considered; Conv and shared weights are left as
+//! they are.
 //!
 //! Written by hand: the quantizer's own graph rewriting (no ONNX crate offers it).
 
 use ndarray::{ArrayD, ArrayView2, Axis, Ix2};
 use serde::Serialize;
 
+use crate::model::attributes;
 use crate::model::graph::{free_name, put_initializer};
 use crate::model::proto::{AttributeProto, NodeProto, attribute_proto::AttributeType};
 use crate::model::{Graph, Model, ModelError, NodeId, TensorArray};
@@ -41,10 +45,10 @@ pub const ROW_QUANTILE: f64 = 0.99;
 /// At most this share of a weight's rows is split off (at least one row).
 pub const MAX_ROW_SHARE: f64 = 0.01;
 
-/// One MatMul whose outlier rows were moved to a float path.
+/// One MatMul or Gemm whose outlier rows were moved to a float path.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SplitLayer {
-    /// The MatMul (node name).
+    /// The MatMul or Gemm (node name).
     pub layer: String,
     /// Its weight (initializer name; now holding zeros in the split rows).
     pub weight: String,
@@ -56,7 +60,7 @@ pub struct SplitLayer {
     pub range: [f32; 2],
     /// The nodes of the float path (Gather, MatMul, Add), which the plan leaves in float.
     pub float_nodes: [String; 3],
-    /// The MatMul's new output, without the rows: the float Add completes it, so the plan
+    /// The layer's new output, without the rows: the float Add completes it, so the plan
     /// never quantizes it (a second rounding, of a sum no reader sees).
     pub partial_output: String,
 }
@@ -85,7 +89,8 @@ pub fn outlier_rows(weight: ArrayView2<f32>) -> Vec<usize> {
     rows
 }
 
-/// Splits the outlier rows of every eligible MatMul of `model` in place; returns what it did.
+/// Splits the outlier rows of every eligible MatMul and Gemm of `model` in place; returns
+/// what it did.
 pub fn split_outlier_rows(model: &mut Model) -> Result<Vec<SplitLayer>, ModelError> {
     let graph = Graph::build(model);
     let mut plans = Vec::new();
@@ -94,7 +99,7 @@ pub fn split_outlier_rows(model: &mut Model) -> Result<Vec<SplitLayer>, ModelErr
             plans.push(plan);
         }
     }
-    // Last first: each path is inserted after its MatMul, which moves the nodes behind it.
+    // Last first: each path is inserted after its layer, which moves the nodes behind it.
     plans.sort_by_key(|p| std::cmp::Reverse(p.position.0));
     let mut report = Vec::with_capacity(plans.len());
     for plan in plans {
@@ -104,24 +109,46 @@ pub fn split_outlier_rows(model: &mut Model) -> Result<Vec<SplitLayer>, ModelErr
     Ok(report)
 }
 
-/// A split decided for one MatMul.
+/// A split decided for one MatMul or Gemm.
 struct Split {
     position: NodeId,
     weight: String,
     values: ArrayD<f32>,
     float_type: crate::model::DataType,
     rows: Vec<usize>,
+    /// The weight is stored `[N, K]` (a Gemm with `transB`): the rows are its columns.
+    transposed: bool,
+    /// A Gemm's `alpha`, which the float path's weight carries (1 for a MatMul).
+    alpha: f32,
 }
 
-/// The split of node `id`, when it is an eligible MatMul with outlier rows.
+/// How a node's weight (its second input) is laid out for the split: whether it is stored
+/// `[N, K]`, and the factor on the product; `None` for nodes the split does not apply to (a
+/// Gemm that transposes its input).
+fn layout(model: &Model, id: NodeId, op_type: &str) -> Option<(bool, f32)> {
+    let proto = model.graph().node.get(id.0)?;
+    match op_type {
+        "MatMul" => Some((false, 1.0)),
+        "Gemm" if attributes::int(proto, "transA").unwrap_or(0) == 0 => Some((
+            attributes::int(proto, "transB").unwrap_or(0) != 0,
+            attributes::float(proto, "alpha").unwrap_or(1.0),
+        )),
+        _ => None,
+    }
+}
+
+/// The split of node `id`, when it is an eligible MatMul or Gemm with outlier rows.
 fn plan_split(model: &Model, graph: &Graph, id: NodeId) -> Result<Option<Split>, ModelError> {
     let node = graph.node(id);
     let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
-    if node.op_type != "MatMul" || !default_domain || node.inputs.len() != 2 {
+    if !default_domain || node.inputs.len() < 2 || node.outputs.len() != 1 {
         return Ok(None);
     }
+    let Some((transposed, alpha)) = layout(model, id, &node.op_type) else {
+        return Ok(None);
+    };
     let (input, weight) = (&node.inputs[0], &node.inputs[1]);
-    if graph.is_constant(input) || !graph.is_private_initializer(weight) {
+    if graph.is_constant(input) || !graph.is_private_initializer(weight) || !alpha.is_finite() {
         return Ok(None);
     }
     let Some(value) = model.weight(weight)? else {
@@ -133,6 +160,7 @@ fn plan_split(model: &Model, graph: &Graph, id: NodeId) -> Result<Option<Split>,
     }
     let values = value.into_f32();
     let rows = match values.view().into_dimensionality::<Ix2>() {
+        Ok(matrix) if transposed => outlier_rows(matrix.t()),
         Ok(matrix) => outlier_rows(matrix),
         Err(_) => Vec::new(),
     };
@@ -142,12 +170,15 @@ fn plan_split(model: &Model, graph: &Graph, id: NodeId) -> Result<Option<Split>,
         values,
         float_type,
         rows,
+        transposed,
+        alpha,
     }))
 }
 
 /// Writes one split into `model`: the weight's rows zeroed, the float rows and their indices
-/// as new initializers, and `Gather → MatMul → Add` after the MatMul, the Add writing the
-/// MatMul's old output so its readers are unchanged.
+/// (times a Gemm's `alpha`, laid out `[rows, N]`) and their indices as new initializers, and
+/// `Gather → MatMul → Add` after the layer, the Add writing the layer's old output so its
+/// readers are unchanged.
 fn apply(model: &mut Model, graph: &Graph, split: Split) -> SplitLayer {
     let node = graph.node(split.position);
     let layer = node.name.clone();
@@ -158,17 +189,23 @@ fn apply(model: &mut Model, graph: &Graph, split: Split) -> SplitLayer {
     let (gathered, product) = (name("rows_in"), name("rows_out"));
     let (index, rows_weight) = (name("index"), name("weight"));
     let float_nodes = [name("Gather"), name("MatMul"), name("Add")];
+    // Rows along K: the first axis of a `[K, N]` weight, the second of an `[N, K]` one.
+    let along = Axis(usize::from(split.transposed));
     let mut kept = split.values.clone();
-    let float_rows = split.values.select(Axis(0), &split.rows);
+    let mut float_rows = split.values.select(along, &split.rows);
+    if split.transposed {
+        float_rows = float_rows.reversed_axes().as_standard_layout().into_owned();
+    }
+    float_rows.mapv_inplace(|v| v * split.alpha);
     for &r in &split.rows {
-        kept.index_axis_mut(Axis(0), r).fill(0.0);
+        kept.index_axis_mut(along, r).fill(0.0);
     }
     let range = |a: &ArrayD<f32>| a.iter().fold(0f32, |m, v| m.max(v.abs()));
     let report = SplitLayer {
         layer,
         weight: split.weight.clone(),
         rows: split.rows.clone(),
-        row_count: split.values.shape()[0],
+        row_count: split.values.shape()[along.0],
         range: [range(&split.values), range(&kept)],
         float_nodes: float_nodes.clone(),
         partial_output: partial.clone(),

@@ -1,7 +1,7 @@
 //! Pre-processing before quantization, on a copy of the model: Constant-node weights become
 //! initializers, BatchNormalization folds into the preceding Conv/ConvTranspose/Gemm,
 //! Identity/Dropout nodes disappear, layer pairs may be equalized (see [`super::equalize`])
-//! and MatMul weights' outlier rows moved to a float path (see [`super::outlier_rows`]).
+//! and MatMul/Gemm weights' outlier rows moved to a float path (see [`super::outlier_rows`]).
 //! Each step is optional (the recipe records which ran) and reported, so users see what
 //! changed.
 
@@ -29,7 +29,7 @@ pub struct PreprocessReport {
     pub shapes_written: usize,
     /// Layer pairs cross-layer equalization rescaled.
     pub equalized: Vec<super::equalize::EqualizedPair>,
-    /// MatMuls whose outlier rows were moved to a float path ([`super::outlier_rows`]).
+    /// MatMuls and Gemms whose outlier rows were moved to a float path ([`super::outlier_rows`]).
     pub outlier_rows: Vec<super::outlier_rows::SplitLayer>,
     /// Gemm layers int4 pre-processing rewrote ([`super::gemm_layout`]).
     pub gemm_layout: super::gemm_layout::GemmLayout,
@@ -54,7 +54,7 @@ impl PreprocessReport {
         if !self.outlier_rows.is_empty() {
             let rows: usize = self.outlier_rows.iter().map(|s| s.rows.len()).sum();
             text.push_str(&format!(
-                ", {rows} outlier row(s) of {} MatMul weight(s) computed in float",
+                ", {rows} outlier row(s) of {} weight(s) computed in float",
                 self.outlier_rows.len()
             ));
         }
