@@ -470,3 +470,36 @@ fn an_fp16_cnn_folds_batch_norms_equalizes_and_corrects_biases() {
         "{said}"
     );
 }
+
+/// A float16 MatMul's outlier rows go to a float16 path: the prepared model keeps its type
+/// and its outputs.
+#[test]
+fn an_fp16_matmuls_outlier_rows_split_off_in_float16() {
+    let mut w = half(&[256, 16], 31, 0.5);
+    if let TensorArray::Float16(a) = &mut w {
+        a.index_axis_mut(ndarray::Axis(0), 9)
+            .mapv_inplace(|v| v * f16::from_f32(16.0));
+    }
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float16, &[-1, 8, 256]);
+    b.initializer("w", w);
+    b.node("MatMul", &["x", "w"], &["y"]).name("dense");
+    b.output("y", DataType::Float16, &[-1, 8, 16]);
+    let model = b.build();
+    let prepared = qdq_studio::quant::Prepared::new(
+        &model,
+        &qdq_studio::recipe::Recipe::default().prepared_options(),
+    )
+    .unwrap();
+    assert_eq!(prepared.report.outlier_rows.len(), 1);
+    assert_eq!(prepared.report.outlier_rows[0].rows, [9]);
+    assert!(initializers_of(&prepared.model, DataType::Float32).is_empty());
+    let x = half(&[2, 8, 256], 32, 1.0);
+    let (before, after) = (run_block(&model, &x), run_block(&prepared.model, &x));
+    let scale = before.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let worst = before
+        .iter()
+        .zip(&after)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(worst <= 2e-3 * scale, "worst difference {worst} of {scale}");
+}
