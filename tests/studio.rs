@@ -498,6 +498,11 @@ fn outlier_rows_in_float_are_counted_and_switched_off_as_one_recipe_change() {
             .node_by_name("dense/outlier_rows/MatMul")
             .is_none()
     );
+    // The inspector says which rows of the selected layer's weight stay float.
+    let dense = doc_node(&h, "dense");
+    h.state_mut().document_mut().unwrap().selection = vec![dense];
+    h.run_steps(2);
+    h.get_by_label_contains("Outlier rows in float: 1 of 256 (rows 3)");
     h.get_by_label_contains("Outlier rows in float (1 row(s), 1 weight(s))")
         .click();
     h.run_steps(3);

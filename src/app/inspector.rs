@@ -552,6 +552,7 @@ fn weight(ui: &mut Ui, doc: &Document, name: &str, cache: &mut HashMap<String, W
                             ui.end_row();
                         }
                     });
+                outlier_rows(ui, doc, name);
                 if s.len() > 1 {
                     if view.texture.is_none() {
                         match weights::histogram_image(s, HISTOGRAM_SIZE[0], HISTOGRAM_SIZE[1]) {
@@ -578,6 +579,29 @@ fn weight(ui: &mut Ui, doc: &Document, name: &str, cache: &mut HashMap<String, W
                 }
             }
         });
+}
+
+/// What automatic precision does with the weight's outlier rows, when the plan splits them
+/// off to a float path.
+fn outlier_rows(ui: &mut Ui, doc: &Document, name: &str) {
+    let Some(split) = doc.plan.outlier_rows.iter().find(|s| s.weight == name) else {
+        return;
+    };
+    let rows: Vec<String> = split.rows.iter().map(usize::to_string).collect();
+    ui.label(format!(
+        "Outlier rows in float: {} of {} (rows {}); the quantized rest spans ±{:.4} instead of \
+         ±{:.4}",
+        split.rows.len(),
+        split.row_count,
+        rows.join(", "),
+        split.range[1],
+        split.range[0],
+    ))
+    .on_hover_text(
+        "Automatic precision computes these rows with a small float MatMul beside the \
+         quantized layer (exact in float), so one step no longer serves them and every other \
+         weight alike",
+    );
 }
 
 fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Command>) {
