@@ -151,6 +151,12 @@ fn minilm_per_tensor_weights_compute_their_outlier_rows_in_float() {
         split >= 0.985 && 1.0 - split < 0.5 * (1.0 - whole),
         "per-tensor cosine: outlier rows in float {split} against quantized {whole}"
     );
+    // `inspect --plan` tells it before quantizing.
+    let plan = common::run_ok(common::cli().args(["inspect", "--plan"]).arg(minilm()));
+    assert!(
+        plan.contains("outlier rows in float: 4 row(s) of 2 weight(s)"),
+        "{plan}"
+    );
     // onnxruntime's placement quantizes them.
     let (said, _) =
         quantize_and_compare(dir.path(), "ort", &["--per_tensor", "--no_auto_precision"]);

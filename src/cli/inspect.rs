@@ -147,6 +147,7 @@ fn run_plan(args: &InspectArgs) -> anyhow::Result<()> {
             "tensors": tensors,
             "kept_float": plan.kept_float,
             "seven_bit_weights": plan.seven_bit_weights,
+            "outlier_rows": plan.outlier_rows,
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
@@ -195,6 +196,9 @@ fn render_plan(plan: &Explanation, tensors: &BTreeMap<&str, String>) -> String {
         out += &format!("{line}\n");
     }
     if let Some(line) = qdq_studio::quant::saturation::summary(plan.seven_bit_weights.len()) {
+        out += &format!("{line}\n");
+    }
+    if let Some(line) = qdq_studio::quant::outlier_rows::summary(&plan.outlier_rows) {
         out += &format!("{line}\n");
     }
     out

@@ -65,6 +65,28 @@ pub struct SplitLayer {
     pub partial_output: String,
 }
 
+/// One line for the CLI: how many rows of which weights stay float; `None` when none do.
+pub fn summary(split: &[SplitLayer]) -> Option<String> {
+    if split.is_empty() {
+        return None;
+    }
+    let rows: usize = split.iter().map(|s| s.rows.len()).sum();
+    let each: Vec<String> = split
+        .iter()
+        .take(3)
+        .map(|s| format!("{}: {} of {}", s.weight, s.rows.len(), s.row_count))
+        .collect();
+    let more = match split.len() {
+        n if n > 3 => format!(" and {} more", n - 3),
+        _ => String::new(),
+    };
+    Some(format!(
+        "outlier rows in float: {rows} row(s) of {} weight(s), each computed by a float MatMul beside its layer ({}{more}; --no_outlier_rows quantizes them)",
+        split.len(),
+        each.join(", ")
+    ))
+}
+
 /// The rows of `weight` (`[K, N]`, rows along `K`) to compute in float, largest first; empty
 /// when none stands out or the values are not all finite.
 pub fn outlier_rows(weight: ArrayView2<f32>) -> Vec<usize> {
@@ -297,6 +319,26 @@ mod tests {
         w[[60, 2]] = -12.0;
         // Two outliers, one allowed (1 % of 150 rows): the larger.
         assert_eq!(outlier_rows(w.view()), vec![60]);
+    }
+
+    #[test]
+    fn the_summary_names_the_weights_and_counts_their_rows() {
+        assert_eq!(summary(&[]), None);
+        let layer = |weight: &str, rows: Vec<usize>| SplitLayer {
+            layer: format!("{weight}_layer"),
+            weight: weight.to_owned(),
+            rows,
+            row_count: 1536,
+            range: [7.5, 0.8],
+            float_nodes: Default::default(),
+            partial_output: String::new(),
+        };
+        let line = summary(&[layer("w1", vec![4, 2, 9]), layer("w2", vec![1])]).unwrap();
+        assert!(
+            line.starts_with("outlier rows in float: 4 row(s) of 2 weight(s)"),
+            "{line}"
+        );
+        assert!(line.contains("(w1: 3 of 1536, w2: 1 of 1536;"), "{line}");
     }
 
     #[test]
