@@ -181,6 +181,8 @@ fn plan_split(model: &Model, graph: &Graph, id: NodeId) -> Result<Option<Split>,
         return Ok(None);
     }
     let values = value.into_f32();
+    // An external weight's pages go back at once: a large model's weights are all read here.
+    model.release_weight(weight);
     let rows = match values.view().into_dimensionality::<Ix2>() {
         Ok(matrix) if transposed => outlier_rows(matrix.t()),
         Ok(matrix) => outlier_rows(matrix),
