@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::{Edits, RewriteOutput};
 use crate::model::proto::{NodeProto, OperatorSetIdProto};
 use crate::model::{Graph, Model, TensorKind};
-use crate::quant::plan::Plan;
+use crate::quant::plan::{Exclusion, Plan};
 
 /// ONNX Runtime's contrib-op domain (MatMulNBits).
 const MICROSOFT_DOMAIN: &str = "com.microsoft";
@@ -112,11 +112,14 @@ impl Edits {
                 .replace_nodes
                 .remove(&id.0)
                 .unwrap_or_else(|| old[id.0].clone());
+            // An outlier-row path computes in float from the float activation.
+            let float_path = plan.excluded.get(&id) == Some(&Exclusion::OutlierRowsPath);
             for (i, input) in n.input.iter_mut().enumerate() {
                 if let Some(replacement) = self.node_inputs.get(&(id.0, i)) {
                     *input = replacement.clone();
                 } else if let Some(replacement) = self.replaced_inputs.get(input.as_str())
                     && !input.is_empty()
+                    && !float_path
                 {
                     *input = replacement.clone();
                 }
