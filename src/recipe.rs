@@ -294,13 +294,17 @@ pub struct Preprocessing {
     /// statistics must be calibrated with it).
     #[serde(default)]
     pub equalize: bool,
-    /// Compute in float the few rows of a MatMul/Gemm weight that hold its outliers, so that one
-    /// step no longer serves them and every other weight alike (see the quantizer's
+    /// Compute in float the few rows of a MatMul/Gemm weight that hold its outliers, so that
+    /// one step no longer serves them and every other weight alike (see the quantizer's
     /// `outlier_rows`; exact in float). Applies to 8-bit weights under automatic precision,
-    /// without SmoothQuant.
-    /// Recipes written before it lack it and keep the model they made.
+    /// without SmoothQuant. Recipes written before it lack it and keep the model they made.
     #[serde(default)]
     pub outlier_rows: bool,
+    /// Which op types the split applies to: those of MatMul and Gemm the recipe quantizes.
+    /// Not a recipe setting: [`Recipe::prepared_options`] sets them from `outlier_rows` and
+    /// the op-type lists, so a layer the recipe never quantizes keeps its one node.
+    #[serde(skip)]
+    pub outlier_rows_of: OutlierRowsOf,
     /// Store each private weight of a Gemm with `transB` as `[K, N]` (see
     /// [`crate::quant::gemm_layout`]). Not a recipe setting: [`Recipe::prepared_options`] sets
     /// it for int4, whose blocks run along `K`.
@@ -311,6 +315,16 @@ pub struct Preprocessing {
     /// types.
     #[serde(skip)]
     pub gemms_as_matmul: bool,
+}
+
+/// The op types whose outlier rows pre-processing splits off (see
+/// [`Preprocessing::outlier_rows_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutlierRowsOf {
+    /// MatMul layers.
+    pub matmul: bool,
+    /// Gemm layers.
+    pub gemm: bool,
 }
 
 fn yes() -> bool {
@@ -326,6 +340,7 @@ impl Default for Preprocessing {
             write_observed_shapes: true,
             equalize: false,
             outlier_rows: true,
+            outlier_rows_of: OutlierRowsOf::default(),
             gemm_weights_k_by_n: false,
             gemms_as_matmul: false,
         }
@@ -849,16 +864,20 @@ impl Recipe {
                 && !self.op_types_to_exclude.iter().any(|t| t == op)
         };
         let eight_bit_weights = matches!(self.weight_type, QuantType::Int8 | QuantType::Uint8);
+        // SmoothQuant rescales the same rows, and a MatMul input the float path also reads is
+        // not its to smooth.
+        let split = self.preprocessing.outlier_rows
+            && self.auto_precision
+            && self.mode == QuantMode::Int8
+            && eight_bit_weights
+            && !self.smoothquant;
         Preprocessing {
             gemm_weights_k_by_n: int4,
             gemms_as_matmul: int4 && listed("MatMul") && listed("Gemm"),
-            // SmoothQuant rescales the same rows, and a MatMul input the float path also
-            // reads is not its to smooth.
-            outlier_rows: self.preprocessing.outlier_rows
-                && self.auto_precision
-                && self.mode == QuantMode::Int8
-                && eight_bit_weights
-                && !self.smoothquant,
+            outlier_rows_of: OutlierRowsOf {
+                matmul: split && listed("MatMul"),
+                gemm: split && listed("Gemm"),
+            },
             ..self.preprocessing
         }
     }
@@ -957,14 +976,29 @@ mod tests {
         assert!(text.contains("outlier_rows = true"), "{text}");
         let whole = text.replace("outlier_rows = true\n", "");
         let recipe = Recipe::from_toml(&whole, "r.toml").unwrap();
+        let of = |r: &Recipe| r.prepared_options().outlier_rows_of;
         assert!(!recipe.preprocessing.outlier_rows);
-        assert!(!recipe.prepared_options().outlier_rows);
-        assert!(Recipe::default().prepared_options().outlier_rows);
+        assert_eq!(of(&recipe), OutlierRowsOf::default());
+        let both = OutlierRowsOf {
+            matmul: true,
+            gemm: true,
+        };
+        assert_eq!(of(&Recipe::default()), both);
         let smoothed = Recipe {
             smoothquant: true,
             ..Recipe::default()
         };
-        assert!(!smoothed.prepared_options().outlier_rows);
+        assert_eq!(of(&smoothed), OutlierRowsOf::default());
+        // Only the op types the recipe quantizes.
+        let convs_and_gemms = Recipe {
+            op_types_to_quantize: vec!["Conv".into(), "Gemm".into()],
+            ..Recipe::default()
+        };
+        let gemm_only = OutlierRowsOf {
+            matmul: false,
+            gemm: true,
+        };
+        assert_eq!(of(&convs_and_gemms), gemm_only);
     }
 
     #[test]

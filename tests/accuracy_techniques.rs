@@ -1134,7 +1134,15 @@ fn outlier_rows_in_float_keep_the_float_outputs_and_free_the_other_rows_step() {
         auto_precision: false,
         ..split
     };
-    assert!(!exact.prepared_options().outlier_rows);
+    let prepared = Prepared::new(&model, &exact.prepared_options()).unwrap();
+    assert!(prepared.report.outlier_rows.is_empty());
+    // And a recipe that quantizes no MatMul leaves them whole.
+    let convs = Recipe {
+        op_types_to_quantize: vec!["Conv".into()],
+        ..Recipe::default()
+    };
+    let prepared = Prepared::new(&model, &convs.prepared_options()).unwrap();
+    assert!(prepared.report.outlier_rows.is_empty());
 }
 
 #[test]

@@ -36,6 +36,7 @@ use crate::model::attributes;
 use crate::model::graph::{free_name, put_initializer};
 use crate::model::proto::{AttributeProto, NodeProto, attribute_proto::AttributeType};
 use crate::model::{Graph, Model, ModelError, NodeId, TensorArray};
+use crate::recipe::OutlierRowsOf;
 
 /// A row is an outlier when its largest magnitude exceeds this many times the weight's
 /// [`ROW_QUANTILE`] row maximum.
@@ -111,12 +112,23 @@ pub fn outlier_rows(weight: ArrayView2<f32>) -> Vec<usize> {
     rows
 }
 
-/// Splits the outlier rows of every eligible MatMul and Gemm of `model` in place; returns
-/// what it did.
-pub fn split_outlier_rows(model: &mut Model) -> Result<Vec<SplitLayer>, ModelError> {
+/// Splits the outlier rows of every eligible MatMul and Gemm of `model` (of the op types
+/// `of` names) in place; returns what it did.
+pub fn split_outlier_rows(
+    model: &mut Model,
+    of: OutlierRowsOf,
+) -> Result<Vec<SplitLayer>, ModelError> {
     let graph = Graph::build(model);
     let mut plans = Vec::new();
     for node in graph.nodes() {
+        let wanted = match node.op_type.as_str() {
+            "MatMul" => of.matmul,
+            "Gemm" => of.gemm,
+            _ => false,
+        };
+        if !wanted {
+            continue;
+        }
         if let Some(plan) = plan_split(model, &graph, node.id)? {
             plans.push(plan);
         }

@@ -96,8 +96,9 @@ pub fn preprocess(
         report.equalized = super::equalize::equalize(&mut out)?;
     }
     // After equalization, which rescales the rows it would measure.
-    if options.outlier_rows {
-        report.outlier_rows = super::outlier_rows::split_outlier_rows(&mut out)?;
+    let of = options.outlier_rows_of;
+    if of.matmul || of.gemm {
+        report.outlier_rows = super::outlier_rows::split_outlier_rows(&mut out, of)?;
     }
     if options.gemm_weights_k_by_n {
         report.gemm_layout =
