@@ -4,7 +4,8 @@
 //! than the rest is split, exactly in float, into `X·W' + X[…, J]·W[J, :]`, where `W'` is
 //! `W` with the rows `J` set to zero. The quantizer quantizes `W'` like any weight, and the
 //! small `Gather → MatMul → Add` path that computes the rows `J` stays in float (the plan
-//! leaves it there, [`SplitLayer::float_nodes`]).
+//! leaves it there, [`SplitLayer::float_nodes`], and it reads the float activation, not the
+//! quantized layer's dequantized copy). Only the op types the recipe quantizes are split.
 //!
 //! Why: a trained transformer's feed-forward output projection holds a few rows that feed the
 //! residual stream's massive activations (MiniLM's first layer: rows of 7.5, 4.2 and 2.2
