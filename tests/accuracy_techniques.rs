@@ -374,6 +374,16 @@ fn mean_squared_error(a: &ArrayD<f32>, b: &ArrayD<f32>) -> f64 {
         / a.len() as f64
 }
 
+/// The output MSE of two quantized models of `model` against its float output on `x`, in
+/// ONNX Runtime.
+fn output_mses(model: &Model, x: &ArrayD<f32>, a: &Model, b: &Model) -> (f64, f64) {
+    let float = run(model, x);
+    (
+        mean_squared_error(&float, &run(a, x)),
+        mean_squared_error(&float, &run(b, x)),
+    )
+}
+
 /// The layer's output MSE on held-out data, in ONNX Runtime, with and without GPTQ.
 fn output_errors(
     model: &Model,
@@ -395,11 +405,7 @@ fn output_errors(
     // The same scales: only the integers differ.
     let scale = |q: &quant::Quantized| q.params.get("w").unwrap().params.clone();
     assert_eq!(scale(&nearest), scale(&rounded));
-    let float = run(model, x);
-    let errors = (
-        mean_squared_error(&float, &run(&nearest.model, x)),
-        mean_squared_error(&float, &run(&rounded.model, x)),
-    );
+    let errors = output_mses(model, x, &nearest.model, &rounded.model);
     eprintln!("output MSE: nearest {:e}, gptq {:e}", errors.0, errors.1);
     errors
 }
@@ -476,11 +482,7 @@ fn gptq_chooses_its_dampening_on_held_out_samples() {
     let rounded = quant::quantize(&model, Some(&stats), &gptq).unwrap();
     let layer = &rounded.gptq.as_ref().unwrap().rounded[0];
     let x = independent(1000, 32);
-    let float = run(&model, &x);
-    let (nearest, gptq) = (
-        mean_squared_error(&float, &run(&nearest.model, &x)),
-        mean_squared_error(&float, &run(&rounded.model, &x)),
-    );
+    let (nearest, gptq) = output_mses(&model, &x, &nearest.model, &rounded.model);
     eprintln!("few samples, held-out output MSE: nearest {nearest:e}, gptq {gptq:e}, {layer:?}");
     assert!(
         gptq <= 1.02 * nearest,
@@ -1119,11 +1121,7 @@ fn outlier_rows_in_float_keep_the_float_outputs_and_free_the_other_rows_step() {
         "{path:?}"
     );
     let x = feature_data(9, 16);
-    let float = run(&model, &x);
-    let (split_mse, whole_mse) = (
-        mean_squared_error(&float, &run(&with.model, &x)),
-        mean_squared_error(&float, &run(&without.model, &x)),
-    );
+    let (split_mse, whole_mse) = output_mses(&model, &x, &with.model, &without.model);
     eprintln!("output MSE: outlier rows in float {split_mse:e}, quantized {whole_mse:e}");
     assert!(
         split_mse < 0.1 * whole_mse,

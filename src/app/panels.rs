@@ -760,7 +760,7 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
 fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     let mut on = doc.recipe().preprocessing.outlier_rows;
     let split = &doc.plan.outlier_rows;
-    let rows: usize = split.iter().map(|s| s.rows.len()).sum();
+    let rows = crate::quant::outlier_rows::total_rows(split);
     let label = if on && !split.is_empty() {
         format!(
             "Outlier rows in float ({rows} row(s), {} weight(s))",

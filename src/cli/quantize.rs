@@ -570,10 +570,10 @@ pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
         .model("the input model", &model)
         .model_output("the pre-processed model", &args.output_path)
         .check()?;
-    // The outlier rows' float path is the quantizer's own placement, not a clean-up.
+    // The default options split no outlier rows (`outlier_rows_of`): that float path is the
+    // quantizer's own placement, set from a recipe, not a clean-up.
     let options = Preprocessing {
         equalize: args.cle,
-        outlier_rows: false,
         ..Preprocessing::default()
     };
     let prepared = Prepared::new(&model, &options)?;

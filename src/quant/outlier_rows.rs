@@ -33,9 +33,10 @@
 use ndarray::{ArrayD, ArrayView2, Axis, Ix2};
 use serde::Serialize;
 
+use super::plan::FloatPath;
+use super::rewrite::{int_attr, node};
 use crate::model::attributes;
 use crate::model::graph::{free_name, put_initializer};
-use crate::model::proto::{AttributeProto, NodeProto, attribute_proto::AttributeType};
 use crate::model::{Graph, Model, ModelError, NodeId, TensorArray};
 use crate::recipe::OutlierRowsOf;
 
@@ -62,9 +63,31 @@ pub struct SplitLayer {
     pub range: [f32; 2],
     /// The nodes of the float path (Gather, MatMul, Add), which the plan leaves in float.
     pub float_nodes: [String; 3],
-    /// The layer's new output, without the rows: the float Add completes it, so the plan
-    /// never quantizes it (a second rounding, of a sum no reader sees).
-    pub partial_output: String,
+    /// The tensors only the float path reads: the layer's new output without the rows (the
+    /// float Add completes it; quantizing it would be a second rounding, of a sum no reader
+    /// sees), the gathered inputs and their product with the rows.
+    pub float_tensors: [String; 3],
+}
+
+impl SplitLayer {
+    /// The float Add that completes the layer's output (writing its old name).
+    pub fn completing_add(&self) -> &str {
+        &self.float_nodes[2]
+    }
+}
+
+/// What the splits of a model add to compute in float: their nodes, which the plan leaves in
+/// float, and the tensors it never quantizes (nor automatic precision reports as kept).
+pub fn float_path(split: &[SplitLayer]) -> FloatPath {
+    FloatPath {
+        nodes: split.iter().flat_map(|s| s.float_nodes.clone()).collect(),
+        tensors: split.iter().flat_map(|s| s.float_tensors.clone()).collect(),
+    }
+}
+
+/// The rows computed in float over all of `split`.
+pub fn total_rows(split: &[SplitLayer]) -> usize {
+    split.iter().map(|s| s.rows.len()).sum()
 }
 
 /// One line for the CLI: how many rows of which weights stay float; `None` when none do.
@@ -72,7 +95,7 @@ pub fn summary(split: &[SplitLayer]) -> Option<String> {
     if split.is_empty() {
         return None;
     }
-    let rows: usize = split.iter().map(|s| s.rows.len()).sum();
+    let rows = total_rows(split);
     let each: Vec<String> = split
         .iter()
         .take(3)
@@ -122,15 +145,7 @@ pub fn split_outlier_rows(
     let graph = Graph::build(model);
     let mut plans = Vec::new();
     for node in graph.nodes() {
-        let wanted = match node.op_type.as_str() {
-            "MatMul" => of.matmul,
-            "Gemm" => of.gemm,
-            _ => false,
-        };
-        if !wanted {
-            continue;
-        }
-        if let Some(plan) = plan_split(model, &graph, node.id)? {
+        if let Some(plan) = plan_split(model, &graph, node.id, of)? {
             plans.push(plan);
         }
     }
@@ -158,13 +173,13 @@ struct Split {
 }
 
 /// How a node's weight (its second input) is laid out for the split: whether it is stored
-/// `[N, K]`, and the factor on the product; `None` for nodes the split does not apply to (a
-/// Gemm that transposes its input).
-fn layout(model: &Model, id: NodeId, op_type: &str) -> Option<(bool, f32)> {
+/// `[N, K]`, and the factor on the product; `None` for nodes the split does not apply to (op
+/// types `of` leaves out, a Gemm that transposes its input).
+fn layout(model: &Model, id: NodeId, op_type: &str, of: OutlierRowsOf) -> Option<(bool, f32)> {
     let proto = model.graph().node.get(id.0)?;
     match op_type {
-        "MatMul" => Some((false, 1.0)),
-        "Gemm" if attributes::int(proto, "transA").unwrap_or(0) == 0 => Some((
+        "MatMul" if of.matmul => Some((false, 1.0)),
+        "Gemm" if of.gemm && attributes::int(proto, "transA").unwrap_or(0) == 0 => Some((
             attributes::int(proto, "transB").unwrap_or(0) != 0,
             attributes::float(proto, "alpha").unwrap_or(1.0),
         )),
@@ -172,14 +187,20 @@ fn layout(model: &Model, id: NodeId, op_type: &str) -> Option<(bool, f32)> {
     }
 }
 
-/// The split of node `id`, when it is an eligible MatMul or Gemm with outlier rows.
-fn plan_split(model: &Model, graph: &Graph, id: NodeId) -> Result<Option<Split>, ModelError> {
+/// The split of node `id`, when it is an eligible MatMul or Gemm (of the op types `of`
+/// names) with outlier rows.
+fn plan_split(
+    model: &Model,
+    graph: &Graph,
+    id: NodeId,
+    of: OutlierRowsOf,
+) -> Result<Option<Split>, ModelError> {
     let node = graph.node(id);
     let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
     if !default_domain || node.inputs.len() < 2 || node.outputs.len() != 1 {
         return Ok(None);
     }
-    let Some((transposed, alpha)) = layout(model, id, &node.op_type) else {
+    let Some((transposed, alpha)) = layout(model, id, &node.op_type, of) else {
         return Ok(None);
     };
     let (input, weight) = (&node.inputs[0], &node.inputs[1]);
@@ -212,14 +233,14 @@ fn plan_split(model: &Model, graph: &Graph, id: NodeId) -> Result<Option<Split>,
     }))
 }
 
-/// Writes one split into `model`: the weight's rows zeroed, the float rows and their indices
-/// (times a Gemm's `alpha`, laid out `[rows, N]`) and their indices as new initializers, and
+/// Writes one split into `model`: the weight's rows zeroed, the float rows (times a Gemm's
+/// `alpha`, laid out `[rows, N]`) and their indices as new initializers, and
 /// `Gather → MatMul → Add` after the layer, the Add writing the layer's old output so its
 /// readers are unchanged.
 fn apply(model: &mut Model, graph: &Graph, split: Split) -> SplitLayer {
-    let node = graph.node(split.position);
-    let layer = node.name.clone();
-    let (input, output) = (node.inputs[0].clone(), node.outputs[0].clone());
+    let layer_node = graph.node(split.position);
+    let layer = layer_node.name.clone();
+    let (input, output) = (layer_node.inputs[0].clone(), layer_node.outputs[0].clone());
     let taken = |n: &str| graph.tensor(n).is_some();
     let name = |suffix: &str| free_name(&format!("{layer}/outlier_rows/{suffix}"), taken);
     let partial = free_name(&format!("{output}_without_outlier_rows"), taken);
@@ -245,7 +266,7 @@ fn apply(model: &mut Model, graph: &Graph, split: Split) -> SplitLayer {
         row_count: split.values.shape()[along.0],
         range: [range(&split.values), range(&kept)],
         float_nodes: float_nodes.clone(),
-        partial_output: partial.clone(),
+        float_tensors: [partial.clone(), gathered.clone(), product.clone()],
     };
     let Some(g) = model.proto_mut().graph.as_mut() else {
         return report;
@@ -266,46 +287,25 @@ fn apply(model: &mut Model, graph: &Graph, split: Split) -> SplitLayer {
     }
     let [gather, side, add] = float_nodes;
     let path = [
-        new_node(gather, "Gather", [input, index], gathered.clone(), Some(-1)),
-        new_node(
-            side,
-            "MatMul",
-            [gathered, rows_weight],
-            product.clone(),
-            None,
+        node(
+            "Gather",
+            &gather,
+            vec![input, index],
+            vec![gathered.clone()],
+            vec![int_attr("axis", -1)],
         ),
-        new_node(add, "Add", [partial, product], output, None),
+        node(
+            "MatMul",
+            &side,
+            vec![gathered, rows_weight],
+            vec![product.clone()],
+            vec![],
+        ),
+        node("Add", &add, vec![partial, product], vec![output], vec![]),
     ];
     let at = split.position.0 + 1;
     g.node.splice(at..at, path);
     report
-}
-
-/// A default-domain node with two inputs and one output (and an `axis` when given).
-fn new_node(
-    name: String,
-    op_type: &str,
-    inputs: [String; 2],
-    output: String,
-    axis: Option<i64>,
-) -> NodeProto {
-    let attribute = axis
-        .map(|a| AttributeProto {
-            name: Some("axis".to_owned()),
-            i: Some(a),
-            r#type: Some(AttributeType::Int as i32),
-            ..Default::default()
-        })
-        .into_iter()
-        .collect();
-    NodeProto {
-        name: Some(name),
-        op_type: Some(op_type.to_owned()),
-        input: inputs.into(),
-        output: vec![output],
-        attribute,
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
@@ -346,7 +346,7 @@ mod tests {
             row_count: 1536,
             range: [7.5, 0.8],
             float_nodes: Default::default(),
-            partial_output: String::new(),
+            float_tensors: Default::default(),
         };
         let line = summary(&[layer("w1", vec![4, 2, 9]), layer("w2", vec![1])]).unwrap();
         assert!(

@@ -103,29 +103,10 @@ pub fn kept_in_float(
         kept.insert(name, KeptReason::Empty);
     }
     kept.retain(|name, _| !recipe.tensor_overrides.contains_key(name));
-    // The outlier rows' float path is float by design: not a choice to report.
-    let path = float_path_tensors(prepared);
-    kept.retain(|name, _| !path.contains(name.as_str()));
+    // The outlier rows' float path is float by design: not a choice to report (the
+    // completing Add writes the layer's old output, which keeps whatever it had).
+    kept.retain(|name, _| !prepared.float_path().tensors.contains(name));
     kept
-}
-
-/// The tensors pre-processing's outlier-row paths compute in float: each split layer's
-/// partial output and the rows' own Gather and MatMul outputs (the completing Add writes the
-/// layer's old output, which keeps whatever it had).
-fn float_path_tensors(prepared: &Prepared) -> HashSet<&str> {
-    let graph = &prepared.graph;
-    prepared
-        .report
-        .outlier_rows
-        .iter()
-        .flat_map(|split| {
-            let inner = split.float_nodes[..2]
-                .iter()
-                .filter_map(|n| graph.node_by_name(n))
-                .flat_map(|n| n.outputs.iter().map(String::as_str));
-            std::iter::once(split.partial_output.as_str()).chain(inner)
-        })
-        .collect()
 }
 
 /// `recipe` with a `keep_float` override for each kept tensor: the form every later step

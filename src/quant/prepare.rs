@@ -32,6 +32,8 @@ pub struct Prepared {
     types: HashMap<String, i32>,
     /// The kernel pair shares [`Self::overflowing_share`] measured.
     overflow_shares: Measured,
+    /// What pre-processing added to compute in float ([`Self::float_path`]).
+    float_path: FloatPath,
 }
 
 /// Writes every node's effective name into the model (unnamed ones get `OpType_N`), so
@@ -54,6 +56,7 @@ impl Prepared {
         let (prepared, report) = preprocess(&named, options)?;
         let graph = Graph::build(&prepared);
         let types = elem_types(&prepared, &graph);
+        let float_path = super::outlier_rows::float_path(&report.outlier_rows);
         Ok(Prepared {
             model: prepared,
             graph,
@@ -61,7 +64,14 @@ impl Prepared {
             options: *options,
             types,
             overflow_shares: Measured::default(),
+            float_path,
         })
+    }
+
+    /// The nodes and tensors pre-processing added to compute in float (the outlier rows'
+    /// paths), which the plan leaves in float.
+    pub fn float_path(&self) -> &FloatPath {
+        &self.float_path
     }
 
     /// Records the shapes calibration observed as `value_info` (see
@@ -137,15 +147,10 @@ impl Prepared {
     pub fn plan(&self, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Plan {
         let is_float = |t: &str| self.is_float(t, stats);
         let clip_min = |id| self.clip_min(id);
-        let split = &self.report.outlier_rows;
-        let float_path = FloatPath {
-            nodes: split.iter().flat_map(|s| s.float_nodes.clone()).collect(),
-            tensors: split.iter().map(|s| s.partial_output.clone()).collect(),
-        };
         let facts = PlanFacts {
             is_float: &is_float,
             clip_min: &clip_min,
-            float_path: &float_path,
+            float_path: &self.float_path,
         };
         plan(&self.graph, recipe, &facts)
     }

@@ -52,7 +52,7 @@ impl PreprocessReport {
             ));
         }
         if !self.outlier_rows.is_empty() {
-            let rows: usize = self.outlier_rows.iter().map(|s| s.rows.len()).sum();
+            let rows = super::outlier_rows::total_rows(&self.outlier_rows);
             text.push_str(&format!(
                 ", {rows} outlier row(s) of {} weight(s) computed in float",
                 self.outlier_rows.len()

@@ -337,7 +337,7 @@ fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> 
             .report
             .outlier_rows
             .iter()
-            .any(|s| s.float_nodes[2] == name)
+            .any(|s| s.completing_add() == name)
     };
     if completes(&add.name) {
         output = add.outputs.first()?;
