@@ -10,10 +10,10 @@ at a time: `--no_promotion --workers 1`) for the same target, and takes no longe
 with the tries measured in parallel (the default now) is printed too, and must take the same
 steps as one at a time.
 
-The switchable model computes the Q/DQ arithmetic the model spells out (equal bit for bit to
-each variant's own model with graph optimizations off: tests/sensitivity.rs).
-The exact method runs ONNX Runtime's fused integer kernels where the CPU has them, which round
-differently. Both figures are printed, with their difference.
+The switchable model holds each node's unit (input DQs, node, output Qs) whole inside the
+`If` branch that selects it, so ONNX Runtime fuses it into the integer kernel the variant's own
+model runs (equal bit for bit to each variant's own model, graph optimizations off and on:
+tests/sensitivity.rs). Both figures are printed, with their difference.
 """
 import argparse
 import json

@@ -195,7 +195,7 @@ impl Sensitivity {
     pub fn method_note(&self) -> String {
         match (self.method, &self.fallback) {
             (ScanMethod::Switchable, _) => {
-                "one switchable model: the Q/DQ arithmetic each variant spells out, without the fused integer kernels a saved model may run".to_owned()
+                "one switchable model: each node's unit as the variant's own model runs it, its fused integer kernels included".to_owned()
             }
             (ScanMethod::Exact, None) => "each variant quantized and run on its own".to_owned(),
             (ScanMethod::Exact, Some(why)) => {

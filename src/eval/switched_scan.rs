@@ -16,7 +16,7 @@ use super::{EvalError, OutputMetrics};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::pinned::pinned_session_model;
 use crate::recipe::Recipe;
-use crate::runtime::{EpSpec, Optimization, SessionOptions};
+use crate::runtime::{EpSpec, SessionOptions};
 
 /// How a scan measures its variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -140,14 +140,14 @@ impl<'a> GatedRuns<'a> {
     ) -> Result<Self, EvalError> {
         let cpu = eval.eps.iter().all(|e| matches!(e, EpSpec::Cpu));
         let cores = rayon::current_num_threads().clamp(1, 8);
-        let need = switchable.model().initializer_bytes().saturating_mul(2);
+        let need = switchable.initializer_bytes().saturating_mul(2);
         let workers = if cpu && parallel {
             workers_within(cores, need, crate::util::available_memory())
         } else {
             1
         };
         let options = SessionOptions {
-            optimization: Optimization::Basic,
+            optimization: switchable.optimization(),
             intra_threads: if workers > 1 { 1 } else { 0 },
             ..SessionOptions::default()
         };

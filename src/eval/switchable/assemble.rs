@@ -1,31 +1,25 @@
-//! Writes the switchable model: the float graph and, at every place with a choice, a nest of
-//! `If(gate)` nodes whose branches compute one choice each (its Q/DQ chain, or the float
-//! tensor as it is). Only the chosen branch runs, so a run costs about what the chosen
-//! variant's own model costs; a `Where` over every choice would compute them all and copy
-//! element by element (measured: most of a run's time on the bundled sample; PP-OCR rec, 48
-//! nodes: 2.2 times slower on 2 cores, and no faster on CUDA, 68 s against 55 s on an H200).
+//! Writes the switchable model: every slot's form placed in the main graph when all variants
+//! agree on it, else a nest of `If(gate)` nodes whose branches hold one form each. A branch
+//! holds a whole unit (input DQs, node, output Qs) with its own initializers, so ONNX Runtime
+//! fuses it into the integer kernel the variant's own model runs (QDQ fusion works inside
+//! subgraphs); only the chosen branch runs, so a run costs about what the chosen variant's
+//! own model costs. A branch that does not write one of the nest's outputs (no consumer of
+//! that variant reads it) fills it with a scalar constant.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::Choices;
-use super::sources::{Slot, Source, SourceKey};
+use super::units::{Form, FormKey, PREFIX, Slot, Written, is_internal};
 use crate::model::builder::value_info;
 use crate::model::proto::attribute_proto::AttributeType;
-use crate::model::proto::{AttributeProto, GraphProto, NodeProto, TensorProto, ValueInfoProto};
+use crate::model::proto::{
+    AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, type_proto,
+};
 use crate::model::{DataType, Graph, Model};
 
-/// The prefix of every name the switchable model adds.
-const PREFIX: &str = "qdq_studio_switch";
-
-/// A node of the default domain with one output.
-fn node(op: &str, name: String, inputs: Vec<String>, output: String) -> NodeProto {
-    NodeProto {
-        op_type: Some(op.to_owned()),
-        name: Some(name),
-        input: inputs,
-        output: vec![output],
-        ..Default::default()
-    }
+/// The scalar gate of one switch.
+pub(super) fn gate_name(switch: usize) -> String {
+    format!("{PREFIX}_gate{switch}")
 }
 
 /// A graph-valued attribute.
@@ -38,236 +32,237 @@ fn graph_attribute(name: &str, graph: GraphProto) -> AttributeProto {
     }
 }
 
-/// The scalar gate of one switch.
-pub(super) fn gate_name(switch: usize) -> String {
-    format!("{PREFIX}_gate{switch}")
+/// A value-info with an element type and no shape (branch outputs vary with the data, and a
+/// branch that does not compute an output gives a scalar).
+fn untyped_shape(name: &str, elem: i32) -> ValueInfoProto {
+    ValueInfoProto {
+        name: Some(name.to_owned()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: None,
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
-/// What the assembly adds, and the counters that keep its names unique.
-struct Additions<'a> {
-    sources: &'a HashMap<SourceKey, (usize, Source)>,
-    /// Graph outputs whose float producer now writes another name.
-    renamed: HashMap<String, String>,
-    /// Sources whose initializers are already in the graph.
-    stored: HashSet<usize>,
+/// A `Constant` writing a scalar zero of element type `elem` to `name`.
+fn placeholder(name: &str, elem: i32) -> NodeProto {
+    let bytes = DataType::from_onnx(elem).map_or(8, |d| d.bits().div_ceil(8));
+    let value = TensorProto {
+        data_type: Some(elem),
+        raw_data: Some(vec![0u8; bytes].into()),
+        ..Default::default()
+    };
+    NodeProto {
+        op_type: Some("Constant".into()),
+        name: Some(name.to_owned()),
+        output: vec![name.to_owned()],
+        attribute: vec![AttributeProto {
+            name: Some("value".into()),
+            r#type: Some(AttributeType::Tensor as i32),
+            t: Some(value),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Places forms, keeping every name it makes unique.
+struct Placer<'a> {
+    forms: &'a HashMap<FormKey, (usize, Form)>,
+    /// The float model's initializers, copied into the branches that read them.
+    shared: HashMap<&'a str, &'a TensorProto>,
+    /// Initializers of forms placed in the main graph.
     initializers: Vec<TensorProto>,
-    /// Names made so far (each branch and node gets a fresh one).
+    /// Bytes of the initializers placed in branches.
+    branch_bytes: u64,
     made: usize,
 }
 
-impl Additions<'_> {
-    /// A float tensor's name in the switchable model.
-    fn float_name(&self, name: &str) -> String {
-        self.renamed
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| name.to_owned())
-    }
-
+impl Placer<'_> {
     fn fresh(&mut self, what: &str) -> String {
         self.made += 1;
         format!("{PREFIX}_{what}{}", self.made)
     }
 
-    /// The nodes computing `key`'s source into a fresh tensor, and that tensor. Its
-    /// initializers go to the main graph once (branches read them from the outer scope).
-    fn compute(&mut self, key: &SourceKey) -> (Vec<NodeProto>, String) {
-        let output = self.fresh("v");
-        let Some((id, source)) = self.sources.get(key) else {
-            return (Vec::new(), output);
-        };
-        let chain = match source {
-            Source::Float(name) => {
-                let copy = node(
-                    "Identity",
-                    output.clone(),
-                    vec![self.float_name(name)],
-                    output.clone(),
-                );
-                return (vec![copy], output);
-            }
-            Source::Dequantized(chain) => chain,
-        };
-        let suffix = format!("__{PREFIX}_s{id}");
-        if self.stored.insert(*id) {
-            for tensor in &chain.initializers {
-                let mut copy = tensor.clone();
-                copy.name = Some(format!("{}{suffix}", tensor.name()));
-                self.initializers.push(copy);
-            }
+    fn form(&self, key: &FormKey) -> Form {
+        self.forms
+            .get(key)
+            .map(|(_, form)| form.clone())
+            .unwrap_or_default()
+    }
+
+    /// `form`'s nodes and initializers with its internal names made unique; for a branch, the
+    /// names it writes too, and the float model's initializers it reads copied in. Also the
+    /// map from its names to the new ones.
+    fn renamed(
+        &mut self,
+        mut form: Form,
+        branch: bool,
+    ) -> (Vec<NodeProto>, Vec<TensorProto>, HashMap<String, String>) {
+        if branch {
+            let copies = form.shared.iter().filter_map(|n| self.shared.get(n.as_str()));
+            form.initializers.extend(copies.map(|t| (*t).clone()));
         }
-        let local: HashSet<&str> = chain.initializers.iter().map(|t| t.name()).collect();
-        let mut previous = chain.input.as_deref().map(|n| self.float_name(n));
-        let last = chain.nodes.len().saturating_sub(1);
-        let mut nodes = Vec::with_capacity(chain.nodes.len());
-        for (at, original) in chain.nodes.iter().enumerate() {
-            let mut copy = original.clone();
-            for (i, name) in copy.input.iter_mut().enumerate() {
-                if local.contains(name.as_str()) {
-                    *name = format!("{name}{suffix}");
-                } else if i == 0
-                    && let Some(previous) = &previous
-                {
-                    name.clone_from(previous);
+        let written: HashSet<&str> = form.writes.iter().map(|w| w.name.as_str()).collect();
+        let shared: HashSet<&str> = form.shared.iter().map(String::as_str).collect();
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut rename = |name: &mut String, placer: &mut Self| {
+            let local = written.contains(name.as_str()) || shared.contains(name.as_str());
+            if is_internal(name) || (branch && local) {
+                let new = names
+                    .entry(name.clone())
+                    .or_insert_with(|| placer.fresh("t"))
+                    .clone();
+                *name = new;
+            }
+        };
+        for tensor in &mut form.initializers {
+            let mut name = tensor.name().to_owned();
+            rename(&mut name, self);
+            tensor.name = Some(name);
+        }
+        for node in &mut form.nodes {
+            for name in node.input.iter_mut().chain(node.output.iter_mut()) {
+                rename(name, self);
+            }
+            node.name = Some(self.fresh("n"));
+        }
+        (form.nodes, form.initializers, names)
+    }
+
+    /// `form` placed in the main graph.
+    fn inline(&mut self, form: Form) -> Vec<NodeProto> {
+        let (nodes, initializers, _) = self.renamed(form, false);
+        self.initializers.extend(initializers);
+        nodes
+    }
+
+    /// A branch computing `form` and giving `outputs` in order (a placeholder for those the
+    /// form does not write).
+    fn branch(&mut self, form: Form, outputs: &[Written]) -> GraphProto {
+        let (mut nodes, initializers, names) = self.renamed(form, true);
+        let mut declared = Vec::with_capacity(outputs.len());
+        for output in outputs {
+            let name = match names.get(&output.name) {
+                Some(name) => name.clone(),
+                None => {
+                    let name = self.fresh("placeholder");
+                    nodes.push(placeholder(&name, output.elem));
+                    name
                 }
-            }
-            let written = if at == last {
-                output.clone()
-            } else {
-                self.fresh("q")
             };
-            copy.name = Some(written.clone());
-            copy.output = vec![written.clone()];
-            previous = Some(written);
-            nodes.push(copy);
+            declared.push(untyped_shape(&name, output.elem));
         }
-        (nodes, output)
-    }
-
-    /// A branch graph computing `key`'s source as its one output of type `elem`.
-    fn branch(&mut self, key: &SourceKey, elem: DataType) -> GraphProto {
-        let (nodes, output) = self.compute(key);
-        self.branch_of(nodes, output, elem)
-    }
-
-    fn branch_of(&mut self, nodes: Vec<NodeProto>, output: String, elem: DataType) -> GraphProto {
+        self.branch_bytes += initializers
+            .iter()
+            .map(|t| t.raw_data().len() as u64)
+            .sum::<u64>();
         GraphProto {
             name: Some(self.fresh("branch")),
             node: nodes,
-            output: vec![untyped_shape(&output, elem)],
+            initializer: initializers,
+            output: declared,
             ..Default::default()
         }
     }
 
-    /// The nodes that give a slot with `choice` its tensor, and that tensor: the default's
-    /// computation when nothing can switch, else a nest of `If(gate)` nodes, the first
-    /// alternative outermost and the default innermost.
-    fn chosen(&mut self, choice: &Choices, elem: DataType) -> (Vec<NodeProto>, String) {
+    /// The nodes computing a slot with `choice`: its one form in the main graph when nothing
+    /// can switch, else a nest of `If(gate)` nodes, the first alternative outermost and the
+    /// default innermost, writing the values any of its forms writes.
+    fn chosen(&mut self, choice: &Choices) -> Vec<NodeProto> {
+        let default = self.form(&choice.default);
         if choice.alternatives.is_empty() {
-            return self.compute(&choice.default);
+            return self.inline(default);
         }
-        let mut inner = self.branch(&choice.default, elem);
-        let mut outermost = None;
-        for (at, (key, switch)) in choice.alternatives.iter().enumerate().rev() {
-            let then = self.branch(key, elem);
-            let output = self.fresh("if");
-            let mut choose = node(
-                "If",
-                output.clone(),
-                vec![gate_name(*switch)],
-                output.clone(),
-            );
-            choose.attribute = vec![
-                graph_attribute("then_branch", then),
-                graph_attribute("else_branch", inner),
-            ];
-            if at == 0 {
-                outermost = Some((vec![choose], output));
-                break;
+        let mut outputs: Vec<Written> = default.writes.clone();
+        for (key, _) in &choice.alternatives {
+            for written in self.form(key).writes {
+                if !outputs.iter().any(|o| o.name == written.name) {
+                    outputs.push(written);
+                }
             }
-            inner = self.branch_of(vec![choose], output, elem);
         }
-        outermost.unwrap_or_default()
+        if outputs.is_empty() {
+            // No variant reads anything the slot computes.
+            return Vec::new();
+        }
+        let mut inner = self.branch(default, &outputs);
+        for (at, (key, switch)) in choice.alternatives.iter().enumerate().rev() {
+            let then = self.branch(self.form(key), &outputs);
+            let written: Vec<String> = if at == 0 {
+                outputs.iter().map(|o| o.name.clone()).collect()
+            } else {
+                outputs.iter().map(|_| self.fresh("if")).collect()
+            };
+            let choose = NodeProto {
+                op_type: Some("If".into()),
+                name: Some(self.fresh("choose")),
+                input: vec![gate_name(*switch)],
+                output: written.clone(),
+                attribute: vec![
+                    graph_attribute("then_branch", then),
+                    graph_attribute("else_branch", inner),
+                ],
+                ..Default::default()
+            };
+            if at == 0 {
+                return vec![choose];
+            }
+            inner = GraphProto {
+                name: Some(self.fresh("branch")),
+                node: vec![choose],
+                output: written
+                    .iter()
+                    .zip(&outputs)
+                    .map(|(name, o)| untyped_shape(name, o.elem))
+                    .collect(),
+                ..Default::default()
+            };
+        }
+        Vec::new()
     }
 }
 
-/// A value-info with an element type and no shape (branch outputs vary with the data).
-fn untyped_shape(name: &str, elem: DataType) -> ValueInfoProto {
-    let mut info = value_info(name, elem, &[]);
-    if let Some(crate::model::proto::type_proto::Value::TensorType(t)) =
-        info.r#type.as_mut().and_then(|t| t.value.as_mut())
-    {
-        t.shape = None;
-    }
-    info
-}
-
-/// Whether a slot reads anything but its own float tensor `name`.
-fn switched(choice: &Choices, sources: &HashMap<SourceKey, (usize, Source)>, name: &str) -> bool {
-    !choice.alternatives.is_empty()
-        || !matches!(sources.get(&choice.default), Some((_, Source::Float(n))) if n == name)
-}
-
-/// The switchable model over `base` (the prepared float model, `graph` its index).
+/// The switchable model over `base` (the prepared float model), and the bytes of the
+/// initializers its branches hold.
 pub(super) fn assemble(
     mut base: Model,
-    graph: &Graph,
     choices: &BTreeMap<Slot, Choices>,
-    sources: &HashMap<SourceKey, (usize, Source)>,
+    forms: &HashMap<FormKey, (usize, Form)>,
     switches: usize,
-) -> Model {
-    let types = crate::model::infer::elem_types(&base, graph);
-    let elem = |name: &str| {
-        types
-            .get(name)
-            .and_then(|code| DataType::from_onnx(*code).ok())
-            .unwrap_or(DataType::Float32)
-    };
-    let outputs = graph.outputs();
-    let renamed: HashMap<String, String> = choices
-        .iter()
-        .filter_map(|(slot, choice)| match slot {
-            Slot::Output(at) => outputs.get(*at).filter(|n| switched(choice, sources, n)),
-            Slot::Input { .. } => None,
-        })
-        .map(|name| (name.clone(), format!("{name}__{PREFIX}_float")))
-        .collect();
-    let mut additions = Additions {
-        sources,
-        renamed,
-        stored: HashSet::new(),
+) -> (Model, u64) {
+    let originals = base.graph().initializer.clone();
+    let mut placer = Placer {
+        forms,
+        shared: originals.iter().map(|t| (t.name(), t)).collect(),
         initializers: Vec::new(),
+        branch_bytes: 0,
         made: 0,
     };
-    let mut nodes = Vec::new();
-    let mut inputs: BTreeMap<(usize, usize), String> = BTreeMap::new();
-    for (slot, choice) in choices {
-        match *slot {
-            Slot::Input { node: at, input } => {
-                let Some(name) = graph.node(crate::model::NodeId(at)).inputs.get(input) else {
-                    continue;
-                };
-                if switched(choice, sources, name) {
-                    let (added, chosen) = additions.chosen(choice, elem(name));
-                    nodes.extend(added);
-                    inputs.insert((at, input), chosen);
-                }
-            }
-            Slot::Output(at) => {
-                if let Some(name) = outputs.get(at)
-                    && additions.renamed.contains_key(name)
-                {
-                    let (added, chosen) = additions.chosen(choice, elem(name));
-                    nodes.extend(added);
-                    let label = format!("{name}__{PREFIX}");
-                    nodes.push(node("Identity", label, vec![chosen], name.clone()));
-                }
-            }
-        }
-    }
-    let Additions {
-        renamed,
+    let nodes: Vec<NodeProto> = choices
+        .values()
+        .flat_map(|choice| placer.chosen(choice))
+        .collect();
+    let Placer {
         initializers,
+        branch_bytes,
         ..
-    } = additions;
+    } = placer;
     let Some(g) = base.proto_mut().graph.as_mut() else {
-        return base;
+        return (base, branch_bytes);
     };
-    for (index, n) in g.node.iter_mut().enumerate() {
-        for (at, input) in n.input.iter_mut().enumerate() {
-            if let Some(chosen) = inputs.get(&(index, at)) {
-                input.clone_from(chosen);
-            } else if let Some(new) = renamed.get(input.as_str()) {
-                input.clone_from(new);
-            }
-        }
-        for output in &mut n.output {
-            if let Some(new) = renamed.get(output.as_str()) {
-                output.clone_from(new);
-            }
-        }
-    }
-    g.node.extend(nodes);
+    let written: HashSet<&str> = nodes
+        .iter()
+        .flat_map(|n| n.output.iter().map(String::as_str))
+        .collect();
+    // Shapes recorded for tensors that now live in branches (or were renamed) go.
+    g.value_info
+        .retain(|info| written.contains(info.name.as_deref().unwrap_or_default()));
+    g.node = nodes;
     g.initializer.extend(initializers);
     // One scalar input per switch, read by the `If`s as their condition straight from host
     // memory: a gate vector sliced by `Gather` put the slice on the accelerator and copied
@@ -275,7 +270,7 @@ pub(super) fn assemble(
     g.input
         .extend((0..switches).map(|switch| value_info(&gate_name(switch), DataType::Bool, &[])));
     sort_topologically(&mut base);
-    base
+    (base, branch_bytes)
 }
 
 /// Puts the nodes in an order where each comes after the producers of its inputs (the

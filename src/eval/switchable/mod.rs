@@ -1,29 +1,32 @@
-//! One model for a whole sensitivity scan: the float graph with every Q/DQ chain any variant
-//! of the recipe uses, each place choosing at run time, from boolean gates fed as graph
-//! inputs (one scalar per switch), which chain (or the float tensor) it reads. A scan is then one session and
-//! two runs per candidate instead of a quantization and a session per variant.
+//! One model for a whole sensitivity scan: every node of the float graph as each variant of
+//! the recipe computes it (with its input DQs and output Qs, or in float), each node choosing
+//! at run time, from boolean gates fed as graph inputs (one scalar per switch), which of those
+//! it runs. A scan is then one session and two runs per candidate instead of a quantization
+//! and a session per variant.
 //!
-//! The variants are quantized by the real quantizer and read back ([`sources`]), so a gate
-//! setting reproduces its variant exactly: with graph optimizations off, the switchable
-//! model's outputs equal the variant's bit for bit (`tests/sensitivity.rs`). Recipes whose
+//! The variants are quantized by the real quantizer and read back ([`units`]), so a gate
+//! setting reproduces its variant exactly: the switchable model's outputs equal the variant's
+//! bit for bit with graph optimizations off, and with them on the units fuse into the integer
+//! kernels the variant's own model runs (`tests/sensitivity.rs`). Recipes whose
 //! quantization changes the graph's structure (int4 MatMulNBits, SmoothQuant's scaling
 //! nodes) or models with subgraphs are [`NotSwitchable`]: the scan then quantizes each
 //! variant on its own.
 
 mod assemble;
-mod sources;
+mod units;
 
 use std::collections::{BTreeMap, HashMap};
 
 use rayon::prelude::*;
 
-use sources::{Base, Slot, Source, SourceKey, VariantSources};
+use units::{Base, Form, FormKey, Slot, VariantForms};
 
 use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, TensorArray};
 use crate::quant::{self, Prepared, QuantError};
 use crate::recipe::{QuantMode, Recipe};
+use crate::runtime::Optimization;
 
 /// Why a set of recipes cannot share one switchable model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,12 +47,12 @@ pub enum BuildError {
     Cancelled,
 }
 
-/// What one place reads by default (the first recipe's choice) and the other choices the
-/// variants make there, each with its switch.
+/// What one slot computes by default (the first recipe's form) and the other forms the
+/// variants compute there, each with its switch.
 #[derive(Debug, Clone, Default)]
 struct Choices {
-    default: SourceKey,
-    alternatives: Vec<(SourceKey, usize)>,
+    default: FormKey,
+    alternatives: Vec<(FormKey, usize)>,
 }
 
 /// The switchable model of a set of recipe variants, and the gates that select each.
@@ -57,13 +60,19 @@ pub struct Switchable {
     model: Model,
     /// The float model as the quantizer prepared it, opset raised as the variants' (what new
     /// recipes are read against).
-    graph: Graph,
+    base: Base,
+    /// What the float model computes at every slot (a recipe that quantizes nothing).
+    float_keys: BTreeMap<Slot, FormKey>,
     choices: BTreeMap<Slot, Choices>,
     switches: usize,
     variants: Vec<Vec<bool>>,
     /// Per variant: whether it quantizes nothing (the float model).
     floats: Vec<bool>,
-    sources: usize,
+    forms: usize,
+    /// Bytes of the initializers the model's branches hold.
+    branch_bytes: u64,
+    /// The graph optimizations the variants' own models are run with.
+    optimization: Optimization,
 }
 
 impl std::fmt::Debug for Switchable {
@@ -71,7 +80,7 @@ impl std::fmt::Debug for Switchable {
         f.debug_struct("Switchable")
             .field("switches", &self.switches)
             .field("variants", &self.variants.len())
-            .field("sources", &self.sources)
+            .field("forms", &self.forms)
             .finish()
     }
 }
@@ -159,28 +168,38 @@ impl Switchable {
             return Err(NotSwitchable("the model has subgraphs (If, Loop, Scan)".into()).into());
         }
         let first_model = quantized(float, stats, first)?;
+        let optimization = first_model
+            .as_ref()
+            .map_or(Optimization::All, |m| quant::cpu_session_options(m).optimization);
         let base_model = prepared_base(float, stats, first, first_model.as_ref())?;
-        let graph = Graph::build(&base_model);
-        let base = Base::new(&graph);
+        let base = Base::new(&base_model);
+        let float_forms = units::read(&base, &base_model)?;
+        let float_keys = float_forms
+            .iter()
+            .map(|(slot, (key, _))| (*slot, key.clone()))
+            .collect();
         let meter = RateMeter::new("building the switchable model", recipes.len() as u64);
         let opset = opset_of(&base_model);
-        let mut table = SourceTable::default();
+        let read = |model: Option<&Model>| match model {
+            None => Ok(float_forms.clone()),
+            Some(model) => variant_forms(&base, model, opset),
+        };
+        let mut table = FormTable::default();
         let mut read_variants = Vec::with_capacity(recipes.len());
         let mut floats = Vec::with_capacity(recipes.len());
         floats.push(first_model.is_none());
-        read_variants.push(table.intern(variant_sources(&base, first_model.as_ref(), opset)?));
+        read_variants.push(table.intern(read(first_model.as_ref())?));
         drop(first_model);
         // The other variants are quantized and read a few at a time in parallel, then their
         // sources merged: memory holds one chunk's quantized models at most.
         let chunk = rayon::current_num_threads().max(1) * 2;
         for recipes in recipes[1..].chunks(chunk) {
             ctx.checkpoint().map_err(|_| BuildError::Cancelled)?;
-            let read: Vec<Result<(bool, VariantSources), BuildError>> = recipes
+            let read: Vec<Result<(bool, VariantForms), BuildError>> = recipes
                 .par_iter()
                 .map(|recipe| {
                     let model = quantized(float, stats, recipe)?;
-                    let read = variant_sources(&base, model.as_ref(), opset)?;
-                    Ok((model.is_none(), read))
+                    Ok((model.is_none(), read(model.as_ref())?))
                 })
                 .collect();
             for variant in read {
@@ -196,21 +215,36 @@ impl Switchable {
             .iter()
             .map(|v| gates(&choices, switches, v).unwrap_or_default())
             .collect();
-        let model = assemble::assemble(base_model, &graph, &choices, &table.sources, switches);
+        let (model, branch_bytes) =
+            assemble::assemble(base_model, &choices, &table.forms, switches);
         Ok(Switchable {
             model,
-            graph,
+            base,
+            float_keys,
             choices,
             switches,
             variants,
             floats,
-            sources: table.sources.len(),
+            forms: table.forms.len(),
+            branch_bytes,
+            optimization,
         })
     }
 
     /// The switchable model (float inputs plus one boolean input per switch).
     pub fn model(&self) -> &Model {
         &self.model
+    }
+
+    /// Bytes of the model's initializers, those its branches hold included.
+    pub fn initializer_bytes(&self) -> u64 {
+        self.model.initializer_bytes() + self.branch_bytes
+    }
+
+    /// The graph optimizations to run it with: those of the variants' own models, so that
+    /// its units fuse into the same integer kernels.
+    pub fn optimization(&self) -> Optimization {
+        self.optimization
     }
 
     /// How many switches (gate inputs) the model has.
@@ -254,46 +288,40 @@ impl Switchable {
         recipe: &Recipe,
     ) -> Result<Option<Vec<bool>>, BuildError> {
         check_recipe(recipe)?;
-        let model = quantized(float, stats, recipe)?;
-        let base = Base::new(&self.graph);
+        let Some(model) = quantized(float, stats, recipe)? else {
+            return Ok(gates(&self.choices, self.switches, &self.float_keys));
+        };
         let opset = quant::opset::default_opset(self.model.proto()).unwrap_or(1);
-        let read = variant_sources(&base, model.as_ref(), opset)?;
-        let keys: BTreeMap<Slot, SourceKey> = read.into_iter().map(|(s, (k, _))| (s, k)).collect();
+        let read = variant_forms(&self.base, &model, opset)?;
+        let keys: BTreeMap<Slot, FormKey> = read.into_iter().map(|(s, (k, _))| (s, k)).collect();
         Ok(gates(&self.choices, self.switches, &keys))
     }
 }
 
-/// What a variant (`None`: the float model) reads at every slot of `base`.
-fn variant_sources(
-    base: &Base,
-    model: Option<&Model>,
-    opset: i64,
-) -> Result<VariantSources, NotSwitchable> {
-    match model {
-        None => Ok(sources::float_sources(base)),
-        Some(model) if opset_of(model) > opset => Err(NotSwitchable(format!(
+/// What a quantized variant computes at every slot of `base`.
+fn variant_forms(base: &Base, model: &Model, opset: i64) -> Result<VariantForms, NotSwitchable> {
+    if opset_of(model) > opset {
+        return Err(NotSwitchable(format!(
             "a variant needs opset {} and the first only {opset}",
             opset_of(model)
-        ))),
-        Some(model) => sources::read(base, model),
+        )));
     }
+    units::read(base, model)
 }
 
-/// Every distinct source, numbered in the order first seen.
+/// Every distinct form, numbered in the order first seen.
 #[derive(Default)]
-struct SourceTable {
-    sources: HashMap<SourceKey, (usize, Source)>,
+struct FormTable {
+    forms: HashMap<FormKey, (usize, Form)>,
 }
 
-impl SourceTable {
-    /// Keeps the sources `read` brings that are new, and returns its slots' keys.
-    fn intern(&mut self, read: VariantSources) -> BTreeMap<Slot, SourceKey> {
+impl FormTable {
+    /// Keeps the forms `read` brings that are new, and returns its slots' keys.
+    fn intern(&mut self, read: VariantForms) -> BTreeMap<Slot, FormKey> {
         read.into_iter()
-            .map(|(slot, (key, source))| {
-                let next = self.sources.len();
-                self.sources
-                    .entry(key.clone())
-                    .or_insert_with(|| (next, source));
+            .map(|(slot, (key, form))| {
+                let next = self.forms.len();
+                self.forms.entry(key.clone()).or_insert_with(|| (next, form));
                 (slot, key)
             })
             .collect()
@@ -302,7 +330,7 @@ impl SourceTable {
 
 /// Each slot's default (the first variant's source) and the alternatives the others read
 /// there, numbered as switches.
-fn choices(variants: &[BTreeMap<Slot, SourceKey>]) -> (BTreeMap<Slot, Choices>, usize) {
+fn choices(variants: &[BTreeMap<Slot, FormKey>]) -> (BTreeMap<Slot, Choices>, usize) {
     let mut choices: BTreeMap<Slot, Choices> = BTreeMap::new();
     let mut switches = 0;
     let Some(first) = variants.first() else {
@@ -334,7 +362,7 @@ fn choices(variants: &[BTreeMap<Slot, SourceKey>]) -> (BTreeMap<Slot, Choices>, 
 fn gates(
     choices: &BTreeMap<Slot, Choices>,
     switches: usize,
-    variant: &BTreeMap<Slot, SourceKey>,
+    variant: &BTreeMap<Slot, FormKey>,
 ) -> Option<Vec<bool>> {
     let mut gates = vec![false; switches];
     for (slot, key) in variant {
@@ -353,10 +381,10 @@ mod tests {
     use super::*;
 
     fn slot(node: usize) -> Slot {
-        Slot::Input { node, input: 0 }
+        Slot::Unit(node)
     }
 
-    fn variant(keys: &[(usize, &str)]) -> BTreeMap<Slot, SourceKey> {
+    fn variant(keys: &[(usize, &str)]) -> BTreeMap<Slot, FormKey> {
         keys.iter()
             .map(|(n, k)| (slot(*n), k.as_bytes().to_vec()))
             .collect()
