@@ -206,6 +206,12 @@ pub struct SessionOptions {
     /// 115 ms; calibrating PP-OCR det on 64 samples, 4.7 s against 8.9 s for 5 % more peak
     /// memory). Off for sessions only opened to check that a model loads.
     pub arena: bool,
+    /// Whether ONNX Runtime may rewrite float convolutions on the CPU into its blocked
+    /// channel layout (NCHWc), fusing the activations and residual Adds it finds next to them.
+    /// Off where figures from different graphs of the same arithmetic must agree bit for bit:
+    /// which neighbours it fuses depends on the graph around a Conv, and the fused sum rounds
+    /// differently (no other execution provider has this layout).
+    pub blocked_layout: bool,
 }
 
 impl Default for SessionOptions {
@@ -216,6 +222,7 @@ impl Default for SessionOptions {
             prepacking: true,
             quiet_errors: false,
             arena: true,
+            blocked_layout: true,
         }
     }
 }
@@ -356,6 +363,11 @@ impl Runtime {
         if !options.prepacking {
             builder = builder
                 .with_config_entry("session.disable_prepacking", "1")
+                .map_err(ort::Error::from)?;
+        }
+        if !options.blocked_layout {
+            builder = builder
+                .with_disabled_optimizers("NchwcTransformer")
                 .map_err(ort::Error::from)?;
         }
         if options.quiet_errors {

@@ -180,16 +180,15 @@ impl Switchable {
             .collect();
         let meter = RateMeter::new("building the switchable model", recipes.len() as u64);
         let opset = opset_of(&base_model);
-        let read = |model: Option<&Model>| match model {
+        let read = |model: Option<Model>| match model {
             None => Ok(float_forms.clone()),
-            Some(model) => variant_forms(&base, model, opset),
+            Some(model) => variant_forms(&base, &model, opset),
         };
         let mut table = FormTable::default();
         let mut read_variants = Vec::with_capacity(recipes.len());
         let mut floats = Vec::with_capacity(recipes.len());
         floats.push(first_model.is_none());
-        read_variants.push(table.intern(read(first_model.as_ref())?));
-        drop(first_model);
+        read_variants.push(table.intern(read(first_model)?));
         // The other variants are quantized and read a few at a time in parallel, then their
         // sources merged: memory holds one chunk's quantized models at most.
         let chunk = rayon::current_num_threads().max(1) * 2;
@@ -199,7 +198,7 @@ impl Switchable {
                 .par_iter()
                 .map(|recipe| {
                     let model = quantized(float, stats, recipe)?;
-                    Ok((model.is_none(), read(model.as_ref())?))
+                    Ok((model.is_none(), read(model)?))
                 })
                 .collect();
             for variant in read {
@@ -298,7 +297,8 @@ impl Switchable {
     }
 }
 
-/// What a quantized variant computes at every slot of `base`.
+/// What a quantized variant computes at every slot of `base` (whose default-domain opset is
+/// `opset`; a variant may have a lower one, its nodes are then read as `base` spells them).
 fn variant_forms(base: &Base, model: &Model, opset: i64) -> Result<VariantForms, NotSwitchable> {
     if opset_of(model) > opset {
         return Err(NotSwitchable(format!(

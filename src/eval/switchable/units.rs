@@ -27,7 +27,8 @@ pub(super) const PREFIX: &str = "qdq_studio_switch";
 /// A place whose computation may differ between variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Slot {
-    /// The node at this index of the float model's node list, with its input DQs and output Qs.
+    /// The unit led by the node at this index of the float model's node list: that node and
+    /// the nodes fused with it ([`fusion_groups`]), each with its input DQs and output Qs.
     Unit(usize),
     /// The graph output at this position (its float value or a dequantized one).
     Output(usize),
@@ -55,6 +56,8 @@ pub(super) struct Form {
     pub shared: Vec<String>,
     pub writes: Vec<Written>,
     internal: usize,
+    /// Constants computed in the form: the float model's name, the form's.
+    folded: HashMap<String, String>,
 }
 
 /// The key equal forms share.
@@ -81,6 +84,17 @@ pub(super) struct Base {
     initializers: HashMap<String, TensorProto>,
     /// Graph outputs a node writes, by name: their position.
     outputs: HashMap<String, usize>,
+    /// Per node, the index of the node that leads its unit.
+    leader: Vec<usize>,
+    /// The float model's nodes as written, by index: a variant's node is placed as its
+    /// counterpart here is spelled (a variant of a lower opset may give an attribute where
+    /// the switchable model's opset takes an input).
+    protos: Vec<NodeProto>,
+    /// Per node, whether it computes from constants alone (a Reshape of a bias): a unit
+    /// reading it computes it in its own branch, where ONNX Runtime folds it to a constant
+    /// and fuses with it as in the variant's own model (it does not see a value of the
+    /// outer graph as constant).
+    folded: Vec<bool>,
 }
 
 impl Base {
@@ -106,12 +120,18 @@ impl Base {
             .filter(|(_, name)| graph.producer_of(name).is_some())
             .map(|(at, name)| (name.clone(), at))
             .collect();
+        let leader = fusion_groups(&graph);
+        let protos = model.graph().node.clone();
+        let folded = constant_nodes(&graph);
         Base {
+            folded,
+            protos,
             graph,
             by_name,
             types,
             initializers,
             outputs,
+            leader,
         }
     }
 
@@ -142,6 +162,61 @@ impl Base {
             .copied()
             .unwrap_or(DataType::Float32.to_onnx())
     }
+}
+
+/// Activations ONNX Runtime fuses into the Conv or Gemm before them (its `FusedConv`, the
+/// blocked-layout Conv's activation, `FusedGemm`).
+const FUSED_ACTIVATIONS: [&str; 6] = ["Relu", "Clip", "HardSigmoid", "Sigmoid", "Tanh", "LeakyRelu"];
+
+/// The node leading each node's unit: a Conv takes the Add that alone reads it (ONNX
+/// Runtime's blocked-layout Conv adds it as its sum input, rounding differently from an Add
+/// of its own) and then the activation that alone reads that; a MatMul takes the Add that
+/// alone reads it (ONNX Runtime makes them a Gemm) and then an activation; a Gemm takes an
+/// activation. Float regions of a variant are fused that way in its own model, so the
+/// switchable model keeps each group in one branch to fuse alike.
+fn fusion_groups(graph: &Graph) -> Vec<usize> {
+    let mut leader: Vec<usize> = (0..graph.nodes().len()).collect();
+    let follower = |node: &crate::model::Node, ops: &[&str], leader: &[usize]| {
+        let output = node.outputs.first()?;
+        let next = graph.node(graph.sole_consumer(output)?);
+        // An Add both of whose inputs are Conv outputs joins the first Conv only.
+        let free = leader[next.id.0] == next.id.0;
+        (free && ops.contains(&next.op_type.as_str())).then_some(next.id.0)
+    };
+    for node in graph.nodes() {
+        let adds: &[&str] = match node.op_type.as_str() {
+            "Conv" | "MatMul" => &["Add", "Sum"],
+            "Gemm" => &[],
+            _ => continue,
+        };
+        let mut last = node;
+        if let Some(add) = follower(node, adds, &leader) {
+            leader[add] = node.id.0;
+            last = graph.node(crate::model::NodeId(add));
+        }
+        if let Some(activation) = follower(last, &FUSED_ACTIVATIONS, &leader) {
+            leader[activation] = node.id.0;
+        }
+    }
+    leader
+}
+
+/// Per node, whether it computes from constants alone.
+fn constant_nodes(graph: &Graph) -> Vec<bool> {
+    let mut folded = vec![false; graph.nodes().len()];
+    for id in graph.topological_order() {
+        let node = graph.node(*id);
+        let random = node.op_type.starts_with("Random") || node.op_type == "Multinomial";
+        folded[id.0] = !random
+            && node.subgraphs.is_empty()
+            && node.inputs.iter().filter(|i| !i.is_empty()).all(|input| {
+                match graph.producer_of(input) {
+                    Some(producer) => folded[producer.id.0],
+                    None => graph.is_constant(input),
+                }
+            });
+    }
+    folded
 }
 
 /// Whether a node is a Q/DQ node the quantizer wrote.
@@ -212,19 +287,20 @@ impl<'a> Variant<'a> {
 /// unit. Units the variant lacks (a Relu folded into its producer's range) compute nothing.
 pub(super) fn read(base: &Base, variant: &Model) -> Result<VariantForms, NotSwitchable> {
     let v = Variant::new(variant);
-    let mut forms = VariantForms::new();
+    let reader = Reader { base, v: &v };
+    let mut forms: HashMap<Slot, Form> = HashMap::new();
     for node in &variant.graph().node {
         if is_qdq(node) {
             continue;
         }
         let index = base_index(base, node)?;
-        let form = Reader { base, v: &v }.unit(index, node)?;
-        forms.insert(Slot::Unit(index), keyed(form)?);
+        let form = forms.entry(Slot::Unit(base.leader[index])).or_default();
+        reader.unit(form, index, node)?;
     }
-    for index in 0..base.graph.nodes().len() {
-        forms
-            .entry(Slot::Unit(index))
-            .or_insert_with(|| (FormKey::new(), Form::default()));
+    for (index, &leader) in base.leader.iter().enumerate() {
+        if index == leader {
+            forms.entry(Slot::Unit(index)).or_default();
+        }
     }
     for output in &variant.graph().output {
         let Some(&at) = base.outputs.get(output.name()) else {
@@ -233,8 +309,7 @@ pub(super) fn read(base: &Base, variant: &Model) -> Result<VariantForms, NotSwit
             }
             return Err(NotSwitchable(format!("output '{}' is new", output.name())));
         };
-        let form = Reader { base, v: &v }.output(output.name())?;
-        forms.insert(Slot::Output(at), keyed(form)?);
+        forms.insert(Slot::Output(at), reader.output(output.name())?);
     }
     if let Some(at) = base
         .output_slots()
@@ -245,7 +320,44 @@ pub(super) fn read(base: &Base, variant: &Model) -> Result<VariantForms, NotSwit
             base.graph.outputs()[at]
         )));
     }
-    Ok(forms)
+    keep_inside(&mut forms);
+    forms
+        .into_iter()
+        .map(|(slot, form)| Ok((slot, keyed(form)?)))
+        .collect()
+}
+
+/// Makes the values a unit writes and only the unit itself reads internal to it: a value
+/// the branch gave out would be a second reader that keeps ONNX Runtime from fusing its
+/// producer with the node that reads it.
+fn keep_inside(forms: &mut HashMap<Slot, Form>) {
+    let mut readers: HashMap<String, HashSet<Slot>> = HashMap::new();
+    for (slot, form) in forms.iter() {
+        for node in &form.nodes {
+            for input in &node.input {
+                readers.entry(input.clone()).or_default().insert(*slot);
+            }
+        }
+    }
+    for (slot, form) in forms.iter_mut() {
+        let inside: Vec<String> = form
+            .writes
+            .iter()
+            .filter(|w| readers.get(&w.name).is_some_and(|r| r.len() == 1 && r.contains(slot)))
+            .map(|w| w.name.clone())
+            .collect();
+        for name in inside {
+            let internal = form.internal();
+            form.writes.retain(|w| w.name != name);
+            for node in &mut form.nodes {
+                for value in node.input.iter_mut().chain(node.output.iter_mut()) {
+                    if *value == name {
+                        value.clone_from(&internal);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The float model's index of a variant's (non-Q/DQ) node.
@@ -320,13 +432,23 @@ struct Reader<'a, 'v> {
 }
 
 impl Reader<'_, '_> {
-    /// The form of the node at `index`: its input DQs, the node, its output Qs.
-    fn unit(&self, index: usize, node: &NodeProto) -> Result<Form, NotSwitchable> {
-        let mut form = Form::default();
-        let mut copy = node.clone();
+    /// Adds the node at `index` to `form`: its input DQs, the node, its output Qs.
+    fn unit(&self, form: &mut Form, index: usize, node: &NodeProto) -> Result<(), NotSwitchable> {
+        let mut copy = self.base.protos.get(index).cloned().unwrap_or_else(|| node.clone());
         copy.name = None;
         for (at, name) in node.input.iter().enumerate() {
-            copy.input[at] = self.input(&mut form, name)?;
+            copy.input[at] = self.input(form, name)?;
+        }
+        // Inputs the variant's opset gave as attributes: the float model's own.
+        for name in copy.input.iter_mut().skip(node.input.len()) {
+            if !name.is_empty() {
+                self.base_constant(form, name)?;
+            }
+        }
+        for name in copy.output.iter_mut().skip(node.output.len()) {
+            if !name.is_empty() {
+                *name = form.internal();
+            }
         }
         let mut quantizers = Vec::new();
         for (at, name) in node.output.iter().enumerate() {
@@ -355,10 +477,10 @@ impl Reader<'_, '_> {
         form.nodes.push(copy);
         for (q, input, output) in quantizers {
             let elem = quantized_elem(q, self.v);
-            self.copy(&mut form, q, input, Some(output.clone()))?;
+            self.copy(form, q, input, Some(output.clone()))?;
             form.writes.push(Written { name: output, elem });
         }
-        Ok(form)
+        Ok(())
     }
 
     /// The form of a graph output: its float value, or the dequantized value the variant gives.
@@ -403,10 +525,39 @@ impl Reader<'_, '_> {
             ))),
             Some((producer, at)) => {
                 let index = base_index(self.base, producer)?;
+                if self.base.folded[index] {
+                    return self.fold(form, index, *at);
+                }
                 self.float_name(index, *at, name)
             }
             None => self.free(form, name),
         }
+    }
+
+    /// Output `at` of the constant-computing node at `index`, computed in `form` with the
+    /// constant nodes it reads.
+    fn fold(&self, form: &mut Form, index: usize, at: usize) -> Result<String, NotSwitchable> {
+        let node = self.base.graph.node(crate::model::NodeId(index));
+        let unknown = || NotSwitchable(format!("node '{}' has no output {at}", node.name));
+        let name = node.outputs.get(at).ok_or_else(unknown)?;
+        if let Some(done) = form.folded.get(name) {
+            return Ok(done.clone());
+        }
+        let mut copy = self.base.protos.get(index).cloned().ok_or_else(unknown)?;
+        copy.name = None;
+        for input in copy.input.iter_mut().filter(|i| !i.is_empty()) {
+            match self.base.graph.producer_of(input) {
+                Some(producer) => *input = self.fold(form, producer.id.0, output_at(producer, input))?,
+                None => self.base_constant(form, input)?,
+            }
+        }
+        for output in copy.output.iter_mut().filter(|o| !o.is_empty()) {
+            let internal = form.internal();
+            form.folded.insert(output.clone(), internal.clone());
+            *output = internal;
+        }
+        form.nodes.push(copy);
+        form.folded.get(name).cloned().ok_or_else(unknown)
     }
 
     /// A tensor no node writes: a graph input, the float model's initializer, or a constant
@@ -414,9 +565,7 @@ impl Reader<'_, '_> {
     fn free(&self, form: &mut Form, name: &str) -> Result<String, NotSwitchable> {
         if let Some(tensor) = self.v.initializers.get(name) {
             if self.base.initializers.get(name) == Some(*tensor) {
-                if !form.shared.iter().any(|n| n == name) {
-                    form.shared.push(name.to_owned());
-                }
+                self.base_constant(form, name)?;
                 return Ok(name.to_owned());
             }
             return Ok(form.constant(tensor));
@@ -427,6 +576,19 @@ impl Reader<'_, '_> {
         Err(NotSwitchable(format!(
             "tensor '{name}' has no float counterpart"
         )))
+    }
+
+    /// A constant of the float model a node reads there and not in the variant.
+    fn base_constant(&self, form: &mut Form, name: &str) -> Result<(), NotSwitchable> {
+        if !self.base.initializers.contains_key(name) {
+            return Err(NotSwitchable(format!(
+                "'{name}' is no constant of the float model"
+            )));
+        }
+        if !form.shared.iter().any(|n| n == name) {
+            form.shared.push(name.to_owned());
+        }
+        Ok(())
     }
 
     /// A DequantizeLinear over a quantized constant, over the quantized output of a unit, or
@@ -495,6 +657,11 @@ impl Reader<'_, '_> {
         form.nodes.push(copy);
         Ok(output)
     }
+}
+
+/// The position of `name` among `node`'s outputs.
+fn output_at(node: &crate::model::Node, name: &str) -> usize {
+    node.outputs.iter().position(|o| o == name).unwrap_or_default()
 }
 
 /// The switchable model's name for the quantized value a QuantizeLinear numbered `id` makes
