@@ -1,5 +1,6 @@
 //! The switchable model a sensitivity scan runs: one session whose gates select any variant
-//! of the recipe, equal bit for bit to that variant quantized on its own.
+//! of the recipe, equal bit for bit to that variant quantized on its own, graph optimizations
+//! off (the Q/DQ arithmetic as written) and on (the fused integer kernels).
 
 mod common;
 
@@ -42,13 +43,21 @@ fn sample() -> (Model, CalibrationStats, Vec<(String, TensorArray)>) {
     (model, stats, batch.inputs)
 }
 
-/// `model`'s outputs on `inputs`, graph optimizations off (fused integer kernels would round
-/// differently from the Q/DQ arithmetic both models spell out).
+/// `model`'s outputs on `inputs`, graph optimizations off.
 fn outputs(model: &Model, inputs: &[(String, TensorArray)]) -> Vec<ArrayD<f32>> {
     let options = SessionOptions {
         optimization: Optimization::Disable,
         ..SessionOptions::default()
     };
+    outputs_with(model, inputs, options)
+}
+
+/// `model`'s outputs on `inputs` in a session with `options`.
+fn outputs_with(
+    model: &Model,
+    inputs: &[(String, TensorArray)],
+    options: SessionOptions,
+) -> Vec<ArrayD<f32>> {
     let mut session = runtime()
         .session_from_model(&model.to_session_model().unwrap(), &[EpSpec::Cpu], options)
         .unwrap();
@@ -86,18 +95,40 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
     }
     let switchable = Switchable::build(&model, &stats, &variants, &JobContext::silent()).unwrap();
     assert!(switchable.switches() > 0);
+    // As a scan runs both: the variants' optimizations, without the CPU's blocked float
+    // layout (which fuses a Conv with neighbours that depend on the graph around it).
+    let fused = |optimization| SessionOptions {
+        optimization,
+        blocked_layout: false,
+        ..SessionOptions::default()
+    };
     let mut differing = 0;
     for (at, variant) in variants.iter().enumerate() {
         let own = quant::quantize(&model, Some(&stats), variant)
             .unwrap()
             .model;
-        let expected = outputs(&own, &inputs);
         let mut gated = inputs.clone();
         gated.extend(Switchable::gate_inputs(switchable.gates(at).unwrap()));
+        let expected = outputs(&own, &inputs);
         let got = outputs(switchable.model(), &gated);
         assert_eq!(expected.len(), got.len());
         for (e, g) in expected.iter().zip(&got) {
             assert_eq!(bits(e), bits(g), "variant {at} differs from its own model");
+        }
+        let own_options = fused(quant::cpu_session_options(&own).optimization);
+        let expected_fused = outputs_with(&own, &inputs, own_options);
+        let got_fused = outputs_with(switchable.model(), &gated, fused(switchable.optimization()));
+        for (e, g) in expected_fused.iter().zip(&got_fused) {
+            assert_eq!(
+                bits(e),
+                bits(g),
+                "variant {at} differs from its own model with the fused kernels"
+            );
+        }
+        if at == 0 {
+            // The fused integer kernels really ran: they round differently from the Q/DQ
+            // arithmetic as written.
+            assert_ne!(bits(&expected[0]), bits(&expected_fused[0]));
         }
         if at > 0 && bits(&expected[0]) != bits(&outputs(&full.model, &inputs)[0]) {
             differing += 1;

@@ -39,18 +39,16 @@ impl ReferenceBatch {
 
 /// A session for a QDQ model with its CPU options and at most `intra_threads` threads per
 /// operator (0: ONNX Runtime's default), its inputs declaring `sample_shapes`
-/// ([`Reference::sample_shapes`]); `blocked_layout` as in [`SessionOptions`].
+/// ([`Reference::sample_shapes`]).
 fn quantized_session(
     quant: &Model,
     sample_shapes: &BTreeMap<String, Vec<usize>>,
     runtime: &Runtime,
     eps: &[EpSpec],
     intra_threads: usize,
-    blocked_layout: bool,
 ) -> Result<ort::session::Session, EvalError> {
     let options = SessionOptions {
         intra_threads,
-        blocked_layout,
         ..cpu_session_options(quant)
     };
     let encoded = pinned_session_model(quant, sample_shapes)?;
@@ -210,11 +208,9 @@ impl Reference {
         self.task.truth_key.as_deref()
     }
 
-    /// Runs `quant` over the held data and measures each output against the float outputs,
-    /// as a sensitivity scan measures a variant: without the CPU's blocked float layout, so
-    /// that the figure equals that of the same variant in a switchable model
-    /// ([`crate::eval::switchable`]). `intra_threads` bounds the session's threads (0: ONNX
-    /// Runtime's default), so parallel callers do not oversubscribe the CPU.
+    /// Runs `quant` over the held data and measures each output against the float outputs.
+    /// `intra_threads` bounds the session's threads (0: ONNX Runtime's default), so parallel
+    /// callers do not oversubscribe the CPU.
     pub fn compare(
         &self,
         float: &Model,
@@ -225,7 +221,7 @@ impl Reference {
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let mut session =
-            quantized_session(quant, &self.sample_shapes(), runtime, eps, intra_threads, false)?;
+            quantized_session(quant, &self.sample_shapes(), runtime, eps, intra_threads)?;
         Ok(self.run_all(&mut session, None, &[])?.0)
     }
 
@@ -251,7 +247,7 @@ impl Reference {
     ) -> Result<(Vec<OutputMetrics>, Vec<OutputPair>), EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         self.batch_of(sample)?;
-        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
+        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0)?;
         let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[])?;
         Ok((metrics, pairs.unwrap_or_default()))
     }
@@ -323,7 +319,7 @@ impl Reference {
     ) -> Result<Vec<OutputPair>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
-        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
+        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0)?;
         let results = self.run_batch(&mut session, batch, &[])?;
         Ok(self.pairs(batch, &results, sample))
     }

@@ -149,8 +149,6 @@ impl<'a> GatedRuns<'a> {
         let options = SessionOptions {
             optimization: switchable.optimization(),
             intra_threads: if workers > 1 { 1 } else { 0 },
-            // As the exact scan runs each variant (`Reference::compare`).
-            blocked_layout: false,
             ..SessionOptions::default()
         };
         let encoded = pinned_session_model(switchable.model(), &eval.reference.sample_shapes())?;

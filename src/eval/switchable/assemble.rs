@@ -235,7 +235,10 @@ pub(super) fn assemble(
     forms: &HashMap<FormKey, (usize, Form)>,
     switches: usize,
 ) -> (Model, u64) {
-    let originals = base.graph().initializer.clone();
+    let Some(g) = base.proto_mut().graph.as_mut() else {
+        return (base, 0);
+    };
+    let originals = std::mem::take(&mut g.initializer);
     let mut placer = Placer {
         forms,
         shared: originals.iter().map(|t| (t.name(), t)).collect(),
@@ -252,9 +255,12 @@ pub(super) fn assemble(
         branch_bytes,
         ..
     } = placer;
-    let Some(g) = base.proto_mut().graph.as_mut() else {
-        return (base, branch_bytes);
-    };
+    // The float model's initializers that only branches read (as copies of their own) go.
+    let mut read = HashSet::new();
+    reads(&nodes, &mut read);
+    read.extend(g.input.iter().map(|i| i.name().to_owned()));
+    g.initializer = originals;
+    g.initializer.retain(|t| read.contains(t.name()));
     let written: HashSet<&str> = nodes
         .iter()
         .flat_map(|n| n.output.iter().map(String::as_str))
@@ -271,6 +277,18 @@ pub(super) fn assemble(
         .extend((0..switches).map(|switch| value_info(&gate_name(switch), DataType::Bool, &[])));
     sort_topologically(&mut base);
     (base, branch_bytes)
+}
+
+/// Every name `nodes` and the nodes of their branches read.
+fn reads(nodes: &[NodeProto], read: &mut HashSet<String>) {
+    for node in nodes {
+        read.extend(node.input.iter().cloned());
+        for attribute in &node.attribute {
+            if let Some(graph) = &attribute.g {
+                reads(&graph.node, read);
+            }
+        }
+    }
 }
 
 /// Puts the nodes in an order where each comes after the producers of its inputs (the

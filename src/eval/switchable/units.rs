@@ -725,3 +725,79 @@ fn content_hash(tensor: &TensorProto) -> u64 {
     }
     hasher.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ModelBuilder, TensorArray};
+
+    fn weight(values: usize) -> TensorArray {
+        TensorArray::Float32(ndarray::ArrayD::zeros(vec![values]))
+    }
+
+    /// Conv → Add → Relu and MatMul → Add fuse; a Conv read twice and a Reshape of a
+    /// constant do not lead units; the Reshape of a constant computes from constants alone.
+    fn model() -> Model {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4, 8, 8]);
+        b.initializer("w", weight(16));
+        b.initializer("bias", weight(4));
+        b.initializer("shape", TensorArray::Int64(ndarray::arr1(&[1i64, 4, 1, 1]).into_dyn()));
+        b.node("Conv", &["x", "w"], &["c0"]).name("conv0");
+        b.node("Reshape", &["bias", "shape"], &["b"]).name("reshape");
+        b.node("Add", &["c0", "b"], &["a0"]).name("add0");
+        b.node("Relu", &["a0"], &["r0"]).name("relu0");
+        b.node("Conv", &["r0", "w"], &["c1"]).name("conv1");
+        b.node("Relu", &["c1"], &["r1"]).name("relu1");
+        b.node("Sigmoid", &["c1"], &["s1"]).name("sigmoid1");
+        b.node("MatMul", &["s1", "w"], &["m"]).name("matmul");
+        b.node("Add", &["m", "r1"], &["y"]).name("add1");
+        b.output("y", DataType::Float32, &[]);
+        b.build()
+    }
+
+    #[test]
+    fn units_hold_what_onnx_runtime_fuses_and_constant_chains_are_known() {
+        let model = model();
+        let graph = Graph::build(&model);
+        let index = |name: &str| graph.node_by_name(name).unwrap().id.0;
+        let leader = fusion_groups(&graph);
+        let leads = |name: &str| leader[index(name)];
+        assert_eq!(leads("add0"), index("conv0"));
+        assert_eq!(leads("relu0"), index("conv0"));
+        // conv1's output has two readers: nothing fuses with it.
+        assert_eq!(leads("relu1"), index("relu1"));
+        assert_eq!(leads("sigmoid1"), index("sigmoid1"));
+        assert_eq!(leads("add1"), index("matmul"));
+        let folded = constant_nodes(&graph);
+        assert!(folded[index("reshape")]);
+        assert!(!folded[index("conv0")] && !folded[index("add0")]);
+    }
+
+    #[test]
+    fn the_float_model_reads_as_one_form_per_unit_with_fused_values_kept_inside() {
+        let model = model();
+        let base = Base::new(&model);
+        let forms = read(&base, &model).unwrap();
+        let graph = &base.graph;
+        let index = |name: &str| graph.node_by_name(name).unwrap().id.0;
+        let (_, first) = &forms[&Slot::Unit(index("conv0"))];
+        let ops: Vec<&str> = first.nodes.iter().map(|n| n.op_type()).collect();
+        // The bias Reshape is computed in the unit; the Conv's and the Add's outputs stay
+        // inside it; only the Relu's is given out.
+        assert_eq!(ops, ["Conv", "Reshape", "Add", "Relu"]);
+        let written: Vec<&str> = first.writes.iter().map(|w| w.name.as_str()).collect();
+        assert_eq!(written, ["r0"]);
+        assert_eq!(first.shared, ["w", "bias", "shape"]);
+        // Nodes that lead no unit have no slot of their own; the graph output has one, read
+        // from its producer's renamed float value.
+        assert!(!forms.contains_key(&Slot::Unit(index("add0"))));
+        let (_, output) = &forms[&Slot::Output(0)];
+        assert_eq!(output.nodes[0].input, [format!("y__{PREFIX}_float")]);
+        // Equal computations give equal keys.
+        let again = read(&base, &model).unwrap();
+        for (slot, (key, _)) in &forms {
+            assert_eq!(&again[slot].0, key);
+        }
+    }
+}
