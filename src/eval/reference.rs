@@ -39,16 +39,18 @@ impl ReferenceBatch {
 
 /// A session for a QDQ model with its CPU options and at most `intra_threads` threads per
 /// operator (0: ONNX Runtime's default), its inputs declaring `sample_shapes`
-/// ([`Reference::sample_shapes`]).
+/// ([`Reference::sample_shapes`]); `blocked_layout` as in [`SessionOptions`].
 fn quantized_session(
     quant: &Model,
     sample_shapes: &BTreeMap<String, Vec<usize>>,
     runtime: &Runtime,
     eps: &[EpSpec],
     intra_threads: usize,
+    blocked_layout: bool,
 ) -> Result<ort::session::Session, EvalError> {
     let options = SessionOptions {
         intra_threads,
+        blocked_layout,
         ..cpu_session_options(quant)
     };
     let encoded = pinned_session_model(quant, sample_shapes)?;
@@ -208,9 +210,11 @@ impl Reference {
         self.task.truth_key.as_deref()
     }
 
-    /// Runs `quant` over the held data and measures each output against the float outputs.
-    /// `intra_threads` bounds the session's threads (0: ONNX Runtime's default), so parallel
-    /// callers do not oversubscribe the CPU.
+    /// Runs `quant` over the held data and measures each output against the float outputs,
+    /// as a sensitivity scan measures a variant: without the CPU's blocked float layout, as
+    /// the switchable model runs it ([`crate::eval::switched_scan`]), so that both methods
+    /// give a variant the same figure. `intra_threads` bounds the session's threads (0: ONNX
+    /// Runtime's default), so parallel callers do not oversubscribe the CPU.
     pub fn compare(
         &self,
         float: &Model,
@@ -220,8 +224,14 @@ impl Reference {
         intra_threads: usize,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
-        let mut session =
-            quantized_session(quant, &self.sample_shapes(), runtime, eps, intra_threads)?;
+        let mut session = quantized_session(
+            quant,
+            &self.sample_shapes(),
+            runtime,
+            eps,
+            intra_threads,
+            false,
+        )?;
         Ok(self.run_all(&mut session, None, &[])?.0)
     }
 
@@ -247,7 +257,7 @@ impl Reference {
     ) -> Result<(Vec<OutputMetrics>, Vec<OutputPair>), EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         self.batch_of(sample)?;
-        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0)?;
+        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
         let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[])?;
         Ok((metrics, pairs.unwrap_or_default()))
     }
@@ -319,7 +329,7 @@ impl Reference {
     ) -> Result<Vec<OutputPair>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
-        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0)?;
+        let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
         let results = self.run_batch(&mut session, batch, &[])?;
         Ok(self.pairs(batch, &results, sample))
     }

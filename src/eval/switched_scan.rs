@@ -149,6 +149,10 @@ impl<'a> GatedRuns<'a> {
         let options = SessionOptions {
             optimization: switchable.optimization(),
             intra_threads: if workers > 1 { 1 } else { 0 },
+            // As the exact scan runs each variant (`Reference::compare`): which neighbours
+            // the blocked layout fuses with a Conv depends on the graph around it, and a
+            // unit in a branch has other neighbours than in the variant's own model.
+            blocked_layout: false,
             ..SessionOptions::default()
         };
         let encoded = pinned_session_model(switchable.model(), &eval.reference.sample_shapes())?;

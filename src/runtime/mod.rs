@@ -208,11 +208,10 @@ pub struct SessionOptions {
     pub arena: bool,
     /// Whether ONNX Runtime may rewrite float convolutions on the CPU into its blocked
     /// channel layout (NCHWc), fusing the activations and residual Adds it finds next to them.
-    /// Off where two graphs of the same arithmetic must give equal bits (a switchable model
-    /// against a variant's own, `tests/sensitivity.rs`): which neighbours it fuses depends on
-    /// the graph around a Conv, and a fused sum rounds differently. On for measurements:
-    /// it makes float convolutions about twice as fast (PP-OCR rec's exact scan: 279 s with
-    /// it, 586 s without).
+    /// Off where two graphs of the same arithmetic must give equal bits (a sensitivity
+    /// scan's switchable model against each variant's own, `tests/sensitivity.rs`): which
+    /// neighbours it fuses depends on the graph around a Conv, and a fused sum rounds
+    /// differently. No other execution provider has this layout.
     pub blocked_layout: bool,
 }
 

@@ -104,7 +104,10 @@ impl Placer<'_> {
         branch: bool,
     ) -> (Vec<NodeProto>, Vec<TensorProto>, HashMap<String, String>) {
         if branch {
-            let copies = form.shared.iter().filter_map(|n| self.shared.get(n.as_str()));
+            let copies = form
+                .shared
+                .iter()
+                .filter_map(|n| self.shared.get(n.as_str()));
             form.initializers.extend(copies.map(|t| (*t).clone()));
         }
         let written: HashSet<&str> = form.writes.iter().map(|w| w.name.as_str()).collect();

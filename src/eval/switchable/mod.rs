@@ -168,9 +168,9 @@ impl Switchable {
             return Err(NotSwitchable("the model has subgraphs (If, Loop, Scan)".into()).into());
         }
         let first_model = quantized(float, stats, first)?;
-        let optimization = first_model
-            .as_ref()
-            .map_or(Optimization::All, |m| quant::cpu_session_options(m).optimization);
+        let optimization = first_model.as_ref().map_or(Optimization::All, |m| {
+            quant::cpu_session_options(m).optimization
+        });
         let base_model = prepared_base(float, stats, first, first_model.as_ref())?;
         let base = Base::new(&base_model);
         let float_forms = units::read(&base, &base_model)?;
@@ -321,7 +321,9 @@ impl FormTable {
         read.into_iter()
             .map(|(slot, (key, form))| {
                 let next = self.forms.len();
-                self.forms.entry(key.clone()).or_insert_with(|| (next, form));
+                self.forms
+                    .entry(key.clone())
+                    .or_insert_with(|| (next, form));
                 (slot, key)
             })
             .collect()

@@ -166,7 +166,14 @@ impl Base {
 
 /// Activations ONNX Runtime fuses into the Conv or Gemm before them (its `FusedConv`, the
 /// blocked-layout Conv's activation, `FusedGemm`).
-const FUSED_ACTIVATIONS: [&str; 6] = ["Relu", "Clip", "HardSigmoid", "Sigmoid", "Tanh", "LeakyRelu"];
+const FUSED_ACTIVATIONS: [&str; 6] = [
+    "Relu",
+    "Clip",
+    "HardSigmoid",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+];
 
 /// The node leading each node's unit: a Conv takes the Add that alone reads it (ONNX
 /// Runtime's blocked-layout Conv adds it as its sum input, rounding differently from an Add
@@ -343,7 +350,11 @@ fn keep_inside(forms: &mut HashMap<Slot, Form>) {
         let inside: Vec<String> = form
             .writes
             .iter()
-            .filter(|w| readers.get(&w.name).is_some_and(|r| r.len() == 1 && r.contains(slot)))
+            .filter(|w| {
+                readers
+                    .get(&w.name)
+                    .is_some_and(|r| r.len() == 1 && r.contains(slot))
+            })
             .map(|w| w.name.clone())
             .collect();
         for name in inside {
@@ -434,7 +445,12 @@ struct Reader<'a, 'v> {
 impl Reader<'_, '_> {
     /// Adds the node at `index` to `form`: its input DQs, the node, its output Qs.
     fn unit(&self, form: &mut Form, index: usize, node: &NodeProto) -> Result<(), NotSwitchable> {
-        let mut copy = self.base.protos.get(index).cloned().unwrap_or_else(|| node.clone());
+        let mut copy = self
+            .base
+            .protos
+            .get(index)
+            .cloned()
+            .unwrap_or_else(|| node.clone());
         copy.name = None;
         for (at, name) in node.input.iter().enumerate() {
             copy.input[at] = self.input(form, name)?;
@@ -457,7 +473,9 @@ impl Reader<'_, '_> {
             }
             let float = self.float_name(index, at, name)?;
             copy.output[at] = if self.v.read_as_float(name) {
-                let elem = self.base.elem(&self.base.graph.node(crate::model::NodeId(index)).outputs[at]);
+                let elem = self
+                    .base
+                    .elem(&self.base.graph.node(crate::model::NodeId(index)).outputs[at]);
                 form.writes.push(Written {
                     name: float.clone(),
                     elem,
@@ -489,7 +507,9 @@ impl Reader<'_, '_> {
         let value = self.input(&mut form, name)?;
         let elem = self.base.elem(name);
         match form.nodes.last_mut() {
-            Some(last) if last.output.first() == Some(&value) => last.output = vec![name.to_owned()],
+            Some(last) if last.output.first() == Some(&value) => {
+                last.output = vec![name.to_owned()]
+            }
             _ => form.nodes.push(NodeProto {
                 op_type: Some("Identity".into()),
                 input: vec![value],
@@ -547,7 +567,9 @@ impl Reader<'_, '_> {
         copy.name = None;
         for input in copy.input.iter_mut().filter(|i| !i.is_empty()) {
             match self.base.graph.producer_of(input) {
-                Some(producer) => *input = self.fold(form, producer.id.0, output_at(producer, input))?,
+                Some(producer) => {
+                    *input = self.fold(form, producer.id.0, output_at(producer, input))?
+                }
                 None => self.base_constant(form, input)?,
             }
         }
@@ -661,7 +683,10 @@ impl Reader<'_, '_> {
 
 /// The position of `name` among `node`'s outputs.
 fn output_at(node: &crate::model::Node, name: &str) -> usize {
-    node.outputs.iter().position(|o| o == name).unwrap_or_default()
+    node.outputs
+        .iter()
+        .position(|o| o == name)
+        .unwrap_or_default()
 }
 
 /// The switchable model's name for the quantized value a QuantizeLinear numbered `id` makes
@@ -742,9 +767,13 @@ mod tests {
         b.input("x", DataType::Float32, &[1, 4, 8, 8]);
         b.initializer("w", weight(16));
         b.initializer("bias", weight(4));
-        b.initializer("shape", TensorArray::Int64(ndarray::arr1(&[1i64, 4, 1, 1]).into_dyn()));
+        b.initializer(
+            "shape",
+            TensorArray::Int64(ndarray::arr1(&[1i64, 4, 1, 1]).into_dyn()),
+        );
         b.node("Conv", &["x", "w"], &["c0"]).name("conv0");
-        b.node("Reshape", &["bias", "shape"], &["b"]).name("reshape");
+        b.node("Reshape", &["bias", "shape"], &["b"])
+            .name("reshape");
         b.node("Add", &["c0", "b"], &["a0"]).name("add0");
         b.node("Relu", &["a0"], &["r0"]).name("relu0");
         b.node("Conv", &["r0", "w"], &["c1"]).name("conv1");
