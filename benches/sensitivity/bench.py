@@ -13,7 +13,9 @@ steps as one at a time.
 The switchable model holds each node's unit (input DQs, node, output Qs) whole inside the
 `If` branch that selects it, so ONNX Runtime fuses it into the integer kernel the variant's own
 model runs (equal bit for bit to each variant's own model, graph optimizations off and on:
-tests/sensitivity.rs). Both figures are printed, with their difference.
+tests/sensitivity.rs). Both methods run their sessions without ONNX Runtime's blocked float
+layout (NCHWc), whose residual-Add fusion depends on the graph around a Conv. Both figures are
+printed, with their difference.
 """
 import argparse
 import json
