@@ -190,7 +190,7 @@ impl Switchable {
         floats.push(first_model.is_none());
         read_variants.push(table.intern(read(first_model)?));
         // The other variants are quantized and read a few at a time in parallel, then their
-        // sources merged: memory holds one chunk's quantized models at most.
+        // forms merged: memory holds one chunk's quantized models at most.
         let chunk = rayon::current_num_threads().max(1) * 2;
         for recipes in recipes[1..].chunks(chunk) {
             ctx.checkpoint().map_err(|_| BuildError::Cancelled)?;
