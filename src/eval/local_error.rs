@@ -23,9 +23,7 @@ use super::tensors::sqnr;
 use crate::model::builder::value_info;
 use crate::model::infer::elem_types;
 use crate::model::pinned::pin_sample_shapes;
-use crate::model::proto::{
-    AttributeProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, attribute_proto,
-};
+use crate::model::proto::{ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use crate::model::{DataType, Graph, Model, NodeId, SessionModel, TensorKind};
 use crate::quant::cpu_session_options;
 use crate::quant::rescaled::ChannelFactors;
@@ -112,16 +110,6 @@ fn node(op: &str, inputs: Vec<String>, output: &str) -> NodeProto {
         name: Some(format!("{output}_node")),
         input: inputs,
         output: vec![output.to_owned()],
-        ..Default::default()
-    }
-}
-
-/// An int attribute.
-fn int_attribute(name: &str, value: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.to_owned()),
-        r#type: Some(attribute_proto::AttributeType::Int as i32),
-        i: Some(value),
         ..Default::default()
     }
 }
@@ -383,7 +371,8 @@ fn error_sums(float: &str, local: Local, index: usize, float32: bool) -> (Vec<No
         true => input,
         false => {
             let mut cast = node("Cast", vec![input], &output);
-            cast.attribute.push(int_attribute("to", 1));
+            cast.attribute
+                .push(crate::quant::rewrite::int_attr("to", 1));
             nodes.push(cast);
             output
         }
