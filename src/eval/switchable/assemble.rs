@@ -181,12 +181,18 @@ impl Placer<'_> {
         if choice.alternatives.is_empty() {
             return self.inline(default);
         }
-        let mut outputs: Vec<Written> = default.writes.clone();
-        for (key, _) in &choice.alternatives {
-            for written in self.form(key).writes {
-                if !outputs.iter().any(|o| o.name == written.name) {
-                    outputs.push(written);
-                }
+        // The values any of the forms writes, read where they are stored (placing a form
+        // copies it, its constants included, once).
+        let forms = self.forms;
+        let keys =
+            std::iter::once(&choice.default).chain(choice.alternatives.iter().map(|(k, _)| k));
+        let mut outputs: Vec<Written> = Vec::new();
+        for written in keys
+            .filter_map(|key| forms.get(key))
+            .flat_map(|(_, f)| &f.writes)
+        {
+            if !outputs.iter().any(|o| o.name == written.name) {
+                outputs.push(written.clone());
             }
         }
         if outputs.is_empty() {
