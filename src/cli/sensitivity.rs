@@ -53,8 +53,9 @@ pub struct SensitivityArgs {
     #[arg(long = "candidates", num_args = 1..)]
     pub candidates: Vec<String>,
     /// Run every variant as a gate setting of one switchable model instead of quantizing and
-    /// opening each on its own: faster, and measures the Q/DQ arithmetic as written rather
-    /// than the fused integer kernels the saved model runs on the CPU.
+    /// opening each on its own: the same figures (each gate setting runs its variant's fused
+    /// integer kernels), without a session per variant: faster where sessions cost more than
+    /// runs (small models, accelerators).
     #[arg(long = "switchable")]
     pub switchable: bool,
     /// Variants (and auto-exclude's tries) measured at once on the CPU; default: one per

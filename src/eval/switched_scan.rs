@@ -22,10 +22,12 @@ use crate::runtime::{EpSpec, SessionOptions};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub enum ScanMethod {
     /// One switchable model, one session per worker (falls back to [`ScanMethod::Exact`]
-    /// when the recipe's variants cannot share one model). It measures the Q/DQ arithmetic
-    /// the variants spell out; ONNX Runtime's fused CPU integer kernels round differently
-    /// (on the bundled sample the rankings differ: `benches/sensitivity`), so it is not the
-    /// default yet.
+    /// when the recipe's variants cannot share one model). Each gate setting runs its
+    /// variant's fused integer kernels and equals the variant's own model bit for bit
+    /// (`tests/sensitivity.rs`). It saves the quantization and session per variant, not the
+    /// runs: the bundled sample scans in a little over half the exact method's time, PP-OCR
+    /// rec, where a variant's runs cost far more than its session, in about the same time
+    /// (`benches/sensitivity`), so it is not the default.
     Switchable,
     /// Each variant quantized and opened in a session of its own: the figures of the saved
     /// model on the chosen provider, fused kernels included.
@@ -92,6 +94,11 @@ fn batch_axis_free(model: &crate::model::Model) -> bool {
 /// batch size it was given or mixes the samples of a batch falls far below it (or fails).
 const JOINED_MIN_SQNR_DB: f64 = 30.0;
 
+/// How many times faster the joined batches must run for the scan to take them over the
+/// data's own ([`GatedRuns::joining_pays`]): a close call keeps the own batches, so that a
+/// timing's noise does not decide between two ways of rounding.
+const JOINED_MIN_GAIN: f64 = 1.2;
+
 /// Whether the evaluation data joined into larger batches (`joined`) runs the float model as
 /// its own batches did (`eval.reference`). A model may declare its first axis free and still
 /// need the batch size it was given (a batched weight broadcast against it) or mix the
@@ -124,7 +131,8 @@ fn joining_agrees(eval: &Evaluator, joined: &Reference) -> bool {
 pub struct GatedRuns<'a> {
     eval: &'a Evaluator<'a>,
     switchable: &'a Switchable,
-    /// The evaluation data in larger batches, when the model's batch axis is free.
+    /// The evaluation data in larger batches, when the model's batch axis is free and they
+    /// run faster ([`GatedRuns::joining_pays`]).
     merged: Option<Reference>,
     sessions: Mutex<Vec<ort::session::Session>>,
     workers: usize,
@@ -163,26 +171,60 @@ impl<'a> GatedRuns<'a> {
             (0..workers).map(open).collect::<Result<Vec<_>, _>>()
         }?;
         // Data already in batches of 32 joins nothing: no check (a float session) then.
-        let merged = batch_axis_free(eval.float)
+        let joinable = batch_axis_free(eval.float)
             .then(|| eval.reference.merged(MERGED_SAMPLES))
             .flatten()
             .filter(|joined| joined.batches() < eval.reference.batches())
             .filter(|joined| joining_agrees(eval, joined));
+        let mut runs = GatedRuns {
+            eval,
+            switchable,
+            merged: None,
+            sessions: Mutex::new(sessions),
+            workers,
+        };
+        if let Some(joined) = joinable {
+            runs.merged = runs.joining_pays(&joined)?.then_some(joined);
+        }
         tracing::debug!(
             "the switchable scan runs {}",
-            if merged.is_some() {
+            if runs.merged.is_some() {
                 "the evaluation data joined into batches of up to 32 samples"
             } else {
                 "the evaluation data's own batches"
             }
         );
-        Ok(GatedRuns {
-            eval,
-            switchable,
-            merged,
-            sessions: Mutex::new(sessions),
-            workers,
-        })
+        Ok(runs)
+    }
+
+    /// Whether the switchable model runs the evaluation data faster joined (`joined`) than
+    /// in its own batches, by at least [`JOINED_MIN_GAIN`], timed on the first variant that
+    /// quantizes something after one untimed run of each (the first run of a shape sets up
+    /// its buffers). Neither way wins everywhere on the CPU (measured): a small model whose
+    /// runs are mostly per-run overhead gains by joining (the bundled sample's scan, 10 s
+    /// against 15 s), a larger one loses as a batch of 32 no longer fits the caches (PP-OCR
+    /// rec's float model on one thread: 1.39 s joined against 0.71 s for its 32 batches of
+    /// one). Without a margin the data's own batches are kept: they are what each variant's
+    /// own model is measured on.
+    fn joining_pays(&self, joined: &Reference) -> Result<bool, EvalError> {
+        let Some(gates) = (0..self.switchable.variants())
+            .filter(|&v| !self.switchable.is_float(v))
+            .find_map(|v| self.switchable.gates(v))
+        else {
+            return Ok(false);
+        };
+        let timed = |data: &Reference| -> Result<f64, EvalError> {
+            let started = std::time::Instant::now();
+            self.metrics_on(data, gates)?;
+            Ok(started.elapsed().as_secs_f64())
+        };
+        timed(self.eval.reference)?;
+        timed(joined)?;
+        let (own, merged) = (timed(self.eval.reference)?, timed(joined)?);
+        tracing::debug!(
+            "the switchable model on the evaluation data: {own:.3} s in its own batches, {merged:.3} s joined"
+        );
+        Ok(merged * JOINED_MIN_GAIN < own)
     }
 
     /// Sessions open.
@@ -192,6 +234,16 @@ impl<'a> GatedRuns<'a> {
 
     /// The output metrics of the model `gates` select.
     pub fn metrics(&self, gates: &[bool]) -> Result<Vec<OutputMetrics>, EvalError> {
+        self.metrics_on(self.merged.as_ref().unwrap_or(self.eval.reference), gates)
+    }
+
+    /// The output metrics of the model `gates` select on `data` (the evaluation data in its
+    /// own batches or joined).
+    fn metrics_on(
+        &self,
+        data: &Reference,
+        gates: &[bool],
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
         let busy = || EvalError::Run {
             batch: 0,
             model: "quantized",
@@ -203,11 +255,7 @@ impl<'a> GatedRuns<'a> {
             .map_err(|_| busy())?
             .pop()
             .ok_or_else(busy)?;
-        let result = self
-            .merged
-            .as_ref()
-            .unwrap_or(self.eval.reference)
-            .compare_session(&mut session, &Switchable::gate_inputs(gates));
+        let result = data.compare_session(&mut session, &Switchable::gate_inputs(gates));
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.push(session);
         }
