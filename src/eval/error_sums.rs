@@ -24,6 +24,9 @@ use ort::operator::{
 use ort::value::{TensorElementType, ValueRef};
 
 use super::squares::squared_sums;
+use crate::model::DataType;
+use crate::model::builder::ModelBuilder;
+use crate::runtime::{EpSpec, Optimization, Runtime, RuntimeError, SessionOptions};
 
 /// The domain of qdq-studio's operator.
 pub const DOMAIN: &str = "ai.qdq_studio";
@@ -38,6 +41,29 @@ const CHUNK: usize = 1 << 14;
 /// The operator domain to register on a session whose model uses `ErrorSums`.
 pub fn domain() -> ort::Result<OperatorDomain> {
     OperatorDomain::new(DOMAIN)?.add(ErrorSums)
+}
+
+/// Registers the operator's domain in ONNX Runtime's process-wide table by opening a
+/// session of a one-node model with it. A session registers the domain of its custom
+/// operators when it opens, and two sessions that are the first to register one, opened at
+/// once, fail ("the domain is already exist", seen when the local-error sessions of a new
+/// process opened side by side); once it is there, sessions may open side by side. Costs
+/// a few milliseconds.
+pub fn register(runtime: &Runtime) -> Result<(), super::EvalError> {
+    let mut builder = ModelBuilder::new(13);
+    builder
+        .input("x", DataType::Float32, &[1])
+        .output("y", DataType::Float32, &[1]);
+    builder.node("Identity", &["x"], &["y"]);
+    let encoded = builder.build().to_session_model()?;
+    let options = SessionOptions {
+        optimization: Optimization::Disable,
+        arena: false,
+        ..SessionOptions::default()
+    };
+    let domain = domain().map_err(RuntimeError::from)?;
+    runtime.session_with_operators(&encoded, &[EpSpec::Cpu], options, domain)?;
+    Ok(())
 }
 
 /// The `ErrorSums` operator (see the module docs).

@@ -580,20 +580,43 @@ impl LocalModel {
     }
 
     /// A session over the local model, with the QDQ model's CPU options (every graph
-    /// optimization, but for float8).
-    pub fn session(&self, runtime: &Runtime, eps: &[EpSpec]) -> Result<Session, EvalError> {
+    /// optimization, but for float8) on `intra_threads` threads (0: ONNX Runtime's default).
+    pub fn session(
+        &self,
+        runtime: &Runtime,
+        eps: &[EpSpec],
+        intra_threads: usize,
+    ) -> Result<Session, EvalError> {
         let operators = super::error_sums::domain().map_err(RuntimeError::from)?;
-        Ok(runtime.session_with_operators(&self.encoded, eps, self.options, operators)?)
+        let options = crate::runtime::SessionOptions {
+            intra_threads,
+            ..self.options
+        };
+        Ok(runtime.session_with_operators(&self.encoded, eps, options, operators)?)
     }
 
-    /// Runs `session` (over this model) on a batch and adds its sums to `sums`.
+    /// How many sessions of this model to run side by side on `eps`: one per core on the
+    /// CPU (up to 8, each on one thread) as far as the memory available holds a copy of
+    /// the model and of its session's weights for each, one on accelerators.
+    pub fn workers(&self, eps: &[EpSpec]) -> usize {
+        if !eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
+            return 1;
+        }
+        let cores = rayon::current_num_threads().clamp(1, 8);
+        let held =
+            self.encoded.bytes.len() + self.encoded.memory_file.as_ref().map_or(0, |f| f.len());
+        let need = (held as u64).saturating_mul(2);
+        super::sensitivity::workers_within(cores, need, crate::util::available_memory())
+    }
+
+    /// Runs `session` (over this model) on a batch: the batch's `[Σ float², Σ error²]` of
+    /// each measured tensor, in the order of [`LocalModel::sums`].
     pub fn run(
         &self,
         session: &mut Session,
         inputs: &[(String, ort::value::DynValue)],
-        sums: &mut LocalSums,
         batch: usize,
-    ) -> Result<(), EvalError> {
+    ) -> Result<Vec<[f64; 2]>, EvalError> {
         let failed = |reason: String| EvalError::Run {
             batch,
             model: "local",
@@ -602,18 +625,18 @@ impl LocalModel {
         let out = session
             .run(crate::runtime::value::session_inputs(inputs))
             .map_err(|e| failed(e.to_string()))?;
-        for (sum, name) in sums.sums.iter_mut().zip(&self.outputs) {
+        let mut sums = vec![[0.0; 2]; self.outputs.len()];
+        for (sum, name) in sums.iter_mut().zip(&self.outputs) {
             let pair = out
                 .get(name.as_str())
                 .map(|v| v.try_extract_tensor::<f64>())
                 .transpose()
                 .map_err(|e| failed(e.to_string()))?;
             if let Some((_, &[signal, noise])) = pair {
-                sum[0] += signal;
-                sum[1] += noise;
+                *sum = [signal, noise];
             }
         }
-        Ok(())
+        Ok(sums)
     }
 
     /// Empty sums for this model's measured tensors.
@@ -632,6 +655,14 @@ pub struct LocalSums {
 }
 
 impl LocalSums {
+    /// Adds one batch's sums ([`LocalModel::run`]).
+    pub fn add(&mut self, batch: &[[f64; 2]]) {
+        for (sum, [signal, noise]) in self.sums.iter_mut().zip(batch) {
+            sum[0] += signal;
+            sum[1] += noise;
+        }
+    }
+
     /// The local error of every tensor that was seen, one per tensor, in `order` (the float
     /// graph's position of each tensor).
     pub fn finish(self, order: &HashMap<&str, usize>) -> Vec<LocalError> {

@@ -4,6 +4,7 @@
 mod accumulator;
 pub mod alternatives;
 mod auto_exclude;
+mod batch_workers;
 pub mod error_sums;
 mod greedy;
 pub mod kernels;

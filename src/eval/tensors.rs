@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
+use super::batch_workers::each_batch_on_workers;
 pub use super::local_error::LocalError;
 use super::local_error::{LocalModel, LocalSums, Target, unranked_tensors};
 use super::squares::array_sums;
@@ -899,7 +900,8 @@ fn differing_constants(
     Ok(Some(differ))
 }
 
-/// The local model's pass over `source`: its session run on every batch.
+/// The local model's pass over `source`: its sessions ([`LocalModel::workers`], no more
+/// than there are batches) run on every batch, the batches' sums added in batch order.
 fn local_pass(
     local: &LocalModel,
     source: &mut dyn BatchSource,
@@ -914,10 +916,25 @@ fn local_pass(
     if local.is_empty() {
         return Ok(sums);
     }
-    let mut session = local.session(runtime, eps)?;
-    each_batch(source, batch_size, ctx, "local error", |owned, index| {
-        local.run(&mut session, owned, &mut sums, index)
-    })?;
+    let workers = local
+        .workers(eps)
+        .min(source.samples().div_ceil(batch_size).max(1));
+    let threads = if workers > 1 { 1 } else { 0 };
+    if workers > 1 {
+        super::error_sums::register(runtime)?;
+    }
+    let batches = each_batch_on_workers(
+        source,
+        batch_size,
+        workers,
+        ctx,
+        "local error",
+        || local.session(runtime, eps, threads),
+        |session, batch| local.run(session, &owned_inputs(batch.inputs)?, batch.index),
+    )?;
+    for batch in &batches {
+        sums.add(batch);
+    }
     Ok(sums)
 }
 
