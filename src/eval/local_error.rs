@@ -96,6 +96,8 @@ pub struct LocalModel {
     outputs: Vec<String>,
     /// The options its session takes (those of the QDQ model on the CPU).
     options: crate::runtime::SessionOptions,
+    /// Bytes of the two models' initializers, which its session holds (a copy of each).
+    weight_bytes: u64,
 }
 
 /// True for the ops that make up a Q/DQ chain.
@@ -571,6 +573,7 @@ impl LocalModel {
             tensors,
             outputs,
             options: cpu_session_options(quant),
+            weight_bytes: float.initializer_bytes() + quant.initializer_bytes(),
         })
     }
 
@@ -596,16 +599,15 @@ impl LocalModel {
     }
 
     /// How many sessions of this model to run side by side on `eps`: one per core on the
-    /// CPU (up to 8, each on one thread) as far as the memory available holds a copy of
-    /// the model and of its session's weights for each, one on accelerators.
+    /// CPU (up to 8, each on one thread) as far as the memory available holds each
+    /// session's weights twice (its copy and the kernels' prepacked one), one on
+    /// accelerators.
     pub fn workers(&self, eps: &[EpSpec]) -> usize {
         if !eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
             return 1;
         }
         let cores = rayon::current_num_threads().clamp(1, 8);
-        let held =
-            self.encoded.bytes.len() + self.encoded.memory_file.as_ref().map_or(0, |f| f.len());
-        let need = (held as u64).saturating_mul(2);
+        let need = self.weight_bytes.saturating_mul(2);
         super::sensitivity::workers_within(cores, need, crate::util::available_memory())
     }
 
