@@ -337,7 +337,20 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
     );
     assert_eq!(float_acc, (1.0, 1.0), "the rendered lines are readable");
     if int8_kernels_exact() {
-        assert!(plain_acc.1 >= 0.85, "{plain_acc:?}");
+        // onnxruntime's exact 8-bit weights read 91.7 % of the lines right on an x86 CPU
+        // with VNNI; the default saturation guard (7-bit weights where VNNI-less kernels
+        // would saturate, whichever machine runs the model) costs some of that there: 83.3 %
+        // (measured on an AVX-512 VNNI Xeon).
+        let mut eight_bits = recipe.clone();
+        eight_bits.saturation_guard = false;
+        let eight_bits = quantize(&float, Some(&stats), &eight_bits).unwrap().model;
+        let eight_bits_acc = shares(
+            &read_lines(&eight_bits, &rt, &alphabet),
+            &float_read,
+            &labels,
+        );
+        assert!(eight_bits_acc.1 >= 0.85, "{eight_bits_acc:?}");
+        assert!(plain_acc.1 >= 0.8, "{plain_acc:?}");
     } else {
         eprintln!(
             "plain int8 accuracy not bounded here: this CPU has no VNNI, so ONNX Runtime's u8×s8 kernels saturate"
