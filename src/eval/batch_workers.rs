@@ -8,6 +8,7 @@
 //! The results come back in batch order, so whatever is summed from them is summed in the
 //! same order whichever worker ran which batch.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -18,8 +19,10 @@ use crate::jobs::{JobContext, RateMeter};
 /// `step` on every batch of `source` from the first, on `workers` threads, each with the
 /// state `open` gives it (its session, opened on that thread, all at once: a session with
 /// custom operators needs their domain registered first, [`super::error_sums::register`]);
-/// the results in batch order. Progress as `label`; cancellable between batches; the
-/// first failure stops every worker and is returned.
+/// each result handed to `fold` in batch order as soon as the batches before it are in (so
+/// only those still running elsewhere wait in memory). Progress as `label`; cancellable
+/// between batches; the first failure stops every worker and is returned.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn each_batch_on_workers<S, R: Send>(
     source: &mut dyn BatchSource,
     batch_size: usize,
@@ -28,10 +31,16 @@ pub(super) fn each_batch_on_workers<S, R: Send>(
     label: &str,
     open: impl Fn() -> Result<S, EvalError> + Sync,
     step: impl Fn(&mut S, Batch) -> Result<R, EvalError> + Sync,
-) -> Result<Vec<R>, EvalError> {
+    fold: impl FnMut(R) + Send,
+) -> Result<(), EvalError> {
     let meter = RateMeter::new(label, source.samples() as u64);
     source.rewind()?;
     let source = Mutex::new(source);
+    let in_order = Mutex::new(InOrder {
+        next: 0,
+        waiting: BTreeMap::new(),
+        fold,
+    });
     let (done, failed) = (AtomicU64::new(0), AtomicBool::new(false));
     let next = || -> Result<Option<Batch>, EvalError> {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
@@ -41,38 +50,63 @@ pub(super) fn each_batch_on_workers<S, R: Send>(
         let mut source = source.lock().map_err(|_| stopped())?;
         Ok(source.next_batch(batch_size)?)
     };
-    let work = || -> Result<Vec<(usize, R)>, EvalError> {
-        let run = || -> Result<Vec<(usize, R)>, EvalError> {
+    let work = || -> Result<(), EvalError> {
+        let run = || -> Result<(), EvalError> {
             let mut state = open()?;
-            let mut results = Vec::new();
             while let Some(batch) = next()? {
                 let (index, samples) = (batch.index, batch.samples);
-                results.push((index, step(&mut state, batch)?));
+                let result = step(&mut state, batch)?;
+                in_order.lock().map_err(|_| stopped())?.add(index, result);
                 let total = done.fetch_add(samples as u64, Ordering::Relaxed) + samples as u64;
                 ctx.report(meter.progress(total, format!("batch {}", index + 1)));
             }
-            Ok(results)
+            Ok(())
         };
-        let results = run();
-        if results.is_err() {
+        let ran = run();
+        if ran.is_err() {
             failed.store(true, Ordering::Relaxed);
         }
-        results
+        ran
     };
-    let mut results = match workers {
+    match workers {
         0 | 1 => work()?,
         _ => std::thread::scope(|scope| {
             let work = &work;
             let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
-            let mut all = Vec::new();
-            for handle in handles {
-                all.extend(handle.join().map_err(|_| stopped())??);
-            }
-            Ok::<_, EvalError>(all)
+            handles
+                .into_iter()
+                .try_for_each(|handle| handle.join().map_err(|_| stopped())?)
         })?,
-    };
-    results.sort_by_key(|(index, _)| *index);
-    Ok(results.into_iter().map(|(_, result)| result).collect())
+    }
+    in_order.into_inner().map_err(|_| stopped())?.flush();
+    Ok(())
+}
+
+/// Results handed to `fold` in batch order as they come in from the workers.
+struct InOrder<R, F> {
+    /// The index of the next batch to fold.
+    next: usize,
+    /// Results of later batches, waiting for those before them.
+    waiting: BTreeMap<usize, R>,
+    fold: F,
+}
+
+impl<R, F: FnMut(R)> InOrder<R, F> {
+    /// Takes batch `index`'s result and folds every result now in order.
+    fn add(&mut self, index: usize, result: R) {
+        self.waiting.insert(index, result);
+        while let Some(result) = self.waiting.remove(&self.next) {
+            (self.fold)(result);
+            self.next += 1;
+        }
+    }
+
+    /// Folds what is left in index order (batches after a gap in the source's numbering).
+    fn flush(mut self) {
+        for result in std::mem::take(&mut self.waiting).into_values() {
+            (self.fold)(result);
+        }
+    }
 }
 
 /// A worker that stopped without an answer (it panicked, or held the source's lock then).
@@ -86,8 +120,6 @@ fn stopped() -> EvalError {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::calib::data::{DataSpec, model_inputs};
     use crate::model::builder::ModelBuilder;
@@ -115,7 +147,8 @@ mod tests {
         for workers in [1, 2, 3] {
             let mut data = source(7);
             let opened = AtomicU64::new(0);
-            let results = each_batch_on_workers(
+            let mut results = Vec::new();
+            each_batch_on_workers(
                 data.as_mut(),
                 2,
                 workers,
@@ -123,11 +156,34 @@ mod tests {
                 "test",
                 || Ok(opened.fetch_add(1, Ordering::Relaxed)),
                 |_, batch| Ok((batch.index, batch.samples)),
+                |result| results.push(result),
             )
             .unwrap();
             assert_eq!(opened.into_inner(), workers as u64, "one state per worker");
             assert_eq!(results, [(0, 2), (1, 2), (2, 2), (3, 1)]);
         }
+    }
+
+    #[test]
+    fn results_are_folded_in_batch_order_whatever_order_they_come_in() {
+        let mut folded = Vec::new();
+        let mut in_order = InOrder {
+            next: 0,
+            waiting: BTreeMap::new(),
+            fold: |r| folded.push(r),
+        };
+        in_order.add(2, "c");
+        in_order.add(0, "a");
+        assert_eq!(in_order.waiting.len(), 1, "2 waits for 1");
+        in_order.add(1, "b");
+        in_order.add(5, "f");
+        in_order.add(4, "e");
+        assert!(
+            in_order.waiting.contains_key(&5),
+            "a gap before 4 holds both"
+        );
+        in_order.flush();
+        assert_eq!(folded, ["a", "b", "c", "e", "f"]);
     }
 
     #[test]
@@ -145,6 +201,7 @@ mod tests {
                 3 => Err(EvalError::NothingToQuantize),
                 index => Ok(index),
             },
+            |_| {},
         );
         assert!(matches!(result, Err(EvalError::NothingToQuantize)));
     }

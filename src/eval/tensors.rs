@@ -923,7 +923,7 @@ fn local_pass(
     if workers > 1 {
         super::error_sums::register(runtime)?;
     }
-    let batches = each_batch_on_workers(
+    each_batch_on_workers(
         source,
         batch_size,
         workers,
@@ -931,10 +931,8 @@ fn local_pass(
         "local error",
         || local.session(runtime, eps, threads),
         |session, batch| local.run(session, &owned_inputs(batch.inputs)?, batch.index),
+        |batch| sums.add(&batch),
     )?;
-    for batch in &batches {
-        sums.add(batch);
-    }
     Ok(sums)
 }
 
