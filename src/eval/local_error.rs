@@ -603,12 +603,7 @@ impl LocalModel {
     /// session's weights twice (its copy and the kernels' prepacked one), one on
     /// accelerators.
     pub fn workers(&self, eps: &[EpSpec]) -> usize {
-        if !eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
-            return 1;
-        }
-        let cores = rayon::current_num_threads().clamp(1, 8);
-        let need = self.weight_bytes.saturating_mul(2);
-        super::sensitivity::workers_within(cores, need, crate::util::available_memory())
+        super::sensitivity::cpu_workers(eps, || self.weight_bytes.saturating_mul(2))
     }
 
     /// Runs `session` (over this model) on a batch: the batch's `[Σ float², Σ error²]` of

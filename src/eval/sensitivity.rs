@@ -266,13 +266,22 @@ impl Evaluator<'_> {
     /// sessions, one at a time on accelerators (they run one model at a time anyway, and GPU
     /// memory is the limit).
     pub fn workers(&self, recipe: &Recipe) -> usize {
-        if !self.eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
-            return 1;
-        }
-        let cores = rayon::current_num_threads().clamp(1, 8);
-        let need = quant::memory_needed(self.float, Some(self.stats), recipe).unwrap_or(0);
-        workers_within(cores, need, crate::util::available_memory())
+        cpu_workers(self.eps, || {
+            quant::memory_needed(self.float, Some(self.stats), recipe).unwrap_or(0)
+        })
     }
+}
+
+/// Sessions to run side by side on `eps`: on the CPU one per core (up to 8, each then on
+/// one thread) as far as the memory available holds `need()` bytes for each ([`workers_within`]);
+/// one on accelerators, which run one model at a time anyway and whose memory is the limit.
+/// `need` is only asked on the CPU.
+pub(crate) fn cpu_workers(eps: &[EpSpec], need: impl FnOnce() -> u64) -> usize {
+    if !eps.iter().all(|e| matches!(e, EpSpec::Cpu)) {
+        return 1;
+    }
+    let cores = rayon::current_num_threads().clamp(1, 8);
+    workers_within(cores, need(), crate::util::available_memory())
 }
 
 /// Up to `cores` workers, as many as `available` bytes hold at `need` each (at least one:

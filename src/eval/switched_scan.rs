@@ -10,13 +10,13 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::reference::Reference;
-use super::sensitivity::{Evaluator, Target, workers_within};
+use super::sensitivity::{Evaluator, Target, cpu_workers};
 use super::switchable::{BuildError, Switchable};
 use super::{EvalError, OutputMetrics};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::pinned::pinned_session_model;
 use crate::recipe::Recipe;
-use crate::runtime::{EpSpec, SessionOptions};
+use crate::runtime::SessionOptions;
 
 /// How a scan measures its variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
@@ -146,13 +146,11 @@ impl<'a> GatedRuns<'a> {
         switchable: &'a Switchable,
         parallel: bool,
     ) -> Result<Self, EvalError> {
-        let cpu = eval.eps.iter().all(|e| matches!(e, EpSpec::Cpu));
-        let cores = rayon::current_num_threads().clamp(1, 8);
-        let need = switchable.initializer_bytes().saturating_mul(2);
-        let workers = if cpu && parallel {
-            workers_within(cores, need, crate::util::available_memory())
-        } else {
-            1
+        let workers = match parallel {
+            true => cpu_workers(eval.eps, || {
+                switchable.initializer_bytes().saturating_mul(2)
+            }),
+            false => 1,
         };
         let options = SessionOptions {
             optimization: switchable.optimization(),
