@@ -353,3 +353,75 @@ fn auto_exclude_trying_several_at_once_takes_the_steps_of_one_at_a_time() {
         assert_eq!(alone.sqnr_db, together.sqnr_db);
     }
 }
+
+/// A scan's variants run from cuts: each from the furthest node it shares with the recipe or
+/// the float model, fed the values crossing there from one run of that model, give the
+/// figures they give run whole.
+#[test]
+fn variants_run_from_cuts_score_as_they_do_run_whole() {
+    use qdq_studio::eval::reference::Reference;
+    use qdq_studio::eval::sensitivity::Evaluator;
+    use qdq_studio::eval::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
+    let (model, stats, _) = sample();
+    let runtime = runtime();
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
+        &model,
+    )))
+    .unwrap();
+    let ctx = JobContext::silent();
+    let eps = [EpSpec::Cpu];
+    let reference = Reference::capture(
+        &model,
+        &mut *source,
+        &runtime,
+        &eps,
+        8,
+        &Default::default(),
+        &ctx,
+    )
+    .unwrap();
+    let eval = Evaluator {
+        float: &model,
+        stats: &stats,
+        reference: &reference,
+        runtime: &runtime,
+        eps: &eps,
+    };
+    let recipe = Recipe::default();
+    let nodes = quant::quantize(&model, Some(&stats), &recipe)
+        .unwrap()
+        .quantized_nodes;
+    let exact = |name: &str| format!("{}$", regex::escape(name));
+    // As a scan builds them: the recipe, then each node left in float and quantized alone,
+    // for nodes spread from the first to the last.
+    let mut variants = vec![recipe.clone()];
+    for name in nodes.iter().step_by(nodes.len() / 12) {
+        let mut without = recipe.clone();
+        without.nodes_to_exclude.push(exact(name));
+        let mut only = recipe.clone();
+        only.nodes_to_quantize = vec![exact(name)];
+        variants.extend([without, only]);
+    }
+    let switchable = Switchable::build(&model, &stats, &variants, &ctx).unwrap();
+    let scores = |cuts: Cuts| {
+        let mut runs = GatedRuns::open(&eval, &switchable, true).unwrap();
+        runs.set_cuts(cuts);
+        let scores = variant_sqnrs(&runs, &ctx).unwrap();
+        (scores, runs.cuts_taken())
+    };
+    let (whole, none) = scores(Cuts::AtMost(0));
+    assert_eq!(none, 0);
+    let (cut, taken) = scores(Cuts::AtMost(5));
+    assert!(taken >= 3, "{taken} cuts taken");
+    assert_eq!(whole.len(), variants.len());
+    for (at, (w, c)) in whole.iter().zip(&cut).enumerate() {
+        // Equal where both are finite; the float model's infinite SQNR on both sides.
+        assert!(
+            w == c || (w - c).abs() < 1e-3,
+            "variant {at}: {w} dB run whole, {c} dB from a cut"
+        );
+    }
+}

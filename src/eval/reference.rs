@@ -11,13 +11,16 @@ use std::collections::BTreeMap;
 use ndarray::{ArrayD, Axis};
 
 use super::task::{Task, TaskOptions};
-use super::{EvalError, OutputMetrics, check_comparable, run_outputs};
+use ort::session::{OutputSelector, RunOptions};
+use ort::value::DynValue;
+
+use super::{EvalError, OutputMetrics, check_comparable, run_outputs, run_outputs_of};
 use crate::calib::data::BatchSource;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::pinned::pinned_session_model;
 use crate::model::{Model, TensorArray};
 use crate::quant::cpu_session_options;
-use crate::runtime::value::owned_inputs;
+use crate::runtime::value::{owned_inputs, session_inputs};
 use crate::runtime::{EpSpec, Runtime, SessionOptions};
 
 /// One batch: its inputs and the float model's outputs.
@@ -232,7 +235,7 @@ impl Reference {
             intra_threads,
             false,
         )?;
-        Ok(self.run_all(&mut session, None, &[])?.0)
+        Ok(self.run_all(&mut session, None, &[], None)?.0)
     }
 
     /// Runs an open `session` over the held data with `extra` inputs beside each batch's
@@ -242,7 +245,73 @@ impl Reference {
         session: &mut ort::session::Session,
         extra: &[(String, TensorArray)],
     ) -> Result<Vec<OutputMetrics>, EvalError> {
-        Ok(self.run_all(session, None, extra)?.0)
+        Ok(self.run_all(session, None, extra, None)?.0)
+    }
+
+    /// [`Reference::compare_session`] with values of each batch fed beside its inputs
+    /// (`fed`, one list per held batch, as [`Reference::batch_values`] gives them): a model
+    /// cut after its first nodes reads what they wrote.
+    pub fn compare_fed(
+        &self,
+        session: &mut ort::session::Session,
+        fed: &[Vec<(String, DynValue)>],
+        extra: &[(String, TensorArray)],
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
+        if fed.len() != self.batches.len() {
+            return Err(EvalError::Run {
+                batch: 0,
+                model: "quantized",
+                reason: format!(
+                    "values of {} batches fed for {} held batches",
+                    fed.len(),
+                    self.batches.len()
+                ),
+            });
+        }
+        Ok(self.run_all(session, None, extra, Some(fed))?.0)
+    }
+
+    /// The values `names` (outputs of `session`'s model) take on each held batch, `extra`
+    /// inputs beside the batch's own; only they are asked of ONNX Runtime.
+    pub fn batch_values(
+        &self,
+        session: &mut ort::session::Session,
+        extra: &[(String, TensorArray)],
+        names: &[String],
+    ) -> Result<Vec<Vec<(String, DynValue)>>, EvalError> {
+        let failed = |batch: usize| {
+            move |e: ort::Error| EvalError::Run {
+                batch,
+                model: "quantized",
+                reason: e.to_string(),
+            }
+        };
+        let selector = names
+            .iter()
+            .fold(OutputSelector::no_default(), |s, name| s.with(name.clone()));
+        let options = RunOptions::new().map_err(failed(0))?.with_outputs(selector);
+        let mut values = Vec::with_capacity(self.batches.len());
+        for batch in &self.batches {
+            let mut inputs = batch.inputs.clone();
+            inputs.extend(extra.iter().cloned());
+            let owned = owned_inputs(inputs)?;
+            let mut out = session
+                .run_with_options(session_inputs(&owned), &options)
+                .map_err(failed(batch.index))?;
+            let taken = names
+                .iter()
+                .map(|name| {
+                    let value = out.remove(name.as_str()).ok_or_else(|| EvalError::Run {
+                        batch: batch.index,
+                        model: "quantized",
+                        reason: format!("the model gave no value `{name}`"),
+                    })?;
+                    Ok((name.clone(), value))
+                })
+                .collect::<Result<Vec<_>, EvalError>>()?;
+            values.push(taken);
+        }
+        Ok(values)
     }
 
     /// [`Reference::compare`] that also returns `sample`'s outputs, float beside quantized,
@@ -258,22 +327,25 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         self.batch_of(sample)?;
         let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
-        let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[])?;
+        let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[], None)?;
         Ok((metrics, pairs.unwrap_or_default()))
     }
 
-    /// Runs every held batch through `session` with `extra` inputs beside each batch's,
-    /// accumulating the output metrics, and keeps `sample`'s outputs when asked.
+    /// Runs every held batch through `session` with `extra` inputs beside each batch's (and
+    /// its `fed` values, when given), accumulating the output metrics, and keeps `sample`'s
+    /// outputs when asked.
     fn run_all(
         &self,
         session: &mut ort::session::Session,
         sample: Option<usize>,
         extra: &[(String, TensorArray)],
+        fed: Option<&[Vec<(String, DynValue)>]>,
     ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
         let mut accumulators = super::accumulators(&self.outputs, &self.task);
         let mut pairs = None;
-        for batch in &self.batches {
-            let results = self.run_batch(session, batch, extra)?;
+        for (at, batch) in self.batches.iter().enumerate() {
+            let fed = fed.and_then(|f| f.get(at)).map_or(&[][..], Vec::as_slice);
+            let results = self.run_batch(session, batch, extra, fed)?;
             super::accumulate(
                 &mut accumulators,
                 &batch.outputs,
@@ -330,21 +402,29 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
         let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
-        let results = self.run_batch(&mut session, batch, &[])?;
+        let results = self.run_batch(&mut session, batch, &[], &[])?;
         Ok(self.pairs(batch, &results, sample))
     }
 
-    /// The quantized `session`'s outputs on one held batch, `extra` inputs beside its own.
+    /// The quantized `session`'s outputs on one held batch, `extra` inputs and `fed` values
+    /// beside its own.
     fn run_batch(
         &self,
         session: &mut ort::session::Session,
         batch: &ReferenceBatch,
         extra: &[(String, TensorArray)],
+        fed: &[(String, DynValue)],
     ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
         let mut inputs = batch.inputs.clone();
         inputs.extend(extra.iter().cloned());
         let owned = owned_inputs(inputs)?;
-        run_outputs(session, &owned, &self.outputs, batch.index, "quantized")
+        run_outputs_of(
+            session,
+            &[&owned, fed],
+            &self.outputs,
+            batch.index,
+            "quantized",
+        )
     }
 
     /// `sample`'s outputs in `batch`, float beside the quantized `results`.

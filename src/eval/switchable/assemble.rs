@@ -17,6 +17,10 @@ use crate::model::proto::{
 };
 use crate::model::{DataType, Graph, Model};
 
+/// What the names of the scalars a branch fills an output with start with (after
+/// [`PREFIX`]).
+pub(super) const PLACEHOLDER: &str = "placeholder";
+
 /// The scalar gate of one switch.
 pub(super) fn gate_name(switch: usize) -> String {
     format!("{PREFIX}_gate{switch}")
@@ -153,7 +157,7 @@ impl Placer<'_> {
             let name = match names.get(&output.name) {
                 Some(name) => name.clone(),
                 None => {
-                    let name = self.fresh("placeholder");
+                    let name = self.fresh(PLACEHOLDER);
                     nodes.push(placeholder(&name, output.elem));
                     name
                 }

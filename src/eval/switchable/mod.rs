@@ -13,6 +13,7 @@
 //! variant on its own.
 
 mod assemble;
+pub mod prefix;
 mod units;
 
 use std::collections::{BTreeMap, HashMap};
@@ -264,6 +265,18 @@ impl Switchable {
     /// Whether the `variant`-th recipe quantizes nothing (its gates select the float model).
     pub fn is_float(&self, variant: usize) -> bool {
         self.floats.get(variant).copied().unwrap_or(false)
+    }
+
+    /// The gates that run the first recipe given to [`Switchable::build`] (every form its
+    /// default).
+    pub fn recipe_gates(&self) -> Vec<bool> {
+        vec![false; self.switches]
+    }
+
+    /// The gates that run the float model, when every slot's float form is among the
+    /// choices (a scan's variants that quantize one node each bring them all).
+    pub fn float_gates(&self) -> Option<Vec<bool>> {
+        gates(&self.choices, self.switches, &self.float_keys)
     }
 
     /// The gates as session inputs: one boolean scalar per switch.

@@ -1,10 +1,15 @@
 //! The sensitivity scan over one switchable model ([`super::switchable`]): every variant of
 //! the recipe is a gate setting of one model, run in a few sessions opened once, so a scan
 //! costs its runs and the quantizations that describe the variants, not a session per
-//! variant.
+//! variant; on a larger model each variant runs only the part of the model after the nodes
+//! it shares with the recipe or the float model ([`suffix_runs`]).
+
+mod suffix_runs;
+
+pub use suffix_runs::Cuts;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -14,6 +19,7 @@ use super::sensitivity::{Evaluator, Target, cpu_workers};
 use super::switchable::{BuildError, Switchable};
 use super::{EvalError, OutputMetrics};
 use crate::jobs::{JobContext, RateMeter};
+use crate::model::Model;
 use crate::model::pinned::pinned_session_model;
 use crate::recipe::Recipe;
 use crate::runtime::SessionOptions;
@@ -24,10 +30,12 @@ pub enum ScanMethod {
     /// One switchable model, one session per worker (falls back to [`ScanMethod::Exact`]
     /// when the recipe's variants cannot share one model). Each gate setting runs its
     /// variant's fused integer kernels and equals the variant's own model bit for bit
-    /// (`tests/sensitivity.rs`). It saves the quantization and session per variant, not the
-    /// runs: the bundled sample scans in a little over half the exact method's time, PP-OCR
-    /// rec, where a variant's runs cost far more than its session, in about the same time
-    /// (`benches/sensitivity`), so it is not the default.
+    /// (`tests/sensitivity.rs`). It saves the quantization and session per variant, and on
+    /// a larger model part of the runs: a variant runs only the nodes from a cut before its
+    /// first difference from the recipe or float model, fed the values crossing the cut
+    /// from one run of that model ([`Cuts`]). The bundled sample scans in a little over half
+    /// the exact method's time, PP-OCR rec in about two thirds (`benches/sensitivity`); not
+    /// the default, since the exact method measures the saved model itself on any provider.
     Switchable,
     /// Each variant quantized and opened in a session of its own: the figures of the saved
     /// model on the chosen provider, fused kernels included.
@@ -134,8 +142,43 @@ pub struct GatedRuns<'a> {
     /// The evaluation data in larger batches, when the model's batch axis is free and they
     /// run faster ([`GatedRuns::joining_pays`]).
     merged: Option<Reference>,
-    sessions: Mutex<Vec<ort::session::Session>>,
+    pool: SessionPool,
     workers: usize,
+    /// How its sessions are opened (those of models cut from it too).
+    options: SessionOptions,
+    /// Wall seconds opening its sessions took.
+    open_seconds: f64,
+    /// How many cuts the scan's runs may take.
+    cuts: Cuts,
+    /// How many the last scan took.
+    cuts_taken: AtomicUsize,
+}
+
+/// Open sessions of one model, each taken by one run at a time.
+pub struct SessionPool {
+    sessions: Mutex<Vec<ort::session::Session>>,
+}
+
+impl SessionPool {
+    /// `f` on a free session, given back after.
+    fn with<R>(&self, f: impl FnOnce(&mut ort::session::Session) -> R) -> Result<R, EvalError> {
+        let busy = || EvalError::Run {
+            batch: 0,
+            model: "quantized",
+            reason: "no free session for the switchable model".into(),
+        };
+        let mut session = self
+            .sessions
+            .lock()
+            .map_err(|_| busy())?
+            .pop()
+            .ok_or_else(busy)?;
+        let result = f(&mut session);
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.push(session);
+        }
+        Ok(result)
+    }
 }
 
 impl<'a> GatedRuns<'a> {
@@ -161,13 +204,9 @@ impl<'a> GatedRuns<'a> {
             blocked_layout: false,
             ..SessionOptions::default()
         };
-        let encoded = pinned_session_model(switchable.model(), &eval.reference.sample_shapes())?;
-        let open = |_| eval.runtime.session_from_model(&encoded, eval.eps, options);
-        let sessions = if workers > 1 {
-            worker_pool(workers)?.install(|| (0..workers).into_par_iter().map(open).collect())
-        } else {
-            (0..workers).map(open).collect::<Result<Vec<_>, _>>()
-        }?;
+        let started = std::time::Instant::now();
+        let pool = open_pool(eval, switchable.model(), options, workers)?;
+        let open_seconds = started.elapsed().as_secs_f64();
         // Data already in batches of 32 joins nothing: no check (a float session) then.
         let joinable = batch_axis_free(eval.float)
             .then(|| eval.reference.merged(MERGED_SAMPLES))
@@ -178,8 +217,12 @@ impl<'a> GatedRuns<'a> {
             eval,
             switchable,
             merged: None,
-            sessions: Mutex::new(sessions),
+            pool,
             workers,
+            options,
+            open_seconds,
+            cuts: Cuts::default(),
+            cuts_taken: AtomicUsize::new(0),
         };
         if let Some(joined) = joinable {
             runs.merged = runs.joining_pays(&joined)?.then_some(joined);
@@ -230,9 +273,49 @@ impl<'a> GatedRuns<'a> {
         self.workers
     }
 
+    /// Sets how many cuts a scan's runs take ([`Cuts::ByCost`] unless set).
+    pub fn set_cuts(&mut self, cuts: Cuts) {
+        self.cuts = cuts;
+    }
+
+    /// How many cuts the last scan ([`variant_sqnrs`]) ran its variants from.
+    pub fn cuts_taken(&self) -> usize {
+        self.cuts_taken.load(Ordering::Relaxed)
+    }
+
+    /// The evaluation data as the runs take it: joined, or in its own batches.
+    fn data(&self) -> &Reference {
+        self.merged.as_ref().unwrap_or(self.eval.reference)
+    }
+
     /// The output metrics of the model `gates` select.
     pub fn metrics(&self, gates: &[bool]) -> Result<Vec<OutputMetrics>, EvalError> {
-        self.metrics_on(self.merged.as_ref().unwrap_or(self.eval.reference), gates)
+        self.metrics_on(self.data(), gates)
+    }
+
+    /// What its runs cost: the sessions' opening, and one run of `gates` timed now.
+    fn costs(&self, gates: &[bool]) -> Result<suffix_runs::Costs, EvalError> {
+        let started = std::time::Instant::now();
+        self.metrics(gates)?;
+        Ok(suffix_runs::Costs {
+            open: self.open_seconds,
+            run: started.elapsed().as_secs_f64(),
+            workers: self.workers,
+        })
+    }
+
+    /// Sessions of `model` (cut from the switchable one), one per worker.
+    fn open_pool(&self, model: &Model) -> Result<SessionPool, EvalError> {
+        open_pool(self.eval, model, self.options, self.workers)
+    }
+
+    /// One session of `model` on every core, for the few runs that read values off it.
+    fn probe(&self, model: &Model) -> Result<SessionPool, EvalError> {
+        let options = SessionOptions {
+            intra_threads: 0,
+            ..self.options
+        };
+        open_pool(self.eval, model, options, 1)
     }
 
     /// The output metrics of the model `gates` select on `data` (the evaluation data in its
@@ -242,22 +325,9 @@ impl<'a> GatedRuns<'a> {
         data: &Reference,
         gates: &[bool],
     ) -> Result<Vec<OutputMetrics>, EvalError> {
-        let busy = || EvalError::Run {
-            batch: 0,
-            model: "quantized",
-            reason: "no free session for the switchable model".into(),
-        };
-        let mut session = self
-            .sessions
-            .lock()
-            .map_err(|_| busy())?
-            .pop()
-            .ok_or_else(busy)?;
-        let result = data.compare_session(&mut session, &Switchable::gate_inputs(gates));
-        if let Ok(mut sessions) = self.sessions.lock() {
-            sessions.push(session);
-        }
-        result
+        let gates = Switchable::gate_inputs(gates);
+        self.pool
+            .with(|session| data.compare_session(session, &gates))?
     }
 
     /// The output metrics of `recipe`: on the switchable model when its chains are all
@@ -305,28 +375,42 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
     }
     let meter = RateMeter::new("sensitivity scan", distinct.len() as u64);
     let done = AtomicU64::new(0);
-    let run = |gates: &&[bool]| -> Result<f64, EvalError> {
+    let score = |gates: &[bool], feed: Option<suffix_runs::Feed>| -> Result<f64, EvalError> {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let score = Target::SqnrDb(0.0).score(&runs.metrics(gates)?)?;
+        let metrics = match feed {
+            Some(feed) => feed.metrics(runs.data(), gates)?,
+            None => runs.metrics(gates)?,
+        };
+        let score = Target::SqnrDb(0.0).score(&metrics)?;
         let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
         ctx.report(meter.progress(finished, format!("model {finished}")));
         Ok(score)
     };
-    let scores: Vec<f64> = if runs.workers > 1 {
-        worker_pool(runs.workers)?.install(|| {
-            distinct
-                .par_iter()
-                .map(run)
-                .collect::<Result<Vec<f64>, _>>()
-        })
-    } else {
-        distinct.iter().map(run).collect()
-    }?;
+    let scores = suffix_runs::scores(runs, &distinct, &score)?;
     // A variant that quantizes nothing is the float model: infinite SQNR.
     Ok(run_of
         .into_iter()
         .map(|at| at.map_or(f64::INFINITY, |at| scores[at]))
         .collect())
+}
+
+/// `workers` sessions of `model` over `eval`'s data (opened side by side when several).
+fn open_pool(
+    eval: &Evaluator,
+    model: &Model,
+    options: SessionOptions,
+    workers: usize,
+) -> Result<SessionPool, EvalError> {
+    let encoded = pinned_session_model(model, &eval.reference.sample_shapes())?;
+    let open = |_| eval.runtime.session_from_model(&encoded, eval.eps, options);
+    let sessions = if workers > 1 {
+        worker_pool(workers)?.install(|| (0..workers).into_par_iter().map(open).collect())
+    } else {
+        (0..workers).map(open).collect::<Result<Vec<_>, _>>()
+    }?;
+    Ok(SessionPool {
+        sessions: Mutex::new(sessions),
+    })
 }
 
 /// A thread pool of `workers` threads.

@@ -1,0 +1,532 @@
+//! Where variants of a switchable model compute the same thing, and the model cut there.
+//!
+//! Two gate settings run the same nodes, on the same values, up to the first node of the
+//! model (in its topological order) whose `If` nest reads a gate on which they differ. A
+//! scan's variants each differ from the recipe or from the float model at one node and its
+//! neighbours, so every value written before that node can be taken from one run of the
+//! recipe or float model and only the rest of the model run per variant: the part from a
+//! cut on ([`suffix`]), reading the values that cross the cut ([`crossing`]) as inputs.
+//! PP-OCR rec's nodes have on average 40 % of the float model's time at or after them
+//! (ONNX Runtime's profile, one thread), so a scan's runs cost well under half.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::assemble::{PLACEHOLDER, gate_name};
+use super::units::PREFIX;
+use crate::model::builder::any_shape_info;
+use crate::model::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
+use crate::model::proto::{
+    GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
+};
+use crate::model::{DataType, Model};
+
+/// What gates each node of a switchable model reads, in the model's node order.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Per node: the switches its `If` nest reads (empty for a node every variant shares).
+    switches: Vec<Vec<usize>>,
+    /// The last place a cut may go: no node before it writes a graph output.
+    last_cut: usize,
+}
+
+impl Layout {
+    /// The layout of `model` (a switchable model, nodes in topological order).
+    pub fn of(model: &Model) -> Layout {
+        let graph = model.graph();
+        let switches = graph.node.iter().map(switches_read).collect();
+        let outputs: HashSet<&str> = graph.output.iter().map(|o| o.name()).collect();
+        let last_cut = graph
+            .node
+            .iter()
+            .position(|n| n.output.iter().any(|o| outputs.contains(o.as_str())))
+            .unwrap_or(graph.node.len());
+        Layout { switches, last_cut }
+    }
+
+    /// The share of the model's cost from place `at` on, taken as its share of the nodes.
+    /// Measured on PP-OCR rec's scan (wall seconds a variant took from a cut, against from
+    /// the start), it follows the node count within a tenth: 0.78 from a cut at 22 % of the
+    /// nodes, 0.57 at 41 %, 0.25 at 55 %. Weighing each node by the values it writes (a
+    /// network's first nodes write its largest activations) chose worse cuts there: 226 s
+    /// of runs against 210 s.
+    pub fn after(&self, at: usize) -> f64 {
+        self.switches.len().saturating_sub(at) as f64 / self.switches.len().max(1) as f64
+    }
+
+    /// Nodes in the model.
+    pub fn nodes(&self) -> usize {
+        self.switches.len()
+    }
+
+    /// The furthest cut at which gate settings `a` and `b` have run the same nodes on the
+    /// same values: their first node that reads a gate they differ on, no further than the
+    /// last node before a graph output is written.
+    pub fn shared_until(&self, a: &[bool], b: &[bool]) -> usize {
+        let differs = |s: &usize| a.get(*s) != b.get(*s);
+        self.switches
+            .iter()
+            .position(|read| read.iter().any(differs))
+            .unwrap_or(self.switches.len())
+            .min(self.last_cut)
+    }
+
+    /// The switches the nodes from `at` on read.
+    pub fn switches_from(&self, at: usize) -> BTreeSet<usize> {
+        self.switches.iter().skip(at).flatten().copied().collect()
+    }
+}
+
+/// The switch a gate input's name stands for.
+fn switch_of(name: &str) -> Option<usize> {
+    name.strip_prefix(PREFIX)?
+        .strip_prefix("_gate")?
+        .parse()
+        .ok()
+        .filter(|&s| gate_name(s) == name)
+}
+
+/// The switches `node` and the nodes of its branches read.
+fn switches_read(node: &NodeProto) -> Vec<usize> {
+    let mut read = BTreeSet::new();
+    let mut names = HashSet::new();
+    reads(std::slice::from_ref(node), &mut names);
+    read.extend(names.iter().filter_map(|n| switch_of(n)));
+    read.into_iter().collect()
+}
+
+/// Every name `nodes` and the nodes of their branches read.
+fn reads(nodes: &[NodeProto], read: &mut HashSet<String>) {
+    for node in nodes {
+        read.extend(node.input.iter().filter(|i| !i.is_empty()).cloned());
+        for attribute in &node.attribute {
+            if let Some(graph) = &attribute.g {
+                reads(&graph.node, read);
+            }
+        }
+    }
+}
+
+/// The values a cut before node `at` of `model` carries: written by the nodes before it and
+/// read by a node at or after it (in a branch included), in the order they are written.
+pub fn crossing(model: &Model, at: usize) -> Vec<String> {
+    let nodes = &model.graph().node;
+    let mut read = HashSet::new();
+    reads(nodes.get(at..).unwrap_or_default(), &mut read);
+    nodes
+        .iter()
+        .take(at)
+        .flat_map(|n| &n.output)
+        .filter(|o| read.contains(o.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// `model` with `names` (values its nodes write) added to its outputs, their types left to
+/// ONNX Runtime's inference.
+pub fn with_outputs(model: &Model, names: &[String]) -> Model {
+    let mut proto = model.proto().clone();
+    if let Some(graph) = proto.graph.as_mut() {
+        let known: HashSet<String> = graph.output.iter().map(|o| o.name().to_owned()).collect();
+        let added = names.iter().filter(|n| !known.contains(n.as_str()));
+        graph.output.extend(added.map(|name| ValueInfoProto {
+            name: Some(name.clone()),
+            ..Default::default()
+        }));
+    }
+    Model::from_proto(proto)
+}
+
+/// A value fed to a suffix: its name, element type and shape (`None` for a dimension that
+/// differs between batches).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fed {
+    /// The value's name in the model.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DataType,
+    /// Its size along each axis, `None` where batches differ; `None` for all when even its
+    /// rank differs (a value one base writes and another fills with a scalar).
+    pub shape: Option<Vec<Option<usize>>>,
+}
+
+/// The nodes of `model` from `at` on, as a model that reads the values crossing the cut
+/// (`fed`) as graph inputs beside the data inputs, with every `If` whose gates `fixed` gives
+/// replaced by the branch they select ([`Fixed`]), and only the gates and initializers the
+/// remaining nodes read.
+pub fn suffix(model: &Model, at: usize, fed: &[Fed], fixed: &Fixed<'_>) -> Model {
+    let mut proto = model.proto().clone();
+    if let Some(graph) = proto.graph.as_mut() {
+        let kept = graph.node.split_off(at.min(graph.node.len()));
+        graph.node = Vec::with_capacity(kept.len());
+        for node in kept {
+            let (nodes, initializers) = resolved(node, fixed);
+            graph.node.extend(nodes);
+            graph.initializer.extend(initializers);
+        }
+        cut(graph, fed);
+    }
+    Model::from_proto(proto)
+}
+
+/// The value each switch has in every variant a suffix runs (`None` where they differ): an
+/// `If` on a fixed gate runs its branch's nodes in the main graph, where ONNX Runtime fuses
+/// them with their neighbours as in the variant's own model, and costs no `If`. Measured on
+/// PP-OCR rec's scan (same cuts, one run each): the variants ran in 188 s specialized, in
+/// 207 s with every `If` kept.
+pub type Fixed<'a> = dyn Fn(usize) -> Option<bool> + 'a;
+
+/// `node`, or the nodes of the branch its gates select when they are all fixed.
+fn resolved(node: NodeProto, fixed: &Fixed<'_>) -> (Vec<NodeProto>, Vec<TensorProto>) {
+    match resolve(&node, fixed) {
+        Some(chosen) => chosen,
+        None => (vec![node], Vec::new()),
+    }
+}
+
+/// The branch an `If` nest on fixed gates selects, nested `If`s included: the branch's
+/// nodes writing the `If`'s outputs, and its initializers (branch names are unique in the
+/// switchable model, so they move to the main graph as they are). `None` for any other node
+/// and for a nest with a gate that is not fixed.
+///
+/// A branch fills an output its form does not compute with a scalar. Placed in the main
+/// graph as a constant, that scalar would meet ONNX's shape inference in the branches of the
+/// `If`s left (the variants that differ there) that read the real value, and fail it; so it
+/// is reshaped by [`OPAQUE`], whose length inference cannot know. No variant of the suffix
+/// reads it (the forms a variant selects write what its other forms read).
+fn resolve(node: &NodeProto, fixed: &Fixed<'_>) -> Option<(Vec<NodeProto>, Vec<TensorProto>)> {
+    if node.op_type() != "If" {
+        return None;
+    }
+    let on = fixed(switch_of(node.input.first()?)?)?;
+    let branch_name = if on { "then_branch" } else { "else_branch" };
+    let branch = node
+        .attribute
+        .iter()
+        .find(|a| a.name() == branch_name)?
+        .g
+        .as_ref()?;
+    let filler = format!("{PREFIX}_{PLACEHOLDER}");
+    let mut nodes = Vec::new();
+    let mut initializers = branch.initializer.clone();
+    for inner in &branch.node {
+        if inner.op_type() == "Constant" && inner.name().starts_with(&filler) {
+            nodes.extend(opaque_scalar(inner));
+            continue;
+        }
+        match inner.op_type() {
+            "If" => {
+                let (more, inits) = resolve(inner, fixed)?;
+                nodes.extend(more);
+                initializers.extend(inits);
+            }
+            _ => nodes.push(inner.clone()),
+        }
+    }
+    let renames: HashMap<&str, &str> = branch
+        .output
+        .iter()
+        .map(|o| o.name())
+        .zip(node.output.iter().map(String::as_str))
+        .collect();
+    let written: HashSet<String> = nodes.iter().flat_map(|n| n.output.clone()).collect();
+    for n in &mut nodes {
+        for name in n.input.iter_mut().chain(n.output.iter_mut()) {
+            if let Some(new) = renames.get(name.as_str()) {
+                *name = (*new).to_owned();
+            }
+        }
+    }
+    // A branch output read from outside the branch (not written in it) is copied.
+    for (from, to) in &renames {
+        if !written.contains(*from) {
+            nodes.push(NodeProto {
+                op_type: Some("Identity".into()),
+                name: Some(format!("{to}__{PREFIX}_pass")),
+                input: vec![(*from).to_owned()],
+                output: vec![(*to).to_owned()],
+                ..Default::default()
+            });
+        }
+    }
+    Some((nodes, initializers))
+}
+
+/// The graph input, fed an empty int64 vector, that reshapes a branch's scalar placeholders
+/// placed in the main graph into values of a shape inference cannot know.
+pub const OPAQUE: &str = "qdq_studio_switch_opaque_shape";
+
+/// A placeholder `Constant` writing its scalar through a `Reshape` by [`OPAQUE`].
+fn opaque_scalar(constant: &NodeProto) -> Vec<NodeProto> {
+    let Some(name) = constant.output.first().cloned() else {
+        return vec![constant.clone()];
+    };
+    let value = format!("{name}_value");
+    let mut constant = constant.clone();
+    constant.output = vec![value.clone()];
+    let reshape = NodeProto {
+        op_type: Some("Reshape".into()),
+        name: Some(format!("{name}_opaque")),
+        input: vec![value, OPAQUE.to_owned()],
+        output: vec![name],
+        ..Default::default()
+    };
+    vec![constant, reshape]
+}
+
+/// The graph of [`suffix`] given its nodes: fed values declared as inputs, what the nodes
+/// no longer read dropped.
+fn cut(graph: &mut GraphProto, fed: &[Fed]) {
+    let mut read = HashSet::new();
+    reads(&graph.node, &mut read);
+    graph.initializer.retain(|t| read.contains(t.name()));
+    // Shapes are left to inference (a shape recorded for a value an `If` writes may not
+    // merge with what inference now sees through the branches placed around it).
+    graph.value_info.clear();
+    graph
+        .input
+        .retain(|i| switch_of(i.name()).is_none() || read.contains(i.name()));
+    graph.input.extend(fed.iter().map(fed_info));
+    if read.contains(OPAQUE) {
+        graph.input.push(any_shape_info(OPAQUE, DataType::Int64));
+    }
+}
+
+/// The graph input declaring a fed value.
+fn fed_info(fed: &Fed) -> ValueInfoProto {
+    let dim = |(axis, size): (usize, &Option<usize>)| Dimension {
+        value: Some(match size {
+            Some(size) => DimValue::DimValue(*size as i64),
+            None => DimValue::DimParam(format!("{}_{}_d{axis}", PREFIX, fed.name)),
+        }),
+        ..Default::default()
+    };
+    ValueInfoProto {
+        name: Some(fed.name.clone()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(fed.dtype.to_onnx()),
+                shape: fed.shape.as_ref().map(|shape| TensorShapeProto {
+                    dim: shape.iter().enumerate().map(dim).collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The shape every one of `shapes` (a value's shape in each batch) agrees with: a size
+/// where all give it, `None` where they differ; `None` when even their ranks differ.
+pub fn agreed_shape<'a>(
+    mut shapes: impl Iterator<Item = &'a [usize]>,
+) -> Option<Vec<Option<usize>>> {
+    let first: Vec<Option<usize>> = shapes.next()?.iter().map(|&d| Some(d)).collect();
+    shapes.try_fold(first, |mut agreed, shape| {
+        if shape.len() != agreed.len() {
+            return None;
+        }
+        for (a, &d) in agreed.iter_mut().zip(shape) {
+            if *a != Some(d) {
+                *a = None;
+            }
+        }
+        Some(agreed)
+    })
+}
+
+/// Cuts for a scan: up to `most` distinct places among `shared` (each variant's furthest
+/// usable cut), taken at even steps through them in order, so that each cut serves about
+/// as many variants; 0 (the whole model) is left out.
+pub fn chosen_cuts(shared: &[usize], most: usize) -> Vec<usize> {
+    let mut sorted: Vec<usize> = shared.iter().copied().filter(|&s| s > 0).collect();
+    sorted.sort_unstable();
+    let steps = most.min(sorted.len());
+    let mut cuts: Vec<usize> = (0..steps)
+        .map(|i| sorted[i * sorted.len() / steps])
+        .collect();
+    cuts.dedup();
+    cuts
+}
+
+/// The cut each variant runs from: the furthest of `cuts` (ascending) at or before its
+/// `shared` place, 0 (the whole model) when none is.
+pub fn cut_of(cuts: &[usize], shared: usize) -> usize {
+    match cuts.partition_point(|&c| c <= shared) {
+        0 => 0,
+        n => cuts[n - 1],
+    }
+}
+
+/// Names of the graph inputs of `model` that are gates, by switch.
+pub fn gate_inputs(model: &Model) -> HashMap<usize, String> {
+    model
+        .graph()
+        .input
+        .iter()
+        .filter_map(|i| Some((switch_of(i.name())?, i.name().to_owned())))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::builder::ModelBuilder;
+
+    #[test]
+    fn cuts_are_spread_over_the_variants_and_each_variant_takes_the_nearest_before_it() {
+        let shared = [0, 3, 3, 5, 9, 9, 9, 12];
+        let cuts = chosen_cuts(&shared, 3);
+        assert_eq!(cuts, vec![3, 5, 9]);
+        assert_eq!(cut_of(&cuts, 2), 0);
+        assert_eq!(cut_of(&cuts, 3), 3);
+        assert_eq!(cut_of(&cuts, 8), 5);
+        assert_eq!(cut_of(&cuts, 12), 9);
+        assert!(chosen_cuts(&[0, 0], 4).is_empty());
+    }
+
+    #[test]
+    fn shapes_agree_where_every_batch_gives_the_same_size() {
+        let a = [2_usize, 8, 4];
+        let b = [1_usize, 8, 4];
+        let shapes = [&a[..], &b[..]];
+        assert_eq!(
+            agreed_shape(shapes.into_iter()),
+            Some(vec![None, Some(8), Some(4)])
+        );
+        let c = [2_usize, 8];
+        assert_eq!(agreed_shape([&a[..], &c[..]].into_iter()), None);
+    }
+
+    /// x → A → a → B(gate 0) → b → C(gate 1) → y, with a skip from a into C.
+    fn chain() -> Model {
+        let mut builder = ModelBuilder::new(17);
+        builder
+            .input("x", DataType::Float32, &[-1, 4])
+            .input(&gate_name(0), DataType::Bool, &[])
+            .input(&gate_name(1), DataType::Bool, &[])
+            .output("y", DataType::Float32, &[-1, 4]);
+        builder.node("Relu", &["x"], &["a"]);
+        builder.node("Add", &["a", &gate_name(0)], &["b"]);
+        builder.node("Sum", &["b", "a", &gate_name(1)], &["y"]);
+        builder.build()
+    }
+
+    #[test]
+    fn variants_share_the_nodes_before_the_first_gate_they_differ_on() {
+        let layout = Layout::of(&chain());
+        assert_eq!(layout.nodes(), 3);
+        assert!((layout.after(1) - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(layout.after(3), 0.0);
+        assert_eq!(layout.shared_until(&[false, false], &[true, false]), 1);
+        assert_eq!(layout.shared_until(&[false, false], &[false, true]), 2);
+        // Equal gates share every node before the graph output is written.
+        assert_eq!(layout.shared_until(&[true, true], &[true, true]), 2);
+        assert_eq!(layout.switches_from(2), BTreeSet::from([1]));
+    }
+
+    #[test]
+    fn a_suffix_reads_the_crossing_values_and_only_its_own_gates() {
+        let model = chain();
+        assert_eq!(crossing(&model, 2), vec!["a", "b"]);
+        assert_eq!(crossing(&model, 1), vec!["a"]);
+        let fed: Vec<Fed> = crossing(&model, 2)
+            .into_iter()
+            .map(|name| Fed {
+                name,
+                dtype: DataType::Float32,
+                shape: Some(vec![None, Some(4)]),
+            })
+            .collect();
+        let suffix = suffix(&model, 2, &fed, &|_| None);
+        let graph = suffix.graph();
+        assert_eq!(graph.node.len(), 1);
+        let inputs: Vec<&str> = graph.input.iter().map(|i| i.name()).collect();
+        assert_eq!(inputs, vec!["x", gate_name(1).as_str(), "a", "b"]);
+        assert_eq!(gate_inputs(&suffix).len(), 1);
+        let probe = with_outputs(&model, &["a".to_owned()]);
+        assert_eq!(probe.graph().output.len(), 2);
+    }
+
+    /// An `If` on gate 0: then writes `y` with a Neg and fills `z` with a placeholder, else
+    /// writes both with Identities; `y` is read by the next node.
+    fn gated() -> Model {
+        let node = |op: &str, name: &str, input: &[&str], output: &[&str]| NodeProto {
+            op_type: Some(op.into()),
+            name: Some(name.into()),
+            input: input.iter().map(|s| s.to_string()).collect(),
+            output: output.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let filler = format!("{PREFIX}_{PLACEHOLDER}1");
+        let branch = |nodes: Vec<NodeProto>, outputs: [&str; 2]| GraphProto {
+            node: nodes,
+            output: outputs
+                .iter()
+                .map(|o| ValueInfoProto {
+                    name: Some((*o).to_owned()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let then = branch(
+            vec![
+                node("Neg", "n1", &["x"], &["t1"]),
+                node("Constant", &filler, &[], &[&filler]),
+            ],
+            ["t1", &filler],
+        );
+        let otherwise = branch(
+            vec![
+                node("Identity", "n2", &["x"], &["t2"]),
+                node("Identity", "n3", &["x"], &["t3"]),
+            ],
+            ["t2", "t3"],
+        );
+        let mut choose = node("If", "choose", &[&gate_name(0)], &["y", "z"]);
+        choose.attribute = vec![
+            crate::model::proto::AttributeProto {
+                name: Some("then_branch".into()),
+                g: Some(then),
+                ..Default::default()
+            },
+            crate::model::proto::AttributeProto {
+                name: Some("else_branch".into()),
+                g: Some(otherwise),
+                ..Default::default()
+            },
+        ];
+        let mut builder = ModelBuilder::new(17);
+        builder
+            .input("x", DataType::Float32, &[-1, 4])
+            .input(&gate_name(0), DataType::Bool, &[])
+            .output("w", DataType::Float32, &[-1, 4]);
+        let mut model = builder.build();
+        if let Some(graph) = model.proto_mut().graph.as_mut() {
+            graph.node = vec![choose, node("Relu", "after", &["y"], &["w"])];
+        }
+        model
+    }
+
+    #[test]
+    fn a_fixed_gate_places_its_branch_in_the_graph_and_hides_its_placeholders_shape() {
+        let model = gated();
+        let open = suffix(&model, 0, &[], &|_| None);
+        assert_eq!(open.graph().node[0].op_type(), "If");
+        assert!(open.graph().input.iter().any(|i| i.name() == gate_name(0)));
+        let on = suffix(&model, 0, &[], &|_| Some(true));
+        let graph = on.graph();
+        let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, vec!["Neg", "Constant", "Reshape", "Relu"]);
+        // The branch's values take the If's names; the placeholder reaches `z` reshaped.
+        assert_eq!(graph.node[0].output, vec!["y"]);
+        assert_eq!(graph.node[2].input[1], OPAQUE);
+        assert_eq!(graph.node[2].output, vec!["z"]);
+        let inputs: Vec<&str> = graph.input.iter().map(|i| i.name()).collect();
+        assert_eq!(inputs, vec!["x", OPAQUE]);
+        let off = suffix(&model, 0, &[], &|_| Some(false));
+        let ops: Vec<&str> = off.graph().node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, vec!["Identity", "Identity", "Relu"]);
+        assert_eq!(off.graph().node[1].output, vec!["z"]);
+    }
+}

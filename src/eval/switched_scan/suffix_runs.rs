@@ -1,0 +1,479 @@
+//! The scan's variants run from a cut ([`crate::eval::switchable::prefix`]): each variant
+//! shares everything before its first differing node with the recipe or with the float
+//! model, so the values crossing a cut are taken once per batch from that base's run and
+//! only the nodes after the cut run per variant, in sessions of the model cut there.
+//!
+//! Each suffix is specialized to the variants it runs: an `If` whose gates they all set
+//! alike is replaced by the branch it selects. The cuts are chosen from the scan's own
+//! measured costs ([`best_cuts`]): for each base, a cut costs a session of its suffix per
+//! worker and a run of the nodes before it, and a variant runs the nodes between its cut
+//! and its own first difference for nothing. A small model whose runs cost less than its
+//! sessions takes none (the bundled sample).
+
+use std::collections::BTreeMap;
+
+use ort::value::DynValue;
+use rayon::prelude::*;
+
+use super::{GatedRuns, SessionPool, worker_pool};
+use crate::eval::reference::Reference;
+use crate::eval::switchable::Switchable;
+use crate::eval::switchable::prefix::{self, Layout};
+use crate::eval::{EvalError, OutputMetrics};
+use crate::model::{DataType, TensorArray};
+
+/// How many cuts a scan's runs take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cuts {
+    /// As many as make the runs cheapest by the scan's measured costs ([`best_cuts`]), none
+    /// under [`MIN_VARIANTS`] variants.
+    #[default]
+    ByCost,
+    /// Up to this many, whatever they cost (0: every variant runs the whole model).
+    AtMost(usize),
+}
+
+/// Fewest distinct variants for cuts to pay their sessions.
+const MIN_VARIANTS: usize = 16;
+
+/// The bases a cut's variants read their values from (the recipe, the float model).
+const BASES: f64 = 2.0;
+
+/// Most cuts a scan takes.
+const MAX_CUTS: usize = 32;
+
+/// Share of the available memory the values crossing one cut may take (every batch's, for
+/// both bases); a cut needing more runs its variants on the whole model.
+const MEMORY_SHARE: u64 = 4;
+
+/// The score of one variant's gates: on the whole model (`None`) or on a suffix.
+pub(super) type Score<'a> = dyn Fn(&[bool], Option<Feed>) -> Result<f64, EvalError> + Sync + 'a;
+
+/// A suffix's sessions and what they are fed: the values crossing its cut on every batch
+/// (of the variant's base), and the switches it reads.
+#[derive(Clone, Copy)]
+pub(super) struct Feed<'a> {
+    pool: &'a SessionPool,
+    values: &'a [Vec<(String, DynValue)>],
+    switches: &'a [usize],
+    /// Whether the suffix reads [`prefix::OPAQUE`].
+    opaque: bool,
+}
+
+impl Feed<'_> {
+    /// The output metrics of the variant `gates` select, run on the suffix over `data`.
+    pub fn metrics(
+        &self,
+        data: &Reference,
+        gates: &[bool],
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
+        let all = Switchable::gate_inputs(gates);
+        let mut read: Vec<(String, TensorArray)> = self
+            .switches
+            .iter()
+            .filter_map(|&s| all.get(s).cloned())
+            .collect();
+        if self.opaque {
+            let empty = ndarray::Array1::<i64>::zeros(0).into_dyn();
+            read.push((prefix::OPAQUE.to_owned(), TensorArray::Int64(empty)));
+        }
+        self.pool
+            .with(|session| data.compare_fed(session, self.values, &read))?
+    }
+}
+
+/// What a scan's runs cost, measured on it: wall seconds to open the whole model's
+/// sessions (one per worker, side by side) and one worker's seconds for a run of the whole
+/// model over the data.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Costs {
+    pub open: f64,
+    pub run: f64,
+    pub workers: usize,
+}
+
+/// Estimated wall seconds of the scan's runs from `cuts` (ascending), where each variant
+/// runs from the furthest cut at or before its `shared` place and a part of the model costs
+/// its share by `layout` (a suffix's session, a run). Each cut adds, for each base, its
+/// sessions and a run of the nodes before it that gives its values; taking any adds the
+/// start's sessions and the session those runs take.
+fn estimate(cuts: &[usize], shared: &[usize], layout: &Layout, costs: Costs) -> f64 {
+    let runs: f64 = shared
+        .iter()
+        .map(|&s| layout.after(prefix::cut_of(cuts, s)))
+        .sum::<f64>()
+        * costs.run
+        / costs.workers.max(1) as f64;
+    let per_cut: f64 = cuts
+        .iter()
+        .map(|&c| {
+            let prefix_run = costs.run * (1.0 - layout.after(c)) / costs.workers.max(1) as f64;
+            BASES * (costs.open * layout.after(c) + prefix_run)
+        })
+        .sum();
+    // The first cut also specializes the start (its sessions), and the values come from a
+    // session of the whole model.
+    let first = if cuts.is_empty() {
+        0.0
+    } else {
+        (BASES + 1.0) * costs.open
+    };
+    runs + per_cut + first
+}
+
+/// The cuts that make `shared` (each variant's furthest usable place) cheapest to run by
+/// [`estimate`], added one at a time (each the place that saves most) while that saves
+/// time, up to [`MAX_CUTS`]: none when no cut beats the whole model.
+fn best_cuts(shared: &[usize], layout: &Layout, costs: Costs) -> Vec<usize> {
+    let mut places: Vec<usize> = shared.iter().copied().filter(|&s| s > 0).collect();
+    places.sort_unstable();
+    places.dedup();
+    let mut cuts: Vec<usize> = Vec::new();
+    let mut best = estimate(&cuts, shared, layout, costs);
+    while cuts.len() < MAX_CUTS {
+        let tried = places
+            .iter()
+            .filter(|p| cuts.binary_search(p).is_err())
+            .map(|&p| {
+                let mut with = cuts.clone();
+                let at = with.partition_point(|&c| c < p);
+                with.insert(at, p);
+                (estimate(&with, shared, layout, costs), with)
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        match tried {
+            Some((seconds, with)) if seconds < best => {
+                best = seconds;
+                cuts = with;
+            }
+            _ => break,
+        }
+    }
+    cuts
+}
+
+/// Each of `distinct` gate settings' furthest place shared with one of `bases`, and that
+/// base (its index).
+fn shared_places(
+    layout: &Layout,
+    bases: &[Vec<bool>],
+    distinct: &[&[bool]],
+) -> Vec<(usize, usize)> {
+    distinct
+        .iter()
+        .map(|gates| {
+            bases
+                .iter()
+                .enumerate()
+                .map(|(b, base)| (layout.shared_until(gates, base), b))
+                .max()
+                .unwrap_or((0, 0))
+        })
+        .collect()
+}
+
+/// The scores of `distinct` gate settings, by `score`, each run from the furthest cut it
+/// shares with the recipe or float model where cuts pay ([`best_cuts`]).
+pub(super) fn scores(
+    runs: &GatedRuns,
+    distinct: &[&[bool]],
+    score: &Score,
+) -> Result<Vec<f64>, EvalError> {
+    let switchable = runs.switchable;
+    let bases: Vec<Vec<bool>> = std::iter::once(switchable.recipe_gates())
+        .chain(switchable.float_gates())
+        .collect();
+    let layout = Layout::of(switchable.model());
+    let shared = shared_places(&layout, &bases, distinct);
+    let worth_it = distinct.len() >= MIN_VARIANTS || matches!(runs.cuts, Cuts::AtMost(_));
+    let cuts = match worth_it {
+        true => {
+            let costs = runs.costs(&bases[0])?;
+            let places: Vec<usize> = shared.iter().map(|(s, _)| *s).collect();
+            let cuts = match runs.cuts {
+                Cuts::ByCost => best_cuts(&places, &layout, costs),
+                Cuts::AtMost(most) => prefix::chosen_cuts(&places, most),
+            };
+            let mut sorted = places.clone();
+            sorted.sort_unstable();
+            let tenths: Vec<usize> = (0..10).map(|i| sorted[i * sorted.len() / 10]).collect();
+            tracing::debug!(
+                "{costs:?}: cuts {cuts:?} of {} nodes (variants' shared places by tenths {tenths:?}), estimated {:.1} s against {:.1} s whole",
+                layout.nodes(),
+                estimate(&cuts, &places, &layout, costs),
+                estimate(&[], &places, &layout, costs),
+            );
+            cuts
+        }
+        false => Vec::new(),
+    };
+    let planned: Vec<(usize, usize)> = shared
+        .into_iter()
+        .map(|(s, b)| (prefix::cut_of(&cuts, s), b))
+        .collect();
+    let mut by_cut: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    for (variant, (cut, _)) in planned.iter().enumerate() {
+        by_cut.entry(*cut).or_default().push(variant);
+    }
+    let model = switchable.model();
+    // With cuts taken, the variants before the first run from the start too, on a model
+    // specialized to them (no values fed).
+    let starts = cuts
+        .first()
+        .map(|_| 0)
+        .into_iter()
+        .chain(cuts.iter().copied());
+    let crossing: BTreeMap<usize, Vec<String>> = starts
+        .map(|cut| (cut, prefix::crossing(model, cut)))
+        .collect();
+    let probe = match crossing.is_empty() {
+        true => None,
+        false => {
+            let mut names: Vec<String> = crossing.values().flatten().cloned().collect();
+            names.sort();
+            names.dedup();
+            Some(runs.probe(&prefix::with_outputs(model, &names))?)
+        }
+    };
+    runs.cuts_taken
+        .store(cuts.len(), std::sync::atomic::Ordering::Relaxed);
+    let mut scores = vec![f64::NAN; distinct.len()];
+    for (cut, members) in by_cut {
+        let group = Group {
+            runs,
+            distinct,
+            planned: &planned,
+            members: &members,
+            bases: &bases,
+        };
+        let started = std::time::Instant::now();
+        let got = match (&probe, crossing.get(&cut)) {
+            (Some(probe), Some(names)) => group.run_cut(Cut { cut, names, probe }, score)?,
+            _ => group.whole(score)?,
+        };
+        tracing::debug!(
+            "cut {cut}: {} variants in {:.1} s",
+            members.len(),
+            started.elapsed().as_secs_f64()
+        );
+        for (variant, value) in members.iter().zip(got) {
+            scores[*variant] = value;
+        }
+    }
+    Ok(scores)
+}
+
+/// A cut, the values crossing it, and the session that gives them.
+#[derive(Clone, Copy)]
+struct Cut<'a> {
+    cut: usize,
+    names: &'a [String],
+    probe: &'a SessionPool,
+}
+
+/// The variants that run from one cut.
+struct Group<'a> {
+    runs: &'a GatedRuns<'a>,
+    distinct: &'a [&'a [bool]],
+    planned: &'a [(usize, usize)],
+    members: &'a [usize],
+    bases: &'a [Vec<bool>],
+}
+
+impl Group<'_> {
+    /// The members' scores on the whole model.
+    fn whole(&self, score: &Score) -> Result<Vec<f64>, EvalError> {
+        self.each(self.members, &|gates| score(gates, None))
+    }
+
+    /// `run` on every one of `members`, in parallel over the runs' workers.
+    fn each(
+        &self,
+        members: &[usize],
+        run: &(dyn Fn(&[bool]) -> Result<f64, EvalError> + Sync),
+    ) -> Result<Vec<f64>, EvalError> {
+        let one = |&v: &usize| run(self.distinct[v]);
+        match self.runs.workers > 1 {
+            true => {
+                worker_pool(self.runs.workers)?.install(|| members.par_iter().map(one).collect())
+            }
+            false => members.iter().map(one).collect(),
+        }
+    }
+
+    /// The members' scores on the model cut at `at`, fed each base's values there;
+    /// the whole model's when those values would take too much memory.
+    fn run_cut(&self, at: Cut, score: &Score) -> Result<Vec<f64>, EvalError> {
+        let mut scores = BTreeMap::new();
+        for b in 0..self.bases.len() {
+            let members: Vec<usize> = self
+                .members
+                .iter()
+                .copied()
+                .filter(|&v| self.planned[v].1 == b)
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let got = self.run_cut_on(&at, b, &members, score)?;
+            scores.extend(members.into_iter().zip(got));
+        }
+        Ok(self.members.iter().map(|v| scores[v]).collect())
+    }
+
+    /// The scores of `members` (variants sharing the cut with base `b`) on the model cut
+    /// there and specialized to them, fed the base's values; on the whole model when those
+    /// values would take too much memory or cannot be declared.
+    fn run_cut_on(
+        &self,
+        at: &Cut,
+        b: usize,
+        members: &[usize],
+        score: &Score,
+    ) -> Result<Vec<f64>, EvalError> {
+        let Cut { cut, names, probe } = *at;
+        let started = std::time::Instant::now();
+        let gates = Switchable::gate_inputs(&self.bases[b]);
+        let data = self.runs.data();
+        let values = match names.is_empty() {
+            true => (0..data.batches()).map(|_| Vec::new()).collect(),
+            false => probe.with(|s| data.batch_values(s, &gates, names))??,
+        };
+        let bytes: u64 = values.iter().flatten().map(|(_, v)| value_bytes(v)).sum();
+        let budget = crate::util::available_memory().map_or(u64::MAX, |m| m / MEMORY_SHARE);
+        let Some(fed) = fed_values(names, values.iter()).filter(|_| bytes <= budget) else {
+            tracing::debug!(
+                "cut {cut}: its values ({bytes} bytes) are not fed, the whole model runs"
+            );
+            return self.each(members, &|gates| score(gates, None));
+        };
+        let fixed = |switch: usize| {
+            let mut each = members
+                .iter()
+                .map(|&v| self.distinct[v].get(switch).copied());
+            let first = each.next().flatten()?;
+            each.all(|g| g == Some(first)).then_some(first)
+        };
+        let suffix = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
+        let switches: Vec<usize> = prefix::gate_inputs(&suffix).into_keys().collect();
+        let pool = self.runs.open_pool(&suffix)?;
+        tracing::debug!(
+            "cut {cut}, base {b}: {} values ({bytes} bytes) captured and {} sessions of {} nodes ({} gates) opened in {:.1} s",
+            names.len(),
+            self.runs.workers,
+            suffix.graph().node.len(),
+            switches.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let feed = Feed {
+            pool: &pool,
+            values: &values,
+            switches: &switches,
+            opaque: suffix
+                .graph()
+                .input
+                .iter()
+                .any(|i| i.name() == prefix::OPAQUE),
+        };
+        self.each(members, &|g| score(g, Some(feed)))
+    }
+}
+
+/// Bytes a tensor value holds.
+fn value_bytes(value: &DynValue) -> u64 {
+    match value.dtype() {
+        ort::value::ValueType::Tensor { ty, shape, .. } => {
+            let bits = element_type(*ty).map_or(64, |d| d.bits()) as u64;
+            (shape.num_elements() as u64 * bits).div_ceil(8)
+        }
+        _ => 0,
+    }
+}
+
+/// The element type of an ONNX Runtime tensor as the model's.
+fn element_type(ty: ort::value::TensorElementType) -> Option<DataType> {
+    DataType::from_onnx(ort::sys::ONNXTensorElementDataType::from(ty) as i32).ok()
+}
+
+/// How each of `names` is declared to a suffix: its element type and the shape every
+/// captured batch (of every base) agrees with; `None` when a value is not a tensor of a
+/// type the model knows, or its rank or type differs between batches.
+fn fed_values<'a>(
+    names: &[String],
+    batches: impl Iterator<Item = &'a Vec<(String, DynValue)>> + Clone,
+) -> Option<Vec<prefix::Fed>> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(at, name)| {
+            let mut types = batches.clone().map(|b| match b.get(at)?.1.dtype() {
+                ort::value::ValueType::Tensor { ty, shape, .. } => {
+                    let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+                    Some((element_type(*ty)?, dims))
+                }
+                _ => None,
+            });
+            let first = types.next()??;
+            let rest: Vec<(DataType, Vec<usize>)> = types.collect::<Option<_>>()?;
+            if rest.iter().any(|(d, _)| *d != first.0) {
+                return None;
+            }
+            let shapes =
+                std::iter::once(first.1.as_slice()).chain(rest.iter().map(|(_, s)| s.as_slice()));
+            // A scalar is what a branch writes for a value its form does not compute (the
+            // bases' placeholder): the forms after the cut that read the real value must
+            // still pass ONNX's shape inference, so its shape is left open.
+            let placeholder = std::iter::once(&first.1)
+                .chain(rest.iter().map(|(_, s)| s))
+                .any(Vec::is_empty);
+            Some(prefix::Fed {
+                name: name.clone(),
+                dtype: first.0,
+                shape: prefix::agreed_shape(shapes).filter(|_| !placeholder),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(nodes: usize) -> Layout {
+        let mut builder = crate::model::builder::ModelBuilder::new(17);
+        builder.input("x0", DataType::Float32, &[1]).output(
+            &format!("x{nodes}"),
+            DataType::Float32,
+            &[1],
+        );
+        for n in 0..nodes {
+            builder.node("Relu", &[&format!("x{n}")], &[&format!("x{}", n + 1)]);
+        }
+        Layout::of(&builder.build())
+    }
+
+    #[test]
+    fn cuts_are_taken_where_the_runs_they_save_outweigh_their_sessions() {
+        let layout = layout(100);
+        // 200 variants spread evenly over the nodes.
+        let shared: Vec<usize> = (0..200).map(|v| v / 2).collect();
+        let dear_runs = Costs {
+            open: 1.0,
+            run: 1.0,
+            workers: 2,
+        };
+        let cuts = best_cuts(&shared, &layout, dear_runs);
+        assert!(cuts.len() >= 4, "{cuts:?}");
+        assert!(
+            estimate(&cuts, &shared, &layout, dear_runs)
+                < estimate(&[], &shared, &layout, dear_runs)
+        );
+        // Runs that cost little against a session: the whole model.
+        let cheap_runs = Costs {
+            open: 1.0,
+            run: 0.01,
+            workers: 2,
+        };
+        assert!(best_cuts(&shared, &layout, cheap_runs).is_empty());
+    }
+}
