@@ -9,11 +9,10 @@
 use std::collections::BTreeMap;
 
 use ndarray::{ArrayD, Axis};
-
-use super::task::{Task, TaskOptions};
 use ort::session::{OutputSelector, RunOptions};
 use ort::value::DynValue;
 
+use super::task::{Task, TaskOptions};
 use super::{EvalError, OutputMetrics, check_comparable, run_outputs, run_outputs_of};
 use crate::calib::data::BatchSource;
 use crate::jobs::{JobContext, RateMeter};

@@ -155,7 +155,7 @@ pub struct GatedRuns<'a> {
 }
 
 /// Open sessions of one model, each taken by one run at a time.
-pub struct SessionPool {
+struct SessionPool {
     sessions: Mutex<Vec<ort::session::Session>>,
 }
 
@@ -165,7 +165,7 @@ impl SessionPool {
         let busy = || EvalError::Run {
             batch: 0,
             model: "quantized",
-            reason: "no free session for the switchable model".into(),
+            reason: "no free session for the switchable model's runs".into(),
         };
         let mut session = self
             .sessions
@@ -304,15 +304,21 @@ impl<'a> GatedRuns<'a> {
         })
     }
 
-    /// Sessions of `model` (cut from the switchable one), one per worker.
+    /// Sessions of `model` (cut from the switchable one), one per worker. ONNX Runtime's
+    /// errors are not printed: a scan that cannot run a suffix runs the whole model.
     fn open_pool(&self, model: &Model) -> Result<SessionPool, EvalError> {
-        open_pool(self.eval, model, self.options, self.workers)
+        let options = SessionOptions {
+            quiet_errors: true,
+            ..self.options
+        };
+        open_pool(self.eval, model, options, self.workers)
     }
 
     /// One session of `model` on every core, for the few runs that read values off it.
     fn probe(&self, model: &Model) -> Result<SessionPool, EvalError> {
         let options = SessionOptions {
             intra_threads: 0,
+            quiet_errors: true,
             ..self.options
         };
         open_pool(self.eval, model, options, 1)

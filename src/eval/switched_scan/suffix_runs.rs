@@ -11,6 +11,7 @@
 //! sessions takes none (the bundled sample).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 use ort::value::DynValue;
 use rayon::prelude::*;
@@ -87,8 +88,11 @@ impl Feed<'_> {
 /// model over the data.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Costs {
+    /// Seconds to open the sessions.
     pub open: f64,
+    /// One worker's seconds for one run over the data.
     pub run: f64,
+    /// Sessions side by side.
     pub workers: usize,
 }
 
@@ -185,28 +189,8 @@ pub(super) fn scores(
         .collect();
     let layout = Layout::of(switchable.model());
     let shared = shared_places(&layout, &bases, distinct);
-    let worth_it = distinct.len() >= MIN_VARIANTS || matches!(runs.cuts, Cuts::AtMost(_));
-    let cuts = match worth_it {
-        true => {
-            let costs = runs.costs(&bases[0])?;
-            let places: Vec<usize> = shared.iter().map(|(s, _)| *s).collect();
-            let cuts = match runs.cuts {
-                Cuts::ByCost => best_cuts(&places, &layout, costs),
-                Cuts::AtMost(most) => prefix::chosen_cuts(&places, most),
-            };
-            let mut sorted = places.clone();
-            sorted.sort_unstable();
-            let tenths: Vec<usize> = (0..10).map(|i| sorted[i * sorted.len() / 10]).collect();
-            tracing::debug!(
-                "{costs:?}: cuts {cuts:?} of {} nodes (variants' shared places by tenths {tenths:?}), estimated {:.1} s against {:.1} s whole",
-                layout.nodes(),
-                estimate(&cuts, &places, &layout, costs),
-                estimate(&[], &places, &layout, costs),
-            );
-            cuts
-        }
-        false => Vec::new(),
-    };
+    let places: Vec<usize> = shared.iter().map(|(s, _)| *s).collect();
+    let cuts = cuts_for(runs, &layout, &places, &bases[0])?;
     let planned: Vec<(usize, usize)> = shared
         .into_iter()
         .map(|(s, b)| (prefix::cut_of(&cuts, s), b))
@@ -226,17 +210,9 @@ pub(super) fn scores(
     let crossing: BTreeMap<usize, Vec<String>> = starts
         .map(|cut| (cut, prefix::crossing(model, cut)))
         .collect();
-    let probe = match crossing.is_empty() {
-        true => None,
-        false => {
-            let mut names: Vec<String> = crossing.values().flatten().cloned().collect();
-            names.sort();
-            names.dedup();
-            Some(runs.probe(&prefix::with_outputs(model, &names))?)
-        }
-    };
-    runs.cuts_taken
-        .store(cuts.len(), std::sync::atomic::Ordering::Relaxed);
+    let probe = probe_for(runs, &crossing);
+    let taken = probe.as_ref().map_or(0, |_| cuts.len());
+    runs.cuts_taken.store(taken, Ordering::Relaxed);
     let mut scores = vec![f64::NAN; distinct.len()];
     for (cut, members) in by_cut {
         let group = Group {
@@ -261,6 +237,53 @@ pub(super) fn scores(
         }
     }
     Ok(scores)
+}
+
+/// The cuts `runs` takes for variants whose furthest shared places are `places`, from its
+/// measured costs (a run of the `recipe` gates timed now) unless set otherwise: none for
+/// fewer than [`MIN_VARIANTS`].
+fn cuts_for(
+    runs: &GatedRuns,
+    layout: &Layout,
+    places: &[usize],
+    recipe: &[bool],
+) -> Result<Vec<usize>, EvalError> {
+    let cuts = match runs.cuts {
+        Cuts::AtMost(most) => return Ok(prefix::chosen_cuts(places, most)),
+        Cuts::ByCost if places.len() < MIN_VARIANTS => return Ok(Vec::new()),
+        Cuts::ByCost => {
+            let costs = runs.costs(recipe)?;
+            let cuts = best_cuts(places, layout, costs);
+            tracing::debug!(
+                "{costs:?}: cuts {cuts:?} of {} nodes, estimated {:.1} s against {:.1} s whole",
+                layout.nodes(),
+                estimate(&cuts, places, layout, costs),
+                estimate(&[], places, layout, costs),
+            );
+            cuts
+        }
+    };
+    Ok(cuts)
+}
+
+/// The session that gives the values crossing every cut (the switchable model with them
+/// as outputs); `None` without cuts, or when it cannot open (the variants then run the
+/// whole model).
+fn probe_for(runs: &GatedRuns, crossing: &BTreeMap<usize, Vec<String>>) -> Option<SessionPool> {
+    let mut names: Vec<String> = crossing.values().flatten().cloned().collect();
+    if names.is_empty() {
+        return None;
+    }
+    names.sort();
+    names.dedup();
+    let model = prefix::with_outputs(runs.switchable.model(), &names);
+    match runs.probe(&model) {
+        Ok(probe) => Some(probe),
+        Err(e) => {
+            tracing::debug!("the values at the cuts cannot be read ({e}): no cuts");
+            None
+        }
+    }
 }
 
 /// A cut, the values crossing it, and the session that gives them.
@@ -323,7 +346,8 @@ impl Group<'_> {
 
     /// The scores of `members` (variants sharing the cut with base `b`) on the model cut
     /// there and specialized to them, fed the base's values; on the whole model when those
-    /// values would take too much memory or cannot be declared.
+    /// values would take too much memory or cannot be declared, or the suffix cannot run
+    /// (the scan then costs what it did without cuts, and says why in the debug log).
     fn run_cut_on(
         &self,
         at: &Cut,
@@ -331,6 +355,32 @@ impl Group<'_> {
         members: &[usize],
         score: &Score,
     ) -> Result<Vec<f64>, EvalError> {
+        let whole = || self.each(members, &|gates| score(gates, None));
+        let suffix = match self.suffix(at, b, members) {
+            Ok(Some(suffix)) => suffix,
+            Ok(None) => return whole(),
+            Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
+            Err(e) => {
+                tracing::debug!(
+                    "cut {}: its suffix cannot run ({e}), the whole model runs",
+                    at.cut
+                );
+                return whole();
+            }
+        };
+        let feed = Feed {
+            pool: &suffix.pool,
+            values: &suffix.values,
+            switches: &suffix.switches,
+            opaque: suffix.opaque,
+        };
+        self.each(members, &|g| score(g, Some(feed)))
+    }
+
+    /// The suffix from `at` for `members` (of base `b`): its sessions and what they are
+    /// fed; `None` when the values crossing the cut would take too much memory or cannot be
+    /// declared.
+    fn suffix(&self, at: &Cut, b: usize, members: &[usize]) -> Result<Option<Suffix>, EvalError> {
         let Cut { cut, names, probe } = *at;
         let started = std::time::Instant::now();
         let gates = Switchable::gate_inputs(&self.bases[b]);
@@ -345,7 +395,7 @@ impl Group<'_> {
             tracing::debug!(
                 "cut {cut}: its values ({bytes} bytes) are not fed, the whole model runs"
             );
-            return self.each(members, &|gates| score(gates, None));
+            return Ok(None);
         };
         let fixed = |switch: usize| {
             let mut each = members
@@ -354,29 +404,37 @@ impl Group<'_> {
             let first = each.next().flatten()?;
             each.all(|g| g == Some(first)).then_some(first)
         };
-        let suffix = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
-        let switches: Vec<usize> = prefix::gate_inputs(&suffix).into_keys().collect();
-        let pool = self.runs.open_pool(&suffix)?;
+        let model = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
+        let switches: Vec<usize> = prefix::gate_inputs(&model).into_keys().collect();
+        let pool = self.runs.open_pool(&model)?;
         tracing::debug!(
             "cut {cut}, base {b}: {} values ({bytes} bytes) captured and {} sessions of {} nodes ({} gates) opened in {:.1} s",
             names.len(),
             self.runs.workers,
-            suffix.graph().node.len(),
+            model.graph().node.len(),
             switches.len(),
             started.elapsed().as_secs_f64()
         );
-        let feed = Feed {
-            pool: &pool,
-            values: &values,
-            switches: &switches,
-            opaque: suffix
+        Ok(Some(Suffix {
+            pool,
+            values,
+            switches,
+            opaque: model
                 .graph()
                 .input
                 .iter()
                 .any(|i| i.name() == prefix::OPAQUE),
-        };
-        self.each(members, &|g| score(g, Some(feed)))
+        }))
     }
+}
+
+/// A suffix ready to run: its sessions, the values it is fed on each batch, the switches it
+/// reads, and whether it reads [`prefix::OPAQUE`].
+struct Suffix {
+    pool: SessionPool,
+    values: Vec<Vec<(String, DynValue)>>,
+    switches: Vec<usize>,
+    opaque: bool,
 }
 
 /// Bytes a tensor value holds.
