@@ -33,6 +33,16 @@ struct ReferenceBatch {
 }
 
 impl ReferenceBatch {
+    /// The batch's inputs with `extra` ones beside them, as session values.
+    fn owned_inputs(
+        &self,
+        extra: &[(String, TensorArray)],
+    ) -> Result<Vec<(String, DynValue)>, EvalError> {
+        let mut inputs = self.inputs.clone();
+        inputs.extend(extra.iter().cloned());
+        Ok(owned_inputs(inputs)?)
+    }
+
     /// True when `sample` is one of this batch's.
     fn holds(&self, sample: usize) -> bool {
         (self.first_sample..self.first_sample + self.samples).contains(&sample)
@@ -291,9 +301,7 @@ impl Reference {
         let options = RunOptions::new().map_err(failed(0))?.with_outputs(selector);
         let mut values = Vec::with_capacity(self.batches.len());
         for batch in &self.batches {
-            let mut inputs = batch.inputs.clone();
-            inputs.extend(extra.iter().cloned());
-            let owned = owned_inputs(inputs)?;
+            let owned = batch.owned_inputs(extra)?;
             let mut out = session
                 .run_with_options(session_inputs(&owned), &options)
                 .map_err(failed(batch.index))?;
@@ -414,9 +422,7 @@ impl Reference {
         extra: &[(String, TensorArray)],
         fed: &[(String, DynValue)],
     ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
-        let mut inputs = batch.inputs.clone();
-        inputs.extend(extra.iter().cloned());
-        let owned = owned_inputs(inputs)?;
+        let owned = batch.owned_inputs(extra)?;
         run_outputs_of(
             session,
             &[&owned, fed],

@@ -292,10 +292,11 @@ pub(super) fn assemble(
     (base, branch_bytes)
 }
 
-/// Every name `nodes` and the nodes of their branches read.
-fn reads(nodes: &[NodeProto], read: &mut HashSet<String>) {
+/// Every name `nodes` and the nodes of their branches read (an absent optional input, an
+/// empty name, is not read).
+pub(super) fn reads(nodes: &[NodeProto], read: &mut HashSet<String>) {
     for node in nodes {
-        read.extend(node.input.iter().cloned());
+        read.extend(node.input.iter().filter(|i| !i.is_empty()).cloned());
         for attribute in &node.attribute {
             if let Some(graph) = &attribute.g {
                 reads(&graph.node, read);

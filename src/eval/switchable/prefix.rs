@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use super::assemble::{PLACEHOLDER, gate_name};
+use super::assemble::{PLACEHOLDER, gate_name, reads};
 use super::units::PREFIX;
 use crate::model::builder::any_shape_info;
 use crate::model::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
@@ -70,11 +70,6 @@ impl Layout {
             .unwrap_or(self.switches.len())
             .min(self.last_cut)
     }
-
-    /// The switches the nodes from `at` on read.
-    pub fn switches_from(&self, at: usize) -> BTreeSet<usize> {
-        self.switches.iter().skip(at).flatten().copied().collect()
-    }
 }
 
 /// The switch a gate input's name stands for.
@@ -93,18 +88,6 @@ fn switches_read(node: &NodeProto) -> Vec<usize> {
     reads(std::slice::from_ref(node), &mut names);
     read.extend(names.iter().filter_map(|n| switch_of(n)));
     read.into_iter().collect()
-}
-
-/// Every name `nodes` and the nodes of their branches read.
-fn reads(nodes: &[NodeProto], read: &mut HashSet<String>) {
-    for node in nodes {
-        read.extend(node.input.iter().filter(|i| !i.is_empty()).cloned());
-        for attribute in &node.attribute {
-            if let Some(graph) = &attribute.g {
-                reads(&graph.node, read);
-            }
-        }
-    }
 }
 
 /// The values a cut before node `at` of `model` carries: written by the nodes before it and
@@ -358,13 +341,13 @@ pub fn cut_of(cuts: &[usize], shared: usize) -> usize {
     }
 }
 
-/// Names of the graph inputs of `model` that are gates, by switch.
-pub fn gate_inputs(model: &Model) -> HashMap<usize, String> {
+/// The switches whose gates are graph inputs of `model` (those a suffix still reads).
+pub fn gated_switches(model: &Model) -> Vec<usize> {
     model
         .graph()
         .input
         .iter()
-        .filter_map(|i| Some((switch_of(i.name())?, i.name().to_owned())))
+        .filter_map(|i| switch_of(i.name()))
         .collect()
 }
 
@@ -422,7 +405,6 @@ mod tests {
         assert_eq!(layout.shared_until(&[false, false], &[false, true]), 2);
         // Equal gates share every node before the graph output is written.
         assert_eq!(layout.shared_until(&[true, true], &[true, true]), 2);
-        assert_eq!(layout.switches_from(2), BTreeSet::from([1]));
     }
 
     #[test]
@@ -443,7 +425,7 @@ mod tests {
         assert_eq!(graph.node.len(), 1);
         let inputs: Vec<&str> = graph.input.iter().map(|i| i.name()).collect();
         assert_eq!(inputs, vec!["x", gate_name(1).as_str(), "a", "b"]);
-        assert_eq!(gate_inputs(&suffix).len(), 1);
+        assert_eq!(gated_switches(&suffix), vec![1]);
         let probe = with_outputs(&model, &["a".to_owned()]);
         assert_eq!(probe.graph().output.len(), 2);
     }

@@ -405,7 +405,7 @@ impl Group<'_> {
             each.all(|g| g == Some(first)).then_some(first)
         };
         let model = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
-        let switches: Vec<usize> = prefix::gate_inputs(&model).into_keys().collect();
+        let switches = prefix::gated_switches(&model);
         let pool = self.runs.open_pool(&model)?;
         tracing::debug!(
             "cut {cut}, base {b}: {} values ({bytes} bytes) captured and {} sessions of {} nodes ({} gates) opened in {:.1} s",
