@@ -5,8 +5,9 @@
 
 use std::fmt;
 
-use ort::ep::{self, ExecutionProviderDispatch};
+use ort::ep::{self, ArbitrarilyConfigurableExecutionProvider, ExecutionProviderDispatch};
 
+use super::SessionOptions;
 use super::error::RuntimeError;
 
 /// An execution provider the user can ask for, with its device.
@@ -85,12 +86,21 @@ impl EpSpec {
         }
     }
 
-    /// The ort dispatch for this provider, failing loudly when it cannot register; `cpu_arena`
-    /// says whether the CPU provider keeps its arena ([`super::SessionOptions::arena`]).
-    pub fn dispatch(&self, cpu_arena: bool) -> ExecutionProviderDispatch {
+    /// The ort dispatch for this provider, failing loudly when it cannot register; `options`
+    /// say whether the CPU provider keeps its arena ([`SessionOptions::arena`]) and whether
+    /// CUDA runs on one stream ([`SessionOptions::one_gpu_stream`]).
+    pub fn dispatch(&self, options: &SessionOptions) -> ExecutionProviderDispatch {
         let dispatch = match self {
-            EpSpec::Cpu => ep::CPU::default().with_arena_allocator(cpu_arena).build(),
-            EpSpec::Cuda(device) => ep::CUDA::default().with_device_id(*device).build(),
+            EpSpec::Cpu => ep::CPU::default()
+                .with_arena_allocator(options.arena)
+                .build(),
+            EpSpec::Cuda(device) => ep::CUDA::default()
+                .with_device_id(*device)
+                .with_arbitrary_config(
+                    "use_ep_level_unified_stream",
+                    u8::from(options.one_gpu_stream),
+                )
+                .build(),
             EpSpec::TensorRt(device) => ep::TensorRT::default().with_device_id(*device).build(),
             EpSpec::DirectMl(device) => ep::DirectML::default().with_device_id(*device).build(),
             EpSpec::OpenVino(device) => ep::OpenVINO::default().with_device_type(device).build(),

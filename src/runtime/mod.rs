@@ -213,6 +213,13 @@ pub struct SessionOptions {
     /// neighbours it fuses depends on the graph around a Conv, and a fused sum rounds
     /// differently. No other execution provider has this layout.
     pub blocked_layout: bool,
+    /// Whether the CUDA provider runs the whole session on its one stream, with its one pair
+    /// of cuBLAS and cuDNN handles (ONNX Runtime's `use_ep_level_unified_stream`), rather
+    /// than making a stream and a pair of handles for every subgraph it runs. On for models
+    /// of thousands of `If` branches (a sensitivity scan's switchable model): there the
+    /// handles of the branches used up an H100's memory within the first runs
+    /// ("cublasCreate: the resource allocation failed", measured with ONNX Runtime 1.31.1).
+    pub one_gpu_stream: bool,
 }
 
 impl Default for SessionOptions {
@@ -224,6 +231,7 @@ impl Default for SessionOptions {
             quiet_errors: false,
             arena: true,
             blocked_layout: true,
+            one_gpu_stream: false,
         }
     }
 }
@@ -391,7 +399,7 @@ impl Runtime {
                 });
             }
             builder = builder
-                .with_execution_providers([spec.dispatch(options.arena)])
+                .with_execution_providers([spec.dispatch(&options)])
                 .map_err(|e| RuntimeError::EpUnavailable {
                     ep: spec.to_string(),
                     reason: ep::explain_failure(&e.to_string()),

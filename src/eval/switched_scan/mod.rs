@@ -202,6 +202,9 @@ impl<'a> GatedRuns<'a> {
             // the blocked layout fuses with a Conv depends on the graph around it, and a
             // unit in a branch has other neighbours than in the variant's own model.
             blocked_layout: false,
+            // Thousands of `If` branches: without it each makes its own CUDA stream and
+            // handles, which ran an H100 out of memory.
+            one_gpu_stream: true,
             ..SessionOptions::default()
         };
         let started = std::time::Instant::now();
