@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use super::assemble::{PLACEHOLDER, gate_name, reads};
 use super::units::PREFIX;
 use crate::model::builder::any_shape_info;
+use crate::model::external::expected_bytes;
 use crate::model::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
 use crate::model::proto::{
     GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
@@ -341,6 +342,29 @@ pub fn cut_of(cuts: &[usize], shared: usize) -> usize {
     }
 }
 
+/// Bytes of every initializer of `model`, its branches' included: the weights a session of
+/// it holds (before kernels pack their own copies).
+pub fn weight_bytes(model: &Model) -> u64 {
+    graph_weight_bytes(model.graph())
+}
+
+/// [`weight_bytes`] of one graph and the graphs its nodes hold.
+fn graph_weight_bytes(graph: &GraphProto) -> u64 {
+    let own: u64 = graph
+        .initializer
+        .iter()
+        .filter_map(|t| expected_bytes(t).ok().flatten())
+        .sum();
+    let nested: u64 = graph
+        .node
+        .iter()
+        .flat_map(|n| &n.attribute)
+        .flat_map(|a| a.g.iter().chain(&a.graphs))
+        .map(graph_weight_bytes)
+        .sum();
+    own + nested
+}
+
 /// The switches whose gates are graph inputs of `model` (those a suffix still reads).
 pub fn gated_switches(model: &Model) -> Vec<usize> {
     model
@@ -430,7 +454,7 @@ mod tests {
         assert_eq!(probe.graph().output.len(), 2);
     }
 
-    /// An `If` on gate 0: then writes `y` with a Neg and fills `z` with a placeholder, else
+    /// An `If` on gate 0: then writes `y` with a Mul by its own weight and fills `z` with a placeholder, else
     /// writes both with Identities; `y` is read by the next node.
     fn gated() -> Model {
         let node = |op: &str, name: &str, input: &[&str], output: &[&str]| NodeProto {
@@ -452,13 +476,21 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let then = branch(
+        let mut then = branch(
             vec![
-                node("Neg", "n1", &["x"], &["t1"]),
+                node("Mul", "n1", &["x", "w1"], &["t1"]),
                 node("Constant", &filler, &[], &[&filler]),
             ],
             ["t1", &filler],
         );
+        // The Mul's weight, the branch's own (four floats).
+        then.initializer.push(TensorProto {
+            name: Some("w1".into()),
+            data_type: Some(DataType::Float32.to_onnx()),
+            dims: vec![4],
+            raw_data: Some(vec![0u8; 16].into()),
+            ..Default::default()
+        });
         let otherwise = branch(
             vec![
                 node("Identity", "n2", &["x"], &["t2"]),
@@ -500,7 +532,7 @@ mod tests {
         let on = suffix(&model, 0, &[], &|_| Some(true));
         let graph = on.graph();
         let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type()).collect();
-        assert_eq!(ops, vec!["Neg", "Constant", "Reshape", "Relu"]);
+        assert_eq!(ops, vec!["Mul", "Constant", "Reshape", "Relu"]);
         // The branch's values take the If's names; the placeholder reaches `z` reshaped.
         assert_eq!(graph.node[0].output, vec!["y"]);
         assert_eq!(graph.node[2].input[1], OPAQUE);
@@ -511,5 +543,16 @@ mod tests {
         let ops: Vec<&str> = off.graph().node.iter().map(|n| n.op_type()).collect();
         assert_eq!(ops, vec!["Identity", "Identity", "Relu"]);
         assert_eq!(off.graph().node[1].output, vec!["z"]);
+    }
+
+    #[test]
+    fn weight_bytes_count_the_branches_weights_wherever_they_sit() {
+        let model = gated();
+        assert_eq!(model.initializer_bytes(), 0);
+        assert_eq!(weight_bytes(&model), 16);
+        let on = suffix(&model, 0, &[], &|_| Some(true));
+        assert_eq!(weight_bytes(&on), 16);
+        let off = suffix(&model, 0, &[], &|_| Some(false));
+        assert_eq!(weight_bytes(&off), 0);
     }
 }

@@ -276,6 +276,13 @@ fn probe_for(runs: &GatedRuns, crossing: &BTreeMap<usize, Vec<String>>) -> Optio
     }
     names.sort();
     names.dedup();
+    let need = sessions_bytes(runs.switchable.initializer_bytes(), 1);
+    if !memory_holds(need) {
+        tracing::debug!(
+            "the values at the cuts cannot be read ({need} bytes more of sessions do not fit): no cuts"
+        );
+        return None;
+    }
     let model = prefix::with_outputs(runs.switchable.model(), &names);
     match runs.probe(&model) {
         Ok(probe) => Some(probe),
@@ -284,6 +291,20 @@ fn probe_for(runs: &GatedRuns, crossing: &BTreeMap<usize, Vec<String>>) -> Optio
             None
         }
     }
+}
+
+/// Bytes `sessions` sessions of a model of `weights` bytes of initializers hold, as the
+/// scan's workers are counted ([`crate::eval::sensitivity::cpu_workers`]): the weights twice
+/// each (the model's and the kernels' packed copy).
+fn sessions_bytes(weights: u64, sessions: usize) -> u64 {
+    weights.saturating_mul(2).saturating_mul(sessions as u64)
+}
+
+/// Whether the memory available now holds `need` more bytes. The whole model's sessions
+/// stay open beside the probe and a suffix's sessions (a suffix that cannot run falls back
+/// on them), so these are counted against what is left once those are open.
+fn memory_holds(need: u64) -> bool {
+    crate::util::available_memory().is_none_or(|available| need <= available)
 }
 
 /// A cut, the values crossing it, and the session that gives them.
@@ -405,6 +426,13 @@ impl Group<'_> {
             each.all(|g| g == Some(first)).then_some(first)
         };
         let model = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
+        let need = sessions_bytes(prefix::weight_bytes(&model), self.runs.workers);
+        if !memory_holds(need) {
+            tracing::debug!(
+                "cut {cut}: its sessions ({need} bytes) do not fit beside the whole model's, the whole model runs"
+            );
+            return Ok(None);
+        }
         let switches = prefix::gated_switches(&model);
         let pool = self.runs.open_pool(&model)?;
         tracing::debug!(
