@@ -410,12 +410,17 @@ fn variants_run_from_cuts_score_as_they_do_run_whole() {
         let mut runs = GatedRuns::open(&eval, &switchable, true).unwrap();
         runs.set_cuts(cuts);
         let scores = variant_sqnrs(&runs, &ctx).unwrap();
-        (scores, runs.cuts_taken())
+        // A run on the whole model after the scan (auto-exclude's): its sessions, closed
+        // while the variants ran from cuts, open again.
+        let after = runs.recipe_metrics(&recipe).unwrap()[0].sqnr_db;
+        (scores, runs.cuts_taken(), after)
     };
-    let (whole, none) = scores(Cuts::AtMost(0));
+    let (whole, none, after_whole) = scores(Cuts::AtMost(0));
     assert_eq!(none, 0);
-    let (cut, taken) = scores(Cuts::AtMost(5));
+    let (cut, taken, after_cuts) = scores(Cuts::AtMost(5));
     assert!(taken >= 3, "{taken} cuts taken");
+    assert!(after_whole.is_finite());
+    assert_eq!(after_whole, after_cuts);
     assert_eq!(whole.len(), variants.len());
     for (at, (w, c)) in whole.iter().zip(&cut).enumerate() {
         // Equal where both are finite; the float model's infinite SQNR on both sides.
