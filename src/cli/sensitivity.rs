@@ -55,7 +55,8 @@ pub struct SensitivityArgs {
     /// Run every variant as a gate setting of one switchable model instead of quantizing and
     /// opening each on its own: the same figures (each gate setting runs its variant's fused
     /// integer kernels), without a session per variant, and on a larger model each variant
-    /// runs only the part of the model from its node on (PP-OCR rec: two thirds to four fifths of the time).
+    /// runs only the part of the model from its node on (PP-OCR rec: two thirds to four
+    /// fifths of the time).
     #[arg(long = "switchable")]
     pub switchable: bool,
     /// Variants (and auto-exclude's tries) measured at once on the CPU; default: one per

@@ -283,6 +283,13 @@ impl Model {
             .sum()
     }
 
+    /// Bytes of every initializer, those of the graphs nodes hold (`If` branches, loop
+    /// bodies) included: the weights a session of the model holds before kernels pack
+    /// their own copies.
+    pub fn nested_initializer_bytes(&self) -> u64 {
+        nested_initializer_bytes(self.graph())
+    }
+
     /// True when some tensor's data lives in an external file.
     pub fn has_external_data(&self) -> bool {
         !self.external.is_empty()
@@ -352,4 +359,21 @@ fn slice_external(
             file_len: data.len() as u64,
         }),
     }
+}
+
+/// [`Model::nested_initializer_bytes`] of one graph and the graphs its nodes hold.
+fn nested_initializer_bytes(graph: &GraphProto) -> u64 {
+    let own: u64 = graph
+        .initializer
+        .iter()
+        .filter_map(|t| super::external::expected_bytes(t).ok().flatten())
+        .sum();
+    let nested: u64 = graph
+        .node
+        .iter()
+        .flat_map(|n| &n.attribute)
+        .flat_map(|a| a.g.iter().chain(&a.graphs))
+        .map(nested_initializer_bytes)
+        .sum();
+    own + nested
 }

@@ -81,8 +81,6 @@ struct Placer<'a> {
     shared: HashMap<&'a str, &'a TensorProto>,
     /// Initializers of forms placed in the main graph.
     initializers: Vec<TensorProto>,
-    /// Bytes of the initializers placed in branches.
-    branch_bytes: u64,
     made: usize,
 }
 
@@ -164,10 +162,6 @@ impl Placer<'_> {
             };
             declared.push(untyped_shape(&name, output.elem));
         }
-        self.branch_bytes += initializers
-            .iter()
-            .map(|t| t.raw_data().len() as u64)
-            .sum::<u64>();
         GraphProto {
             name: Some(self.fresh("branch")),
             node: nodes,
@@ -240,34 +234,28 @@ impl Placer<'_> {
     }
 }
 
-/// The switchable model over `base` (the prepared float model), and the bytes of the
-/// initializers its branches hold.
+/// The switchable model over `base` (the prepared float model).
 pub(super) fn assemble(
     mut base: Model,
     choices: &BTreeMap<Slot, Choices>,
     forms: &HashMap<FormKey, (usize, Form)>,
     switches: usize,
-) -> (Model, u64) {
+) -> Model {
     let Some(g) = base.proto_mut().graph.as_mut() else {
-        return (base, 0);
+        return base;
     };
     let originals = std::mem::take(&mut g.initializer);
     let mut placer = Placer {
         forms,
         shared: originals.iter().map(|t| (t.name(), t)).collect(),
         initializers: Vec::new(),
-        branch_bytes: 0,
         made: 0,
     };
     let nodes: Vec<NodeProto> = choices
         .values()
         .flat_map(|choice| placer.chosen(choice))
         .collect();
-    let Placer {
-        initializers,
-        branch_bytes,
-        ..
-    } = placer;
+    let Placer { initializers, .. } = placer;
     // The float model's initializers that only branches read (as copies of their own) go.
     let mut read = HashSet::new();
     reads(&nodes, &mut read);
@@ -289,7 +277,7 @@ pub(super) fn assemble(
     g.input
         .extend((0..switches).map(|switch| value_info(&gate_name(switch), DataType::Bool, &[])));
     sort_topologically(&mut base);
-    (base, branch_bytes)
+    base
 }
 
 /// Every name `nodes` and the nodes of their branches read (an absent optional input, an

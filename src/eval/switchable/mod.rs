@@ -70,8 +70,6 @@ pub struct Switchable {
     /// Per variant: whether it quantizes nothing (the float model).
     floats: Vec<bool>,
     forms: usize,
-    /// Bytes of the initializers the model's branches hold.
-    branch_bytes: u64,
     /// The graph optimizations the variants' own models are run with.
     optimization: Optimization,
 }
@@ -215,8 +213,7 @@ impl Switchable {
             .iter()
             .map(|v| gates(&choices, switches, v).unwrap_or_default())
             .collect();
-        let (model, branch_bytes) =
-            assemble::assemble(base_model, &choices, &table.forms, switches);
+        let model = assemble::assemble(base_model, &choices, &table.forms, switches);
         Ok(Switchable {
             model,
             base,
@@ -226,7 +223,6 @@ impl Switchable {
             variants,
             floats,
             forms: table.forms.len(),
-            branch_bytes,
             optimization,
         })
     }
@@ -238,7 +234,7 @@ impl Switchable {
 
     /// Bytes of the model's initializers, those its branches hold included.
     pub fn initializer_bytes(&self) -> u64 {
-        self.model.initializer_bytes() + self.branch_bytes
+        self.model.nested_initializer_bytes()
     }
 
     /// The graph optimizations to run it with: those of the variants' own models, so that

@@ -14,7 +14,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use super::assemble::{PLACEHOLDER, gate_name, reads};
 use super::units::PREFIX;
 use crate::model::builder::any_shape_info;
-use crate::model::external::expected_bytes;
 use crate::model::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
 use crate::model::proto::{
     GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
@@ -342,29 +341,6 @@ pub fn cut_of(cuts: &[usize], shared: usize) -> usize {
     }
 }
 
-/// Bytes of every initializer of `model`, its branches' included: the weights a session of
-/// it holds (before kernels pack their own copies).
-pub fn weight_bytes(model: &Model) -> u64 {
-    graph_weight_bytes(model.graph())
-}
-
-/// [`weight_bytes`] of one graph and the graphs its nodes hold.
-fn graph_weight_bytes(graph: &GraphProto) -> u64 {
-    let own: u64 = graph
-        .initializer
-        .iter()
-        .filter_map(|t| expected_bytes(t).ok().flatten())
-        .sum();
-    let nested: u64 = graph
-        .node
-        .iter()
-        .flat_map(|n| &n.attribute)
-        .flat_map(|a| a.g.iter().chain(&a.graphs))
-        .map(graph_weight_bytes)
-        .sum();
-    own + nested
-}
-
 /// The switches whose gates are graph inputs of `model` (those a suffix still reads).
 pub fn gated_switches(model: &Model) -> Vec<usize> {
     model
@@ -454,8 +430,8 @@ mod tests {
         assert_eq!(probe.graph().output.len(), 2);
     }
 
-    /// An `If` on gate 0: then writes `y` with a Mul by its own weight and fills `z` with a placeholder, else
-    /// writes both with Identities; `y` is read by the next node.
+    /// An `If` on gate 0: then writes `y` with a Mul by its own weight and fills `z` with a
+    /// placeholder, else writes both with Identities; `y` is read by the next node.
     fn gated() -> Model {
         let node = |op: &str, name: &str, input: &[&str], output: &[&str]| NodeProto {
             op_type: Some(op.into()),
@@ -546,13 +522,13 @@ mod tests {
     }
 
     #[test]
-    fn weight_bytes_count_the_branches_weights_wherever_they_sit() {
+    fn nested_initializer_bytes_count_a_branchs_weights_wherever_it_sits() {
         let model = gated();
         assert_eq!(model.initializer_bytes(), 0);
-        assert_eq!(weight_bytes(&model), 16);
+        assert_eq!(model.nested_initializer_bytes(), 16);
         let on = suffix(&model, 0, &[], &|_| Some(true));
-        assert_eq!(weight_bytes(&on), 16);
+        assert_eq!(on.nested_initializer_bytes(), 16);
         let off = suffix(&model, 0, &[], &|_| Some(false));
-        assert_eq!(weight_bytes(&off), 0);
+        assert_eq!(off.nested_initializer_bytes(), 0);
     }
 }

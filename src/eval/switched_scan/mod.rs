@@ -34,9 +34,9 @@ pub enum ScanMethod {
     /// a larger model part of the runs: a variant runs only the nodes from a cut before its
     /// first difference from the recipe or float model, fed the values crossing the cut
     /// from one run of that model ([`Cuts`]). The bundled sample scans in a little over half
-    /// the exact method's time, PP-OCR rec in two thirds to four fifths, as many cuts as the measured
-    /// costs choose (`benches/sensitivity`); not
-    /// the default, since the exact method measures the saved model itself on any provider.
+    /// the exact method's time, PP-OCR rec in two thirds to four fifths as the measured costs
+    /// choose the cuts (`benches/sensitivity`); not the default, since the exact method
+    /// measures the saved model itself on any provider.
     Switchable,
     /// Each variant quantized and opened in a session of its own: the figures of the saved
     /// model on the chosen provider, fused kernels included.

@@ -426,7 +426,7 @@ impl Group<'_> {
             each.all(|g| g == Some(first)).then_some(first)
         };
         let model = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
-        let need = sessions_bytes(prefix::weight_bytes(&model), self.runs.workers);
+        let need = sessions_bytes(model.nested_initializer_bytes(), self.runs.workers);
         if !memory_holds(need) {
             tracing::debug!(
                 "cut {cut}: its sessions ({need} bytes) do not fit beside the whole model's, the whole model runs"
