@@ -5,7 +5,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rayon::prelude::*;
 use serde::Serialize;
 
 pub use super::auto_exclude::{AutoExclude, Goal, auto_exclude};
@@ -485,16 +484,7 @@ fn exact_scan(
             sqnr_only_db,
         })
     };
-    let mut nodes = if workers > 1 {
-        super::switched_scan::worker_pool(workers)?.install(|| {
-            units
-                .par_iter()
-                .map(run_unit)
-                .collect::<Result<Vec<_>, _>>()
-        })?
-    } else {
-        units.iter().map(run_unit).collect::<Result<Vec<_>, _>>()?
-    };
+    let mut nodes = super::switched_scan::on_workers(workers, units, run_unit)?;
     rank(&mut nodes);
     Ok(Sensitivity {
         granularity,

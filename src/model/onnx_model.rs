@@ -276,11 +276,7 @@ impl Model {
     /// Bytes the main graph's initializers hold, as their shapes and types say (what a
     /// session over the model keeps of its weights, at least).
     pub fn initializer_bytes(&self) -> u64 {
-        self.graph()
-            .initializer
-            .iter()
-            .filter_map(|t| super::external::expected_bytes(t).ok().flatten())
-            .sum()
+        own_initializer_bytes(self.graph())
     }
 
     /// Bytes of every initializer, those of the graphs nodes hold (`If` branches, loop
@@ -363,11 +359,6 @@ fn slice_external(
 
 /// [`Model::nested_initializer_bytes`] of one graph and the graphs its nodes hold.
 fn nested_initializer_bytes(graph: &GraphProto) -> u64 {
-    let own: u64 = graph
-        .initializer
-        .iter()
-        .filter_map(|t| super::external::expected_bytes(t).ok().flatten())
-        .sum();
     let nested: u64 = graph
         .node
         .iter()
@@ -375,5 +366,14 @@ fn nested_initializer_bytes(graph: &GraphProto) -> u64 {
         .flat_map(|a| a.g.iter().chain(&a.graphs))
         .map(nested_initializer_bytes)
         .sum();
-    own + nested
+    own_initializer_bytes(graph) + nested
+}
+
+/// Bytes of `graph`'s own initializers (external data included, as its tensors declare).
+fn own_initializer_bytes(graph: &GraphProto) -> u64 {
+    graph
+        .initializer
+        .iter()
+        .filter_map(|t| super::external::expected_bytes(t).ok().flatten())
+        .sum()
 }

@@ -412,15 +412,28 @@ fn open_pool(
     workers: usize,
 ) -> Result<SessionPool, EvalError> {
     let encoded = pinned_session_model(model, &eval.reference.sample_shapes())?;
-    let open = |_| eval.runtime.session_from_model(&encoded, eval.eps, options);
-    let sessions = if workers > 1 {
-        worker_pool(workers)?.install(|| (0..workers).into_par_iter().map(open).collect())
-    } else {
-        (0..workers).map(open).collect::<Result<Vec<_>, _>>()
-    }?;
+    let indices: Vec<usize> = (0..workers).collect();
+    let sessions = on_workers(workers, &indices, |_| {
+        Ok(eval
+            .runtime
+            .session_from_model(&encoded, eval.eps, options)?)
+    })?;
     Ok(SessionPool {
         sessions: Mutex::new(sessions),
     })
+}
+
+/// `f` on every one of `items`, results in their order: on `workers` threads at once when
+/// more than one, else one after another on this thread; the first failure is returned.
+pub(crate) fn on_workers<T: Sync, R: Send>(
+    workers: usize,
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, EvalError> + Sync,
+) -> Result<Vec<R>, EvalError> {
+    match workers > 1 {
+        true => worker_pool(workers)?.install(|| items.par_iter().map(&f).collect()),
+        false => items.iter().map(f).collect(),
+    }
 }
 
 /// A thread pool of `workers` threads.

@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use ort::value::DynValue;
-use rayon::prelude::*;
 
-use super::{GatedRuns, SessionPool, worker_pool};
+use super::{GatedRuns, SessionPool, on_workers};
 use crate::eval::reference::Reference;
 use crate::eval::switchable::Switchable;
 use crate::eval::switchable::prefix::{self, Layout};
@@ -336,13 +335,7 @@ impl Group<'_> {
         members: &[usize],
         run: &(dyn Fn(&[bool]) -> Result<f64, EvalError> + Sync),
     ) -> Result<Vec<f64>, EvalError> {
-        let one = |&v: &usize| run(self.distinct[v]);
-        match self.runs.workers > 1 {
-            true => {
-                worker_pool(self.runs.workers)?.install(|| members.par_iter().map(one).collect())
-            }
-            false => members.iter().map(one).collect(),
-        }
+        on_workers(self.runs.workers, members, |&v| run(self.distinct[v]))
     }
 
     /// The members' scores on the model cut at `at`, fed each base's values there;
