@@ -8,11 +8,11 @@ use ndarray::ArrayD;
 use qdq_studio::calib::CalibrationConfig;
 use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::stats::CalibrationStats;
-use qdq_studio::eval::switchable::Switchable;
+use qdq_studio::eval::switchable::{Gating, Switchable};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Graph, Model, TensorArray};
 use qdq_studio::quant;
-use qdq_studio::recipe::Recipe;
+use qdq_studio::recipe::{QuantType, Recipe};
 use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions, value};
 
 use common::{asset, runtime};
@@ -93,7 +93,14 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
         only.nodes_to_quantize = vec![exact(name)];
         variants.push(only);
     }
-    let switchable = Switchable::build(&model, &stats, &variants, &JobContext::silent()).unwrap();
+    let switchable = Switchable::build(
+        &model,
+        &stats,
+        &variants,
+        Gating::Branches,
+        &JobContext::silent(),
+    )
+    .unwrap();
     assert!(switchable.switches() > 0);
     // As a scan runs both: the variants' optimizations, without the CPU's blocked float
     // layout (which fuses a Conv with neighbours that depend on the graph around it).
@@ -161,6 +168,90 @@ fn the_switchable_model_equals_each_variant_quantized_on_its_own() {
             "the combination differs from its own model"
         );
     }
+}
+
+/// The recipe, then each of `nodes` left in float and quantized alone (a scan's variants).
+fn scan_variants(recipe: &Recipe, nodes: &[&String]) -> Vec<Recipe> {
+    let exact = |name: &str| format!("{}$", regex::escape(name));
+    let mut variants = vec![recipe.clone()];
+    for name in nodes {
+        let mut without = recipe.clone();
+        without.nodes_to_exclude.push(exact(name));
+        let mut only = recipe.clone();
+        only.nodes_to_quantize = vec![exact(name)];
+        variants.extend([without, only]);
+    }
+    variants
+}
+
+/// The model for accelerators, every form run and the values picked by `Where`: each gate
+/// setting gives its variant's outputs as the Q/DQ arithmetic is written (what an
+/// accelerator without integer kernels runs).
+#[test]
+fn the_select_gated_model_equals_each_variant_quantized_on_its_own() {
+    let (model, stats, inputs) = sample();
+    // uint8 activations are picked as they are; int8 and uint16 ones through int32 casts.
+    for activation_type in [QuantType::Uint8, QuantType::Int8, QuantType::Uint16] {
+        let recipe = Recipe {
+            activation_type,
+            ..Recipe::default()
+        };
+        select_gated_variants_equal_their_models(&model, &stats, &inputs, &recipe);
+    }
+}
+
+fn select_gated_variants_equal_their_models(
+    model: &Model,
+    stats: &CalibrationStats,
+    inputs: &[(String, TensorArray)],
+    recipe: &Recipe,
+) {
+    let full = quant::quantize(model, Some(stats), recipe).unwrap();
+    let nodes = &full.quantized_nodes;
+    let picked = [&nodes[0], &nodes[nodes.len() / 2], &nodes[nodes.len() - 1]];
+    let variants = scan_variants(recipe, &picked);
+    let switchable = Switchable::build(
+        model,
+        stats,
+        &variants,
+        Gating::Select,
+        &JobContext::silent(),
+    )
+    .unwrap();
+    assert_eq!(switchable.gating(), Gating::Select);
+    let graph = &switchable.model().proto().graph;
+    let ops: Vec<&str> = graph
+        .iter()
+        .flat_map(|g| &g.node)
+        .map(|n| n.op_type())
+        .collect();
+    assert!(!ops.contains(&"If"), "no If nodes");
+    assert!(ops.contains(&"Where"), "the gates pick by Where");
+    let recipe_outputs = outputs(&full.model, inputs);
+    let mut differing = 0;
+    for (at, variant) in variants.iter().enumerate() {
+        let own = quant::quantize(model, Some(stats), variant).unwrap().model;
+        let mut gated = inputs.to_vec();
+        gated.extend(Switchable::gate_inputs(switchable.gates(at).unwrap()));
+        let expected = outputs(&own, inputs);
+        let got = outputs(switchable.model(), &gated);
+        assert_eq!(expected.len(), got.len());
+        for (e, g) in expected.iter().zip(&got) {
+            assert_eq!(
+                bits(e),
+                bits(g),
+                "variant {at} of {:?} differs from its own model",
+                recipe.activation_type
+            );
+        }
+        if bits(&expected[0]) != bits(&recipe_outputs[0]) {
+            differing += 1;
+        }
+    }
+    assert!(
+        differing >= 4,
+        "only {differing} variants differ from the recipe"
+    );
 }
 
 #[test]
@@ -359,6 +450,17 @@ fn auto_exclude_trying_several_at_once_takes_the_steps_of_one_at_a_time() {
 /// figures they give run whole.
 #[test]
 fn variants_run_from_cuts_score_as_they_do_run_whole() {
+    variants_from_cuts_score_as_whole(Gating::Branches);
+}
+
+/// The same with the forms picked by `Where` (fixed gates in a suffix become `Identity`
+/// and the forms no variant there selects are dropped).
+#[test]
+fn select_gated_variants_run_from_cuts_score_as_they_do_run_whole() {
+    variants_from_cuts_score_as_whole(Gating::Select);
+}
+
+fn variants_from_cuts_score_as_whole(gating: Gating) {
     use qdq_studio::eval::reference::Reference;
     use qdq_studio::eval::sensitivity::Evaluator;
     use qdq_studio::eval::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
@@ -394,18 +496,10 @@ fn variants_run_from_cuts_score_as_they_do_run_whole() {
     let nodes = quant::quantize(&model, Some(&stats), &recipe)
         .unwrap()
         .quantized_nodes;
-    let exact = |name: &str| format!("{}$", regex::escape(name));
-    // As a scan builds them: the recipe, then each node left in float and quantized alone,
-    // for nodes spread from the first to the last.
-    let mut variants = vec![recipe.clone()];
-    for name in nodes.iter().step_by(nodes.len() / 12) {
-        let mut without = recipe.clone();
-        without.nodes_to_exclude.push(exact(name));
-        let mut only = recipe.clone();
-        only.nodes_to_quantize = vec![exact(name)];
-        variants.extend([without, only]);
-    }
-    let switchable = Switchable::build(&model, &stats, &variants, &ctx).unwrap();
+    // As a scan builds them, for nodes spread from the first to the last.
+    let spread: Vec<&String> = nodes.iter().step_by(nodes.len() / 12).collect();
+    let variants = scan_variants(&recipe, &spread);
+    let switchable = Switchable::build(&model, &stats, &variants, gating, &ctx).unwrap();
     let scores = |cuts: Cuts| {
         let mut runs = GatedRuns::open(&eval, &switchable, true).unwrap();
         runs.set_cuts(cuts);

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 pub use super::auto_exclude::{AutoExclude, Goal, auto_exclude};
 use super::reference::Reference;
-use super::switchable::Switchable;
+use super::switchable::{Gating, Switchable};
 use super::switched_scan::{Fallback, GatedRuns, ScanMethod, variant_sqnrs};
 use super::{EvalError, OutputMetrics};
 use crate::calib::stats::CalibrationStats;
@@ -410,9 +410,10 @@ fn switched_scan(
         recipes.extend([without, only]);
     }
     let started = std::time::Instant::now();
-    let switchable = Switchable::build(eval.float, eval.stats, &recipes, ctx)?;
+    let gating = Gating::for_providers(eval.eps);
+    let switchable = Switchable::build(eval.float, eval.stats, &recipes, gating, ctx)?;
     tracing::debug!(
-        "switchable model of {} variants built in {:.1} s",
+        "switchable model of {} variants ({gating:?}) built in {:.1} s",
         recipes.len(),
         started.elapsed().as_secs_f64()
     );

@@ -1,15 +1,18 @@
 //! Writes the switchable model: every slot's form placed in the main graph when all variants
-//! agree on it, else a nest of `If(gate)` nodes whose branches hold one form each. A branch
-//! holds a whole unit (input DQs, node, output Qs) with its own initializers, so ONNX Runtime
-//! fuses it into the integer kernel the variant's own model runs (QDQ fusion works inside
-//! subgraphs); only the chosen branch runs, so a run costs about what the chosen variant's
-//! own model costs. A branch that does not write one of the nest's outputs (no consumer of
-//! that variant reads it) fills it with a scalar constant.
+//! agree on it, else the slot's forms selected by gates, as [`Gating`] says:
+//! - [`Gating::Branches`]: a nest of `If(gate)` nodes whose branches hold one form each. A
+//!   branch holds a whole unit (input DQs, node, output Qs) with its own initializers, so
+//!   ONNX Runtime fuses it into the integer kernel the variant's own model runs (QDQ fusion
+//!   works inside subgraphs); only the chosen branch runs, so a run costs about what the
+//!   chosen variant's own model costs. A branch that does not write one of the nest's
+//!   outputs (no consumer of that variant reads it) fills it with a scalar constant.
+//! - [`Gating::Select`]: every form in the main graph, each value picked from the forms that
+//!   write it by a chain of `Where(gate)` nodes ([`select`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::Choices;
 use super::units::{Form, FormKey, PREFIX, Slot, Written, is_internal};
+use super::{Choices, Gating};
 use crate::model::builder::value_info;
 use crate::model::proto::attribute_proto::AttributeType;
 use crate::model::proto::{
@@ -74,6 +77,17 @@ fn placeholder(name: &str, elem: i32) -> NodeProto {
     }
 }
 
+/// Where a form is placed, which decides what of it is renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// In the main graph, the slot's only form: it writes the model's names.
+    Inline,
+    /// In an `If` branch, with copies of the float model's initializers it reads.
+    Branch,
+    /// In the main graph beside the slot's other forms: the values it writes renamed.
+    Beside,
+}
+
 /// Places forms, keeping every name it makes unique.
 struct Placer<'a> {
     forms: &'a HashMap<FormKey, (usize, Form)>,
@@ -82,6 +96,7 @@ struct Placer<'a> {
     /// Initializers of forms placed in the main graph.
     initializers: Vec<TensorProto>,
     made: usize,
+    gating: Gating,
 }
 
 impl Placer<'_> {
@@ -103,8 +118,10 @@ impl Placer<'_> {
     fn renamed(
         &mut self,
         mut form: Form,
-        branch: bool,
+        placement: Placement,
     ) -> (Vec<NodeProto>, Vec<TensorProto>, HashMap<String, String>) {
+        let branch = placement == Placement::Branch;
+        let beside = placement == Placement::Beside;
         if branch {
             let copies = form
                 .shared
@@ -117,7 +134,8 @@ impl Placer<'_> {
         let mut names: HashMap<String, String> = HashMap::new();
         let mut rename = |name: &mut String, placer: &mut Self| {
             let local = written.contains(name.as_str()) || shared.contains(name.as_str());
-            if is_internal(name) || (branch && local) {
+            let own = written.contains(name.as_str());
+            if is_internal(name) || (branch && local) || (beside && own) {
                 let new = names
                     .entry(name.clone())
                     .or_insert_with(|| placer.fresh("t"))
@@ -141,7 +159,7 @@ impl Placer<'_> {
 
     /// `form` placed in the main graph.
     fn inline(&mut self, form: Form) -> Vec<NodeProto> {
-        let (nodes, initializers, _) = self.renamed(form, false);
+        let (nodes, initializers, _) = self.renamed(form, Placement::Inline);
         self.initializers.extend(initializers);
         nodes
     }
@@ -149,7 +167,7 @@ impl Placer<'_> {
     /// A branch computing `form` and giving `outputs` in order (a placeholder for those the
     /// form does not write).
     fn branch(&mut self, form: Form, outputs: &[Written]) -> GraphProto {
-        let (mut nodes, initializers, names) = self.renamed(form, true);
+        let (mut nodes, initializers, names) = self.renamed(form, Placement::Branch);
         let mut declared = Vec::with_capacity(outputs.len());
         for output in outputs {
             let name = match names.get(&output.name) {
@@ -179,8 +197,15 @@ impl Placer<'_> {
         if choice.alternatives.is_empty() {
             return self.inline(default);
         }
-        // The values any of the forms writes, read where they are stored (placing a form
-        // copies it, its constants included, once).
+        match self.gating {
+            Gating::Branches => self.nested(choice, default),
+            Gating::Select => self.selected(choice),
+        }
+    }
+
+    /// The values any of `choice`'s forms writes, read where they are stored (placing a form
+    /// copies it, its constants included, once).
+    fn outputs(&self, choice: &Choices) -> Vec<Written> {
         let forms = self.forms;
         let keys =
             std::iter::once(&choice.default).chain(choice.alternatives.iter().map(|(k, _)| k));
@@ -193,6 +218,12 @@ impl Placer<'_> {
                 outputs.push(written.clone());
             }
         }
+        outputs
+    }
+
+    /// A slot's forms as a nest of `If`s ([`Gating::Branches`]).
+    fn nested(&mut self, choice: &Choices, default: Form) -> Vec<NodeProto> {
+        let outputs = self.outputs(choice);
         if outputs.is_empty() {
             // No variant reads anything the slot computes.
             return Vec::new();
@@ -232,6 +263,126 @@ impl Placer<'_> {
         }
         Vec::new()
     }
+
+    /// A slot's forms all placed in the main graph, each value they write picked by
+    /// [`select`] ([`Gating::Select`]). The forms are taken in the order the `If` nest
+    /// tests them: the alternatives in order, each under its gate, then the default.
+    fn selected(&mut self, choice: &Choices) -> Vec<NodeProto> {
+        let outputs = self.outputs(choice);
+        if outputs.is_empty() {
+            return Vec::new();
+        }
+        let order = choice
+            .alternatives
+            .iter()
+            .map(|(key, switch)| (key, Some(*switch)))
+            .chain(std::iter::once((&choice.default, None)));
+        let mut nodes = Vec::new();
+        let mut writers: Vec<(Option<usize>, HashMap<String, String>)> = Vec::new();
+        for (key, switch) in order {
+            let (placed, initializers, names) = self.renamed(self.form(key), Placement::Beside);
+            nodes.extend(placed);
+            self.initializers.extend(initializers);
+            writers.push((switch, names));
+        }
+        for output in &outputs {
+            let written: Vec<(Option<usize>, String)> = writers
+                .iter()
+                .filter_map(|(switch, names)| Some((*switch, names.get(&output.name)?.clone())))
+                .collect();
+            nodes.extend(select(output, &written, &mut || self.fresh("t")));
+        }
+        nodes
+    }
+}
+
+/// The element type a `Where` picks a value of element type `elem` in (CPU and CUDA kernels
+/// both hold uint8, int32, int64 and float, not the narrower integers or bool), cast there
+/// and back without loss; `None` when it picks `elem` itself.
+fn selection_type(elem: i32) -> Option<i32> {
+    match DataType::from_onnx(elem) {
+        Ok(DataType::Int8 | DataType::Int16 | DataType::Uint16) => Some(DataType::Int32.to_onnx()),
+        Ok(DataType::Bool) => Some(DataType::Uint8.to_onnx()),
+        _ => None,
+    }
+}
+
+/// A `Cast` of `input` to element type `to`.
+fn cast(input: &str, output: &str, to: i32) -> NodeProto {
+    NodeProto {
+        op_type: Some("Cast".into()),
+        name: Some(format!("{output}_cast")),
+        input: vec![input.to_owned()],
+        output: vec![output.to_owned()],
+        attribute: vec![AttributeProto {
+            name: Some("to".into()),
+            r#type: Some(AttributeType::Int as i32),
+            i: Some(i64::from(to)),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The nodes writing `output` from the forms that write it (`written`: each form's switch,
+/// `None` for the default, and its name for the value, in the order the `If` nest tests
+/// them): `Where(gate, value, rest)` for each but the last, whose value is taken when no
+/// earlier gate is on. A form that does not write `output` is skipped: the variants that
+/// select it read no value it would give, and every form runs, so each value is written
+/// by a real computation (a placeholder could meet a form that reads it and fail there).
+fn select(
+    output: &Written,
+    written: &[(Option<usize>, String)],
+    fresh: &mut dyn FnMut() -> String,
+) -> Vec<NodeProto> {
+    let Some(((_, last), earlier)) = written.split_last() else {
+        return Vec::new();
+    };
+    let identity = |from: &str| NodeProto {
+        op_type: Some("Identity".into()),
+        name: Some(format!("{}_selected", output.name)),
+        input: vec![from.to_owned()],
+        output: vec![output.name.clone()],
+        ..Default::default()
+    };
+    if earlier.is_empty() {
+        return vec![identity(last)];
+    }
+    let wide = selection_type(output.elem);
+    let mut nodes = Vec::new();
+    let widened =
+        |name: &str, nodes: &mut Vec<NodeProto>, fresh: &mut dyn FnMut() -> String| match wide {
+            Some(to) => {
+                let cast_to = fresh();
+                nodes.push(cast(name, &cast_to, to));
+                cast_to
+            }
+            None => name.to_owned(),
+        };
+    let mut rest = widened(last, &mut nodes, fresh);
+    for (at, (switch, value)) in earlier.iter().enumerate().rev() {
+        let Some(switch) = switch else { continue };
+        let value = widened(value, &mut nodes, fresh);
+        let picked = if at == 0 && wide.is_none() {
+            output.name.clone()
+        } else {
+            fresh()
+        };
+        nodes.push(NodeProto {
+            op_type: Some("Where".into()),
+            name: Some(format!("{picked}_where")),
+            input: vec![gate_name(*switch), value, rest],
+            output: vec![picked.clone()],
+            ..Default::default()
+        });
+        rest = picked;
+    }
+    match wide {
+        Some(_) => nodes.push(cast(&rest, &output.name, output.elem)),
+        None if rest != output.name => nodes.push(identity(&rest)),
+        None => {}
+    }
+    nodes
 }
 
 /// The switchable model over `base` (the prepared float model).
@@ -240,6 +391,7 @@ pub(super) fn assemble(
     choices: &BTreeMap<Slot, Choices>,
     forms: &HashMap<FormKey, (usize, Form)>,
     switches: usize,
+    gating: Gating,
 ) -> Model {
     let Some(g) = base.proto_mut().graph.as_mut() else {
         return base;
@@ -250,6 +402,7 @@ pub(super) fn assemble(
         shared: originals.iter().map(|t| (t.name(), t)).collect(),
         initializers: Vec::new(),
         made: 0,
+        gating,
     };
     let nodes: Vec<NodeProto> = choices
         .values()

@@ -27,7 +27,7 @@ use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model, TensorArray};
 use crate::quant::{self, Prepared, QuantError};
 use crate::recipe::{QuantMode, Recipe};
-use crate::runtime::Optimization;
+use crate::runtime::{EpSpec, Optimization};
 
 /// Why a set of recipes cannot share one switchable model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +46,34 @@ pub enum BuildError {
     /// The user cancelled.
     #[error("cancelled")]
     Cancelled,
+}
+
+/// How the switchable model selects each slot's form by its gates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gating {
+    /// A nest of `If` nodes whose branches hold one form each: only the chosen form runs, so
+    /// a run costs what the variant's own model costs, its fused integer kernels included.
+    /// For the CPU.
+    #[default]
+    Branches,
+    /// Every form runs in the main graph and `Where` nodes pick the values of the chosen
+    /// ones. For accelerators: an `If` costs a host round trip there (about 1 ms each on an
+    /// H100 with the CUDA provider, measured on the bundled sample, which made a scan slower
+    /// than on the CPU), while running every form costs little beside it. The units do not
+    /// fuse into integer kernels this way, which the CUDA provider has none of anyway.
+    Select,
+}
+
+impl Gating {
+    /// The gating for sessions on `eps` (in the order they are tried): [`Gating::Select`]
+    /// when any is an accelerator, since the nodes it takes run there.
+    pub fn for_providers(eps: &[EpSpec]) -> Gating {
+        if eps.iter().any(|ep| *ep != EpSpec::Cpu) {
+            Gating::Select
+        } else {
+            Gating::Branches
+        }
+    }
 }
 
 /// What one slot computes by default (the first recipe's form) and the other forms the
@@ -72,6 +100,7 @@ pub struct Switchable {
     forms: usize,
     /// The graph optimizations the variants' own models are run with.
     optimization: Optimization,
+    gating: Gating,
 }
 
 impl std::fmt::Debug for Switchable {
@@ -145,12 +174,13 @@ fn prepared_base(
 
 impl Switchable {
     /// Quantizes each of `recipes` (variants of the first: other nodes or op types selected)
-    /// and builds the model that runs any of them by its gates. Progress per variant;
-    /// cancellable between variants.
+    /// and builds the model that runs any of them by its gates, selecting forms as `gating`
+    /// says. Progress per variant; cancellable between variants.
     pub fn build(
         float: &Model,
         stats: &CalibrationStats,
         recipes: &[Recipe],
+        gating: Gating,
         ctx: &JobContext,
     ) -> Result<Switchable, BuildError> {
         let first = recipes
@@ -213,7 +243,7 @@ impl Switchable {
             .iter()
             .map(|v| gates(&choices, switches, v).unwrap_or_default())
             .collect();
-        let model = assemble::assemble(base_model, &choices, &table.forms, switches);
+        let model = assemble::assemble(base_model, &choices, &table.forms, switches, gating);
         Ok(Switchable {
             model,
             base,
@@ -224,6 +254,7 @@ impl Switchable {
             floats,
             forms: table.forms.len(),
             optimization,
+            gating,
         })
     }
 
@@ -241,6 +272,11 @@ impl Switchable {
     /// its units fuse into the same integer kernels.
     pub fn optimization(&self) -> Optimization {
         self.optimization
+    }
+
+    /// How the model selects its forms.
+    pub fn gating(&self) -> Gating {
+        self.gating
     }
 
     /// How many switches (gate inputs) the model has.

@@ -178,6 +178,9 @@ fn resolved(node: NodeProto, fixed: &Fixed<'_>) -> (Vec<NodeProto>, Vec<TensorPr
 /// is reshaped by [`OPAQUE`], whose length inference cannot know. No variant of the suffix
 /// reads it (the forms a variant selects write what its other forms read).
 fn resolve(node: &NodeProto, fixed: &Fixed<'_>) -> Option<(Vec<NodeProto>, Vec<TensorProto>)> {
+    if node.op_type() == "Where" {
+        return Some((vec![picked(node, fixed)?], Vec::new()));
+    }
     if node.op_type() != "If" {
         return None;
     }
@@ -235,6 +238,21 @@ fn resolve(node: &NodeProto, fixed: &Fixed<'_>) -> Option<(Vec<NodeProto>, Vec<T
     Some((nodes, initializers))
 }
 
+/// A `Where` on a fixed gate ([`super::Gating::Select`]) as an `Identity` of the value it
+/// picks; `None` for a `Where` on anything else. The forms writing the values it no longer
+/// picks are left unread, and [`cut`] drops them.
+fn picked(node: &NodeProto, fixed: &Fixed<'_>) -> Option<NodeProto> {
+    let on = fixed(switch_of(node.input.first()?)?)?;
+    let value = node.input.get(if on { 1 } else { 2 })?;
+    Some(NodeProto {
+        op_type: Some("Identity".into()),
+        name: Some(format!("{}_fixed", node.name())),
+        input: vec![value.clone()],
+        output: node.output.clone(),
+        ..Default::default()
+    })
+}
+
 /// The graph input, fed an empty int64 vector, that reshapes a branch's scalar placeholders
 /// placed in the main graph into values of a shape inference cannot know.
 pub const OPAQUE: &str = "qdq_studio_switch_opaque_shape";
@@ -260,6 +278,7 @@ fn opaque_scalar(constant: &NodeProto) -> Vec<NodeProto> {
 /// The graph of [`suffix`] given its nodes: fed values declared as inputs, what the nodes
 /// no longer read dropped.
 fn cut(graph: &mut GraphProto, fed: &[Fed]) {
+    drop_unread(graph);
     let mut read = HashSet::new();
     reads(&graph.node, &mut read);
     graph.initializer.retain(|t| read.contains(t.name()));
@@ -273,6 +292,21 @@ fn cut(graph: &mut GraphProto, fed: &[Fed]) {
     if read.contains(OPAQUE) {
         graph.input.push(any_shape_info(OPAQUE, DataType::Int64));
     }
+}
+
+/// Drops the nodes (in topological order) whose values neither a graph output nor a later
+/// node reads: the forms a suffix's fixed gates no longer select.
+fn drop_unread(graph: &mut GraphProto) {
+    let mut needed: HashSet<String> = graph.output.iter().map(|o| o.name().to_owned()).collect();
+    let mut kept = Vec::with_capacity(graph.node.len());
+    for node in std::mem::take(&mut graph.node).into_iter().rev() {
+        if node.output.iter().any(|o| needed.contains(o)) {
+            reads(std::slice::from_ref(&node), &mut needed);
+            kept.push(node);
+        }
+    }
+    kept.reverse();
+    graph.node = kept;
 }
 
 /// The graph input declaring a fed value.
