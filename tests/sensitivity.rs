@@ -227,6 +227,33 @@ fn select_gated_variants_equal_their_models(
         .collect();
     assert!(!ops.contains(&"If"), "no If nodes");
     assert!(ops.contains(&"Where"), "the gates pick by Where");
+    // The int32 biases are written dequantized (no host node on an accelerator).
+    let int32: Vec<&str> = graph
+        .iter()
+        .flat_map(|g| &g.initializer)
+        .filter(|t| t.data_type() == 6)
+        .map(|t| t.name())
+        .collect();
+    let dequantized_int32 = graph
+        .iter()
+        .flat_map(|g| &g.node)
+        .filter(|n| n.op_type() == "DequantizeLinear")
+        .filter(|n| int32.contains(&n.input[0].as_str()))
+        .count();
+    assert_eq!(dequantized_int32, 0, "int32 biases left to dequantize");
+    let full_biases = full.model.graph().node.iter().filter(|n| {
+        n.op_type() == "DequantizeLinear"
+            && full
+                .model
+                .graph()
+                .initializer
+                .iter()
+                .any(|t| t.name() == n.input[0] && t.data_type() == 6)
+    });
+    assert!(
+        full_biases.count() > 10,
+        "the recipe's own model dequantizes its int32 biases"
+    );
     let recipe_outputs = outputs(&full.model, inputs);
     let mut differing = 0;
     for (at, variant) in variants.iter().enumerate() {

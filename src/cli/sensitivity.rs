@@ -56,7 +56,8 @@ pub struct SensitivityArgs {
     /// opening each on its own: the same figures (each gate setting runs its variant's fused
     /// integer kernels), without a session per variant, and on a larger model each variant
     /// runs only the part of the model from its node on (PP-OCR rec: two thirds to four
-    /// fifths of the time).
+    /// fifths of the time). On an accelerator every form runs and `Where` nodes pick the
+    /// chosen ones (an `If` costs a host round trip there).
     #[arg(long = "switchable")]
     pub switchable: bool,
     /// Variants (and auto-exclude's tries) measured at once on the CPU; default: one per

@@ -36,7 +36,8 @@ pub enum ScanMethod {
     /// from one run of that model ([`Cuts`]). The bundled sample scans in a little over half
     /// the exact method's time, PP-OCR rec in two thirds to four fifths as the measured costs
     /// choose the cuts (`benches/sensitivity`); not the default, since the exact method
-    /// measures the saved model itself on any provider.
+    /// measures the saved model itself on any provider. On accelerators the model picks its
+    /// forms by `Where` instead of `If` ([`crate::eval::switchable::Gating`]).
     Switchable,
     /// Each variant quantized and opened in a session of its own: the figures of the saved
     /// model on the chosen provider, fused kernels included.
@@ -203,8 +204,9 @@ impl<'a> GatedRuns<'a> {
             // the blocked layout fuses with a Conv depends on the graph around it, and a
             // unit in a branch has other neighbours than in the variant's own model.
             blocked_layout: false,
-            // Thousands of `If` branches: without it each makes its own CUDA stream and
-            // handles, which ran an H100 out of memory.
+            // Thousands of `If` branches (a model with `Where` gating has none, where it
+            // changes nothing): without it each makes its own CUDA stream and handles, which
+            // ran an H100 out of memory.
             one_gpu_stream: true,
             ..SessionOptions::default()
         };
