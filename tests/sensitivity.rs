@@ -286,11 +286,14 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
     common::calibrate_sample(&stats);
-    let scan = |extra: &[&str]| {
+    let scan_within = |extra: &[&str], memory: Option<&str>| {
         let json = dir.path().join(format!("scan{}.json", extra.len()));
+        let mut cli = common::cli();
+        if let Some(limit) = memory {
+            cli.env("QDQ_STUDIO_MEMORY_LIMIT", limit);
+        }
         let text = common::run_ok(
-            common::cli()
-                .args(["sensitivity", "--onnx_path"])
+            cli.args(["sensitivity", "--onnx_path"])
                 .arg(asset("ppocr_cls.onnx"))
                 .arg("--calibration_cache_path")
                 .arg(&stats)
@@ -304,6 +307,7 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         (text, value["scan"].clone())
     };
+    let scan = |extra: &[&str]| scan_within(extra, None);
     let (exact_text, exact) = scan(&[]);
     assert!(
         exact_text.contains("each variant quantized and run on its own"),
@@ -319,6 +323,14 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
     assert!(text.contains("one switchable model"), "{text}");
     assert_eq!(switched["method"], "Switchable");
     assert_eq!(switched["nodes"].as_array().unwrap().len(), 2);
+    // The switchable model's first session is measured (about 12 MB here, its weights
+    // 0.7 MB): 8 MB left holds the two its weights would allow, not one more measured one.
+    if rayon::current_num_threads() >= 2 {
+        assert!(switched["workers"].as_u64().unwrap() >= 2, "{switched}");
+        let (_, tight) = scan_within(&["--switchable"], Some("8M"));
+        assert_eq!(tight["workers"], 1, "{tight}");
+        assert_eq!(tight["nodes"], switched["nodes"]);
+    }
 }
 
 /// A model may declare its first axis free and still need the batch size it is given: here a

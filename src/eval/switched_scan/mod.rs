@@ -148,8 +148,10 @@ pub struct GatedRuns<'a> {
     workers: usize,
     /// How its sessions are opened (those of models cut from it too).
     options: SessionOptions,
-    /// Wall seconds opening its sessions took.
+    /// Wall seconds opening one of its sessions took (the others open side by side).
     open_seconds: f64,
+    /// Memory a session took per byte of the model's weights, measured on the first.
+    bytes_per_weight: f64,
     /// How many cuts the scan's runs may take.
     cuts: Cuts,
     /// How many the last scan took.
@@ -162,6 +164,13 @@ struct SessionPool {
 }
 
 impl SessionPool {
+    /// Its sessions (a pool no run holds).
+    fn into_sessions(self) -> Vec<ort::session::Session> {
+        self.sessions
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     /// `f` on a free session, given back after.
     fn with<R>(&self, f: impl FnOnce(&mut ort::session::Session) -> R) -> Result<R, EvalError> {
         let busy = || EvalError::Run {
@@ -191,15 +200,15 @@ impl<'a> GatedRuns<'a> {
         switchable: &'a Switchable,
         parallel: bool,
     ) -> Result<Self, EvalError> {
-        let workers = match parallel {
-            true => cpu_workers(eval.eps, || {
-                switchable.initializer_bytes().saturating_mul(2)
-            }),
+        let weights = switchable.initializer_bytes();
+        let estimate = weights.saturating_mul(2);
+        let most = match parallel {
+            true => cpu_workers(eval.eps, || estimate),
             false => 1,
         };
         let options = SessionOptions {
             optimization: switchable.optimization(),
-            intra_threads: if workers > 1 { 1 } else { 0 },
+            intra_threads: if most > 1 { 1 } else { 0 },
             // As the exact scan runs each variant (`Reference::compare`): which neighbours
             // the blocked layout fuses with a Conv depends on the graph around it, and a
             // unit in a branch has other neighbours than in the variant's own model.
@@ -210,9 +219,13 @@ impl<'a> GatedRuns<'a> {
             one_gpu_stream: true,
             ..SessionOptions::default()
         };
-        let started = std::time::Instant::now();
-        let pool = open_pool(eval, switchable.model(), options, workers)?;
-        let open_seconds = started.elapsed().as_secs_f64();
+        let opened = open_measured(eval, switchable.model(), options, most, estimate)?;
+        let workers = opened.sessions;
+        tracing::debug!(
+            "a session of the switchable model takes {} (its weights {}): {workers} of {most} open",
+            crate::util::format_bytes(opened.session_bytes),
+            crate::util::format_bytes(weights),
+        );
         // Data already in batches of 32 joins nothing: no check (a float session) then.
         let joinable = batch_axis_free(eval.float)
             .then(|| eval.reference.merged(MERGED_SAMPLES))
@@ -223,10 +236,11 @@ impl<'a> GatedRuns<'a> {
             eval,
             switchable,
             merged: None,
-            pool,
+            pool: opened.pool,
             workers,
             options,
-            open_seconds,
+            open_seconds: opened.seconds,
+            bytes_per_weight: opened.session_bytes as f64 / weights.max(1) as f64,
             cuts: Cuts::default(),
             cuts_taken: AtomicUsize::new(0),
         };
@@ -246,13 +260,16 @@ impl<'a> GatedRuns<'a> {
 
     /// Whether the switchable model runs the evaluation data faster joined (`joined`) than
     /// in its own batches, by at least [`JOINED_MIN_GAIN`], timed on the first variant that
-    /// quantizes something after one untimed run of each (the first run of a shape sets up
-    /// its buffers), the faster of two timed runs each. Neither way wins everywhere on the CPU (measured): a small model whose
-    /// runs are mostly per-run overhead gains by joining (the bundled sample's scan, 10 s
-    /// against 15 s), a larger one loses as a batch of 32 no longer fits the caches (PP-OCR
-    /// rec's float model on one thread: 1.39 s joined against 0.71 s for its 32 batches of
-    /// one). Without a margin the data's own batches are kept: they are what each variant's
-    /// own model is measured on.
+    /// quantizes something as the scan runs it, a pass on every session at once, after one
+    /// untimed pass of each (the first run of a shape sets up its buffers): the faster of two
+    /// timed passes each. Neither way wins everywhere on the CPU (measured): a small model
+    /// whose runs are mostly per-run overhead gains by joining (the bundled sample's scan,
+    /// 10 s against 15 s), a larger one loses as a batch of 32 no longer fits the caches, the
+    /// more so with every core running one (PP-OCR rec's scan on 2 cores, timed on one
+    /// session at a time: joined 0.85 s against 1.09 s, and then the variants' runs took
+    /// 244 s against 218 s in their own batches). On CUDA the first timed run was still slow
+    /// (rec: joined 4.9 s, then 0.23 s). Without a margin the data's own batches are kept:
+    /// they are what each variant's own model is measured on.
     fn joining_pays(&self, joined: &Reference) -> Result<bool, EvalError> {
         let Some(gates) = (0..self.switchable.variants())
             .filter(|&v| !self.switchable.is_float(v))
@@ -260,9 +277,10 @@ impl<'a> GatedRuns<'a> {
         else {
             return Ok(false);
         };
+        let sessions: Vec<usize> = (0..self.workers).collect();
         let timed = |data: &Reference| -> Result<f64, EvalError> {
             let started = std::time::Instant::now();
-            self.metrics_on(data, gates)?;
+            on_workers(self.workers, &sessions, |_| self.metrics_on(data, gates))?;
             Ok(started.elapsed().as_secs_f64())
         };
         timed(self.eval.reference)?;
@@ -276,6 +294,15 @@ impl<'a> GatedRuns<'a> {
         );
         let (own, merged) = (own[0].min(own[1]), merged[0].min(merged[1]));
         Ok(merged * JOINED_MIN_GAIN < own)
+    }
+
+    /// The memory `sessions` sessions of a model cut from the switchable one, with `weights`
+    /// bytes of weights, take: as the whole model's first session took per byte of its
+    /// weights, at least twice the weights.
+    pub(super) fn sessions_bytes(&self, weights: u64, sessions: usize) -> u64 {
+        let one = (weights as f64 * self.bytes_per_weight) as u64;
+        one.max(weights.saturating_mul(2))
+            .saturating_mul(sessions as u64)
     }
 
     /// Sessions open.
@@ -411,6 +438,53 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
 }
 
 /// `workers` sessions of `model` over `eval`'s data (opened side by side when several).
+/// A model's sessions opened by [`open_measured`].
+struct Opened {
+    pool: SessionPool,
+    sessions: usize,
+    /// Wall seconds the first session took to open.
+    seconds: f64,
+    /// Memory the first session took (at least the estimate).
+    session_bytes: u64,
+}
+
+/// One session of `model`, with what it took of this process's memory measured, then as many
+/// more, up to `most` in all, as the memory left holds at that size each. A switchable
+/// model's session takes far more than twice its weights, the estimate the count starts
+/// from: every `If` branch is a subgraph with its own kernels and plan (PP-OCR rec's scan:
+/// about 380 MB a session). A model that fits only once then runs on one session, on the
+/// one thread it was opened with.
+fn open_measured(
+    eval: &Evaluator,
+    model: &Model,
+    options: SessionOptions,
+    most: usize,
+    estimate: u64,
+) -> Result<Opened, EvalError> {
+    let before = crate::jobs::resident_memory_bytes();
+    let started = std::time::Instant::now();
+    let first = open_pool(eval, model, options, 1)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let after = crate::jobs::resident_memory_bytes();
+    let measured = before.zip(after).map_or(0, |(b, a)| a.saturating_sub(b));
+    let session_bytes = measured.max(estimate);
+    let fit = crate::util::available_memory()
+        .map_or(usize::MAX, |free| (free / session_bytes.max(1)) as usize);
+    let more = most.saturating_sub(1).min(fit);
+    let mut sessions = first.into_sessions();
+    if more > 0 {
+        sessions.extend(open_pool(eval, model, options, more)?.into_sessions());
+    }
+    Ok(Opened {
+        sessions: sessions.len(),
+        pool: SessionPool {
+            sessions: Mutex::new(sessions),
+        },
+        seconds,
+        session_bytes,
+    })
+}
+
 fn open_pool(
     eval: &Evaluator,
     model: &Model,

@@ -275,7 +275,7 @@ fn probe_for(runs: &GatedRuns, crossing: &BTreeMap<usize, Vec<String>>) -> Optio
     }
     names.sort();
     names.dedup();
-    let need = sessions_bytes(runs.switchable.initializer_bytes(), 1);
+    let need = runs.sessions_bytes(runs.switchable.initializer_bytes(), 1);
     if !memory_holds(need) {
         tracing::debug!(
             "the values at the cuts cannot be read ({need} bytes more of sessions do not fit): no cuts"
@@ -290,13 +290,6 @@ fn probe_for(runs: &GatedRuns, crossing: &BTreeMap<usize, Vec<String>>) -> Optio
             None
         }
     }
-}
-
-/// Bytes `sessions` sessions of a model of `weights` bytes of initializers hold, as the
-/// scan's workers are counted ([`crate::eval::sensitivity::cpu_workers`]): the weights twice
-/// each (the model's and the kernels' packed copy).
-fn sessions_bytes(weights: u64, sessions: usize) -> u64 {
-    weights.saturating_mul(2).saturating_mul(sessions as u64)
 }
 
 /// Whether the memory available now holds `need` more bytes. The whole model's sessions
@@ -419,7 +412,9 @@ impl Group<'_> {
             each.all(|g| g == Some(first)).then_some(first)
         };
         let model = prefix::suffix(self.runs.switchable.model(), cut, &fed, &fixed);
-        let need = sessions_bytes(model.nested_initializer_bytes(), self.runs.workers);
+        let need = self
+            .runs
+            .sessions_bytes(model.nested_initializer_bytes(), self.runs.workers);
         if !memory_holds(need) {
             tracing::debug!(
                 "cut {cut}: its sessions ({need} bytes) do not fit beside the whole model's, the whole model runs"
