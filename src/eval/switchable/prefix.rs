@@ -525,10 +525,15 @@ mod tests {
         builder
             .input("x", DataType::Float32, &[-1, 4])
             .input(&gate_name(0), DataType::Bool, &[])
-            .output("w", DataType::Float32, &[-1, 4]);
+            .output("w", DataType::Float32, &[-1, 4])
+            .output("v", DataType::Float32, &[-1, 4]);
         let mut model = builder.build();
         if let Some(graph) = model.proto_mut().graph.as_mut() {
-            graph.node = vec![choose, node("Relu", "after", &["y"], &["w"])];
+            graph.node = vec![
+                choose,
+                node("Relu", "after", &["y"], &["w"]),
+                node("Identity", "reads_z", &["z"], &["v"]),
+            ];
         }
         model
     }
@@ -542,7 +547,7 @@ mod tests {
         let on = suffix(&model, 0, &[], &|_| Some(true));
         let graph = on.graph();
         let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type()).collect();
-        assert_eq!(ops, vec!["Mul", "Constant", "Reshape", "Relu"]);
+        assert_eq!(ops, vec!["Mul", "Constant", "Reshape", "Relu", "Identity"]);
         // The branch's values take the If's names; the placeholder reaches `z` reshaped.
         assert_eq!(graph.node[0].output, vec!["y"]);
         assert_eq!(graph.node[2].input[1], OPAQUE);
@@ -551,8 +556,49 @@ mod tests {
         assert_eq!(inputs, vec!["x", OPAQUE]);
         let off = suffix(&model, 0, &[], &|_| Some(false));
         let ops: Vec<&str> = off.graph().node.iter().map(|n| n.op_type()).collect();
-        assert_eq!(ops, vec!["Identity", "Identity", "Relu"]);
+        assert_eq!(ops, vec!["Identity", "Identity", "Relu", "Identity"]);
         assert_eq!(off.graph().node[1].output, vec!["z"]);
+        // A value nothing reads any more is not computed: without `v`, the branch's `z`
+        // (placeholder or not) goes, and with it the shape input.
+        let mut unread = model.proto().clone();
+        if let Some(graph) = unread.graph.as_mut() {
+            graph.node.pop();
+            graph.output.pop();
+        }
+        let unread = Model::from_proto(unread);
+        let on = suffix(&unread, 0, &[], &|_| Some(true));
+        let ops: Vec<&str> = on.graph().node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, vec!["Mul", "Relu"]);
+        let inputs: Vec<&str> = on.graph().input.iter().map(|i| i.name()).collect();
+        assert_eq!(inputs, vec!["x"]);
+        let off = suffix(&unread, 0, &[], &|_| Some(false));
+        let ops: Vec<&str> = off.graph().node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, vec!["Identity", "Relu"]);
+    }
+
+    /// A `Where` on a fixed gate (the accelerators' gating) becomes an `Identity` of the
+    /// value it picks, and the form it no longer picks is dropped.
+    #[test]
+    fn a_fixed_gate_picks_its_where_value_and_drops_the_other_form() {
+        let mut builder = ModelBuilder::new(17);
+        builder
+            .input("x", DataType::Float32, &[-1, 4])
+            .input(&gate_name(0), DataType::Bool, &[])
+            .output("y", DataType::Float32, &[-1, 4]);
+        builder.node("Relu", &["x"], &["a"]);
+        builder.node("Neg", &["x"], &["b"]);
+        builder.node("Where", &[&gate_name(0), "a", "b"], &["y"]);
+        let model = builder.build();
+        let open = suffix(&model, 0, &[], &|_| None);
+        assert_eq!(open.graph().node.len(), 3);
+        for (on, kept) in [(true, "Relu"), (false, "Neg")] {
+            let fixed = suffix(&model, 0, &[], &|_| Some(on));
+            let graph = fixed.graph();
+            let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type()).collect();
+            assert_eq!(ops, vec![kept, "Identity"], "gate {on}");
+            assert_eq!(graph.node[1].output, vec!["y"]);
+            assert!(graph.input.iter().all(|i| i.name() != gate_name(0)));
+        }
     }
 
     #[test]
