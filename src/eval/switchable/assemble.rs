@@ -409,21 +409,26 @@ pub(super) fn assemble(
         .flat_map(|choice| placer.chosen(choice))
         .collect();
     let Placer { initializers, .. } = placer;
-    // The float model's initializers that only branches read (as copies of their own) go.
-    let mut read = HashSet::new();
-    reads(&nodes, &mut read);
-    read.extend(g.input.iter().map(|i| i.name().to_owned()));
+    g.node = nodes;
     g.initializer = originals;
+    g.initializer.extend(initializers);
+    if gating == Gating::Select {
+        super::biases::fold_int32_dequantization(g);
+    }
+    // The initializers no node reads go: the float model's that only branches read (as
+    // copies of their own), and the int32 biases written dequantized.
+    let mut read = HashSet::new();
+    reads(&g.node, &mut read);
+    read.extend(g.input.iter().chain(&g.output).map(|i| i.name().to_owned()));
     g.initializer.retain(|t| read.contains(t.name()));
-    let written: HashSet<&str> = nodes
+    let written: HashSet<&str> = g
+        .node
         .iter()
         .flat_map(|n| n.output.iter().map(String::as_str))
         .collect();
     // Shapes recorded for tensors that now live in branches (or were renamed) go.
     g.value_info
         .retain(|info| written.contains(info.name.as_deref().unwrap_or_default()));
-    g.node = nodes;
-    g.initializer.extend(initializers);
     // One scalar input per switch, read by the `If`s as their condition straight from host
     // memory: a gate vector sliced by `Gather` put the slice on the accelerator and copied
     // it back to the host before every `If` (a synchronisation each).

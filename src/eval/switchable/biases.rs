@@ -9,46 +9,40 @@
 //! zero point 0) gives the same bits with no host node. The CPU's model keeps the nodes: there
 //! they fuse into the integer kernels.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ndarray::ArrayD;
 
+use crate::model::TensorArray;
 use crate::model::proto::{GraphProto, NodeProto, TensorProto};
-use crate::model::{Model, TensorArray};
 
 /// Replaces every `DequantizeLinear` of an int32 initializer with a zero (or no) zero point
-/// by a float initializer holding its output.
-pub(super) fn fold_int32_dequantization(model: &mut Model) {
-    let Some(graph) = model.proto_mut().graph.as_mut() else {
-        return;
-    };
-    let folded: Vec<(usize, TensorProto)> = {
-        let constants: HashMap<&str, &TensorProto> =
-            graph.initializer.iter().map(|t| (t.name(), t)).collect();
-        let outputs: std::collections::HashSet<&str> =
-            graph.output.iter().map(|o| o.name()).collect();
-        graph
-            .node
-            .iter()
-            .enumerate()
-            .filter(|(_, node)| !node.output.iter().any(|o| outputs.contains(o.as_str())))
-            .filter_map(|(at, node)| Some((at, dequantized(node, &constants)?)))
-            .collect()
-    };
-    if folded.is_empty() {
-        return;
-    }
-    let mut dropped = vec![false; graph.node.len()];
-    for (at, tensor) in folded {
-        dropped[at] = true;
-        graph.initializer.push(tensor);
-    }
-    let mut index = 0;
-    graph.node.retain(|_| {
-        index += 1;
-        !dropped[index - 1]
-    });
-    drop_unread_initializers(graph);
+/// by a float initializer holding its output (the int32 initializer is left for the
+/// caller's pruning of what no node reads).
+pub(super) fn fold_int32_dequantization(graph: &mut GraphProto) {
+    let nodes = std::mem::take(&mut graph.node);
+    let mut folded = Vec::new();
+    let constants: HashMap<&str, &TensorProto> =
+        graph.initializer.iter().map(|t| (t.name(), t)).collect();
+    let outputs: HashSet<&str> = graph.output.iter().map(|o| o.name()).collect();
+    let kept = nodes
+        .into_iter()
+        .filter(|node| {
+            let writes_output = node.output.iter().any(|o| outputs.contains(o.as_str()));
+            match (!writes_output)
+                .then(|| dequantized(node, &constants))
+                .flatten()
+            {
+                Some(tensor) => {
+                    folded.push(tensor);
+                    false
+                }
+                None => true,
+            }
+        })
+        .collect();
+    graph.node = kept;
+    graph.initializer.extend(folded);
 }
 
 /// The output of `node` as a float initializer, when it dequantizes an int32 initializer
@@ -91,16 +85,6 @@ fn scaled(values: &ArrayD<i32>, scale: &ArrayD<f32>) -> Option<ArrayD<f32>> {
     let mut out = values.mapv(|v| v as f32);
     out.iter_mut().zip(scale.iter()).for_each(|(v, s)| *v *= s);
     Some(out)
-}
-
-/// Drops the initializers no node (branches included) reads and that are neither graph
-/// inputs nor outputs.
-fn drop_unread_initializers(graph: &mut GraphProto) {
-    let mut read = std::collections::HashSet::new();
-    super::assemble::reads(&graph.node, &mut read);
-    let named = graph.output.iter().chain(&graph.input);
-    read.extend(named.map(|o| o.name().to_owned()));
-    graph.initializer.retain(|t| read.contains(t.name()));
 }
 
 #[cfg(test)]

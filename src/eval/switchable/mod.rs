@@ -246,10 +246,7 @@ impl Switchable {
             .iter()
             .map(|v| gates(&choices, switches, v).unwrap_or_default())
             .collect();
-        let mut model = assemble::assemble(base_model, &choices, &table.forms, switches, gating);
-        if gating == Gating::Select {
-            biases::fold_int32_dequantization(&mut model);
-        }
+        let model = assemble::assemble(base_model, &choices, &table.forms, switches, gating);
         Ok(Switchable {
             model,
             base,

@@ -437,7 +437,6 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
         .collect())
 }
 
-/// `workers` sessions of `model` over `eval`'s data (opened side by side when several).
 /// A model's sessions opened by [`open_measured`].
 struct Opened {
     pool: SessionPool,
@@ -452,8 +451,8 @@ struct Opened {
 /// more, up to `most` in all, as the memory left holds at that size each. A switchable
 /// model's session takes far more than twice its weights, the estimate the count starts
 /// from: every `If` branch is a subgraph with its own kernels and plan (PP-OCR rec's scan:
-/// about 380 MB a session). A model that fits only once then runs on one session, on the
-/// one thread it was opened with.
+/// 304.5 MB a session against 47.8 MB of weights). A model that fits only once then runs
+/// on one session, on the one thread it was opened with.
 fn open_measured(
     eval: &Evaluator,
     model: &Model,
@@ -485,6 +484,7 @@ fn open_measured(
     })
 }
 
+/// `workers` sessions of `model` over `eval`'s data (opened side by side when several).
 fn open_pool(
     eval: &Evaluator,
     model: &Model,
