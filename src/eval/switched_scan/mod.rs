@@ -348,7 +348,8 @@ impl<'a> GatedRuns<'a> {
             quiet_errors: true,
             ..self.options
         };
-        open_pool(self.eval, model, options, self.workers)
+        let encoded = pinned_session_model(model, &self.eval.reference.sample_shapes())?;
+        open_pool(self.eval, &encoded, options, self.workers)
     }
 
     /// One session of `model` on every core, for the few runs that read values off it.
@@ -358,7 +359,8 @@ impl<'a> GatedRuns<'a> {
             quiet_errors: true,
             ..self.options
         };
-        open_pool(self.eval, model, options, 1)
+        let encoded = pinned_session_model(model, &self.eval.reference.sample_shapes())?;
+        open_pool(self.eval, &encoded, options, 1)
     }
 
     /// The output metrics of the model `gates` select on `data` (the evaluation data in its
@@ -441,18 +443,20 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
 struct Opened {
     pool: SessionPool,
     sessions: usize,
-    /// Wall seconds the first session took to open.
+    /// Wall seconds one session took to open (the first alone, or all side by side).
     seconds: f64,
-    /// Memory the first session took (at least the estimate).
+    /// Memory one session took (at least the estimate).
     session_bytes: u64,
 }
 
-/// One session of `model`, with what it took of this process's memory measured, then as many
-/// more, up to `most` in all, as the memory left holds at that size each. A switchable
-/// model's session takes far more than twice its weights, the estimate the count starts
-/// from: every `If` branch is a subgraph with its own kernels and plan (PP-OCR rec's scan:
-/// 304.5 MB a session against 47.8 MB of weights). A model that fits only once then runs
-/// on one session, on the one thread it was opened with.
+/// Sessions of `model`, up to `most`, with what one takes of this process's memory measured.
+/// A switchable model's session takes far more than twice its weights, the estimate the
+/// count starts from: every `If` branch is a subgraph with its own kernels and plan (PP-OCR
+/// rec's scan: 304.5 MB a session against 47.8 MB of weights; the sample's 88.4 MB against
+/// 2.8 MB). When even [`generous_session_bytes`] each fits twice over in the memory left,
+/// all open side by side and the growth is shared among them; else the first opens alone,
+/// is measured, and as many more as the memory left holds at that size each (a model that
+/// fits only once then runs on one session, on the one thread it was opened with).
 fn open_measured(
     eval: &Evaluator,
     model: &Model,
@@ -460,19 +464,26 @@ fn open_measured(
     most: usize,
     estimate: u64,
 ) -> Result<Opened, EvalError> {
+    let encoded = pinned_session_model(model, &eval.reference.sample_shapes())?;
+    let free = crate::util::available_memory();
+    let bound = generous_session_bytes(estimate).saturating_mul(most as u64 * 2);
+    let first = match free.is_none_or(|free| bound <= free) {
+        true => most,
+        false => 1,
+    };
     let before = crate::jobs::resident_memory_bytes();
     let started = std::time::Instant::now();
-    let first = open_pool(eval, model, options, 1)?;
+    let mut sessions = open_pool(eval, &encoded, options, first)?.into_sessions();
     let seconds = started.elapsed().as_secs_f64();
     let after = crate::jobs::resident_memory_bytes();
-    let measured = before.zip(after).map_or(0, |(b, a)| a.saturating_sub(b));
+    let measured = before.zip(after).map_or(0, |(b, a)| a.saturating_sub(b)) / first as u64;
     let session_bytes = measured.max(estimate);
-    let fit = crate::util::available_memory()
-        .map_or(usize::MAX, |free| (free / session_bytes.max(1)) as usize);
-    let more = most.saturating_sub(1).min(fit);
-    let mut sessions = first.into_sessions();
+    let fit = free.map_or(usize::MAX, |free| (free / session_bytes.max(1)) as usize);
+    let more = most
+        .saturating_sub(sessions.len())
+        .min(fit.saturating_sub(1));
     if more > 0 {
-        sessions.extend(open_pool(eval, model, options, more)?.into_sessions());
+        sessions.extend(open_pool(eval, &encoded, options, more)?.into_sessions());
     }
     Ok(Opened {
         sessions: sessions.len(),
@@ -484,19 +495,26 @@ fn open_measured(
     })
 }
 
-/// `workers` sessions of `model` over `eval`'s data (opened side by side when several).
+/// A bound on one switchable session's memory, from `estimate` (twice its weights): eight
+/// times that, and 256 MiB for the kernels and plans of its nodes. Above what was measured
+/// (PP-OCR rec 6.4 times its weights, the sample 88 MB).
+fn generous_session_bytes(estimate: u64) -> u64 {
+    estimate.saturating_mul(8).saturating_add(256 << 20)
+}
+
+/// `workers` sessions of the `encoded` model over `eval`'s data (opened side by side when
+/// several).
 fn open_pool(
     eval: &Evaluator,
-    model: &Model,
+    encoded: &crate::model::SessionModel,
     options: SessionOptions,
     workers: usize,
 ) -> Result<SessionPool, EvalError> {
-    let encoded = pinned_session_model(model, &eval.reference.sample_shapes())?;
     let indices: Vec<usize> = (0..workers).collect();
     let sessions = on_workers(workers, &indices, |_| {
         Ok(eval
             .runtime
-            .session_from_model(&encoded, eval.eps, options)?)
+            .session_from_model(encoded, eval.eps, options)?)
     })?;
     Ok(SessionPool {
         sessions: Mutex::new(sessions),
