@@ -121,6 +121,9 @@ fn bench(label: &str, path: &Path, shape: &[usize], runtime: &Runtime) -> f64 {
 }
 
 fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("QDQ_STUDIO_LOG"))
+        .init();
     let runtime = test_common::runtime();
     bench(
         "sample (PP-OCR cls)",

@@ -598,9 +598,16 @@ pub fn local_errors(
 ) -> Result<Vec<LocalError>, EvalError> {
     super::check_comparable(float, quant, "the quantized model")?;
     let (fg, qg) = (Graph::build(float), Graph::build(quant));
+    let started = std::time::Instant::now();
     let plan = local_targets(&measured(quant, &qg, &fg), (float, &fg, quant, &qg))?;
     let local = local_model(float, &fg, quant, &qg, &plan, source, runtime, eps)?;
+    tracing::debug!(
+        "local model built in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let started = std::time::Instant::now();
     let sums = local_pass(&local, source, runtime, eps, batch_size.max(1), ctx)?;
+    tracing::debug!("local pass in {:.2} s", started.elapsed().as_secs_f64());
     Ok(sums.finish(&float_order(&fg)))
 }
 
@@ -929,7 +936,15 @@ fn local_pass(
         workers,
         ctx,
         "local error",
-        || local.session(runtime, eps, threads),
+        || {
+            let started = std::time::Instant::now();
+            let session = local.session(runtime, eps, threads);
+            tracing::debug!(
+                "local session opened in {:.2} s",
+                started.elapsed().as_secs_f64()
+            );
+            session
+        },
         |session, batch| local.run(session, &owned_inputs(batch.inputs)?, batch.index),
         |batch| sums.add(&batch),
     )?;
