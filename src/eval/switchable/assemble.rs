@@ -221,47 +221,85 @@ impl Placer<'_> {
         outputs
     }
 
-    /// A slot's forms as a nest of `If`s ([`Gating::Branches`]).
+    /// A slot's forms as a nest of `If`s ([`Gating::Branches`]). With an [`Choices::any`]
+    /// switch, the outermost `If` tests it: off, its else branch is the default; on, its
+    /// then branch tests the alternatives in order, the last taken when no earlier gate is
+    /// on. Without one, the alternatives are tested in order, the default innermost.
     fn nested(&mut self, choice: &Choices, default: Form) -> Vec<NodeProto> {
         let outputs = self.outputs(choice);
         if outputs.is_empty() {
             // No variant reads anything the slot computes.
             return Vec::new();
         }
-        let mut inner = self.branch(default, &outputs);
-        for (at, (key, switch)) in choice.alternatives.iter().enumerate().rev() {
-            let then = self.branch(self.form(key), &outputs);
-            let written: Vec<String> = if at == 0 {
-                outputs.iter().map(|o| o.name.clone()).collect()
-            } else {
-                outputs.iter().map(|_| self.fresh("if")).collect()
-            };
-            let choose = NodeProto {
-                op_type: Some("If".into()),
-                name: Some(self.fresh("choose")),
-                input: vec![gate_name(*switch)],
-                output: written.clone(),
-                attribute: vec![
-                    graph_attribute("then_branch", then),
-                    graph_attribute("else_branch", inner),
-                ],
-                ..Default::default()
-            };
-            if at == 0 {
-                return vec![choose];
+        let names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
+        let default = self.branch(default, &outputs);
+        let top = match (choice.any, choice.alternatives.split_last()) {
+            (Some(any), Some(((last, _), earlier))) => {
+                let innermost = self.branch(self.form(last), &outputs);
+                let then = self.tests(earlier, innermost, &outputs);
+                self.choose(any, then, default, names)
             }
+            _ => {
+                let mut nest = self.tests(&choice.alternatives, default, &outputs);
+                match nest.node.pop() {
+                    Some(mut top) if top.op_type() == "If" => {
+                        top.output = names;
+                        top
+                    }
+                    _ => return Vec::new(),
+                }
+            }
+        };
+        vec![top]
+    }
+
+    /// A branch giving `outputs` from the first of `tests` whose gate is on, else from
+    /// `innermost`: a nest of `If`s, the first test outermost (`innermost` itself when there
+    /// is none).
+    fn tests(
+        &mut self,
+        tests: &[(FormKey, usize)],
+        innermost: GraphProto,
+        outputs: &[Written],
+    ) -> GraphProto {
+        let mut inner = innermost;
+        for (key, switch) in tests.iter().rev() {
+            let then = self.branch(self.form(key), outputs);
+            let written: Vec<String> = outputs.iter().map(|_| self.fresh("if")).collect();
+            let choose = self.choose(*switch, then, inner, written.clone());
             inner = GraphProto {
                 name: Some(self.fresh("branch")),
                 node: vec![choose],
                 output: written
                     .iter()
-                    .zip(&outputs)
+                    .zip(outputs)
                     .map(|(name, o)| untyped_shape(name, o.elem))
                     .collect(),
                 ..Default::default()
             };
         }
-        Vec::new()
+        inner
+    }
+
+    /// `If(gate of switch)`, writing `written` from `then` or `otherwise`.
+    fn choose(
+        &mut self,
+        switch: usize,
+        then: GraphProto,
+        otherwise: GraphProto,
+        written: Vec<String>,
+    ) -> NodeProto {
+        NodeProto {
+            op_type: Some("If".into()),
+            name: Some(self.fresh("choose")),
+            input: vec![gate_name(switch)],
+            output: written,
+            attribute: vec![
+                graph_attribute("then_branch", then),
+                graph_attribute("else_branch", otherwise),
+            ],
+            ..Default::default()
+        }
     }
 
     /// A slot's forms all placed in the main graph, each value they write picked by
