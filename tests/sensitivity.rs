@@ -535,8 +535,9 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
     let nodes = quant::quantize(&model, Some(&stats), &recipe)
         .unwrap()
         .quantized_nodes;
-    // As a scan builds them, for nodes spread from the first to the last.
-    let spread: Vec<&String> = nodes.iter().step_by(nodes.len() / 12).collect();
+    // As a scan builds them, for nodes spread from the first to the last: enough that a
+    // cut's variants of one base fill more than one suffix (eight of them each).
+    let spread: Vec<&String> = nodes.iter().step_by((nodes.len() / 40).max(1)).collect();
     let variants = scan_variants(&recipe, &spread);
     let switchable = Switchable::build(&model, &stats, &variants, gating, &ctx).unwrap();
     let scores = |cuts: Cuts| {
@@ -556,9 +557,12 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
     assert_eq!(after_whole, after_cuts);
     assert_eq!(whole.len(), variants.len());
     for (at, (w, c)) in whole.iter().zip(&cut).enumerate() {
-        // Equal where both are finite; the float model's infinite SQNR on both sides.
+        // Equal where both are finite, up to float rounding: with `Where` gating a suffix's
+        // fixed forms fuse with their neighbours as the whole model's cannot, and a variant
+        // quantizing one late node alone (83 dB: noise 5e-9 of the signal) moves by 0.002
+        // dB. The float model's infinite SQNR on both sides.
         assert!(
-            w == c || (w - c).abs() < 1e-3,
+            w == c || (w - c).abs() < 1e-2,
             "variant {at}: {w} dB run whole, {c} dB from a cut"
         );
     }

@@ -2,7 +2,11 @@
 //! error) for every output, the agreements that fit its kind, and scores against ground truth
 //! when the data has some.
 
+use std::borrow::Cow;
+
 use ndarray::{ArrayD, Axis};
+
+use super::row_math::{fidelity, top_k};
 
 use super::task::{Charset, Scorer};
 use super::{EvalError, OutputKind, OutputMetrics, TaskMetric, TaskScore};
@@ -98,27 +102,15 @@ fn neighbour_agreement(float: &[Vec<f32>], quantized: &[Vec<f32>]) -> Option<f64
 /// How many of a row's best classes the metrics read (top-1 and top-5).
 const RANKED: usize = 5;
 
-/// The indices of `row`'s `k` largest values, largest first, equal values in index order:
-/// the first `k` of a stable descending sort, found in one pass (a scan reads the ranking of
-/// every position of every sample: a sequence model's 40 positions × 6,625 classes × 32
-/// samples took 0.3 s to sort, more than the model's run on a GPU).
-fn top_k(row: impl IntoIterator<Item = f32>, k: usize) -> Vec<usize> {
-    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
-    for (index, value) in row.into_iter().enumerate() {
-        let full = best.len() == k;
-        if full
-            && best
-                .last()
-                .is_none_or(|(last, _)| value.total_cmp(last).is_le())
-        {
-            continue;
-        }
-        // After every kept value at least as large (those came first: their index is lower).
-        let at = best.partition_point(|(kept, _)| kept.total_cmp(&value).is_ge());
-        best.insert(at, (value, index));
-        best.truncate(k);
+/// `values` as one slice in their logical order: borrowed when they lie so in memory (an
+/// output in standard layout), else copied.
+fn in_order<'a, D: ndarray::Dimension>(
+    values: &'a ndarray::ArrayBase<impl ndarray::Data<Elem = f32>, D>,
+) -> Cow<'a, [f32]> {
+    match values.as_slice() {
+        Some(slice) => Cow::Borrowed(slice),
+        None => Cow::Owned(values.iter().copied().collect()),
     }
-    best.into_iter().map(|(_, index)| index).collect()
 }
 
 /// A share, `None` over nothing.
@@ -189,14 +181,12 @@ impl Accumulator {
     }
 
     fn add_fidelity(&mut self, reference: &ArrayD<f32>, test: &ArrayD<f32>) {
-        for (&a, &b) in reference.iter().zip(test.iter()) {
-            let (a, b) = (f64::from(a), f64::from(b));
-            self.reference2 += a * a;
-            self.test2 += b * b;
-            self.dot += a * b;
-            self.noise2 += (a - b) * (a - b);
-            self.max_abs = self.max_abs.max((a - b).abs());
-        }
+        let sums = fidelity(&in_order(reference), &in_order(test));
+        self.reference2 += sums.reference2;
+        self.test2 += sums.test2;
+        self.dot += sums.dot;
+        self.noise2 += sums.noise2;
+        self.max_abs = self.max_abs.max(sums.max_abs);
         self.elements += reference.len() as u64;
     }
 
@@ -238,8 +228,8 @@ impl Accumulator {
         let (mut float_path, mut test_path) = (Vec::new(), Vec::new());
         let mut sample = first_sample;
         for (r, t) in reference.lanes(last).into_iter().zip(test.lanes(last)) {
-            let float_ranked = top_k(r.iter().copied(), RANKED);
-            let ranked = top_k(t.iter().copied(), RANKED);
+            let float_ranked = top_k(&in_order(&r), RANKED);
+            let ranked = top_k(&in_order(&t), RANKED);
             let best = float_ranked[0];
             self.rows += 1;
             self.top1 += u64::from(ranked[0] == best);
@@ -393,17 +383,6 @@ mod tests {
 
     fn acc(kind: OutputKind) -> Accumulator {
         Accumulator::new("y", kind, None, 0.5)
-    }
-
-    #[test]
-    fn top_k_is_the_head_of_a_stable_descending_sort() {
-        let row = [0.5f32, 2.0, -1.0, 2.0, f32::NAN, 0.5, 7.0, -0.0, 0.0, 0.5];
-        let mut sorted: Vec<usize> = (0..row.len()).collect();
-        sorted.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
-        for k in 0..=row.len() + 1 {
-            let expected: Vec<usize> = sorted.iter().copied().take(k).collect();
-            assert_eq!(top_k(row.iter().copied(), k), expected, "k = {k}");
-        }
     }
 
     #[test]

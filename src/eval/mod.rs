@@ -13,6 +13,7 @@ pub mod local_error;
 pub mod output_kind;
 pub mod range_choice;
 pub mod reference;
+mod row_math;
 pub mod sensitivity;
 mod squares;
 pub mod switchable;
