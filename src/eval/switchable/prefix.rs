@@ -105,21 +105,6 @@ pub fn crossing(model: &Model, at: usize) -> Vec<String> {
         .collect()
 }
 
-/// `model` with `names` (values its nodes write) added to its outputs, their types left to
-/// ONNX Runtime's inference.
-pub fn with_outputs(model: &Model, names: &[String]) -> Model {
-    let mut proto = model.proto().clone();
-    if let Some(graph) = proto.graph.as_mut() {
-        let known: HashSet<String> = graph.output.iter().map(|o| o.name().to_owned()).collect();
-        let added = names.iter().filter(|n| !known.contains(n.as_str()));
-        graph.output.extend(added.map(|name| ValueInfoProto {
-            name: Some(name.clone()),
-            ..Default::default()
-        }));
-    }
-    Model::from_proto(proto)
-}
-
 /// A value fed to a suffix: its name, element type and shape (`None` for a dimension that
 /// differs between batches).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +133,32 @@ pub fn suffix(model: &Model, at: usize, fed: &[Fed], fixed: &Fixed<'_>) -> Model
             graph.initializer.extend(initializers);
         }
         cut(graph, fed);
+    }
+    Model::from_proto(proto)
+}
+
+/// The nodes of `model` before `at`, every `If` resolved by `fixed` (which fixes all the
+/// gates: a base's), writing `names` (values crossing the cut) as its outputs: what a
+/// base's values at a cut are read from. It runs only the nodes before the cut, as the
+/// base's own model does, and holds no `If` (the values are the same: a fixed branch
+/// computes what the `If` running it does).
+pub fn head(model: &Model, at: usize, names: &[String], fixed: &Fixed<'_>) -> Model {
+    let mut proto = model.proto().clone();
+    if let Some(graph) = proto.graph.as_mut() {
+        graph.node.truncate(at);
+        for node in std::mem::take(&mut graph.node) {
+            let (nodes, initializers) = resolved(node, fixed);
+            graph.node.extend(nodes);
+            graph.initializer.extend(initializers);
+        }
+        graph.output = names
+            .iter()
+            .map(|name| ValueInfoProto {
+                name: Some(name.clone()),
+                ..Default::default()
+            })
+            .collect();
+        cut(graph, &[]);
     }
     Model::from_proto(proto)
 }
@@ -460,8 +471,26 @@ mod tests {
         let inputs: Vec<&str> = graph.input.iter().map(|i| i.name()).collect();
         assert_eq!(inputs, vec!["x", gate_name(1).as_str(), "a", "b"]);
         assert_eq!(gated_switches(&suffix), vec![1]);
-        let probe = with_outputs(&model, &["a".to_owned()]);
-        assert_eq!(probe.graph().output.len(), 2);
+    }
+
+    #[test]
+    fn a_head_runs_a_bases_nodes_before_the_cut_and_writes_what_crosses_it() {
+        let model = gated();
+        let names = vec!["y".to_owned(), "z".to_owned()];
+        let on = head(&model, 1, &names, &|_| Some(true));
+        let graph = on.graph();
+        let ops: Vec<&str> = graph.node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, vec!["Mul", "Constant", "Reshape"]);
+        let outputs: Vec<&str> = graph.output.iter().map(|o| o.name()).collect();
+        assert_eq!(outputs, vec!["y", "z"]);
+        // No gate is read any more; the placeholder reaches `z` through the shape input.
+        let inputs: Vec<&str> = graph.input.iter().map(|i| i.name()).collect();
+        assert_eq!(inputs, vec!["x", OPAQUE]);
+        let off = head(&model, 1, &names[..1], &|_| Some(false));
+        let ops: Vec<&str> = off.graph().node.iter().map(|n| n.op_type()).collect();
+        assert_eq!(ops, vec!["Identity"]);
+        let inputs: Vec<&str> = off.graph().input.iter().map(|i| i.name()).collect();
+        assert_eq!(inputs, vec!["x"]);
     }
 
     /// An `If` on gate 0: then writes `y` with a Mul by its own weight and fills `z` with a

@@ -90,12 +90,13 @@ impl Feed<'_> {
     }
 }
 
-/// What a scan's runs cost, measured on it: wall seconds to open the whole model's
-/// sessions (one per worker, side by side) and one worker's seconds for a run of the whole
+/// What a scan's runs cost, measured on it: wall seconds to open the sessions of a suffix
+/// specialized to a few variants (one per worker, side by side; taken on the whole model
+/// fixed to the recipe, the longest suffix) and one worker's seconds for a run of the whole
 /// model over the data.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Costs {
-    /// Seconds to open the sessions.
+    /// Seconds to open a specialized suffix's sessions from the start.
     pub open: f64,
     /// One worker's seconds for one run over the data.
     pub run: f64,
@@ -105,31 +106,31 @@ pub(super) struct Costs {
 
 /// Estimated wall seconds of the scan's runs from `cuts` (ascending), where each variant
 /// runs from the furthest cut at or before its `shared` place and a part of the model costs
-/// its share by `layout` (a suffix's session, a run). Each cut adds, for each base, its
-/// sessions and a run of the nodes before it that gives its values; taking any adds the
-/// start's sessions and the session those runs take.
+/// its share by `layout` (a suffix's sessions, a run). With cuts, every variant also takes
+/// its share of its suffix's sessions ([`PART`] variants to a suffix), and each cut adds,
+/// for each base, the session and the run of the nodes before it that give its values and
+/// about half a suffix more. Without, the variants run on the whole model's sessions,
+/// already open.
 fn estimate(cuts: &[usize], shared: &[usize], layout: &Layout, costs: Costs) -> f64 {
+    let workers = costs.workers.max(1) as f64;
+    let part_share = if cuts.is_empty() {
+        0.0
+    } else {
+        costs.open / PART as f64
+    };
     let runs: f64 = shared
         .iter()
         .map(|&s| layout.after(prefix::cut_of(cuts, s)))
         .sum::<f64>()
-        * costs.run
-        / costs.workers.max(1) as f64;
+        * (costs.run / workers + part_share);
     let per_cut: f64 = cuts
         .iter()
         .map(|&c| {
-            let prefix_run = costs.run * (1.0 - layout.after(c)) / costs.workers.max(1) as f64;
-            BASES * (costs.open * layout.after(c) + prefix_run)
+            let (after, before) = (layout.after(c), 1.0 - layout.after(c));
+            BASES * (costs.open * (before + after / 2.0) + costs.run * before / workers)
         })
         .sum();
-    // The first cut also specializes the start (its sessions), and the values come from a
-    // session of the whole model.
-    let first = if cuts.is_empty() {
-        0.0
-    } else {
-        (BASES + 1.0) * costs.open
-    };
-    runs + per_cut + first
+    runs + per_cut
 }
 
 /// The cuts that make `shared` (each variant's furthest usable place) cheapest to run by
@@ -240,9 +241,7 @@ pub(super) fn scores(
     let crossing: BTreeMap<usize, Vec<String>> = starts
         .map(|cut| (cut, prefix::crossing(model, cut)))
         .collect();
-    let probe = probe_for(runs, &crossing);
-    let taken = probe.as_ref().map_or(0, |_| cuts.len());
-    runs.cuts_taken.store(taken, Ordering::Relaxed);
+    runs.cuts_taken.store(0, Ordering::Relaxed);
     let mut scores = vec![f64::NAN; distinct.len()];
     for (cut, members) in by_cut {
         let group = Group {
@@ -253,9 +252,9 @@ pub(super) fn scores(
             bases: &bases,
         };
         let started = std::time::Instant::now();
-        let got = match (&probe, crossing.get(&cut)) {
-            (Some(probe), Some(names)) => group.run_cut(Cut { cut, names, probe }, score)?,
-            _ => group.whole(score)?,
+        let got = match crossing.get(&cut) {
+            Some(names) => group.run_cut(Cut { cut, names }, score)?,
+            None => group.whole(score)?,
         };
         tracing::debug!(
             "cut {cut}: {} variants in {:.1} s",
@@ -296,33 +295,6 @@ fn cuts_for(
     Ok(cuts)
 }
 
-/// The session that gives the values crossing every cut (the switchable model with them
-/// as outputs); `None` without cuts, or when it cannot open (the variants then run the
-/// whole model).
-fn probe_for(runs: &GatedRuns, crossing: &BTreeMap<usize, Vec<String>>) -> Option<SessionPool> {
-    let mut names: Vec<String> = crossing.values().flatten().cloned().collect();
-    if names.is_empty() {
-        return None;
-    }
-    names.sort();
-    names.dedup();
-    let need = runs.sessions_bytes(runs.switchable.initializer_bytes(), 1);
-    if !memory_holds(need) {
-        tracing::debug!(
-            "the values at the cuts cannot be read ({need} bytes more of sessions do not fit): no cuts"
-        );
-        return None;
-    }
-    let model = prefix::with_outputs(runs.switchable.model(), &names);
-    match runs.probe(&model) {
-        Ok(probe) => Some(probe),
-        Err(e) => {
-            tracing::debug!("the values at the cuts cannot be read ({e}): no cuts");
-            None
-        }
-    }
-}
-
 /// Whether the memory available now holds `need` more bytes. The whole model's sessions
 /// stay open beside the probe and a suffix's sessions (a suffix that cannot run falls back
 /// on them), so these are counted against what is left once those are open.
@@ -330,12 +302,11 @@ fn memory_holds(need: u64) -> bool {
     crate::util::available_memory().is_none_or(|available| need <= available)
 }
 
-/// A cut, the values crossing it, and the session that gives them.
+/// A cut and the values crossing it.
 #[derive(Clone, Copy)]
 struct Cut<'a> {
     cut: usize,
     names: &'a [String],
-    probe: &'a SessionPool,
 }
 
 /// The variants that run from one cut.
@@ -366,6 +337,7 @@ impl Group<'_> {
     /// the whole model's when those values would take too much memory.
     fn run_cut(&self, at: Cut, score: &Score) -> Result<Vec<f64>, EvalError> {
         let mut scores = BTreeMap::new();
+        let mut fed = false;
         for b in 0..self.bases.len() {
             let members: Vec<usize> = self
                 .members
@@ -376,8 +348,12 @@ impl Group<'_> {
             if members.is_empty() {
                 continue;
             }
-            let got = self.run_cut_on(&at, b, &members, score)?;
+            let (got, from_cut) = self.run_cut_on(&at, b, &members, score)?;
+            fed |= from_cut;
             scores.extend(members.into_iter().zip(got));
+        }
+        if fed && at.cut > 0 {
+            self.runs.cuts_taken.fetch_add(1, Ordering::Relaxed);
         }
         Ok(self.members.iter().map(|v| scores[v]).collect())
     }
@@ -386,17 +362,17 @@ impl Group<'_> {
     /// there, fed the base's values, [`PART`] of them at a time on a suffix specialized to
     /// them; on the whole model when those values would take too much memory or cannot be
     /// declared, or a suffix cannot run (the scan then costs what it did without cuts, and
-    /// says why in the debug log).
+    /// says why in the debug log). True beside the scores when the values were fed.
     fn run_cut_on(
         &self,
         at: &Cut,
         b: usize,
         members: &[usize],
         score: &Score,
-    ) -> Result<Vec<f64>, EvalError> {
+    ) -> Result<(Vec<f64>, bool), EvalError> {
         let whole = |members: &[usize]| self.each(members, &|gates| score(gates, None));
         let Some(captured) = self.captured(at, b)? else {
-            return whole(members);
+            return Ok((whole(members)?, false));
         };
         let mut scores = Vec::with_capacity(members.len());
         for part in members.chunks(PART) {
@@ -424,19 +400,29 @@ impl Group<'_> {
             };
             scores.extend(self.each(part, &|g| score(g, Some(feed)))?);
         }
-        Ok(scores)
+        Ok((scores, true))
     }
 
-    /// The values crossing the cut `at` on every batch of base `b`'s run, and how a suffix
-    /// declares them; `None` when they would take too much memory or cannot be declared.
+    /// The values crossing the cut `at` on every batch of base `b`'s run, read off the
+    /// nodes before the cut ([`prefix::head`]), and how a suffix declares them; `None` when
+    /// they would take too much memory or cannot be declared or read.
     fn captured(&self, at: &Cut, b: usize) -> Result<Option<Captured>, EvalError> {
-        let Cut { cut, names, probe } = *at;
+        let Cut { cut, names } = *at;
         let started = std::time::Instant::now();
-        let gates = Switchable::gate_inputs(&self.bases[b]);
         let data = self.runs.data();
         let values = match names.is_empty() {
             true => (0..data.batches()).map(|_| Vec::new()).collect(),
-            false => probe.with(|s| data.batch_values(s, &gates, names))??,
+            false => match self.head_values(cut, b, names) {
+                Ok(Some(values)) => values,
+                Ok(None) => return Ok(None),
+                Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
+                Err(e) => {
+                    tracing::debug!(
+                        "cut {cut}: its values cannot be read ({e}), the whole model runs"
+                    );
+                    return Ok(None);
+                }
+            },
         };
         let bytes: u64 = values.iter().flatten().map(|(_, v)| value_bytes(v)).sum();
         let budget = crate::util::available_memory().map_or(u64::MAX, |m| m / MEMORY_SHARE);
@@ -452,6 +438,40 @@ impl Group<'_> {
             started.elapsed().as_secs_f64()
         );
         Ok(Some(Captured { values, fed }))
+    }
+
+    /// `names`' values on every batch, from a session of base `b`'s nodes before `cut`;
+    /// `None` when that session would not fit in memory.
+    fn head_values(
+        &self,
+        cut: usize,
+        b: usize,
+        names: &[String],
+    ) -> Result<Option<BatchValues>, EvalError> {
+        let base = &self.bases[b];
+        let head = prefix::head(self.runs.switchable.model(), cut, names, &|s| {
+            base.get(s).copied()
+        });
+        let need = self.runs.sessions_bytes(head.initializer_bytes(), 1);
+        if !memory_holds(need) {
+            tracing::debug!(
+                "cut {cut}: the session reading its values ({need} bytes) does not fit, the whole model runs"
+            );
+            return Ok(None);
+        }
+        let mut extra = Vec::new();
+        if head
+            .graph()
+            .input
+            .iter()
+            .any(|i| i.name() == prefix::OPAQUE)
+        {
+            let empty = ndarray::Array1::<i64>::zeros(0).into_dyn();
+            extra.push((prefix::OPAQUE.to_owned(), TensorArray::Int64(empty)));
+        }
+        let probe = self.runs.probe(&head)?;
+        let data = self.runs.data();
+        Ok(Some(probe.with(|s| data.batch_values(s, &extra, names))??))
     }
 
     /// The suffix from `at` specialized to `members`: its sessions and the switches they
@@ -504,10 +524,13 @@ impl Group<'_> {
     }
 }
 
+/// Values a model wrote, per batch of the data: name and value.
+type BatchValues = Vec<Vec<(String, DynValue)>>;
+
 /// The values crossing a cut on every batch of one base's run, and how a suffix declares
 /// them.
 struct Captured {
-    values: Vec<Vec<(String, DynValue)>>,
+    values: BatchValues,
     fed: Vec<prefix::Fed>,
 }
 
