@@ -164,22 +164,13 @@ fn best_cuts(shared: &[usize], layout: &Layout, costs: Costs) -> Vec<usize> {
     cuts
 }
 
-/// Each of `distinct` gate settings' furthest place shared with one of `bases`, and that
-/// base (its index).
-fn shared_places(
-    layout: &Layout,
-    bases: &[Vec<bool>],
-    distinct: &[&[bool]],
-) -> Vec<(usize, usize)> {
+/// Each of `distinct` gate settings' furthest place shared with one of `bases`.
+fn shared_places(layout: &Layout, bases: &[Vec<bool>], distinct: &[&[bool]]) -> Vec<usize> {
     distinct
         .iter()
         .map(|gates| {
-            bases
-                .iter()
-                .enumerate()
-                .map(|(b, base)| (layout.shared_until(gates, base), b))
-                .max()
-                .unwrap_or((0, 0))
+            let places = bases.iter().map(|base| layout.shared_until(gates, base));
+            places.max().unwrap_or(0)
         })
         .collect()
 }
@@ -222,8 +213,7 @@ pub(super) fn scores(
         .chain(switchable.float_gates())
         .collect();
     let layout = Layout::of(switchable.model());
-    let shared = shared_places(&layout, &bases, distinct);
-    let places: Vec<usize> = shared.iter().map(|(s, _)| *s).collect();
+    let places = shared_places(&layout, &bases, distinct);
     let cuts = cuts_for(runs, &layout, &places, &bases[0])?;
     let planned = planned_runs(&layout, &bases, distinct, &cuts);
     let mut by_cut: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -296,8 +286,8 @@ fn cuts_for(
 }
 
 /// Whether the memory available now holds `need` more bytes. The whole model's sessions
-/// stay open beside the probe and a suffix's sessions (a suffix that cannot run falls back
-/// on them), so these are counted against what is left once those are open.
+/// stay open beside a cut's reading session and a suffix's sessions (a suffix that cannot
+/// run falls back on them), so these are counted against what is left once those are open.
 fn memory_holds(need: u64) -> bool {
     crate::util::available_memory().is_none_or(|available| need <= available)
 }
