@@ -544,8 +544,8 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
         let mut runs = GatedRuns::open(&eval, &switchable, true).unwrap();
         runs.set_cuts(cuts);
         let scores = variant_sqnrs(&runs, &ctx).unwrap();
-        // A run on the whole model after the scan (auto-exclude's), on its sessions, which
-        // the runs from cuts leave as they were.
+        // A run on the whole model after the scan (auto-exclude's): its sessions, closed
+        // while the variants ran from cuts, open again.
         let after = runs.recipe_metrics(&recipe).unwrap()[0].sqnr_db;
         (scores, runs.cuts_taken(), after)
     };

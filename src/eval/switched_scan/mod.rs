@@ -8,8 +8,8 @@ mod suffix_runs;
 
 pub use suffix_runs::Cuts;
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -144,7 +144,10 @@ pub struct GatedRuns<'a> {
     /// The evaluation data in larger batches, when the model's batch axis is free and they
     /// run faster ([`GatedRuns::joining_pays`]).
     merged: Option<Reference>,
-    pool: SessionPool,
+    /// The whole model's sessions; `None` while the variants run from cuts, which need
+    /// none of them ([`GatedRuns::close_whole`]), until a run on the whole model opens them
+    /// again.
+    pool: RwLock<Option<SessionPool>>,
     workers: usize,
     /// How its sessions are opened (those of models cut from it too).
     options: SessionOptions,
@@ -236,7 +239,7 @@ impl<'a> GatedRuns<'a> {
             eval,
             switchable,
             merged: None,
-            pool: opened.pool,
+            pool: RwLock::new(Some(opened.pool)),
             workers,
             options,
             open_seconds: opened.seconds,
@@ -386,8 +389,41 @@ impl<'a> GatedRuns<'a> {
         gates: &[bool],
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         let gates = Switchable::gate_inputs(gates);
-        self.pool
+        self.open_whole()?;
+        let pool = self.pool.read().map_err(|_| closed())?;
+        pool.as_ref()
+            .ok_or_else(closed)?
             .with(|session| data.compare_session(session, &gates))?
+    }
+
+    /// Closes the whole model's sessions: the variants about to run from cuts run on
+    /// sessions of their suffixes, and these would hold the memory those need (PP-OCR rec:
+    /// 0.7 GB of a scan's 1.6 GB). A later run on the whole model opens them again.
+    pub(super) fn close_whole(&self) {
+        if let Ok(mut pool) = self.pool.write() {
+            *pool = None;
+        }
+    }
+
+    /// Opens the whole model's sessions again if [`GatedRuns::close_whole`] closed them.
+    fn open_whole(&self) -> Result<(), EvalError> {
+        if self.pool.read().map_err(|_| closed())?.is_some() {
+            return Ok(());
+        }
+        let mut pool = self.pool.write().map_err(|_| closed())?;
+        if pool.is_none() {
+            let started = std::time::Instant::now();
+            let encoded = pinned_session_model(
+                self.switchable.model(),
+                &self.eval.reference.sample_shapes(),
+            )?;
+            *pool = Some(open_pool(self.eval, &encoded, self.options, self.workers)?);
+            tracing::debug!(
+                "the whole switchable model's sessions opened again in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        Ok(())
     }
 
     /// The output metrics of `recipe`: on the switchable model when its chains are all
@@ -452,6 +488,16 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
         .into_iter()
         .map(|at| at.map_or(f64::INFINITY, |at| scores[at]))
         .collect())
+}
+
+/// The error of a run that finds the whole model's sessions unusable (a worker panicked
+/// holding them).
+fn closed() -> EvalError {
+    EvalError::Run {
+        batch: 0,
+        model: "quantized",
+        reason: "the switchable model's sessions are not usable".into(),
+    }
 }
 
 /// A model's sessions opened by [`open_measured`].

@@ -232,6 +232,9 @@ pub(super) fn scores(
         .map(|cut| (cut, prefix::crossing(model, cut)))
         .collect();
     runs.cuts_taken.store(0, Ordering::Relaxed);
+    if !cuts.is_empty() {
+        runs.close_whole();
+    }
     let mut scores = vec![f64::NAN; distinct.len()];
     for (cut, members) in by_cut {
         let group = Group {
@@ -285,9 +288,9 @@ fn cuts_for(
     Ok(cuts)
 }
 
-/// Whether the memory available now holds `need` more bytes. The whole model's sessions
-/// stay open beside a cut's reading session and a suffix's sessions (a suffix that cannot
-/// run falls back on them), so these are counted against what is left once those are open.
+/// Whether the memory available now holds `need` more bytes (the whole model's sessions
+/// are closed while the variants run from cuts, and open again for a variant that falls
+/// back on them).
 fn memory_holds(need: u64) -> bool {
     crate::util::available_memory().is_none_or(|available| need <= available)
 }
