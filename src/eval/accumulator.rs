@@ -7,7 +7,6 @@ use std::borrow::Cow;
 use ndarray::{ArrayD, Axis};
 
 use super::row_math::{fidelity, top_k};
-
 use super::task::{Charset, Scorer};
 use super::{EvalError, OutputKind, OutputMetrics, TaskMetric, TaskScore};
 

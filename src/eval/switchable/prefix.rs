@@ -18,7 +18,7 @@ use crate::model::proto::tensor_shape_proto::{Dimension, dimension::Value as Dim
 use crate::model::proto::{
     GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
 };
-use crate::model::{DataType, Model};
+use crate::model::{DataType, Model, TensorArray};
 
 /// What gates each node of a switchable model reads, in the model's node order.
 #[derive(Debug, Clone)]
@@ -267,6 +267,14 @@ fn picked(node: &NodeProto, fixed: &Fixed<'_>) -> Option<NodeProto> {
 /// The graph input, fed an empty int64 vector, that reshapes a branch's scalar placeholders
 /// placed in the main graph into values of a shape inference cannot know.
 pub const OPAQUE: &str = "qdq_studio_switch_opaque_shape";
+
+/// What a model cut from a switchable one ([`suffix`], [`head`]) is fed for [`OPAQUE`]
+/// (an empty int64 vector), when it reads it.
+pub fn opaque_input(model: &Model) -> Option<(String, TensorArray)> {
+    let reads = model.graph().input.iter().any(|i| i.name() == OPAQUE);
+    let empty = ndarray::Array1::<i64>::zeros(0).into_dyn();
+    reads.then(|| (OPAQUE.to_owned(), TensorArray::Int64(empty)))
+}
 
 /// A placeholder `Constant` writing its scalar through a `Reshape` by [`OPAQUE`].
 fn opaque_scalar(constant: &NodeProto) -> Vec<NodeProto> {

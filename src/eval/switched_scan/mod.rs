@@ -344,8 +344,7 @@ impl<'a> GatedRuns<'a> {
         let opened = std::time::Instant::now();
         let fixed = prefix::suffix(self.switchable.model(), 0, &[], &|s| gates.get(s).copied());
         let need = self.sessions_bytes(fixed.nested_initializer_bytes(), self.workers);
-        let fits = crate::util::available_memory().is_none_or(|available| need <= available);
-        let open = match fits {
+        let open = match suffix_runs::memory_holds(need) {
             true => {
                 drop(self.open_pool(&fixed)?);
                 opened.elapsed().as_secs_f64()
@@ -366,8 +365,7 @@ impl<'a> GatedRuns<'a> {
             quiet_errors: true,
             ..self.options
         };
-        let encoded = pinned_session_model(model, &self.eval.reference.sample_shapes())?;
-        open_pool(self.eval, &encoded, options, self.workers)
+        self.sessions_of(model, options, self.workers)
     }
 
     /// One session of `model` on every core, for the few runs that read values off it.
@@ -377,8 +375,19 @@ impl<'a> GatedRuns<'a> {
             quiet_errors: true,
             ..self.options
         };
+        self.sessions_of(model, options, 1)
+    }
+
+    /// `sessions` sessions of `model` with `options`, its inputs declaring the evaluation
+    /// data's sample shapes.
+    fn sessions_of(
+        &self,
+        model: &Model,
+        options: SessionOptions,
+        sessions: usize,
+    ) -> Result<SessionPool, EvalError> {
         let encoded = pinned_session_model(model, &self.eval.reference.sample_shapes())?;
-        open_pool(self.eval, &encoded, options, 1)
+        open_pool(self.eval, &encoded, options, sessions)
     }
 
     /// The output metrics of the model `gates` select on `data` (the evaluation data in its
@@ -413,11 +422,8 @@ impl<'a> GatedRuns<'a> {
         let mut pool = self.pool.write().map_err(|_| closed())?;
         if pool.is_none() {
             let started = std::time::Instant::now();
-            let encoded = pinned_session_model(
-                self.switchable.model(),
-                &self.eval.reference.sample_shapes(),
-            )?;
-            *pool = Some(open_pool(self.eval, &encoded, self.options, self.workers)?);
+            let model = self.switchable.model();
+            *pool = Some(self.sessions_of(model, self.options, self.workers)?);
             tracing::debug!(
                 "the whole switchable model's sessions opened again in {:.1} s",
                 started.elapsed().as_secs_f64()

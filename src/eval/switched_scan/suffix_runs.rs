@@ -64,8 +64,8 @@ pub(super) struct Feed<'a> {
     pool: &'a SessionPool,
     values: &'a [Vec<(String, DynValue)>],
     switches: &'a [usize],
-    /// Whether the suffix reads [`prefix::OPAQUE`].
-    opaque: bool,
+    /// What it is fed for [`prefix::OPAQUE`], when it reads it.
+    opaque: Option<&'a (String, TensorArray)>,
 }
 
 impl Feed<'_> {
@@ -81,10 +81,7 @@ impl Feed<'_> {
             .iter()
             .filter_map(|&s| all.get(s).cloned())
             .collect();
-        if self.opaque {
-            let empty = ndarray::Array1::<i64>::zeros(0).into_dyn();
-            read.push((prefix::OPAQUE.to_owned(), TensorArray::Int64(empty)));
-        }
+        read.extend(self.opaque.cloned());
         self.pool
             .with(|session| data.compare_fed(session, self.values, &read))?
     }
@@ -291,7 +288,7 @@ fn cuts_for(
 /// Whether the memory available now holds `need` more bytes (the whole model's sessions
 /// are closed while the variants run from cuts, and open again for a variant that falls
 /// back on them).
-fn memory_holds(need: u64) -> bool {
+pub(super) fn memory_holds(need: u64) -> bool {
     crate::util::available_memory().is_none_or(|available| need <= available)
 }
 
@@ -370,26 +367,25 @@ impl Group<'_> {
         let mut scores = Vec::with_capacity(members.len());
         for part in members.chunks(PART) {
             let suffix = match self.suffix(at, &captured, part) {
-                Ok(Some(suffix)) => suffix,
-                Ok(None) => {
-                    scores.extend(whole(part)?);
-                    continue;
-                }
+                Ok(suffix) => suffix,
                 Err(EvalError::Cancelled) => return Err(EvalError::Cancelled),
                 Err(e) => {
                     tracing::debug!(
                         "cut {}: its suffix cannot run ({e}), the whole model runs",
                         at.cut
                     );
-                    scores.extend(whole(part)?);
-                    continue;
+                    None
                 }
+            };
+            let Some(suffix) = suffix else {
+                scores.extend(whole(part)?);
+                continue;
             };
             let feed = Feed {
                 pool: &suffix.pool,
                 values: &captured.values,
                 switches: &suffix.switches,
-                opaque: suffix.opaque,
+                opaque: suffix.opaque.as_ref(),
             };
             scores.extend(self.each(part, &|g| score(g, Some(feed)))?);
         }
@@ -452,16 +448,7 @@ impl Group<'_> {
             );
             return Ok(None);
         }
-        let mut extra = Vec::new();
-        if head
-            .graph()
-            .input
-            .iter()
-            .any(|i| i.name() == prefix::OPAQUE)
-        {
-            let empty = ndarray::Array1::<i64>::zeros(0).into_dyn();
-            extra.push((prefix::OPAQUE.to_owned(), TensorArray::Int64(empty)));
-        }
+        let extra: Vec<_> = prefix::opaque_input(&head).into_iter().collect();
         let probe = self.runs.probe(&head)?;
         let data = self.runs.data();
         Ok(Some(probe.with(|s| data.batch_values(s, &extra, names))??))
@@ -508,11 +495,7 @@ impl Group<'_> {
         Ok(Some(Suffix {
             pool,
             switches,
-            opaque: model
-                .graph()
-                .input
-                .iter()
-                .any(|i| i.name() == prefix::OPAQUE),
+            opaque: prefix::opaque_input(&model),
         }))
     }
 }
@@ -527,12 +510,12 @@ struct Captured {
     fed: Vec<prefix::Fed>,
 }
 
-/// A suffix ready to run: its sessions, the switches it reads, and whether it reads
-/// [`prefix::OPAQUE`].
+/// A suffix ready to run: its sessions, the switches it reads, and what it is fed for
+/// [`prefix::OPAQUE`] when it reads it.
 struct Suffix {
     pool: SessionPool,
     switches: Vec<usize>,
-    opaque: bool,
+    opaque: Option<(String, TensorArray)>,
 }
 
 /// Bytes a tensor value holds.
