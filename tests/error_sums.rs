@@ -11,6 +11,13 @@ use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
 use qdq_studio::runtime::value::{owned_inputs, session_inputs};
 use qdq_studio::runtime::{EpSpec, SessionOptions};
 
+/// Registers the operators' domain once for the process before any test opens a session
+/// with it: two sessions registering it at once fail ([`error_sums::register`]).
+fn registered(runtime: &qdq_studio::runtime::Runtime) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| error_sums::register(runtime).expect("registers"));
+}
+
 /// Values spread past every type's range below (some clip), 50,000 of them so that several
 /// chunks and a remainder are summed.
 fn values() -> ArrayD<f32> {
@@ -44,6 +51,7 @@ fn expected(x: &ArrayD<f32>, local: &ArrayD<f32>) -> [f64; 2] {
 #[test]
 fn integer_local_values_give_the_sums_of_onnx_runtimes_dequantized_ones() {
     let runtime = common::runtime();
+    registered(&runtime);
     let cases = [
         (DataType::Uint8, 0.05_f32, 128),
         (DataType::Int8, 0.07, -5),
@@ -107,5 +115,87 @@ fn integer_local_values_give_the_sums_of_onnx_runtimes_dequantized_ones() {
             "{dtype:?}: noise {} against {noise}",
             from_integers[1]
         );
+    }
+}
+
+/// Values at ties `(k + ½) × scale` and one float either side of each, where rounding
+/// `x / scale` to an integer is decided by the last bit of the quotient.
+fn ties(scale: f32) -> Vec<f32> {
+    (-3_000..3_000)
+        .flat_map(|k| {
+            let tie = (k as f32 + 0.5) * scale * 7.0;
+            [tie.next_down(), tie, tie.next_up()]
+        })
+        .collect()
+}
+
+#[test]
+fn the_quantizing_twins_write_onnx_runtimes_quantizelinear_output_bit_for_bit() {
+    let runtime = common::runtime();
+    registered(&runtime);
+    let cases = [
+        (DataType::Uint8, 0.05_f32, 128),
+        (DataType::Int8, 0.07, -5),
+        (DataType::Uint16, 0.0004, 30_000),
+        (DataType::Int16, 0.0011, 7),
+    ];
+    for (dtype, scale, zero) in cases {
+        let twin = error_sums::quantizing_op(dtype).expect("a twin for every integer type");
+        let mut b = ModelBuilder::new(21);
+        b.import(error_sums::DOMAIN, 1);
+        // A dimension of no known size or name: the twin's output is left unshaped.
+        b.input("x", DataType::Float32, &[1, -1]);
+        b.initializer(
+            "scale",
+            TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), scale)),
+        );
+        b.initializer("zero", zero_point(dtype, zero));
+        b.node("QuantizeLinear", &["x", "scale", "zero"], &["q"]);
+        b.node(error_sums::OP, &["x", "q", "scale", "zero"], &["sums"])
+            .domain(error_sums::DOMAIN);
+        b.node(twin, &["x", "q", "scale", "zero"], &["twin_sums", "twin_q"])
+            .domain(error_sums::DOMAIN);
+        // ONNX Runtime's own kernel reads the twin's output, as the copies do.
+        b.node(
+            "DequantizeLinear",
+            &["twin_q", "scale", "zero"],
+            &["twin_l"],
+        );
+        b.node("DequantizeLinear", &["q", "scale", "zero"], &["l"]);
+        for output in ["sums", "twin_sums"] {
+            b.output(output, DataType::Float64, &[2]);
+        }
+        b.output("q", dtype, &[1, -1]);
+        b.output("twin_q", dtype, &[1, -1]);
+        b.output("l", DataType::Float32, &[1, -1]);
+        b.output("twin_l", DataType::Float32, &[1, -1]);
+        let model = b.build().to_session_model().unwrap();
+        let domain = error_sums::domain().unwrap();
+        let mut session = runtime
+            .session_with_operators(&model, &[EpSpec::Cpu], SessionOptions::default(), domain)
+            .unwrap();
+        let finite: Vec<f32> = values().iter().copied().chain(ties(scale)).collect();
+        let special = vec![
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            -0.0,
+            1e-45,
+            3e38,
+        ];
+        for (i, x) in [finite, special].into_iter().enumerate() {
+            let x = ArrayD::from_shape_vec(IxDyn(&[1, x.len()]), x).unwrap();
+            let owned = owned_inputs(vec![("x".into(), TensorArray::Float32(x))]).unwrap();
+            let out = session.run(session_inputs(&owned)).unwrap();
+            let bits = |name: &str| -> Vec<u32> {
+                let (_, v) = out[name].try_extract_tensor::<f32>().unwrap();
+                v.iter().map(|v| v.to_bits()).collect()
+            };
+            assert_eq!(bits("l"), bits("twin_l"), "{dtype:?}: the integers differ");
+            if i == 0 {
+                let pair = |name: &str| out[name].try_extract_tensor::<f64>().unwrap().1.to_vec();
+                assert_eq!(pair("sums"), pair("twin_sums"), "{dtype:?}");
+            }
+        }
     }
 }

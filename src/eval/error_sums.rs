@@ -14,15 +14,25 @@
 //! shape, or an 8- or 16-bit integer tensor followed by its scale (a float32 scalar) and
 //! optionally its zero point (a scalar of its type). Output: a float64 pair `[Σ float²,
 //! Σ (float − local)²]`.
+//!
+//! Its twins `ErrorSumsAndQuantize…`, one per integer type ([`quantizing_op`]), take an
+//! integer local value of their type only and have a second output: the float tensor
+//! quantized by that same scale and zero point, as a QuantizeLinear node would
+//! ([`super::quantize_linear`]). The type is in the operator rather than inferred: ONNX
+//! Runtime types a custom operator's outputs from its declaration, and the shape inference
+//! that could type it cannot tell a tensor of unknown rank from a scalar. The local model's copies of the
+//! nodes reading the tensor take their input from it, so the tensor is read once for both
+//! rather than once more by a QuantizeLinear of its own.
 
 use std::sync::Mutex;
 
 use ort::operator::{
     BoxedKernel, ComputeContext, KernelContext, Operator, OperatorDomain, OperatorInput,
-    OperatorOutput,
+    OperatorOutput, ShapeInferenceContext,
 };
-use ort::value::{TensorElementType, ValueRef};
+use ort::value::{TensorElementType, ValueRef, ValueType};
 
+use super::quantize_linear::{QuantizedInt, quantize_linear};
 use super::squares::squared_sums;
 use crate::model::DataType;
 use crate::model::builder::ModelBuilder;
@@ -34,13 +44,41 @@ pub const DOMAIN: &str = "ai.qdq_studio";
 /// The operator's name.
 pub const OP: &str = "ErrorSums";
 
+/// Its twins that also quantize the float tensor (see the module docs): name and integer
+/// type.
+const QUANTIZING: [(&str, TensorElementType); 4] = [
+    ("ErrorSumsAndQuantizeU8", TensorElementType::Uint8),
+    ("ErrorSumsAndQuantizeI8", TensorElementType::Int8),
+    ("ErrorSumsAndQuantizeU16", TensorElementType::Uint16),
+    ("ErrorSumsAndQuantizeI16", TensorElementType::Int16),
+];
+
+/// The twin of `ErrorSums` that also quantizes the float tensor to `integer` (see the module
+/// docs), if there is one for that type.
+pub fn quantizing_op(integer: DataType) -> Option<&'static str> {
+    let ty = match integer {
+        DataType::Uint8 => TensorElementType::Uint8,
+        DataType::Int8 => TensorElementType::Int8,
+        DataType::Uint16 => TensorElementType::Uint16,
+        DataType::Int16 => TensorElementType::Int16,
+        _ => return None,
+    };
+    QUANTIZING
+        .iter()
+        .find(|(_, t)| *t == ty)
+        .map(|(name, _)| *name)
+}
+
 /// Values per chunk a thread sums at once: large enough that scheduling is noise, small
 /// enough that the 2 to 16 threads of a workstation share a 60 K-value tensor.
 const CHUNK: usize = 1 << 14;
 
 /// The operator domain to register on a session whose model uses `ErrorSums`.
 pub fn domain() -> ort::Result<OperatorDomain> {
-    OperatorDomain::new(DOMAIN)?.add(ErrorSums)
+    QUANTIZING.iter().try_fold(
+        OperatorDomain::new(DOMAIN)?.add(ErrorSums)?,
+        |domain, &(name, integer)| domain.add(ErrorSumsAndQuantize { name, integer }),
+    )
 }
 
 /// Registers the operator's domain in ONNX Runtime's process-wide table by opening a
@@ -93,19 +131,81 @@ impl Operator for ErrorSums {
     }
 }
 
+/// An `ErrorSumsAndQuantize…` operator (see the module docs).
+struct ErrorSumsAndQuantize {
+    name: &'static str,
+    /// The type of the local value and of the quantized output.
+    integer: TensorElementType,
+}
+
+impl Operator for ErrorSumsAndQuantize {
+    type Kernel<'attr> = BoxedKernel<'attr>;
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn inputs(&self) -> impl IntoIterator<Item = OperatorInput> {
+        ErrorSums.inputs()
+    }
+
+    fn outputs(&self) -> impl IntoIterator<Item = OperatorOutput> {
+        [
+            OperatorOutput::required(TensorElementType::Float64),
+            OperatorOutput::required(self.integer),
+        ]
+    }
+
+    /// The quantized output has the float tensor's shape, when its rank and each dimension
+    /// are known, as a number or a name. Otherwise its shape is left unknown: an unknown
+    /// rank reads as no dimension (a scalar's) and an unknown dimension as -1, which would
+    /// be taken as their values.
+    fn infer_shape(&self, ctx: &mut ShapeInferenceContext) -> ort::Result<()> {
+        let inputs = ctx.inputs();
+        if let Some(ValueType::Tensor {
+            shape,
+            dimension_symbols,
+            ..
+        }) = inputs.first()
+            && !shape.is_empty()
+            && shape
+                .iter()
+                .enumerate()
+                .all(|(i, &d)| d >= 0 || dimension_symbols.get(i).is_some_and(|s| !s.is_empty()))
+        {
+            let quantized = ValueType::Tensor {
+                ty: self.integer,
+                shape: shape.clone(),
+                dimension_symbols: dimension_symbols.clone(),
+            };
+            ctx.set_output(1, &quantized)?;
+        }
+        Ok(())
+    }
+
+    fn create_kernel<'attr>(&self, _: &KernelContext<'attr>) -> ort::Result<Self::Kernel<'attr>> {
+        Ok(Box::new(compute))
+    }
+}
+
 /// One run of the kernel: reads the inputs, sums, writes the pair.
 fn compute(ctx: &ComputeContext) -> ort::Result<()> {
     let reference = required(ctx, 0)?;
-    let (_, float) = reference.try_extract_tensor::<f32>()?;
+    let (shape, float) = reference.try_extract_tensor::<f32>()?;
     let local = required(ctx, 1)?;
     let sums = match local.try_extract_tensor::<f32>() {
+        Ok(_) if ctx.num_outputs()? > 1 => {
+            return Err(ort::Error::new(
+                "ErrorSumsAndQuantize: the local value must be an integer tensor",
+            ));
+        }
         Ok((_, local)) => {
             same_length(float, local)?;
             chunked_sums(ctx, float.len(), |range| {
                 squared_sums(&float[range.clone()], &local[range], |l| l)
             })?
         }
-        Err(_) => quantized_sums(ctx, float, &local)?,
+        Err(_) => quantized_sums(ctx, (float, shape), &local)?,
     };
     let mut output = ctx
         .output(0, vec![2_i64])?
@@ -116,8 +216,13 @@ fn compute(ctx: &ComputeContext) -> ort::Result<()> {
 }
 
 /// The sums against an integer local value, dequantized by inputs 2 (scale) and 3 (zero
-/// point, 0 when absent).
-fn quantized_sums(ctx: &ComputeContext, float: &[f32], local: &ValueRef) -> ort::Result<[f64; 2]> {
+/// point, 0 when absent); `float` is the float tensor's values and shape.
+fn quantized_sums(
+    ctx: &ComputeContext,
+    float: (&[f32], &ort::value::Shape),
+    local: &ValueRef,
+) -> ort::Result<[f64; 2]> {
+    let (float, shape) = float;
     let scale = required(ctx, 2)?;
     let (_, scale) = scale.try_extract_tensor::<f32>()?;
     let &[scale] = scale else {
@@ -137,11 +242,13 @@ fn quantized_sums(ctx: &ComputeContext, float: &[f32], local: &ValueRef) -> ort:
                     Some(z) => one(z.try_extract_tensor::<$t>()?.1)?,
                     None => 0,
                 };
-                let zero = i32::from(zero);
-                return chunked_sums(ctx, float.len(), |range| {
-                    let dequantized = |q: $t| (i32::from(q) - zero) as f32 * scale;
-                    squared_sums(&float[range.clone()], &q[range], dequantized)
-                });
+                let by = Quantization { scale, zero: i32::from(zero) };
+                return match ctx.num_outputs()? > 1 {
+                    true => sums_and_quantized::<$t>(ctx, (float, shape), q, by),
+                    false => chunked_sums(ctx, float.len(), |range| {
+                        squared_sums(&float[range.clone()], &q[range], |q| by.dequantized(q))
+                    }),
+                };
             }
         )*};
     }
@@ -149,6 +256,48 @@ fn quantized_sums(ctx: &ComputeContext, float: &[f32], local: &ValueRef) -> ort:
     Err(ort::Error::new(
         "ErrorSums: the local value must be float32 or an 8- or 16-bit integer",
     ))
+}
+
+/// The scale and zero point of an integer local value.
+#[derive(Clone, Copy)]
+struct Quantization {
+    scale: f32,
+    zero: i32,
+}
+
+impl Quantization {
+    /// The value `q` stands for, as DequantizeLinear computes it.
+    fn dequantized<T: Into<i32>>(self, q: T) -> f32 {
+        (q.into() - self.zero) as f32 * self.scale
+    }
+}
+
+/// [`quantized_sums`] of `ErrorSumsAndQuantize`: the float tensor is also quantized `by` the
+/// local value's scale and zero point into output 1, chunk by chunk as it is summed (each
+/// chunk read once from memory for both).
+fn sums_and_quantized<T>(
+    ctx: &ComputeContext,
+    float: (&[f32], &ort::value::Shape),
+    local: &[T],
+    by: Quantization,
+) -> ort::Result<[f64; 2]>
+where
+    T: QuantizedInt + Into<i32> + ort::value::PrimitiveTensorElementType,
+{
+    let (float, shape) = float;
+    let mut output = ctx
+        .output(1, shape.to_vec())?
+        .ok_or_else(|| ort::Error::new("ErrorSumsAndQuantize: no quantized output to write"))?;
+    let (_, quantized) = output.try_extract_tensor_mut::<T>()?;
+    // Each chunk's part of the output, written by whichever thread sums the chunk.
+    let parts: Vec<Mutex<&mut [T]>> = quantized.chunks_mut(CHUNK).map(Mutex::new).collect();
+    chunked_sums(ctx, float.len(), |range| {
+        let values = &float[range.clone()];
+        if let Some(Ok(mut part)) = parts.get(range.start / CHUNK).map(|p| p.lock()) {
+            quantize_linear(values, &mut part, by.scale, by.zero);
+        }
+        squared_sums(values, &local[range], |q| by.dequantized(q))
+    })
 }
 
 /// Input `index`, which the graph must give.

@@ -474,6 +474,68 @@ impl Interleaving {
     }
 }
 
+/// Folds into a tensor's error sums the QuantizeLinear that quantizes the same float tensor
+/// by the same scale and zero point for the copies reading it: the sums' node becomes
+/// `ErrorSumsAndQuantize` ([`super::error_sums`]), which writes that quantizer's output, and
+/// the quantizer is dropped from `copies`. The float tensor is then read once for both (the
+/// quantizers and the sums were each bound by reading it: PP-OCR rec's 365 QuantizeLinear
+/// took 14 ms a sample and its 339 sums 15 ms). A quantizer is folded only when it is plain
+/// (no attribute: per-tensor, the integer type of its zero point or uint8) and its inputs
+/// name exactly the float tensor, scale and zero point the sums read; any other stays.
+fn fuse_quantizers(
+    copies: &mut Vec<NodeProto>,
+    sums: &mut [NodeProto],
+    initializers: &[TensorProto],
+) {
+    let mut quantizers: HashMap<&[String], usize> = HashMap::new();
+    for (i, q) in copies.iter().enumerate() {
+        let plain = q.op_type() == "QuantizeLinear"
+            && q.domain().is_empty()
+            && q.attribute.is_empty()
+            && (2..=3).contains(&q.input.len())
+            && q.output.len() == 1;
+        if plain {
+            quantizers.entry(&q.input).or_insert(i);
+        }
+    }
+    // The integer type of a zero point (uint8 without one, as QuantizeLinear's default).
+    let integer = |zero: Option<&String>| match zero {
+        None => Some(DataType::Uint8),
+        Some(name) => initializers
+            .iter()
+            .find(|t| t.name() == name)
+            .and_then(|t| DataType::from_onnx(t.data_type()).ok()),
+    };
+    let mut folded = HashSet::new();
+    for sum in sums
+        .iter_mut()
+        .filter(|n| n.op_type() == super::error_sums::OP)
+    {
+        // [float, integer local value, scale, zero point?]: the quantizer's inputs are the
+        // float tensor with that scale and zero point.
+        if !(3..=4).contains(&sum.input.len()) {
+            continue;
+        }
+        let mut inputs = vec![sum.input[0].clone()];
+        inputs.extend(sum.input[2..].iter().cloned());
+        let Some(&i) = quantizers.get(inputs.as_slice()) else {
+            continue;
+        };
+        let Some(op) = integer(sum.input.get(3)).and_then(super::error_sums::quantizing_op) else {
+            continue;
+        };
+        if folded.insert(i) {
+            sum.op_type = Some(op.to_owned());
+            sum.output.push(copies[i].output[0].clone());
+        }
+    }
+    let mut index = 0;
+    copies.retain(|_| {
+        index += 1;
+        !folded.contains(&(index - 1))
+    });
+}
+
 /// The nodes gathering every tensor's pair of sums, `pairs` in order, into one output, and
 /// its name (`None` for no pairs): a chain of Concats, each adding one pair to what the one
 /// before gathered.
@@ -590,6 +652,7 @@ impl LocalModel {
         let graph = proto.graph.get_or_insert_with(Default::default);
         graph.initializer.append(&mut copier.copied_initializers);
         let mut added = std::mem::take(&mut copier.nodes);
+        fuse_quantizers(&mut added, &mut sums, &graph.initializer);
         added.extend(sums);
         let available = graph
             .input

@@ -11,6 +11,7 @@ pub mod kernels;
 pub mod layer_effect;
 pub mod local_error;
 pub mod output_kind;
+mod quantize_linear;
 pub mod range_choice;
 pub mod reference;
 mod row_math;
