@@ -11,7 +11,7 @@ const LANES: usize = 8;
 /// Values per lane summed in float32 before being added to the float64 totals: every term
 /// is a square, so a block's relative rounding stays under 32 × 2⁻²⁴ (2 · 10⁻⁶, a 10⁻⁵ dB
 /// change of an SQNR) while the inner loop runs at float32's vector width.
-const BLOCK: usize = 32 * LANES;
+pub(super) const BLOCK: usize = 32 * LANES;
 
 /// `[Σ float², Σ (float − local)²]` over the values both slices hold, `value` taking each
 /// local element to float32; the difference is taken in f32, as the Sub of the float model's
@@ -31,31 +31,48 @@ const BLOCK: usize = 32 * LANES;
 /// 393 ms in `ErrorSums` over 16 samples against 524 ms with the baseline loops (ONNX
 /// Runtime's profile); the rest of it waits on memory.
 pub fn squared_sums<T: Copy>(float: &[f32], local: &[T], value: impl Fn(T) -> f32) -> [f64; 2] {
+    squared_sums_onto([0.0; 2], float, local, value)
+}
+
+/// [`squared_sums`] added block by block onto `totals`, the sums of the values before: a
+/// slice summed in parts of whole [`BLOCK`]s, each onto the totals of those before it, gives
+/// the bits of one call over the whole.
+pub fn squared_sums_onto<T: Copy>(
+    totals: [f64; 2],
+    float: &[f32],
+    local: &[T],
+    value: impl Fn(T) -> f32,
+) -> [f64; 2] {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2, checked just above; nothing else is required.
-        return unsafe { squared_sums_avx2(float, local, value) };
+        return unsafe { squared_sums_avx2(totals, float, local, value) };
     }
-    sums_in_blocks(float, local, value, block_sums)
+    sums_in_blocks(totals, float, local, value, block_sums)
 }
 
 /// [`sums_in_blocks`] compiled for AVX2, with [`block_sums_avx2`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn squared_sums_avx2<T: Copy>(float: &[f32], local: &[T], value: impl Fn(T) -> f32) -> [f64; 2] {
-    sums_in_blocks(float, local, value, |f, l| block_sums_avx2(f, l))
+fn squared_sums_avx2<T: Copy>(
+    totals: [f64; 2],
+    float: &[f32],
+    local: &[T],
+    value: impl Fn(T) -> f32,
+) -> [f64; 2] {
+    sums_in_blocks(totals, float, local, value, |f, l| block_sums_avx2(f, l))
 }
 
 /// The body of [`squared_sums`], inlined into each of its compiled forms: each block's
 /// local values taken to float32 into a buffer, then summed by `block`.
 #[inline(always)]
 fn sums_in_blocks<T: Copy>(
+    mut totals: [f64; 2],
     float: &[f32],
     local: &[T],
     value: impl Fn(T) -> f32,
     block: impl Fn(&[f32], &[f32]) -> [[f32; LANES]; 2],
 ) -> [f64; 2] {
-    let mut totals = [0.0_f64; 2];
     let mut converted = [0.0_f32; BLOCK];
     for (f, l) in float.chunks(BLOCK).zip(local.chunks(BLOCK)) {
         let converted = &mut converted[..f.len().min(l.len())];
@@ -193,6 +210,30 @@ mod tests {
     }
 
     #[test]
+    fn sums_taken_in_parts_of_whole_blocks_equal_one_sum_over_the_whole() {
+        let len = 5 * BLOCK + 77;
+        let float: Vec<f32> = (0..len).map(|i| (i as f32 * 0.61).cos() * 2.3).collect();
+        let q: Vec<i8> = (0..len).map(|i| (i * 13 % 255) as i8).collect();
+        let dequantized = |q: i8| f32::from(q) * 0.019;
+        let whole = squared_sums(&float, &q, dequantized);
+        let parts = float
+            .chunks(2 * BLOCK)
+            .zip(q.chunks(2 * BLOCK))
+            .fold([0.0; 2], |totals, (f, l)| {
+                squared_sums_onto(totals, f, l, dequantized)
+            });
+        assert_eq!(parts, whole);
+        // Parts cut inside a block sum in another order: the check above can tell.
+        let uneven = float
+            .chunks(BLOCK + 3)
+            .zip(q.chunks(BLOCK + 3))
+            .fold([0.0; 2], |totals, (f, l)| {
+                squared_sums_onto(totals, f, l, dequantized)
+            });
+        assert_ne!(uneven, whole);
+    }
+
+    #[test]
     fn block_loops_sum_bit_for_bit_as_one_value_at_a_time() {
         // Lengths past whole blocks and lanes, values whose f32 sums round.
         for len in [0, 7, 8, 255, 256, 257, 1000, 4099] {
@@ -204,7 +245,7 @@ mod tests {
             // The form this CPU picks (AVX2 where it has it), and the baseline one.
             let fast = squared_sums(&float, &q, dequantized);
             assert_eq!(fast, expected, "{len} values");
-            let baseline = sums_in_blocks(&float, &q, dequantized, block_sums);
+            let baseline = sums_in_blocks([0.0; 2], &float, &q, dequantized, block_sums);
             assert_eq!(baseline, expected, "{len} values, baseline loops");
         }
     }
