@@ -537,35 +537,40 @@ fn fuse_quantizers(
 }
 
 /// The nodes gathering every tensor's pair of sums, `pairs` in order, into one output, and
-/// its name (`None` for no pairs): a chain of Concats, each adding one pair to what the one
-/// before gathered.
+/// its name (`None` for no pairs): one Concat of every pair, followed by one pair more, the
+/// end of a chain of Maxes through the pairs in order (each link the Max of the link before
+/// and the next pair), whose values are not read.
 ///
-/// The chain also sets the order the session runs the nodes in. ONNX Runtime orders them by
-/// a depth-first walk back from the graph's leaves, the leaf placed last first, each node's
+/// The chain sets the order the session runs the nodes in. ONNX Runtime orders them by a
+/// depth-first walk back from the graph's leaves, the leaf placed last first, each node's
 /// inputs taken latest placed first. With each pair an output of its own, the last pair's
 /// leaf came first: the whole float model ran before any copy, every float tensor stayed
 /// alive to its sums at the end, and the nodes read them back from memory rather than cache
 /// (PP-OCR rec: 123 ms a sample, the float model's Adds at 4 times their cost alone). The
-/// chain, placed last, is the one leaf that walk starts from, and each link reaches the
-/// pairs before its own first: the session measures tensor after tensor as the float model
-/// computes them (85 ms a sample, ONNX Runtime's profile).
+/// Concat, placed last, is the one leaf; the chain's end is its latest placed input, and
+/// each link reaches the pairs before its own first: the session measures tensor after
+/// tensor as the float model computes them (85 ms a sample, ONNX Runtime's profile). Each
+/// link holds one pair, so the nodes grow with the tensors measured, not their square.
 fn gathered(pairs: &[String]) -> (Vec<NodeProto>, Option<String>) {
-    let mut nodes = Vec::new();
-    let mut pairs_iter = pairs.iter();
-    let Some(first) = pairs_iter.next() else {
-        return (nodes, None);
+    let Some(first) = pairs.first() else {
+        return (Vec::new(), None);
     };
-    let mut last = first.clone();
-    for (i, pair) in pairs_iter.enumerate() {
-        let output = format!("qdq_studio_local_gathered{}", i + 1);
-        let mut concat = node("Concat", vec![last, pair.clone()], &output);
-        concat
-            .attribute
-            .push(crate::quant::rewrite::int_attr("axis", 0));
-        nodes.push(concat);
-        last = output;
+    let mut nodes = Vec::new();
+    let mut link = first.clone();
+    for (i, pair) in pairs.iter().enumerate().skip(1) {
+        let output = format!("qdq_studio_local_order{i}");
+        nodes.push(node("Max", vec![link, pair.clone()], &output));
+        link = output;
     }
-    (nodes, Some(last))
+    let output = "qdq_studio_local_gathered";
+    let mut inputs = pairs.to_vec();
+    inputs.push(link);
+    let mut concat = node("Concat", inputs, output);
+    concat
+        .attribute
+        .push(crate::quant::rewrite::int_attr("axis", 0));
+    nodes.push(concat);
+    (nodes, Some(output.to_owned()))
 }
 
 /// Every opset the two models import, each at the higher version.
@@ -663,7 +668,8 @@ impl LocalModel {
         graph.node = interleaved(std::mem::take(&mut graph.node), added, available);
         let (chain, output) = gathered(&outputs);
         graph.node.extend(chain);
-        let values = i64::try_from(2 * outputs.len()).unwrap_or(i64::MAX);
+        // Every pair and the chain's end ([`gathered`]).
+        let values = i64::try_from(2 * outputs.len() + 2).unwrap_or(i64::MAX);
         graph.output = output
             .iter()
             .map(|name| value_info(name, DataType::Float64, &[values]))
@@ -730,15 +736,18 @@ impl LocalModel {
             .ok_or_else(|| failed(format!("the session gave no output {name}")))?
             .try_extract_tensor::<f64>()
             .map_err(|e| failed(e.to_string()))?;
+        // Every pair, then the end of the chain that ordered the run ([`gathered`]).
         let (pairs, rest) = values.as_chunks::<2>();
-        if pairs.len() != self.tensors.len() || !rest.is_empty() {
-            return Err(failed(format!(
+        match pairs.split_last() {
+            Some((_, pairs)) if pairs.len() == self.tensors.len() && rest.is_empty() => {
+                Ok(pairs.to_vec())
+            }
+            _ => Err(failed(format!(
                 "{} sums for {} tensors",
                 values.len(),
                 self.tensors.len()
-            )));
+            ))),
         }
-        Ok(pairs.to_vec())
     }
 
     /// Empty sums for this model's measured tensors.
@@ -792,33 +801,46 @@ mod tests {
     }
 
     #[test]
-    fn the_pairs_are_gathered_in_order_by_a_chain_placed_after_them() {
+    fn the_pairs_are_gathered_by_a_concat_whose_last_input_chains_through_them_in_order() {
         assert_eq!(gathered(&[]), (Vec::new(), None));
-        let one = gathered(&["s0".to_owned()]);
-        assert_eq!(one, (Vec::new(), Some("s0".to_owned())));
-        let pairs = ["s0", "s1", "s2"].map(String::from);
-        let (nodes, output) = gathered(&pairs);
-        let links: Vec<(&str, Vec<&str>)> = nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.output[0].as_str(),
-                    n.input.iter().map(String::as_str).collect(),
-                )
-            })
-            .collect();
+        let links = |pairs: &[&str]| -> Vec<(String, String, Vec<String>)> {
+            let pairs: Vec<String> = pairs.iter().map(|p| p.to_string()).collect();
+            let (nodes, output) = gathered(&pairs);
+            assert_eq!(output.as_deref(), Some("qdq_studio_local_gathered"));
+            nodes
+                .iter()
+                .map(|n| (n.op_type().to_owned(), n.output[0].clone(), n.input.clone()))
+                .collect()
+        };
+        let owned = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            links,
+            links(&["s0"]),
+            [(
+                "Concat".to_owned(),
+                "qdq_studio_local_gathered".to_owned(),
+                owned(&["s0", "s0"])
+            )]
+        );
+        assert_eq!(
+            links(&["s0", "s1", "s2"]),
             [
-                ("qdq_studio_local_gathered1", vec!["s0", "s1"]),
                 (
-                    "qdq_studio_local_gathered2",
-                    vec!["qdq_studio_local_gathered1", "s2"]
+                    "Max".to_owned(),
+                    "qdq_studio_local_order1".to_owned(),
+                    owned(&["s0", "s1"])
+                ),
+                (
+                    "Max".to_owned(),
+                    "qdq_studio_local_order2".to_owned(),
+                    owned(&["qdq_studio_local_order1", "s2"])
+                ),
+                (
+                    "Concat".to_owned(),
+                    "qdq_studio_local_gathered".to_owned(),
+                    owned(&["s0", "s1", "s2", "qdq_studio_local_order2"])
                 ),
             ]
         );
-        assert_eq!(output.as_deref(), Some("qdq_studio_local_gathered2"));
-        assert!(nodes.iter().all(|n| n.op_type() == "Concat"));
     }
 
     #[test]
