@@ -18,11 +18,11 @@
 //! Its twins `ErrorSumsAndQuantize…`, one per integer type ([`quantizing_op`]), take an
 //! integer local value of their type only and have a second output: the float tensor
 //! quantized by that same scale and zero point, as a QuantizeLinear node would
-//! ([`super::quantize_linear`]). The type is in the operator rather than inferred: ONNX
-//! Runtime types a custom operator's outputs from its declaration, and the shape inference
-//! that could type it cannot tell a tensor of unknown rank from a scalar. The local model's copies of the
-//! nodes reading the tensor take their input from it, so the tensor is read once for both
-//! rather than once more by a QuantizeLinear of its own.
+//! ([`super::quantize_linear`]). The local model's copies of the nodes reading the tensor
+//! take their input from it, so the tensor is read once for both rather than once more by a
+//! QuantizeLinear of its own. The type is in the operator rather than inferred: ONNX Runtime
+//! types a custom operator's outputs from its declaration, and the shape inference that
+//! could type it cannot tell a tensor of unknown rank from a scalar.
 
 use std::sync::Mutex;
 
