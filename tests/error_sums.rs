@@ -40,6 +40,38 @@ fn zero_point(dtype: DataType, value: i32) -> TensorArray {
     }
 }
 
+/// The integer types the operators read, each with a scale and zero point.
+const CASES: [(DataType, f32, i32); 4] = [
+    (DataType::Uint8, 0.05, 128),
+    (DataType::Int8, 0.07, -5),
+    (DataType::Uint16, 0.0004, 30_000),
+    (DataType::Int16, 0.0011, 7),
+];
+
+/// A model importing the operators' domain that quantizes its input `x` (`[1, ?]`) to `q`
+/// of `dtype` by the initializers `scale` and `zero`.
+fn quantizing(dtype: DataType, scale: f32, zero: i32) -> ModelBuilder {
+    let mut b = ModelBuilder::new(21);
+    b.import(error_sums::DOMAIN, 1);
+    b.input("x", DataType::Float32, &[1, -1]);
+    b.initializer(
+        "scale",
+        TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), scale)),
+    );
+    b.initializer("zero", zero_point(dtype, zero));
+    b.node("QuantizeLinear", &["x", "scale", "zero"], &["q"]);
+    b
+}
+
+/// A CPU session of the model `b` builds, with the operators registered.
+fn session(runtime: &qdq_studio::runtime::Runtime, b: ModelBuilder) -> ort::session::Session {
+    let model = b.build().to_session_model().unwrap();
+    let domain = error_sums::domain().unwrap();
+    runtime
+        .session_with_operators(&model, &[EpSpec::Cpu], SessionOptions::default(), domain)
+        .unwrap()
+}
+
 /// `[Σ x², Σ (x − l)²]` from the session's own tensors.
 fn expected(x: &ArrayD<f32>, local: &ArrayD<f32>) -> [f64; 2] {
     x.iter().zip(local).fold([0.0; 2], |[s, n], (&x, &l)| {
@@ -52,22 +84,8 @@ fn expected(x: &ArrayD<f32>, local: &ArrayD<f32>) -> [f64; 2] {
 fn integer_local_values_give_the_sums_of_onnx_runtimes_dequantized_ones() {
     let runtime = common::runtime();
     registered(&runtime);
-    let cases = [
-        (DataType::Uint8, 0.05_f32, 128),
-        (DataType::Int8, 0.07, -5),
-        (DataType::Uint16, 0.0004, 30_000),
-        (DataType::Int16, 0.0011, 7),
-    ];
-    for (dtype, scale, zero) in cases {
-        let mut b = ModelBuilder::new(21);
-        b.import(error_sums::DOMAIN, 1);
-        b.input("x", DataType::Float32, &[1, -1]);
-        b.initializer(
-            "scale",
-            TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), scale)),
-        );
-        b.initializer("zero", zero_point(dtype, zero));
-        b.node("QuantizeLinear", &["x", "scale", "zero"], &["q"]);
+    for (dtype, scale, zero) in CASES {
+        let mut b = quantizing(dtype, scale, zero);
         b.node("DequantizeLinear", &["q", "scale", "zero"], &["l"]);
         b.node(
             error_sums::OP,
@@ -81,11 +99,7 @@ fn integer_local_values_give_the_sums_of_onnx_runtimes_dequantized_ones() {
             b.output(output, DataType::Float64, &[2]);
         }
         b.output("l", DataType::Float32, &[1, -1]);
-        let model = b.build().to_session_model().unwrap();
-        let domain = error_sums::domain().unwrap();
-        let mut session = runtime
-            .session_with_operators(&model, &[EpSpec::Cpu], SessionOptions::default(), domain)
-            .unwrap();
+        let mut session = session(&runtime, b);
         // An empty tensor sums to nothing rather than failing the run.
         let empty = ArrayD::<f32>::zeros(IxDyn(&[1, 0]));
         let owned = owned_inputs(vec![("x".into(), TensorArray::Float32(empty))]).unwrap();
@@ -133,24 +147,10 @@ fn ties(scale: f32) -> Vec<f32> {
 fn the_quantizing_twins_write_onnx_runtimes_quantizelinear_output_bit_for_bit() {
     let runtime = common::runtime();
     registered(&runtime);
-    let cases = [
-        (DataType::Uint8, 0.05_f32, 128),
-        (DataType::Int8, 0.07, -5),
-        (DataType::Uint16, 0.0004, 30_000),
-        (DataType::Int16, 0.0011, 7),
-    ];
-    for (dtype, scale, zero) in cases {
+    for (dtype, scale, zero) in CASES {
         let twin = error_sums::quantizing_op(dtype).expect("a twin for every integer type");
-        let mut b = ModelBuilder::new(21);
-        b.import(error_sums::DOMAIN, 1);
-        // A dimension of no known size or name: the twin's output is left unshaped.
-        b.input("x", DataType::Float32, &[1, -1]);
-        b.initializer(
-            "scale",
-            TensorArray::Float32(ArrayD::from_elem(IxDyn(&[]), scale)),
-        );
-        b.initializer("zero", zero_point(dtype, zero));
-        b.node("QuantizeLinear", &["x", "scale", "zero"], &["q"]);
+        // The input's dimension has no known size or name: the twin's output is unshaped.
+        let mut b = quantizing(dtype, scale, zero);
         b.node(error_sums::OP, &["x", "q", "scale", "zero"], &["sums"])
             .domain(error_sums::DOMAIN);
         b.node(twin, &["x", "q", "scale", "zero"], &["twin_sums", "twin_q"])
@@ -169,11 +169,7 @@ fn the_quantizing_twins_write_onnx_runtimes_quantizelinear_output_bit_for_bit() 
         b.output("twin_q", dtype, &[1, -1]);
         b.output("l", DataType::Float32, &[1, -1]);
         b.output("twin_l", DataType::Float32, &[1, -1]);
-        let model = b.build().to_session_model().unwrap();
-        let domain = error_sums::domain().unwrap();
-        let mut session = runtime
-            .session_with_operators(&model, &[EpSpec::Cpu], SessionOptions::default(), domain)
-            .unwrap();
+        let mut session = session(&runtime, b);
         let finite: Vec<f32> = values().iter().copied().chain(ties(scale)).collect();
         let special = vec![
             f32::NAN,
