@@ -45,28 +45,37 @@ pub const DOMAIN: &str = "ai.qdq_studio";
 pub const OP: &str = "ErrorSums";
 
 /// Its twins that also quantize the float tensor (see the module docs): name and integer
-/// type.
-const QUANTIZING: [(&str, TensorElementType); 4] = [
-    ("ErrorSumsAndQuantizeU8", TensorElementType::Uint8),
-    ("ErrorSumsAndQuantizeI8", TensorElementType::Int8),
-    ("ErrorSumsAndQuantizeU16", TensorElementType::Uint16),
-    ("ErrorSumsAndQuantizeI16", TensorElementType::Int16),
+/// type, as the model states it and as the operator declares it.
+const QUANTIZING: [(&str, DataType, TensorElementType); 4] = [
+    (
+        "ErrorSumsAndQuantizeU8",
+        DataType::Uint8,
+        TensorElementType::Uint8,
+    ),
+    (
+        "ErrorSumsAndQuantizeI8",
+        DataType::Int8,
+        TensorElementType::Int8,
+    ),
+    (
+        "ErrorSumsAndQuantizeU16",
+        DataType::Uint16,
+        TensorElementType::Uint16,
+    ),
+    (
+        "ErrorSumsAndQuantizeI16",
+        DataType::Int16,
+        TensorElementType::Int16,
+    ),
 ];
 
 /// The twin of `ErrorSums` that also quantizes the float tensor to `integer` (see the module
 /// docs), if there is one for that type.
 pub fn quantizing_op(integer: DataType) -> Option<&'static str> {
-    let ty = match integer {
-        DataType::Uint8 => TensorElementType::Uint8,
-        DataType::Int8 => TensorElementType::Int8,
-        DataType::Uint16 => TensorElementType::Uint16,
-        DataType::Int16 => TensorElementType::Int16,
-        _ => return None,
-    };
     QUANTIZING
         .iter()
-        .find(|(_, t)| *t == ty)
-        .map(|(name, _)| *name)
+        .find(|(_, t, _)| *t == integer)
+        .map(|(name, ..)| *name)
 }
 
 /// Values per chunk a thread sums at once: large enough that scheduling is noise, small
@@ -82,7 +91,7 @@ const PIECE: usize = 16 * BLOCK;
 pub fn domain() -> ort::Result<OperatorDomain> {
     QUANTIZING.iter().try_fold(
         OperatorDomain::new(DOMAIN)?.add(ErrorSums)?,
-        |domain, &(name, integer)| domain.add(ErrorSumsAndQuantize { name, integer }),
+        |domain, &(name, _, integer)| domain.add(ErrorSumsAndQuantize { name, integer }),
     )
 }
 

@@ -499,12 +499,15 @@ fn fuse_quantizers(
         }
     }
     // The integer type of a zero point (uint8 without one, as QuantizeLinear's default).
+    let types: HashMap<&str, i32> = initializers
+        .iter()
+        .map(|t| (t.name(), t.data_type()))
+        .collect();
     let integer = |zero: Option<&String>| match zero {
         None => Some(DataType::Uint8),
-        Some(name) => initializers
-            .iter()
-            .find(|t| t.name() == name)
-            .and_then(|t| DataType::from_onnx(t.data_type()).ok()),
+        Some(name) => types
+            .get(name.as_str())
+            .and_then(|&t| DataType::from_onnx(t).ok()),
     };
     let mut folded = HashSet::new();
     for sum in sums
