@@ -16,6 +16,11 @@ model runs (equal bit for bit to each variant's own model, graph optimizations o
 tests/sensitivity.rs). Both methods run their sessions without ONNX Runtime's blocked float
 layout (NCHWc), whose residual-Add fusion depends on the graph around a Conv. Both figures are
 printed, with their difference.
+
+Beside them, the least time any exact scan can take here (`floor.py`): every variant running
+only the kernels downstream of its change, at ONNX Runtime's profiled kernel times, with no
+build, session or run overhead. A time target below it cannot be met on this machine by any
+method whose figures are the variants' own.
 """
 import argparse
 import json
@@ -30,6 +35,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORK = ROOT / "target" / "bench-data"
 sys.path.insert(0, str(ROOT / "benches"))
 from targets import Targets  # noqa: E402
+sys.path.insert(0, str(ROOT / "benches" / "sensitivity"))
+from floor import scan_floor  # noqa: E402
 
 TARGETS = Targets()
 
@@ -52,12 +59,25 @@ def scan(binary, label, model, stats, data, exact):
     return seconds, json.loads(out.read_text())["scan"]
 
 
+def least_time(binary, label, model, stats, evaluation, exact, exact_s, switch_s=None):
+    """Prints the floor of any exact scan on this machine (`floor.py`) beside both methods."""
+    recipe = WORK / f"{label}.recipe.onnx"
+    run(binary, "quantize", "--onnx_path", model, "-o", recipe, "--calibration_cache_path", stats)
+    least, found = scan_floor(model, recipe, evaluation, exact)
+    print(f"  least time of any exact scan here (each variant runs only the kernels downstream of its"
+          f" change, nothing else; {found} of {len(exact['nodes'])} nodes placed): {least:.1f} s"
+          f" = {least / exact_s:.3f} of the exact method"
+          + ("" if switch_s is None else f"; the switchable method takes {switch_s / least:.2f}x it"))
+    return least
+
+
 def compare(binary, label, model, calib, evaluation, time_ratio=None, time_limit=None):
     print(f"{label}:")
     stats = WORK / f"{label}.sens.stats"
     run(binary, "calibrate", "--onnx_path", model, "--calibration_data_path", calib, "-o", stats)
     exact_s, exact = scan(binary, label, model, stats, evaluation, True)
     switch_s, switch = scan(binary, label, model, stats, evaluation, False)
+    least_time(binary, label, model, stats, evaluation, exact, exact_s, switch_s)
     print(f"  exact / switchable time: {exact_s / switch_s:.2f}x; baseline {exact['baseline_db']:.2f} dB"
           f" (exact) vs {switch['baseline_db']:.2f} dB (switchable)")
     by_node = {n["node"]: n for n in exact["nodes"]}
