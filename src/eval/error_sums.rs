@@ -280,7 +280,10 @@ struct Quantization {
 }
 
 impl Quantization {
-    /// The value `q` stands for, as DequantizeLinear computes it.
+    /// The value `q` stands for, as DequantizeLinear computes it: the arithmetic of
+    /// [`crate::quant::scale::dequantize`], in i32 rather than its i64, as AVX2 converts
+    /// packed i32 to float32 and has no such conversion from i64 (this runs per value in the
+    /// sums' inner loop).
     fn dequantized<T: Into<i32>>(self, q: T) -> f32 {
         (q.into() - self.zero) as f32 * self.scale
     }
