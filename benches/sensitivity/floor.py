@@ -36,7 +36,8 @@ def kernel_times(model_path, samples):
         session.run(None, {name: samples[0:1]})
         for i in range(len(samples)):
             session.run(None, {name: samples[i:i + 1]})
-        events = json.load(open(session.end_profiling()))
+        with open(session.end_profiling()) as profile:
+            events = json.load(profile)
         graph = onnx.load(f"{folder}/optimized.onnx", load_external_data=False).graph
     runs = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")
     warmed = runs[0][1]
