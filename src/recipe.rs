@@ -14,8 +14,10 @@ use crate::calib::range::{Range, RangeMethod};
 use crate::model::{DataType, Graph};
 
 pub mod node_precision;
+pub mod target;
 
 pub use node_precision::NodePrecision;
+pub use target::Target;
 
 /// The recipe format version written by this build.
 pub const RECIPE_VERSION: u32 = 1;
@@ -163,6 +165,9 @@ pub enum WeightRange {
     /// The clipped range whose rounding and clipping error is least (mean squared error over
     /// the weight's values): one outlier no longer sets the step of every other weight.
     Mse,
+    /// The extremes with the scale rounded up to a power of two (never clipping), for NPUs
+    /// that rescale by shifts (the `npu` target's XINT8).
+    Pow2,
 }
 
 impl WeightRange {
@@ -171,6 +176,7 @@ impl WeightRange {
         match name.to_ascii_lowercase().as_str() {
             "minmax" | "max" => Some(WeightRange::Minmax),
             "mse" => Some(WeightRange::Mse),
+            "pow2" | "power_of_two" => Some(WeightRange::Pow2),
             _ => None,
         }
     }
@@ -180,6 +186,7 @@ impl WeightRange {
         match self {
             WeightRange::Minmax => "minmax",
             WeightRange::Mse => "mse",
+            WeightRange::Pow2 => "pow2",
         }
     }
 
@@ -353,6 +360,11 @@ impl Default for Preprocessing {
 pub struct Recipe {
     /// Recipe format version.
     pub version: u32,
+    /// Where the model will run (see [`target`]): it sets placement, types, symmetry, scale
+    /// form and the saturation guard, and the settings it requires must agree with it.
+    /// Recipes written before targets existed have none and keep exactly what they say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Target>,
     /// What to quantize to.
     pub mode: QuantMode,
     /// Activation type (int8 mode).
@@ -469,10 +481,12 @@ fn default_block_size() -> usize {
 
 impl Default for Recipe {
     /// onnxruntime `quantize_static`'s usual setting: uint8 activations, int8 per-channel
-    /// weights, MinMax, its placement.
+    /// weights, MinMax, its placement, with the saturation guard on (right on every x86) and
+    /// no target. The faces start from [`Recipe::for_target`] instead: the target decides.
     fn default() -> Self {
         Recipe {
             version: RECIPE_VERSION,
+            target: None,
             mode: QuantMode::Int8,
             activation_type: QuantType::Uint8,
             weight_type: QuantType::Int8,
@@ -617,10 +631,23 @@ pub fn close_matches<'a>(wanted: &str, candidates: impl Iterator<Item = &'a str>
 impl Recipe {
     /// Parses TOML, refusing unknown keys (with their line).
     pub fn from_toml(text: &str, origin: &str) -> Result<Recipe, RecipeError> {
-        let recipe: Recipe = toml::from_str(text).map_err(|e| RecipeError::Parse {
+        let parse_error = |e: toml::de::Error| RecipeError::Parse {
             path: origin.to_owned(),
             message: parse_message(text, &e),
-        })?;
+        };
+        let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
+        let recipe: Recipe = if table.contains_key("target") {
+            // What the recipe leaves unsaid comes from its target.
+            target::fill_from_target(&mut table);
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| RecipeError::Parse {
+                    path: origin.to_owned(),
+                    message: e.message().trim().replace('\n', " "),
+                })?
+        } else {
+            toml::from_str(text).map_err(parse_error)?
+        };
         if recipe.version > RECIPE_VERSION {
             return Err(RecipeError::Parse {
                 path: origin.to_owned(),
@@ -764,6 +791,11 @@ impl Recipe {
             problems.push(("calibration_method", problem));
         }
         problems.extend(node_precision::setting_problems(self));
+        problems.extend(
+            self.target_contradictions()
+                .into_iter()
+                .map(|c| (c.key, c.message)),
+        );
         for (name, o) in &self.tensor_overrides {
             if let Some(problem) = o.method.as_ref().and_then(RangeMethod::problem) {
                 problems.push((
@@ -910,6 +942,8 @@ impl Recipe {
             self.smoothquant = false;
         }
         self.mode = mode;
+        // The target's settings for the new mode (int8's types and guard, say).
+        self.apply_target_settings(|_| true);
     }
 
     /// The range override for a tensor, if the recipe fixes one.

@@ -184,23 +184,6 @@ fn shares(read: &[String], expected: &[String], labels: &[String]) -> (f64, f64)
     (share(same), share(right))
 }
 
-/// True when ONNX Runtime's int8 CPU kernels compute u8 × s8 products exactly. Without VNNI
-/// (AVX2's `vpmaddubsw`), pairs of products saturate at 16 bits — the reason onnxruntime has
-/// `reduce_range`. Measured on this recogniser on an AVX2-only AMD EPYC (onnxruntime 1.31.1,
-/// the 48 eval lines): the QDQ model run with graph optimizations off (Q/DQ computed in
-/// float) gives 11.69 dB output SQNR; fully optimized (fused into int8 kernels) 7.48 dB.
-fn int8_kernels_exact() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512vnni")
-            || std::arch::is_x86_feature_detected!("avxvnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        true
-    }
-}
-
 #[test]
 fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
     let rt = runtime();
@@ -336,7 +319,10 @@ fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
         fixed.reached,
     );
     assert_eq!(float_acc, (1.0, 1.0), "the rendered lines are readable");
-    if int8_kernels_exact() {
+    // Without VNNI (AVX2's `vpmaddubsw`), pairs of u8 × s8 products saturate at 16 bits. On
+    // this recogniser on an AVX2-only AMD EPYC (onnxruntime 1.31.1, the 48 eval lines): the
+    // QDQ model in float arithmetic 11.69 dB output SQNR, fused into int8 kernels 7.48 dB.
+    if common::saturation_free_cpu() {
         // onnxruntime's exact 8-bit weights read 91.7 % of the lines right on an x86 CPU
         // with VNNI; the default saturation guard (7-bit weights where VNNI-less kernels
         // would saturate, whichever machine runs the model) costs some of that there: 83.3 %

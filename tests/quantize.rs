@@ -12,12 +12,12 @@ use qdq_studio::calib::{CalibrationConfig, CalibrationStats};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray};
 use qdq_studio::quant;
-use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe};
+use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe, Target};
 use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use common::{asset, cli, runtime};
+use common::{asset, calibrate_sample, cli, run_ok, run_text, runtime};
 
 fn sample() -> Model {
     Model::load(&asset("ppocr_cls.onnx")).unwrap()
@@ -931,4 +931,160 @@ fn shape_arithmetic_is_not_called_kept_in_float() {
         );
     }
     assert_eq!(plan.node("dense"), Some(&quant::NodeDecision::Quantized));
+}
+
+/// Each QuantizeLinear's scale and zero point (first value of each), with the zero point's
+/// element type.
+fn quantizer_params(model: &Model) -> Vec<(f32, f32, DataType)> {
+    let g = Graph::build(model);
+    let value = |name: &str| {
+        let init = model
+            .graph()
+            .initializer
+            .iter()
+            .find(|t| t.name() == name)
+            .unwrap();
+        model.tensor_array(init).unwrap()
+    };
+    g.nodes()
+        .iter()
+        .filter(|n| n.op_type == "QuantizeLinear")
+        .map(|n| {
+            let scale = value(&n.inputs[1]).to_f32();
+            let zero = value(&n.inputs[2]);
+            let zero_point = zero.to_f32().iter().next().copied().unwrap();
+            (
+                scale.iter().next().copied().unwrap(),
+                zero_point,
+                zero.dtype(),
+            )
+        })
+        .collect()
+}
+
+/// A target sets its runtime's types, scales and guard, and `quantize` says which target and
+/// what it set; without `--target` the target follows the calibration EP.
+#[test]
+fn each_target_makes_the_model_its_runtime_expects_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    calibrate_sample(&stats);
+    let quantize = |name: &str, args: &[&str]| {
+        let out = dir.path().join(format!("{name}.onnx"));
+        let said = run_ok(
+            cli()
+                .args(["quantize", "--onnx_path"])
+                .arg(asset("ppocr_cls.onnx"))
+                .arg("--calibration_cache_path")
+                .arg(&stats)
+                .args(args)
+                .arg("-o")
+                .arg(&out),
+        );
+        (said, Model::load(&out).unwrap())
+    };
+    let (said, cpu) = quantize("cpu", &[]);
+    assert!(
+        said.contains("target: cpu - ") && said.contains("follows --calibration_eps cpu"),
+        "{said}"
+    );
+    assert!(said.contains("saturation_guard = false"), "{said}");
+    assert!(!said.contains("7-bit weights"), "{said}");
+    assert_eq!(common::stamped_recipe(&cpu).target, Some(Target::Cpu));
+    let (said, _) = quantize("avx2", &["--target", "cpu-avx2"]);
+    assert!(said.contains("7-bit weights"), "{said}");
+    // TensorRT: int8 activations with zero point 0 everywhere.
+    let (_, trt) = quantize("trt", &["--target", "tensorrt"]);
+    let params = quantizer_params(&trt);
+    assert!(!params.is_empty());
+    assert!(
+        params
+            .iter()
+            .all(|&(_, zp, t)| zp == 0.0 && t == DataType::Int8),
+        "{params:?}"
+    );
+    assert_eq!(common::stamped_recipe(&trt).placement, Placement::Tensorrt);
+    // The NPU: symmetric int8 with power-of-two scales, weights included.
+    let (_, npu) = quantize("npu", &["--target", "npu"]);
+    let pow2 = |s: f32| s > 0.0 && s.log2().fract() == 0.0;
+    let params = quantizer_params(&npu);
+    assert!(
+        params
+            .iter()
+            .all(|&(s, zp, t)| pow2(s) && zp == 0.0 && t == DataType::Int8),
+        "{params:?}"
+    );
+    let weights: Vec<(String, f32)> = Graph::build(&npu)
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "DequantizeLinear")
+        .filter_map(|n| {
+            let init = npu
+                .graph()
+                .initializer
+                .iter()
+                .find(|t| t.name() == n.inputs[1])?;
+            let scales = npu.tensor_array(init).unwrap().to_f32();
+            Some(
+                scales
+                    .into_iter()
+                    .map(|s| (n.name.clone(), s))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .flatten()
+        .collect();
+    let odd: Vec<_> = weights.iter().filter(|(_, s)| !pow2(*s)).collect();
+    assert!(!weights.is_empty() && odd.is_empty(), "{odd:?}");
+    // QNN: 16-bit activations.
+    let (_, qnn) = quantize("qnn", &["--target", "qnn"]);
+    assert!(
+        quantizer_params(&qnn)
+            .iter()
+            .all(|&(_, _, t)| t == DataType::Uint16)
+    );
+    for model in [&cpu, &trt, &npu, &qnn] {
+        runtime_check(model);
+    }
+}
+
+/// An unknown target, a flag against what a target requires, a recipe against its target: one
+/// line each, naming the choices.
+#[test]
+fn targets_refuse_contradictions_in_one_line_with_the_choices() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |args: &[&str]| {
+        let (ok, text) = run_text(
+            cli()
+                .args(["quantize", "--onnx_path"])
+                .arg(asset("ppocr_cls.onnx"))
+                .args(args)
+                .arg("-o")
+                .arg(dir.path().join("never.onnx")),
+        );
+        assert!(!ok, "{args:?}: {text}");
+        assert_eq!(text.trim().lines().count(), 1, "{text}");
+        text
+    };
+    let text = refused(&["--target", "tpu"]);
+    assert!(
+        text.contains("unknown target 'tpu'") && text.contains("cpu-avx2"),
+        "{text}"
+    );
+    let text = refused(&["--target", "tensorrt", "--activation_type", "uint8"]);
+    assert!(
+        text.contains("target \"tensorrt\" needs activation_type = int8")
+            && text.contains("npu, qnn"),
+        "{text}"
+    );
+    let text = refused(&["--target", "cpu-avx2", "--no_saturation_guard"]);
+    assert!(text.contains("saturation_guard"), "{text}");
+    let recipe = dir.path().join("r.toml");
+    std::fs::write(&recipe, "target = \"npu\"\nweight_range = \"mse\"\n").unwrap();
+    let text = refused(&["--recipe", recipe.to_str().unwrap()]);
+    assert!(
+        text.contains("line 2") && text.contains("weight_range = pow2"),
+        "{text}"
+    );
+    assert!(!dir.path().join("never.onnx").exists());
 }

@@ -11,7 +11,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
 use qdq_studio::model::{DataType, ModelBuilder, NodeId};
-use qdq_studio::recipe::Recipe;
+use qdq_studio::recipe::{Recipe, Target};
 
 fn studio() -> Studio {
     Studio::new(
@@ -435,27 +435,34 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
             .count(),
         2
     );
-    // The MatMuls' shared weight gets 7 bits (the saturation guard), shown in the inspector
-    // and switched off as one undoable recipe change.
+    // The studio's first target is the CPU provider's, `cpu`: 8-bit weights. The saturation
+    // guard's switch moves the recipe to `cpu-avx2`, whose 7 bits the MatMuls' shared weight
+    // then gets (shown in the inspector), as one undoable recipe change.
+    assert_eq!(recipe(&h).target, Some(Target::Cpu));
+    assert!(!recipe(&h).saturation_guard);
     let dense = doc_node(&h, "dense");
     h.state_mut().document_mut().unwrap().selection = vec![dense];
     h.run_steps(2);
-    h.get_by_label_contains("int8 (7-bit) symmetric");
-    h.get_by_label_contains("7-bit weights against saturation (1)")
+    assert_eq!(
+        h.query_all_by_label_contains("int8 (7-bit) symmetric")
+            .count(),
+        0
+    );
+    h.get_by_label_contains("7-bit weights against saturation")
         .click();
     h.run_steps(3);
-    assert!(!recipe(&h).saturation_guard);
-    assert!(
-        h.state()
-            .document()
-            .unwrap()
-            .plan
-            .seven_bit_weights
-            .is_empty()
+    assert!(recipe(&h).saturation_guard);
+    assert_eq!(recipe(&h).target, Some(Target::CpuAvx2));
+    assert_eq!(
+        h.state().document().unwrap().plan.seven_bit_weights.len(),
+        1
     );
+    h.get_by_label_contains("int8 (7-bit) symmetric");
+    h.get_by_label_contains("7-bit weights against saturation (1)");
     h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
     h.run_steps(3);
-    assert!(recipe(&h).saturation_guard);
+    assert!(!recipe(&h).saturation_guard);
+    assert_eq!(recipe(&h).target, Some(Target::Cpu));
     // The switch turns it off as one undoable recipe change.
     h.get_by_label_contains("Automatic precision (4 tensor(s) kept float)")
         .click();

@@ -55,6 +55,11 @@ pub enum Command {
     SetSaturationGuard(bool),
     /// Compute MatMul/Gemm weights' outlier rows in float (part of automatic precision).
     SetOutlierRows(bool),
+    /// Choose where the model will run: the target's settings are applied at once.
+    SetTarget(crate::recipe::Target),
+    /// The execution provider changed from `.0` to `.1`: a recipe whose target followed the
+    /// old provider follows the new one.
+    FollowEp(crate::runtime::EpSpec, crate::runtime::EpSpec),
     /// Switch the recipe's mode (int8, fp8, int4), with the types it needs.
     SetMode(crate::recipe::QuantMode),
     /// Choose the int4 method (AWQ-lite, AWQ-clip, RTN).

@@ -28,6 +28,8 @@ pub struct RecipeEditor {
     recipe: Recipe,
     undo: VecDeque<Recipe>,
     redo: Vec<Recipe>,
+    /// Why the last change was refused (it contradicted the recipe's target), until read.
+    refused: Option<String>,
 }
 
 impl RecipeEditor {
@@ -37,6 +39,7 @@ impl RecipeEditor {
             recipe,
             undo: VecDeque::new(),
             redo: Vec::new(),
+            refused: None,
         }
     }
 
@@ -45,11 +48,21 @@ impl RecipeEditor {
         &self.recipe
     }
 
-    /// Applies `change` as one undoable step; a change that changes nothing is not recorded.
+    /// Applies `change` as one undoable step; a change that changes nothing is not recorded,
+    /// and one that makes the recipe contradict its target is taken back, with the reason
+    /// kept for [`RecipeEditor::take_refusal`].
     fn step(&mut self, change: impl FnOnce(&mut Recipe)) -> bool {
         let before = self.recipe.clone();
         change(&mut self.recipe);
         if self.recipe == before {
+            return false;
+        }
+        let contradictions = self.recipe.target_contradictions();
+        if let Some(first) = contradictions.first()
+            && before.target_contradictions().is_empty()
+        {
+            self.refused = Some(first.message.clone());
+            self.recipe = before;
             return false;
         }
         self.undo.push_back(before);
@@ -58,6 +71,11 @@ impl RecipeEditor {
         }
         self.redo.clear();
         true
+    }
+
+    /// Why the last change was refused, once: the faces show it.
+    pub fn take_refusal(&mut self) -> Option<String> {
+        self.refused.take()
     }
 
     /// Takes back the last step. False when there is nothing to undo.

@@ -12,7 +12,7 @@ use crate::app::document::Document;
 use crate::app::inspector::{self, InspectorState};
 use crate::app::states::NodeState;
 use crate::model::legacy::LegacyOpset;
-use crate::recipe::{Int4Method, Int4Output, NodePrecision, QuantMode};
+use crate::recipe::{Int4Method, Int4Output, NodePrecision, QuantMode, Target};
 
 /// Legend entries in display order.
 const LEGEND: [NodeState; 9] = [
@@ -624,6 +624,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
     egui::Grid::new("recipe_mode")
         .num_columns(2)
         .show(ui, |ui| {
+            target_row(ui, recipe, commands);
             ui.label("Mode");
             egui::ComboBox::from_id_salt("recipe-mode")
                 .selected_text(mode_name(recipe.mode))
@@ -728,6 +729,42 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
         });
 }
 
+/// The recipe's deployment target: a list of every target, each with what it is, and on the
+/// chosen one what it set (the engine's own lines).
+fn target_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
+    ui.label("Target");
+    let shown = recipe.target.map_or("none (older recipe)", Target::name);
+    let set = recipe.target_lines();
+    let hover = match recipe.target {
+        Some(target) => format!(
+            "{}\n\nIt set:\n{}\n\nRequired settings cannot be changed while this target is chosen; \
+             the others are its defaults.",
+            target.describe(),
+            set.join("\n")
+        ),
+        None => "This recipe was written before targets existed and keeps exactly its own \
+                 settings. Choosing a target applies that target's settings."
+            .to_owned(),
+    };
+    egui::ComboBox::from_id_salt("recipe-target")
+        .selected_text(shown)
+        .show_ui(ui, |ui| {
+            for target in Target::ALL {
+                if ui
+                    .selectable_label(recipe.target == Some(target), target.name())
+                    .on_hover_text(target.describe())
+                    .clicked()
+                    && recipe.target != Some(target)
+                {
+                    commands.push(Command::SetTarget(target));
+                }
+            }
+        })
+        .response
+        .on_hover_text(hover);
+    ui.end_row();
+}
+
 /// The automatic-precision switch, with what it keeps in float under the current plan.
 fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     let mut on = doc.recipe().auto_precision;
@@ -798,10 +835,21 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
                  spans about the weight's extremes, as per channel) and those with at least 1 % \
                  of the kernels' pairs of neighbouring weights able to overflow. Off: \
                  onnxruntime's 8 bits, for VNNI CPUs, GPUs and NPUs.";
+    // Only the CPU targets (and recipes without one) have kernels that can saturate.
+    let target = doc.recipe().target;
+    let open = matches!(target, None | Some(Target::Cpu | Target::CpuAvx2));
+    let hover = match target {
+        Some(_) => format!("{hover} Switching it moves the target between cpu and cpu-avx2."),
+        None => hover.to_owned(),
+    };
     ui.indent("saturation_guard", |ui| {
         if ui
-            .checkbox(&mut guard, label)
+            .add_enabled(open, egui::Checkbox::new(&mut guard, label))
             .on_hover_text(hover)
+            .on_disabled_hover_text(format!(
+                "Target {}: its kernels do not saturate (8-bit weights).",
+                target.map_or("", Target::name)
+            ))
             .changed()
         {
             commands.push(Command::SetSaturationGuard(guard));

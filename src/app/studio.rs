@@ -13,7 +13,7 @@ use crate::app::settings::Settings;
 use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
-use crate::recipe::{NodePrecision, Recipe, WeightRange};
+use crate::recipe::{NodePrecision, Recipe, Target, WeightRange};
 
 /// How often the window polls a running job (it repaints only while one runs).
 const JOB_POLL: Duration = Duration::from_millis(50);
@@ -178,7 +178,8 @@ impl Studio {
         let dark = self.window.dark;
         let job = Job::spawn("open-model", move |ctx| {
             document::load(source, &ctx)
-                .map(|loaded| Document::new(loaded, Recipe::default(), dark))
+                // The CPU provider is every model's first: its target is the first one.
+                .map(|loaded| Document::new(loaded, Recipe::for_target(Target::Cpu), dark))
         });
         match job {
             Ok(job) => {
@@ -343,16 +344,24 @@ impl Studio {
                     format!("Automatic precision {}", if on { "on" } else { "off" });
             }
             Command::SetSaturationGuard(on) => {
-                doc.editor.change(|r| {
-                    r.saturation_guard = on;
-                    if on {
-                        r.saturation_guard_scope = crate::recipe::GuardScope::default();
-                    }
-                });
-                self.window.status = format!(
-                    "7-bit weights against saturation {}",
-                    if on { "on" } else { "off" }
+                self.window.status = set_saturation_guard(&mut doc.editor, on);
+            }
+            Command::SetTarget(target) => {
+                doc.editor.change(|r| r.set_target(target));
+                self.window.status = format!("Target: {} - {}", target.name(), target.describe());
+            }
+            Command::FollowEp(from, to) => {
+                let (old, new) = (
+                    Target::for_execution_provider(&from),
+                    Target::for_execution_provider(&to),
                 );
+                if old != new && doc.recipe().target == Some(old) {
+                    doc.editor.change(|r| r.set_target(new));
+                    self.window.status = format!(
+                        "Target follows the execution provider: {} (choose another in the recipe panel)",
+                        new.name()
+                    );
+                }
             }
             Command::SetOutlierRows(on) => {
                 doc.editor.change(|r| r.preprocessing.outlier_rows = on);
@@ -556,6 +565,10 @@ impl Studio {
             Command::ZoomOut => return doc.canvas.zoom_by(0.8),
             Command::Pan(delta) => return doc.canvas.pan_by(delta),
             _ => {}
+        }
+        // An edit the recipe's target does not allow was taken back: say why.
+        if let Some(reason) = doc.editor.take_refusal() {
+            self.window.status = format!("Not changed: {reason}");
         }
         doc.refresh();
     }
@@ -883,6 +896,36 @@ impl eframe::App for Studio {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+}
+
+/// Switches the saturation guard. Under the CPU targets the guard is what tells them apart, so
+/// the switch moves the recipe between `cpu` (8-bit weights) and `cpu-avx2` (7-bit where
+/// pairs can saturate); a recipe without a target sets the guard itself; any other target's
+/// kernels never saturate, so the editor refuses the guard there. Returns the status line.
+fn set_saturation_guard(editor: &mut crate::app::edit::RecipeEditor, on: bool) -> String {
+    match editor.recipe().target {
+        Some(Target::Cpu | Target::CpuAvx2) => {
+            let target = if on { Target::CpuAvx2 } else { Target::Cpu };
+            editor.change(|r| r.set_target(target));
+            format!(
+                "7-bit weights against saturation {}: target {}",
+                if on { "on" } else { "off" },
+                target.name()
+            )
+        }
+        _ => {
+            editor.change(|r| {
+                r.saturation_guard = on;
+                if on {
+                    r.saturation_guard_scope = crate::recipe::GuardScope::default();
+                }
+            });
+            format!(
+                "7-bit weights against saturation {}",
+                if on { "on" } else { "off" }
+            )
+        }
     }
 }
 

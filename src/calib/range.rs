@@ -470,7 +470,7 @@ fn power_of_two_range(
     let absmax = f64::from(stats.abs_max()).max(f64::MIN_POSITIVE);
     // A symmetric grid of `steps` levels has `steps / 2` on each side of zero.
     let half_steps = f64::from(target.steps / 2).max(1.0);
-    let exponent = (absmax / half_steps).log2().ceil();
+    let exponent = power_of_two_exponent(absmax, half_steps);
     let range_for = |e: f64| {
         let a = 2f64.powf(e) * half_steps;
         (-a, a)
@@ -491,6 +491,24 @@ fn power_of_two_range(
     Range {
         lo: lo as f32,
         hi: hi as f32,
+    }
+}
+
+/// The least exponent `e` whose grid of step `2^e`, `half_steps` steps on each side of zero,
+/// holds `absmax`.
+fn power_of_two_exponent(absmax: f64, half_steps: f64) -> f64 {
+    (absmax / half_steps).log2().ceil()
+}
+
+/// The power-of-two range (symmetric, `2^e` per step) that holds `range`: how a range the
+/// data did not choose (fixed by the recipe, a Softmax's [0, 1]) gets a power-of-two scale.
+pub fn power_of_two_cover(range: Range, target: RangeTarget) -> Range {
+    let absmax = f64::from(range.lo.abs().max(range.hi.abs())).max(f64::MIN_POSITIVE);
+    let half_steps = f64::from(target.steps / 2).max(1.0);
+    let a = 2f64.powf(power_of_two_exponent(absmax, half_steps)) * half_steps;
+    Range {
+        lo: -a as f32,
+        hi: a as f32,
     }
 }
 

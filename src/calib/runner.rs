@@ -56,14 +56,26 @@ pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String
     names
 }
 
-/// The model with `tensors` added as graph outputs, encoded for a session whose inputs
-/// declare `sample_shapes` ([`crate::model::pinned`]: the data's, so that ONNX Runtime plans
-/// it without symbolic sizes).
+/// Whether an augmented model lists the graph inputs it observes as outputs too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObservedInputs {
+    /// Listed as outputs: the readers take every observed tensor from the session's outputs.
+    /// The CPU provider accepts a graph input that is also an output; OpenVINO refuses it
+    /// ("Duplicate definition of name").
+    AsOutputs,
+    /// Not listed: the reader takes them from the values it fed (calibration).
+    Fed,
+}
+
+/// The model with `tensors` added as graph outputs (graph inputs only as `inputs` says),
+/// encoded for a session whose inputs declare `sample_shapes` ([`crate::model::pinned`]:
+/// the data's, so that ONNX Runtime plans it without symbolic sizes).
 pub fn augmented_model(
     model: &Model,
     graph: &Graph,
     tensors: &[String],
     sample_shapes: &BTreeMap<String, Vec<usize>>,
+    inputs: ObservedInputs,
 ) -> Result<SessionModel, CalibError> {
     let (mut proto, external_folder) = model.to_session_proto();
     pin_sample_shapes(&mut proto, sample_shapes);
@@ -71,7 +83,13 @@ pub fn augmented_model(
         return Ok(SessionModel::encode(proto, external_folder)?);
     };
     let existing: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
-    for name in tensors.iter().filter(|n| !existing.contains(*n)) {
+    let fed = |name: &str| {
+        inputs == ObservedInputs::Fed
+            && graph
+                .tensor(name)
+                .is_some_and(|t| t.kind == TensorKind::Input)
+    };
+    for name in tensors.iter().filter(|n| !existing.contains(*n) && !fed(n)) {
         let dtype = graph
             .tensor(name)
             .and_then(|t| t.elem_type)
@@ -149,7 +167,15 @@ pub fn calibrate(
         declared,
         tensors.len(),
     )?;
-    let augmented = augmented_model(model, &graph, &tensors, &sample_shapes(&*source))?;
+    // Graph inputs are read from the values fed: no provider sees an input listed as an
+    // output (OpenVINO refuses the model then).
+    let augmented = augmented_model(
+        model,
+        &graph,
+        &tensors,
+        &sample_shapes(&*source),
+        ObservedInputs::Fed,
+    )?;
     let options = SessionOptions {
         optimization: if config.optimize {
             Optimization::All
@@ -226,7 +252,7 @@ pub fn calibrate(
             let stats_started = Instant::now();
             run_seconds += (stats_started - run_started).as_secs_f64();
             let observed = fold_outputs(
-                &outputs,
+                (&outputs, &owned),
                 &tensors,
                 Folded {
                     stats: &mut stats,
@@ -333,9 +359,13 @@ struct Folded<'a> {
     float_seen: &'a mut [bool],
 }
 
-/// Folds one batch's outputs into the statistics, tensors in parallel.
+/// Folds one batch's outputs (and the inputs fed, for the graph inputs observed) into the
+/// statistics, tensors in parallel.
 fn fold_outputs(
-    outputs: &ort::session::SessionOutputs<'_>,
+    (outputs, fed): (
+        &ort::session::SessionOutputs<'_>,
+        &[(String, ort::value::DynValue)],
+    ),
     tensors: &[String],
     into: Folded<'_>,
     pass: Pass,
@@ -351,7 +381,10 @@ fn fold_outputs(
     // f32 outputs are read in place; other float types are converted once.
     let read: Vec<Option<(DataType, CowArray<'_, f32, IxDyn>)>> = tensors
         .iter()
-        .map(|name| float_view(outputs.get(name.as_str())?))
+        .map(|name| {
+            let fed = || fed.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+            float_view(outputs.get(name.as_str()).or_else(fed)?)
+        })
         .collect();
     let views: Vec<Option<ArrayViewD<'_, f32>>> = read
         .iter()

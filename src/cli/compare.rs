@@ -7,6 +7,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::Model;
 use qdq_studio::report::{self, CompareReport, Format, latency_line};
+use qdq_studio::runtime::{EpSpec, Runtime};
 use qdq_studio::workflow::compare::{CompareFiles, LatencyRuns, compare_files};
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::runtime;
@@ -36,8 +37,9 @@ pub struct CompareArgs {
         value_parser = super::common::at_least_one
     )]
     pub batch_size: usize,
-    /// Execution providers, in priority order.
-    #[arg(long = "eps", num_args = 1.., default_value = "cpu")]
+    /// Execution providers, in priority order (default: the EP of the target the quantized
+    /// model was made for, as its recipe says; else cpu).
+    #[arg(long = "eps", num_args = 1..)]
     pub eps: Vec<String>,
     /// Timed runs per model for latency (0: skip).
     #[arg(
@@ -65,6 +67,33 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
+/// The providers `compare` runs on: `--eps`, else the EP of the quantized model's target (its
+/// stamped recipe's), said on one line; a target whose EP this runtime lacks is refused
+/// with what to install or choose instead.
+fn eps_for(args: &CompareArgs, quant: &Model, runtime: &Runtime) -> anyhow::Result<Vec<EpSpec>> {
+    if !args.eps.is_empty() {
+        return super::common::parse_eps(&args.eps);
+    }
+    let Some(target) = qdq_studio::quant::stamped_recipe(quant).and_then(|r| r.target) else {
+        return Ok(vec![EpSpec::Cpu]);
+    };
+    let ep = target.latency_ep();
+    if !runtime.has_ep(&ep) {
+        anyhow::bail!(
+            "the quantized model was made for target {}, measured on {}, which this ONNX Runtime does not have: {}; or choose the provider with --eps (cpu, cuda, trt, dml, openvino)",
+            target.name(),
+            ep.ort_name(),
+            ep.flavor_hint()
+        );
+    }
+    eprintln!(
+        "measuring on {} (the EP of target {}, the quantized model's; --eps to choose another)",
+        ep.ort_name(),
+        target.name()
+    );
+    Ok(vec![ep])
+}
+
 /// Runs `compare`.
 pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.report {
@@ -75,13 +104,13 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let quant = Model::load(&args.quant)?;
     let baseline = args.baseline.as_deref().map(Model::load).transpose()?;
     let baseline_label = args.baseline.as_ref().map(|p| p.display().to_string());
-    let request = CompareFiles {
+    let mut request = CompareFiles {
         labels: (
             args.float.display().to_string(),
             args.quant.display().to_string(),
         ),
         data: super::common::data_spec(Some(&args.data), &args.images, None, 0, &float)?,
-        eps: super::common::parse_eps(&args.eps)?,
+        eps: Vec::new(),
         batch_size: args.batch_size,
         task: args.task.options()?,
         per_tensor: args.per_tensor || args.report.is_some(),
@@ -99,6 +128,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         .output_if("the report", args.report.as_deref())
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
+    request.eps = eps_for(args, &quant, &runtime)?;
     let baseline = baseline_label.as_deref().zip(baseline.as_ref());
     let report = compare_files(
         &float,

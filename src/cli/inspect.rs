@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use comfy_table::{Cell, CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
 
 use qdq_studio::quant::Explanation;
-use qdq_studio::recipe::Recipe;
+use qdq_studio::recipe::{Recipe, Target};
 use qdq_studio::workflow::inspect::{self, ModelSummary};
 use qdq_studio::workflow::statistics;
 
@@ -129,7 +129,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<()> {
 fn run_plan(args: &InspectArgs) -> anyhow::Result<()> {
     let recipe = match &args.recipe {
         Some(path) => Recipe::load(path)?,
-        None => Recipe::default(),
+        None => Recipe::for_target(Target::Cpu),
     };
     let stats = match &args.calibration_cache_path {
         Some(path) => Some(statistics::load(path)?.0),

@@ -12,7 +12,7 @@ use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;
 use qdq_studio::recipe::{
     Int4Method, Int4Output, NodePrecision, Placement, Preprocessing, QuantMode, QuantType, Recipe,
-    WeightRange,
+    Target, WeightRange,
 };
 use qdq_studio::runtime::Runtime;
 use qdq_studio::workflow::outputs::RunFiles;
@@ -109,6 +109,14 @@ pub struct QuantizeArgs {
         visible_alias = "use-external-data-format"
     )]
     pub use_external_data_format: bool,
+    /// Where the model will run: cpu (ONNX Runtime CPU with VNNI/AMX or ARM), cpu-avx2 (x86
+    /// without VNNI), tensorrt, directml, openvino, npu (AMD Ryzen AI, XINT8) or qnn
+    /// (Qualcomm, A16W8). It sets placement, types, symmetry, scale form and the saturation
+    /// guard, and says what it set; flags may change what it only defaults. Default: the
+    /// target of the first calibration EP (cpu → cpu, cuda/trt → tensorrt, dml → directml,
+    /// openvino → openvino), or the recipe's.
+    #[arg(long)]
+    pub target: Option<String>,
     /// ort (onnxruntime's QDQ placement) or tensorrt (Q/DQ on compute-op inputs only).
     #[arg(long)]
     pub placement: Option<String>,
@@ -229,6 +237,27 @@ fn set_method(recipe: &mut Recipe, method: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The target the arguments name (`--target`), if any.
+fn named_target(args: &QuantizeArgs) -> anyhow::Result<Option<Target>> {
+    args.target
+        .as_deref()
+        .map(|name| {
+            Target::parse(name).with_context(|| {
+                format!("--target: unknown target '{name}' ({})", Target::choices())
+            })
+        })
+        .transpose()
+}
+
+/// The target a run without `--target` and without a recipe gets: the first calibration
+/// EP's.
+fn target_of_eps(args: &QuantizeArgs) -> anyhow::Result<Target> {
+    let eps = super::common::parse_eps(&args.calibration_eps)?;
+    Ok(eps
+        .first()
+        .map_or(Target::Cpu, Target::for_execution_provider))
+}
+
 /// The recipe the arguments amount to.
 pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     let mut recipe = match &args.recipe {
@@ -242,6 +271,13 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
             "int4" => QuantMode::Int4,
             other => bail!("--quantize_mode: unknown mode '{other}' (int8, fp8, int4)"),
         });
+    }
+    // The target first: the flags after it change what it only defaults, and a flag that
+    // contradicts what it requires is refused below.
+    match named_target(args)? {
+        Some(target) => recipe.set_target(target),
+        None if args.recipe.is_none() => recipe.set_target(target_of_eps(args)?),
+        None => {}
     }
     if let Some(method) = &args.calibration_method {
         set_method(&mut recipe, method)?;
@@ -308,7 +344,7 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     if let Some(range) = args.weight_range.as_deref().filter(|r| !measured(r)) {
         recipe.weight_range = WeightRange::parse(range).with_context(|| {
-            format!("--weight_range: unknown range '{range}' (minmax, mse, measured)")
+            format!("--weight_range: unknown range '{range}' (minmax, mse, pow2, measured)")
         })?;
     }
     if args.no_preprocess {
@@ -337,6 +373,35 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     // Validate the combination the flags produced, as if it had been read from a file.
     Recipe::from_toml(&recipe.to_toml(), "the settings")?;
     Ok(recipe)
+}
+
+/// The line that says which target the model is made for, where it came from and how to
+/// change it; then what it set, one line a setting (`quantize` prints them).
+pub fn target_lines(args: &QuantizeArgs, recipe: &Recipe) -> Vec<String> {
+    let Some(target) = recipe.target else {
+        return vec![
+            "target: none (the recipe predates targets and keeps exactly its settings; --target to choose one)"
+                .to_owned(),
+        ];
+    };
+    let origin = if args.target.is_some() {
+        "chosen with --target".to_owned()
+    } else if args.recipe.is_some() {
+        "the recipe's".to_owned()
+    } else {
+        format!(
+            "follows --calibration_eps {}",
+            args.calibration_eps.first().map_or("cpu", String::as_str)
+        )
+    };
+    let mut lines = vec![format!(
+        "target: {} - {} ({origin}; change with --target {})",
+        target.name(),
+        target.describe(),
+        Target::ALL.map(Target::name).join("|")
+    )];
+    lines.extend(recipe.target_lines().into_iter().map(|l| format!("  {l}")));
+    lines
 }
 
 /// One `--node_precision` entry, `NAME=PRECISION` (the name may hold `=`; the last one splits).
@@ -468,6 +533,9 @@ fn check_measured_data(args: &QuantizeArgs) -> anyhow::Result<()> {
 pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     check_measured_data(args)?;
     let mut recipe = recipe_from(args)?;
+    for line in target_lines(args, &recipe) {
+        eprintln!("{line}");
+    }
     let model = Model::load(&args.onnx_path)?;
     // Names the model lacks are refused before any calibration runs.
     recipe.check_against(&qdq_studio::model::Graph::build(&model))?;

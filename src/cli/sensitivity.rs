@@ -11,7 +11,7 @@ use qdq_studio::eval::sensitivity::{
 };
 use qdq_studio::eval::switched_scan::ScanMethod;
 use qdq_studio::model::Model;
-use qdq_studio::recipe::Recipe;
+use qdq_studio::recipe::{Recipe, Target as Deployment};
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::reference::EvalSetup;
 use qdq_studio::workflow::sensitivity::{auto_exclude_setup, scan_setup};
@@ -150,9 +150,14 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
 fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
     let model = Model::load(&args.onnx_path)?;
     let (stats, _) = statistics::load(&args.calibration_cache_path)?;
+    // Without a recipe, the default one for the target of the EP the scan runs on.
+    let eps = super::common::parse_eps(&args.eps)?;
     let recipe = match &args.recipe {
         Some(path) => Recipe::load(path)?,
-        None => Recipe::default(),
+        None => Recipe::for_target(
+            eps.first()
+                .map_or(Deployment::Cpu, Deployment::for_execution_provider),
+        ),
     };
     let data = super::common::data_spec(Some(&args.data), &args.images, None, 0, &model)?;
     RunFiles::new()
@@ -170,7 +175,7 @@ fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
         stats: Arc::new(stats),
         recipe,
         data,
-        eps: super::common::parse_eps(&args.eps)?,
+        eps,
         batch_size: args.batch_size,
         task: args.task.options()?,
         reference: None,

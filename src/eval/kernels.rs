@@ -3,6 +3,9 @@
 //! integer kernel (QLinearConv, MatMulInteger, ...); one it cannot fuse runs its Conv or
 //! MatMul in float between standalone DequantizeLinear and QuantizeLinear nodes, which is
 //! more work than the float model does (the CUDA provider has no such fusions at all).
+//! Providers that compile the graph (TensorRT, OpenVINO, Vitis AI, QNN) run it as a few
+//! subgraph kernels whose insides the profile does not show: those are counted as such, with
+//! the model's nodes that ran inside them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,6 +33,24 @@ const INTEGER_OPS: [&str; 10] = [
 /// The provider ONNX Runtime names TensorRT by: nodes it takes run inside its engines.
 const TENSORRT: &str = "TensorrtExecutionProvider";
 
+/// Providers that compile the nodes they take into subgraphs of their own (each profiled as
+/// one kernel), with the name people know them by.
+const COMPILING: [(&str, &str); 4] = [
+    (TENSORRT, "TensorRT"),
+    ("OpenVINOExecutionProvider", "OpenVINO"),
+    ("VitisAIExecutionProvider", "Vitis AI"),
+    ("QNNExecutionProvider", "QNN"),
+];
+
+/// The subgraphs one compiling provider ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompiledSubgraphs {
+    /// The provider, as people name it (`OpenVINO`).
+    pub provider: String,
+    /// Subgraph kernels run.
+    pub subgraphs: usize,
+}
+
 /// Kernels of one op run by one execution provider in one inference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KernelCount {
@@ -56,6 +77,14 @@ pub struct KernelReport {
     pub standalone_qdq: usize,
     /// Nodes run inside TensorRT engines (which choose their own int8 kernels).
     pub tensorrt: usize,
+    /// Subgraphs compiled by their provider, which chooses its own int8 kernels from the
+    /// Q/DQ nodes inside.
+    pub compiled: Vec<CompiledSubgraphs>,
+    /// The model's nodes that ran inside compiled subgraphs: those of the QDQ model that ran
+    /// as no kernel of their own.
+    pub nodes_compiled: usize,
+    /// Nodes of the QDQ model.
+    pub nodes: usize,
     /// What to do about it, when the model runs mostly in float.
     pub hint: Option<String>,
 }
@@ -151,10 +180,35 @@ pub fn read_profile(
             .filter(|r| matches!(r.op.as_str(), "QuantizeLinear" | "DequantizeLinear"))
             .count(),
         tensorrt: runs.iter().filter(|r| r.provider == TENSORRT).count(),
+        compiled: compiled_subgraphs(&runs),
+        nodes_compiled: 0,
+        nodes: graph.nodes().len(),
         hint: None,
     };
+    if !report.compiled.is_empty() {
+        let ran: BTreeSet<&str> = runs.iter().map(|r| r.node.as_str()).collect();
+        report.nodes_compiled = graph
+            .nodes()
+            .iter()
+            .filter(|n| !ran.contains(n.name.as_str()))
+            .count();
+    }
     report.hint = hint(&report, eps);
     Ok(report)
+}
+
+/// The subgraph kernels of each compiling provider in `runs`.
+fn compiled_subgraphs(runs: &[KernelRun]) -> Vec<CompiledSubgraphs> {
+    COMPILING
+        .iter()
+        .filter_map(|&(provider, name)| {
+            let subgraphs = runs.iter().filter(|r| r.provider == provider).count();
+            (subgraphs > 0).then(|| CompiledSubgraphs {
+                provider: name.to_owned(),
+                subgraphs,
+            })
+        })
+        .collect()
 }
 
 /// A plain explanation when quantized compute ran in float.
@@ -193,21 +247,39 @@ fn hint(report: &KernelReport, eps: &[String]) -> Option<String> {
 }
 
 impl KernelReport {
-    /// One line for people: integer kernels against float ones, and the hint.
+    /// One line for people: compiled subgraphs, integer kernels against float ones, and the
+    /// hint. Counts that are all zero are no finding and are not shown as one.
     pub fn line(&self) -> String {
-        let mut line = if self.tensorrt > 0 {
-            format!(
-                "{} node(s) ran inside TensorRT engines (TensorRT picks int8 kernels from the Q/DQ nodes)",
-                self.tensorrt
-            )
+        let own = self.integer_kernels + self.float_compute.len() + self.standalone_qdq;
+        let kernels = format!(
+            "{} integer kernel(s), {} of {} quantized Conv/MatMul/Gemm in float, {} standalone Q/DQ",
+            self.integer_kernels,
+            self.float_compute.len(),
+            self.quantized_compute,
+            self.standalone_qdq
+        );
+        let mut line = if self.compiled.is_empty() {
+            if own == 0 {
+                "no quantized kernel ran on its own (the profile names none of the model's Q/DQ or integer kernels)".to_owned()
+            } else {
+                kernels
+            }
         } else {
-            format!(
-                "{} integer kernel(s), {} of {} quantized Conv/MatMul/Gemm in float, {} standalone Q/DQ",
-                self.integer_kernels,
-                self.float_compute.len(),
-                self.quantized_compute,
-                self.standalone_qdq
-            )
+            let subgraphs: Vec<String> = self
+                .compiled
+                .iter()
+                .map(|c| format!("{} compiled {} subgraph(s)", c.subgraphs, c.provider))
+                .collect();
+            let mut line = format!(
+                "{} of the model's {} node(s) ran inside {} (the provider picks its int8 kernels from the Q/DQ nodes inside; the profile does not show them)",
+                self.nodes_compiled,
+                self.nodes,
+                subgraphs.join(" and ")
+            );
+            if own > 0 {
+                line.push_str(&format!("; outside them: {kernels}"));
+            }
+            line
         };
         if let Some(hint) = &self.hint {
             line.push_str(": ");
@@ -252,5 +324,46 @@ mod tests {
             "{hint}"
         );
         assert!(read_profile("not json", &graph, &[]).is_err());
+    }
+
+    #[test]
+    fn compiled_subgraphs_are_named_with_the_nodes_inside_never_a_line_of_zeros() {
+        use crate::model::{DataType, ModelBuilder};
+        let mut b = ModelBuilder::new(13);
+        b.input("x", DataType::Float32, &[1, 4]);
+        b.node("Relu", &["x"], &["r"]).name("relu");
+        b.node("Sigmoid", &["r"], &["y"]).name("sigmoid");
+        b.output("y", DataType::Float32, &[1, 4]);
+        let graph = Graph::build(&b.build());
+        let openvino = format!(
+            "[{}]",
+            event(
+                "OpenVINOExecutionProvider_OpenVINO-EP-subgraph_1_0",
+                "OpenVINO-EP-subgraph_1",
+                "OpenVINOExecutionProvider"
+            )
+        );
+        let report = read_profile(&openvino, &graph, &["openvino:CPU".to_owned()]).unwrap();
+        assert_eq!(report.compiled.len(), 1);
+        assert_eq!((report.nodes_compiled, report.nodes), (2, 2));
+        let line = report.line();
+        assert!(
+            line.starts_with(
+                "2 of the model's 2 node(s) ran inside 1 compiled OpenVINO subgraph(s)"
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("0 integer kernel(s)"), "{line}");
+        // One node left to the CPU: counted outside.
+        let mixed = format!(
+            "[{}, {}]",
+            event("sub", "OpenVINO-EP-subgraph_1", "OpenVINOExecutionProvider"),
+            event("sigmoid", "Sigmoid", "CPUExecutionProvider"),
+        );
+        let report = read_profile(&mixed, &graph, &[]).unwrap();
+        assert_eq!(report.nodes_compiled, 1);
+        // Nothing at all: said as such, not as zeros.
+        let none = read_profile("[]", &graph, &[]).unwrap().line();
+        assert!(none.starts_with("no quantized kernel ran"), "{none}");
     }
 }

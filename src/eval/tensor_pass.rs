@@ -17,7 +17,7 @@ use ort::session::{Session, SessionOutputs};
 
 use super::EvalError;
 use crate::calib::data::{BatchSource, sample_shapes};
-use crate::calib::runner::{augmented_model, calibration_tensors};
+use crate::calib::runner::{ObservedInputs, augmented_model, calibration_tensors};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
@@ -99,11 +99,13 @@ pub fn observing_session(
 ) -> Result<Session, EvalError> {
     let graph = Graph::build(model);
     let shapes = sample_shapes(source);
-    let encoded = augmented_model(model, &graph, names, &shapes).map_err(|e| EvalError::Run {
-        batch: 0,
-        model: label,
-        reason: e.to_string(),
-    })?;
+    // The per-tensor readers take every tensor from the outputs, graph inputs included.
+    let encoded = augmented_model(model, &graph, names, &shapes, ObservedInputs::AsOutputs)
+        .map_err(|e| EvalError::Run {
+            batch: 0,
+            model: label,
+            reason: e.to_string(),
+        })?;
     Ok(runtime.session_from_model(&encoded, eps, observing(model))?)
 }
 

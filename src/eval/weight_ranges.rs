@@ -98,6 +98,7 @@ impl WeightRanges {
             match self.flipped_to {
                 WeightRange::Mse => "clipped to their least-error range",
                 WeightRange::Minmax => "back to their extremes",
+                WeightRange::Pow2 => "kept at power-of-two scales",
             },
             self.before_db,
             self.after_db,
@@ -135,6 +136,8 @@ pub fn choose_weight_ranges(
     let flipped_to = match recipe.weight_range {
         WeightRange::Minmax => WeightRange::Mse,
         WeightRange::Mse => WeightRange::Minmax,
+        // Power-of-two scales are the target's rule: only the bit widths are tried.
+        WeightRange::Pow2 => WeightRange::Pow2,
     };
     let tries = candidates(eval, &searched, flipped_to)?;
     let tried = tries

@@ -125,6 +125,7 @@ impl PlannedTensor {
                         crate::recipe::WeightRange::Mse =>
                             ", range clipped for least squared error",
                         crate::recipe::WeightRange::Minmax => "",
+                        crate::recipe::WeightRange::Pow2 => ", power-of-two scale",
                     }
                 )
             }

@@ -492,6 +492,17 @@ fn stamp_recipe(model: &mut Model, recipe: &Recipe) {
     });
 }
 
+/// The recipe a model made by this tool carries (see [`stamp_recipe`]); `None` for other
+/// models, or a stamp this build cannot read.
+pub fn stamped_recipe(model: &Model) -> Option<Recipe> {
+    model
+        .proto()
+        .metadata_props
+        .iter()
+        .find(|p| p.key() == "qdq_studio.recipe")
+        .and_then(|p| Recipe::from_toml(p.value(), "the model's recipe").ok())
+}
+
 /// The session options a quantized model runs with on the CPU (FP8 models need basic
 /// optimizations only; see [`Optimization::Basic`]).
 pub fn cpu_session_options(model: &Model) -> SessionOptions {

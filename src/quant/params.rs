@@ -52,6 +52,9 @@ pub struct ActivationQuant {
     pub symmetric: bool,
     /// Where the range comes from.
     pub source: RangeSource,
+    /// The recipe's range method (or the tensor's) gives power-of-two scales: a fixed or
+    /// Softmax range is widened to the power-of-two grid that holds it too.
+    pub power_of_two: bool,
 }
 
 /// The outputs of Softmax nodes, whose range is always [0, 1].
@@ -81,6 +84,15 @@ fn activation_symmetric(recipe: &Recipe, qtype: QuantType) -> bool {
 /// How the activation `name` is quantized under `recipe`.
 pub fn activation_quant(recipe: &Recipe, name: &str, softmax: &HashSet<String>) -> ActivationQuant {
     let qtype = activation_qtype(recipe, name);
+    let method = recipe
+        .tensor_overrides
+        .get(name)
+        .and_then(|o| o.method)
+        .unwrap_or(recipe.calibration_method);
+    let power_of_two = matches!(
+        method,
+        RangeMethod::PowerOfTwoNonOverflow | RangeMethod::PowerOfTwoMse
+    );
     let source = if let Some(range) = recipe.fixed_range(name) {
         RangeSource::Fixed { range }
     } else if softmax.contains(name) {
@@ -97,6 +109,7 @@ pub fn activation_quant(recipe: &Recipe, name: &str, softmax: &HashSet<String>) 
         qtype,
         symmetric: activation_symmetric(recipe, qtype),
         source,
+        power_of_two,
     }
 }
 
@@ -108,9 +121,13 @@ impl ActivationQuant {
 
     /// The range, from the statistics where it comes from them.
     pub fn range(&self, stats: Option<&CalibrationStats>) -> Result<Range, QuantError> {
+        let given = |range: Range| match self.power_of_two {
+            true => range::power_of_two_cover(range, self.target()),
+            false => range,
+        };
         let (tensor, method) = match &self.source {
-            RangeSource::Fixed { range } => return Ok(*range),
-            RangeSource::Softmax => return Ok(Range { lo: 0.0, hi: 1.0 }),
+            RangeSource::Fixed { range } => return Ok(given(*range)),
+            RangeSource::Softmax => return Ok(given(Range { lo: 0.0, hi: 1.0 })),
             RangeSource::Method { tensor, method, .. } => (tensor, method),
         };
         let missing = |reason: &str| QuantError::MissingStats {
@@ -153,7 +170,7 @@ impl WeightQuant {
     pub fn quantize(&self, v: f32, p: super::scale::ScaleZp) -> i64 {
         let q = super::scale::quantize_value(v, p, self.qtype);
         match self.range {
-            WeightRange::Minmax => q,
+            WeightRange::Minmax | WeightRange::Pow2 => q,
             WeightRange::Mse => {
                 let (lo, hi) = super::scale::qrange(self.qtype, self.reduce_range, self.symmetric);
                 q.clamp(lo, hi)
@@ -173,7 +190,7 @@ impl WeightQuant {
     /// clipping the range chose.
     pub fn within_span(&self, v: f32, p: super::scale::ScaleZp) -> f32 {
         match self.range {
-            WeightRange::Minmax => v,
+            WeightRange::Minmax | WeightRange::Pow2 => v,
             WeightRange::Mse => {
                 let (lo, hi) = self.grid_span(p);
                 v.clamp(lo.min(hi), hi.max(lo))
@@ -248,7 +265,11 @@ pub fn weight_quant(
                 reduce_range: false,
                 axis: None,
                 block_size: None,
-                range: WeightRange::Minmax,
+                // From its values; on a power-of-two grid where the recipe's weights are.
+                range: match recipe.weight_range {
+                    WeightRange::Pow2 => WeightRange::Pow2,
+                    WeightRange::Minmax | WeightRange::Mse => WeightRange::Minmax,
+                },
             })
         }
         _ => None,

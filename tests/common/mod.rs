@@ -463,3 +463,18 @@ pub fn cpu_evaluator<'a>(
         eps: &[qdq_studio::runtime::EpSpec::Cpu],
     }
 }
+
+/// Whether this CPU's u8×s8 integer kernels cannot saturate (the `cpu` target's assumption):
+/// x86 with VNNI (AVX-512 or AVX) or any non-x86 CPU ONNX Runtime runs on (ARM's kernels
+/// widen before they add). x86 without VNNI is the `cpu-avx2` target's.
+pub fn saturation_free_cpu() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512vnni")
+            || std::arch::is_x86_feature_detected!("avxvnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        true
+    }
+}

@@ -62,7 +62,11 @@ pub(super) fn show(
 
         let ui = &mut columns[2];
         ui.heading("Execution provider");
+        let before = settings.ep.clone();
         ep_list(ui, &mut settings.ep, runtime, commands);
+        if settings.ep != before {
+            commands.push(Command::FollowEp(before, settings.ep.clone()));
+        }
 
         let ui = &mut columns[3];
         ui.heading("Run");

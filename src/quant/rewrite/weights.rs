@@ -101,7 +101,8 @@ pub fn channel_extremes(values: &ArrayD<f32>, axis: Option<usize>) -> Vec<(f32, 
 /// The scale and zero point of each channel of a weight quantized per channel or per tensor
 /// (not block-wise), before any bias adjustment or storage rounding. Ranges always hold zero
 /// (the zero point must be exact). With [`WeightRange::Mse`] each range is the shrunk one of
-/// least squared error ([`crate::quant::weight_range`]).
+/// least squared error ([`crate::quant::weight_range`]); with [`WeightRange::Pow2`] each
+/// scale is rounded up to a power of two ([`power_of_two`]).
 pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
     let extremes = channel_extremes(values, how.axis);
     if how.range == WeightRange::Mse {
@@ -114,15 +115,34 @@ pub fn weight_params(values: &ArrayD<f32>, how: &WeightQuant) -> Vec<ScaleZp> {
     extremes
         .into_iter()
         .map(|(lo, hi)| {
-            scale_zp_for(
-                lo.min(0.0),
-                hi.max(0.0),
-                how.qtype,
-                how.symmetric,
-                how.reduce_range,
-            )
+            let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+            let p = scale_zp_for(lo, hi, how.qtype, how.symmetric, how.reduce_range);
+            if how.range == WeightRange::Pow2 {
+                power_of_two(p, lo, how)
+            } else {
+                p
+            }
         })
         .collect()
+}
+
+/// `p` with its scale rounded up to the next power of two, so the grid still holds the range
+/// (nothing clips) and an NPU can rescale by shifts. A symmetric grid keeps its zero point;
+/// an asymmetric one places it again for the wider step, from the range's low end `lo`.
+fn power_of_two(p: ScaleZp, lo: f32, how: &WeightQuant) -> ScaleZp {
+    if !(p.scale.is_finite() && p.scale > 0.0) {
+        return p;
+    }
+    let scale = 2f32.powi(p.scale.log2().ceil() as i32);
+    if how.symmetric {
+        return ScaleZp { scale, ..p };
+    }
+    let (qmin, qmax) = crate::quant::scale::qrange(how.qtype, how.reduce_range, false);
+    let zero_point = (qmin as f32 - lo / scale).round() as i64;
+    ScaleZp {
+        scale,
+        zero_point: zero_point.clamp(qmin, qmax),
+    }
 }
 
 /// The parameters a per-channel or per-tensor weight is read back with (scales stored as
