@@ -1087,4 +1087,33 @@ fn targets_refuse_contradictions_in_one_line_with_the_choices() {
         "{text}"
     );
     assert!(!dir.path().join("never.onnx").exists());
+    // A model for TensorRT is compared on TensorRT unless told otherwise: a runtime without
+    // it is refused with what to install, or which provider to choose instead.
+    let trt = dir.path().join("trt.onnx");
+    run_ok(
+        cli()
+            .args(["quantize", "--target", "tensorrt", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(&trt),
+    );
+    let (ok, text) = run_text(
+        cli()
+            .args(["compare", "--float"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--quant")
+            .arg(&trt)
+            .arg("--data")
+            .arg(asset("eval.npz")),
+    );
+    assert!(!ok, "{text}");
+    assert_eq!(text.trim().lines().count(), 1, "{text}");
+    assert!(
+        text.contains("target tensorrt")
+            && text.contains("--flavor gpu")
+            && text.contains("--eps (cpu, cuda, trt, dml, openvino)"),
+        "{text}"
+    );
 }

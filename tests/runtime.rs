@@ -306,7 +306,7 @@ fn the_sample_calibrates_quantizes_and_compares_on_openvino() {
         "3",
     ]);
     assert!(
-        said.contains("measuring on OpenVINOExecutionProvider"),
+        said.contains("measured on OpenVINOExecutionProvider"),
         "{said}"
     );
     assert!(said.contains("compiled OpenVINO subgraph(s)"), "{said}");

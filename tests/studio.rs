@@ -134,7 +134,7 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
         let doc = h.state().document().expect("the sample opened");
         assert_eq!(doc.graph.nodes().len(), 566);
         assert!(doc.canvas.node_count() > 200, "{}", doc.canvas.node_count());
-        assert_eq!(recipe(&h), Recipe::default());
+        assert_eq!(recipe(&h), Recipe::for_target(Target::Cpu));
     }
     // An idle window settles: nothing asks for frames when nothing happens.
     h.try_run().expect("an idle studio stops repainting");

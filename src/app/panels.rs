@@ -732,7 +732,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
 /// The recipe's deployment target: a list of every target, each with what it is, and on the
 /// chosen one what it set (the engine's own lines).
 fn target_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
-    ui.label("Target");
+    ui.label("Deploy to");
     let shown = recipe.target.map_or("none (older recipe)", Target::name);
     let set = recipe.target_lines();
     let hover = match recipe.target {

@@ -68,14 +68,19 @@ pub struct CompareArgs {
 }
 
 /// The providers `compare` runs on: `--eps`, else the EP of the quantized model's target (its
-/// stamped recipe's), said on one line; a target whose EP this runtime lacks is refused
-/// with what to install or choose instead.
-fn eps_for(args: &CompareArgs, quant: &Model, runtime: &Runtime) -> anyhow::Result<Vec<EpSpec>> {
+/// stamped recipe's), with a line saying so where that is not the CPU (printed once the
+/// comparison has run, so that a failure stays one line); a target whose EP this runtime
+/// lacks is refused with what to install or choose instead.
+fn eps_for(
+    args: &CompareArgs,
+    quant: &Model,
+    runtime: &Runtime,
+) -> anyhow::Result<(Vec<EpSpec>, Option<String>)> {
     if !args.eps.is_empty() {
-        return super::common::parse_eps(&args.eps);
+        return Ok((super::common::parse_eps(&args.eps)?, None));
     }
     let Some(target) = qdq_studio::quant::stamped_recipe(quant).and_then(|r| r.target) else {
-        return Ok(vec![EpSpec::Cpu]);
+        return Ok((vec![EpSpec::Cpu], None));
     };
     let ep = target.latency_ep();
     if !runtime.has_ep(&ep) {
@@ -86,12 +91,14 @@ fn eps_for(args: &CompareArgs, quant: &Model, runtime: &Runtime) -> anyhow::Resu
             ep.flavor_hint()
         );
     }
-    eprintln!(
-        "measuring on {} (the EP of target {}, the quantized model's; --eps to choose another)",
-        ep.ort_name(),
-        target.name()
-    );
-    Ok(vec![ep])
+    let note = (ep != EpSpec::Cpu).then(|| {
+        format!(
+            "measured on {} (the EP of target {}, the quantized model's; --eps to choose another)",
+            ep.ort_name(),
+            target.name()
+        )
+    });
+    Ok((vec![ep], note))
 }
 
 /// Runs `compare`.
@@ -128,7 +135,8 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         .output_if("the report", args.report.as_deref())
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
-    request.eps = eps_for(args, &quant, &runtime)?;
+    let (eps, measured_on) = eps_for(args, &quant, &runtime)?;
+    request.eps = eps;
     let baseline = baseline_label.as_deref().zip(baseline.as_ref());
     let report = compare_files(
         &float,
@@ -138,6 +146,9 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
         &runtime,
         &JobContext::silent(),
     )?;
+    if let Some(note) = measured_on {
+        eprintln!("{note}");
+    }
     if let Some(path) = &args.report {
         let written = report.write(path)?;
         eprintln!(

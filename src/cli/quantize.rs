@@ -7,6 +7,7 @@ use anyhow::{Context, bail};
 
 use qdq_studio::calib::range::RangeMethod;
 use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins};
+use qdq_studio::eval::latency_tuning::TuneOptions;
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;
@@ -18,6 +19,7 @@ use qdq_studio::runtime::Runtime;
 use qdq_studio::workflow::outputs::RunFiles;
 use qdq_studio::workflow::quantize::{self, SaveRequest, Saved};
 use qdq_studio::workflow::reference::EvalSetup;
+use qdq_studio::workflow::tune_latency::tune_latency_setup;
 use qdq_studio::workflow::weight_ranges::weight_ranges_setup;
 use qdq_studio::workflow::{calibrate, runtime, statistics};
 
@@ -195,6 +197,13 @@ pub struct QuantizeArgs {
     /// read it; written into the recipe as per-weight overrides).
     #[arg(long = "weight_range", visible_alias = "weight-range")]
     pub weight_range: Option<String>,
+    /// Tune the placement for speed on the calibration EP: time the QDQ model there and
+    /// leave out of quantization the Q/DQ groups that cost more than they save (the
+    /// quantized Conv/MatMul/Gemm that ran in float, then other op types), keeping each only
+    /// when the model gets faster and its worst output SQNR on the calibration data stays
+    /// within 1 dB of the untuned model's; written into the recipe as exclusions.
+    #[arg(long = "tune_latency", visible_alias = "tune-latency")]
+    pub tune_latency: bool,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
     /// removal).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
@@ -492,20 +501,10 @@ fn measure_weight_ranges(
     runtime: &Runtime,
 ) -> anyhow::Result<Model> {
     let asked = measured_asked(args);
-    let (Some(data), Some(stats), true) = (&args.calibration_data_path, stats, asked) else {
+    let (Some(stats), true) = (stats, asked) else {
         return Ok(model);
     };
-    let data = super::common::data_spec(Some(data), &args.images, None, 0, &model)?;
-    let setup = EvalSetup {
-        model,
-        stats: Arc::clone(stats),
-        recipe: recipe.clone(),
-        data,
-        eps: super::common::parse_eps(&args.calibration_eps)?,
-        batch_size: args.batch_size,
-        task: Default::default(),
-        reference: None,
-    };
+    let setup = eval_setup(args, model, stats, recipe)?;
     let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
     let chosen = weight_ranges_setup(&setup, runtime, &ctx);
     bar.finish_and_clear();
@@ -519,11 +518,69 @@ fn measure_weight_ranges(
     Ok(setup.model)
 }
 
-/// `--weight_range measured` needs real data: the outputs decide.
+/// What the searches on the calibration data (measured weight ranges, latency tuning)
+/// evaluate: `recipe` on `model` with `stats`, on the calibration data and EPs.
+fn eval_setup(
+    args: &QuantizeArgs,
+    model: qdq_studio::model::Model,
+    stats: &Arc<CalibrationStats>,
+    recipe: &Recipe,
+) -> anyhow::Result<EvalSetup> {
+    let data = args
+        .calibration_data_path
+        .as_deref()
+        .context("the search needs --calibration_data_path")?;
+    let data = super::common::data_spec(Some(data), &args.images, None, 0, &model)?;
+    Ok(EvalSetup {
+        model,
+        stats: Arc::clone(stats),
+        recipe: recipe.clone(),
+        data,
+        eps: super::common::parse_eps(&args.calibration_eps)?,
+        batch_size: args.batch_size,
+        task: Default::default(),
+        reference: None,
+    })
+}
+
+/// With `--tune_latency`: the placement tuned for speed on the calibration EP, written into
+/// `recipe`. The model is handed back (the search holds it meanwhile, without a copy).
+fn tune_for_latency(
+    args: &QuantizeArgs,
+    model: Model,
+    stats: Option<&Arc<CalibrationStats>>,
+    recipe: &mut Recipe,
+    runtime: &Runtime,
+) -> anyhow::Result<Model> {
+    let (Some(stats), true) = (stats, args.tune_latency) else {
+        return Ok(model);
+    };
+    let setup = eval_setup(args, model, stats, recipe)?;
+    let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
+    let tuned = tune_latency_setup(&setup, &TuneOptions::default(), runtime, &ctx);
+    bar.finish_and_clear();
+    let tuned = tuned?;
+    for line in tuned.try_lines() {
+        println!("  {line}");
+    }
+    println!("{}", tuned.summary());
+    *recipe = tuned.recipe;
+    Ok(setup.model)
+}
+
+/// `--weight_range measured` and `--tune_latency` need real data: the outputs decide.
 fn check_measured_data(args: &QuantizeArgs) -> anyhow::Result<()> {
-    if measured_asked(args) && args.calibration_data_path.is_none() {
+    if args.calibration_data_path.is_some() {
+        return Ok(());
+    }
+    if measured_asked(args) {
         bail!(
             "--weight_range measured chooses each weight's range by the model's outputs on the calibration data: give --calibration_data_path (a statistics cache holds no samples)"
+        );
+    }
+    if args.tune_latency {
+        bail!(
+            "--tune_latency times the model and checks its outputs on the calibration data: give --calibration_data_path (a statistics cache holds no samples)"
         );
     }
     Ok(())
@@ -560,6 +617,7 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let stats = statistics_for(args, &model, &recipe, &runtime)?.map(Arc::new);
     let model = measure_weight_ranges(args, model, stats.as_ref(), &mut recipe, &runtime)?;
+    let model = tune_for_latency(args, model, stats.as_ref(), &mut recipe, &runtime)?;
     let request = SaveRequest {
         model,
         stats,

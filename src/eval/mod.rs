@@ -8,6 +8,7 @@ mod batch_workers;
 pub mod error_sums;
 mod greedy;
 pub mod kernels;
+pub mod latency_tuning;
 pub mod layer_effect;
 pub mod local_error;
 pub mod output_kind;

@@ -15,6 +15,7 @@ pub mod runtime;
 pub mod sensitivity;
 pub mod statistics;
 pub mod tensor_facts;
+pub mod tune_latency;
 pub mod weight_ranges;
 
 pub use error::WorkflowError;

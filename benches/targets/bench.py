@@ -1,0 +1,130 @@
+"""Deployment targets benchmark (issue #65): the default INT8 model (no flags: the `cpu` target
+of the CPU calibration EP) beside onnxruntime 1.31.1's own `quantize_static` default (MinMax,
+QDQ, uint8 activations, int8 per-channel weights), on the accuracy bench's models and data;
+`--target cpu-avx2` beside them; MiniLM's embedding cosine; and each model's CPU latency,
+float against our default QDQ model.
+
+Models and data are the accuracy bench's (benches/accuracy/bench.py): the bundled sample
+(PP-OCR's direction classifier, orientation accuracy on rendered lines), PP-OCR v4 rec (exact
+match of greedy CTC reads) and det (text-mask IoU against float), and paraphrase-MiniLM-L3-v2
+(mean embedding cosine). A classifier ending in Softmax is judged by its logits' SQNR, as there.
+
+Targets:
+- every CNN: our default's output SQNR and task metric at least onnxruntime's default's;
+- MiniLM: our default's mean cosine >= 0.98.
+Latency (batch 1, ONNX Runtime's CPU EP, median of 50 runs after 10) is printed as measured:
+`--tune_latency` is not built yet, so no speed target is checked here.
+
+Run on demand: bash benches/targets/run.sh [--models sample,ppocr_rec,ppocr_det,minilm]
+"""
+import argparse
+import contextlib
+import io
+import logging
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benches"))
+from targets import Targets  # noqa: E402
+
+ACCURACY = None  # the accuracy bench's module, loaded in main (it sets up its own work folder)
+TARGETS = Targets()
+WORK = ROOT / "target" / "bench-data" / "targets"
+CNNS = ("sample", "ppocr_rec", "ppocr_det")
+
+
+def load_accuracy():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("accuracy_bench", ROOT / "benches/accuracy/bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def latency_ms(path, feed, runs=50, warmup=10):
+    """Median ms of one batch-1 run of `path` on the CPU EP."""
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    one = {k: v[:1] for k, v in feed.items()}
+    for _ in range(warmup):
+        s.run(None, one)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        s.run(None, one)
+        times.append(time.perf_counter() - start)
+    return 1000 * float(np.median(times))
+
+
+def ours(binary, pre, calib_path, out, flags):
+    done = subprocess.run([binary, "quantize", "--onnx_path", str(pre), "--calibration_data_path", str(calib_path),
+                           "--batch_size", "4", "-o", str(out), *flags], check=True, capture_output=True, text=True)
+    return done.stderr
+
+
+def measure(case, binary):
+    pre, _, calib_path = ACCURACY.QUANTIZE_BENCH.prepare(case.label, case.model, case.calib, binary, WORK)
+    ref, ref_logits = case.outputs(pre)
+    judged = 2 if ref_logits is not None else 0
+    unit = "logits dB" if ref_logits is not None else "dB"
+
+    def score(path):
+        out, logits = case.outputs(path)
+        logits_db = ACCURACY.sqnr(ref_logits.reshape(-1), logits.reshape(-1)) if logits is not None else float("nan")
+        return ACCURACY.sqnr(ref.reshape(-1), out.reshape(-1)), case.task(out, ref), logits_db
+
+    print(f"{case.label}:  (output SQNR, {case.metric}{', logits SQNR' if ref_logits is not None else ''})")
+    print(f"  {'float':52} {'':>10} {case.task(ref, ref):8.3f}")
+    results = {}
+    theirs = WORK / f"{case.label}.ort.default.onnx"
+    with contextlib.redirect_stdout(io.StringIO()):
+        quantize_static(str(pre), str(theirs), ACCURACY.FeedReader(case.calib, 4), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True,
+                        calibrate_method=CalibrationMethod.MinMax)
+    results["onnxruntime quantize_static default"] = (theirs, score(theirs))
+    for key, flags in [("qdq-studio default (target cpu)", []), ("qdq-studio --target cpu-avx2", ["--target", "cpu-avx2"])]:
+        path = WORK / f"{case.label}.ours.{'default' if not flags else flags[-1]}.onnx"
+        said = ours(binary, pre, calib_path, path, flags)
+        if not flags:
+            target_line = next((line for line in said.splitlines() if line.startswith("target:")), "")
+            print(f"  ({target_line[:110]})")
+        results[key] = (path, score(path))
+    for key, (_, r) in results.items():
+        logits = f"{r[2]:7.2f} dB" if ref_logits is not None else ""
+        print(f"  {key:52} {r[0]:7.2f} dB {r[1]:8.3f} {logits}")
+    ort_r, our_r = results["onnxruntime quantize_static default"][1], results["qdq-studio default (target cpu)"][1]
+    if case.label in CNNS:
+        TARGETS.check(f"{case.label}: default - onnxruntime default ({unit})", our_r[judged] - ort_r[judged],
+                      ">=", 0.0, "{:+.2f}")
+        TARGETS.check(f"{case.label}: default - onnxruntime default ({case.metric})", our_r[1] - ort_r[1],
+                      ">=", 0.0, "{:+.3f}")
+    else:
+        TARGETS.check(f"{case.label}: default {case.metric}", our_r[1], ">=", 0.98)
+    float_ms = latency_ms(pre, case.evaluation)
+    for key in ("onnxruntime quantize_static default", "qdq-studio default (target cpu)"):
+        ms = latency_ms(results[key][0], case.evaluation)
+        print(f"  latency {key:44} {ms:7.2f} ms against float {float_ms:7.2f} ms: {float_ms / ms:5.2f}x float speed")
+
+
+def main():
+    global ACCURACY
+    logging.getLogger().setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--models", default="sample,ppocr_rec,ppocr_det,minilm")
+    args = parser.parse_args()
+    ACCURACY = load_accuracy()
+    WORK.mkdir(parents=True, exist_ok=True)
+    for case in ACCURACY.cases(np.random.default_rng(1), args.models.split(",")):
+        measure(case, args.binary)
+    sys.exit(TARGETS.summary())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+//! Placement tuned for speed on the execution provider (`quantize --tune_latency`): the QDQ
+//! model is timed on the EP, and the Q/DQ groups that cost more than they save are left out
+//! of quantization, as long as the output SQNR stays within the allowed loss of the untuned
+//! model's.
+//!
+//! Why: a provider runs a Q/DQ group fast only where it fuses it into an integer kernel. On
+//! ONNX Runtime's CPU provider a small mobile CNN's elementwise chains (hard-swish's Add, Div
+//! and Mul) run as tiny QLinearAdd/QLinearMul kernels with standalone DequantizeLinear and
+//! QuantizeLinear between them: more kernels than the float model runs (PP-OCR's direction
+//! classifier at 0.77x float speed). What fuses, and what it costs, is measured here rather
+//! than assumed: the rules differ between providers and versions.
+//!
+//! The search is greedy over a short list of tries, each a recipe the untuned one would
+//! become, quantized, timed and (when faster) scored:
+//! 1. the quantized Conv/MatMul/Gemm nodes the untuned model ran in float (their group did not
+//!    fuse: Q/DQ around a float kernel, pure overhead), left out together;
+//! 2. every quantized op type but the compute ops (Conv, ConvTranspose, MatMul, Gemm), left
+//!    out together: the compute ops' integer kernels alone;
+//! 3. each such op type alone, the one with the most nodes first.
+//!
+//! A try is kept when it is faster than the best so far by more than [`MIN_GAIN`] and its
+//! worst output SQNR holds the floor. What is kept is written into the recipe
+//! (`op_types_to_exclude`, `nodes_to_exclude`), so the recipe reproduces the tuned model.
+
+use super::sensitivity::{Evaluator, exact, quant_error};
+use super::{EvalError, measure_latency};
+use crate::calib::data::BatchSource;
+use crate::jobs::{JobContext, RateMeter};
+use crate::model::{Graph, Model};
+use crate::quant;
+use crate::recipe::Recipe;
+
+/// The compute ops whose integer kernels are what quantizing buys.
+const COMPUTE_OPS: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
+
+/// A try is kept only when it is at least this much faster than the best so far (a fraction
+/// of its time): less is within the timing's noise.
+pub const MIN_GAIN: f64 = 0.03;
+
+/// How the tuning times and judges.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TuneOptions {
+    /// The output SQNR (dB) the tuned model may lose against the untuned one.
+    pub max_loss_db: f64,
+    /// Untimed runs before each timing.
+    pub warmup: usize,
+    /// Timed runs (the median counts).
+    pub runs: usize,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            max_loss_db: 1.0,
+            warmup: 10,
+            runs: 50,
+        }
+    }
+}
+
+/// One try of the search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Try {
+    /// What it leaves out (`op type Mul (27 nodes)`).
+    pub what: String,
+    /// Its median milliseconds, when it quantized and ran.
+    pub ms: Option<f64>,
+    /// Its worst output SQNR, when it was faster and so scored.
+    pub sqnr_db: Option<f64>,
+    /// Whether it was kept.
+    pub kept: bool,
+}
+
+/// What the tuning did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyTuning {
+    /// The tuned recipe (the untuned one when nothing was kept).
+    pub recipe: Recipe,
+    /// The float model's median milliseconds.
+    pub float_ms: f64,
+    /// The untuned QDQ model's.
+    pub untuned_ms: f64,
+    /// The tuned QDQ model's.
+    pub tuned_ms: f64,
+    /// The untuned model's worst output SQNR.
+    pub untuned_db: f64,
+    /// The tuned model's.
+    pub tuned_db: f64,
+    /// Every try, in order.
+    pub tries: Vec<Try>,
+}
+
+impl LatencyTuning {
+    /// What was left out, one line a kept try.
+    pub fn left_out(&self) -> Vec<&str> {
+        self.tries
+            .iter()
+            .filter(|t| t.kept)
+            .map(|t| t.what.as_str())
+            .collect()
+    }
+
+    /// One line: the speed before and after (as times and against float) and the SQNR.
+    pub fn summary(&self) -> String {
+        let left = self.left_out();
+        let what = if left.is_empty() {
+            "nothing left out (no try was faster and accurate enough)".to_owned()
+        } else {
+            format!("left out {}", left.join(", "))
+        };
+        format!(
+            "latency tuning: {what}; {:.2} -> {:.2} ms against float {:.2} ms ({:.2}x -> {:.2}x float speed), output SQNR {:.2} -> {:.2} dB",
+            self.untuned_ms,
+            self.tuned_ms,
+            self.float_ms,
+            self.float_ms / self.untuned_ms,
+            self.float_ms / self.tuned_ms,
+            self.untuned_db,
+            self.tuned_db
+        )
+    }
+
+    /// Every try, one line each.
+    pub fn try_lines(&self) -> Vec<String> {
+        self.tries
+            .iter()
+            .map(|t| {
+                let ms =
+                    t.ms.map_or("did not run".to_owned(), |ms| format!("{ms:.2} ms"));
+                let db = t
+                    .sqnr_db
+                    .map_or(String::new(), |db| format!(", {db:.2} dB"));
+                let verdict = if t.kept { "kept" } else { "not kept" };
+                format!("{}: {ms}{db}: {verdict}", t.what)
+            })
+            .collect()
+    }
+}
+
+/// A try's exclusions, added to the best recipe so far, and what it is called.
+struct Candidate {
+    what: String,
+    op_types: Vec<String>,
+    nodes: Vec<String>,
+}
+
+/// Tunes `recipe`'s placement for speed on `eval`'s providers, timing on one sample of
+/// `source` (see the module docs).
+pub fn tune_latency(
+    eval: &Evaluator<'_>,
+    recipe: &Recipe,
+    source: &mut dyn BatchSource,
+    options: &TuneOptions,
+    ctx: &JobContext,
+) -> Result<LatencyTuning, EvalError> {
+    let time = |model: &Model, source: &mut dyn BatchSource| {
+        measure_latency(
+            model,
+            source,
+            eval.runtime,
+            eval.eps,
+            1,
+            options.warmup,
+            options.runs,
+        )
+    };
+    let float_ms = time(eval.float, source)?.median_ms;
+    let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
+    let timed = time(&untuned.model, source)?;
+    let untuned_db = eval.sqnr(recipe)?;
+    let floor = untuned_db - options.max_loss_db;
+    let float_compute = timed.kernels.map(|k| k.float_compute).unwrap_or_default();
+    let candidates = candidates(eval.float, &untuned, &float_compute);
+    let mut best = (recipe.clone(), timed.median_ms, untuned_db);
+    let mut tries = Vec::new();
+    let meter = RateMeter::new("tuning latency", candidates.len() as u64);
+    for (done, candidate) in candidates.into_iter().enumerate() {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let tried = apply(&candidate, &best.0);
+        let mut t = Try {
+            what: candidate.what,
+            ms: None,
+            sqnr_db: None,
+            kept: false,
+        };
+        if tried != best.0
+            && let Ok(q) = quant::quantize(eval.float, Some(eval.stats), &tried)
+        {
+            let ms = time(&q.model, source)?.median_ms;
+            t.ms = Some(ms);
+            if ms < best.1 * (1.0 - MIN_GAIN) {
+                let db = eval.sqnr(&tried)?;
+                t.sqnr_db = Some(db);
+                if db >= floor {
+                    t.kept = true;
+                    best = (tried, ms, db);
+                }
+            }
+        }
+        tries.push(t);
+        ctx.report(meter.progress(done as u64 + 1, format!("try {}", done + 1)));
+    }
+    Ok(LatencyTuning {
+        recipe: best.0,
+        float_ms,
+        untuned_ms: timed.median_ms,
+        tuned_ms: best.1,
+        untuned_db,
+        tuned_db: best.2,
+        tries,
+    })
+}
+
+/// `candidate`'s exclusions added to `recipe` (the best so far).
+fn apply(candidate: &Candidate, recipe: &Recipe) -> Recipe {
+    let mut tried = recipe.clone();
+    for (list, added) in [
+        (&mut tried.op_types_to_exclude, &candidate.op_types),
+        (&mut tried.nodes_to_exclude, &candidate.nodes),
+    ] {
+        for item in added {
+            if !list.contains(item) {
+                list.push(item.clone());
+            }
+        }
+    }
+    tried
+}
+
+/// The tries, in order (see the module docs): each holds only the exclusions it adds.
+fn candidates(
+    float: &Model,
+    untuned: &quant::Quantized,
+    float_compute: &[String],
+) -> Vec<Candidate> {
+    let mut list = Vec::new();
+    if !float_compute.is_empty() {
+        list.push(Candidate {
+            what: format!(
+                "the {} quantized Conv/MatMul/Gemm that ran in float",
+                float_compute.len()
+            ),
+            op_types: Vec::new(),
+            nodes: float_compute.iter().map(|n| exact(n)).collect(),
+        });
+    }
+    let mut others: Vec<(String, usize)> = untuned
+        .quantized_by_op_type(&Graph::build(float))
+        .into_iter()
+        .filter(|(op, _)| !COMPUTE_OPS.contains(&op.as_str()))
+        .collect();
+    others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    if others.len() > 1 {
+        list.push(Candidate {
+            what: format!(
+                "every op type but Conv/MatMul/Gemm ({})",
+                others
+                    .iter()
+                    .map(|(op, _)| op.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            op_types: others.iter().map(|(op, _)| op.clone()).collect(),
+            nodes: Vec::new(),
+        });
+    }
+    for (op, count) in others {
+        list.push(Candidate {
+            what: format!("op type {op} ({count} node(s))"),
+            op_types: vec![op],
+            nodes: Vec::new(),
+        });
+    }
+    list
+}
