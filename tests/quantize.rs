@@ -1117,3 +1117,61 @@ fn targets_refuse_contradictions_in_one_line_with_the_choices() {
         "{text}"
     );
 }
+
+/// `--tune_latency` times the model on the calibration EP and only leaves things out of
+/// quantization, each kept within 1 dB of the untuned model's output SQNR; what it keeps is in
+/// the recipe. Without data it refuses in one line. (Its speed is the targets bench's.)
+#[test]
+fn tuning_for_latency_only_leaves_out_and_says_what() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, recipe) = (dir.path().join("tuned.onnx"), dir.path().join("tuned.toml"));
+    let said = run_ok(
+        cli()
+            .args(["quantize", "--tune_latency", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(&out)
+            .arg("--save-recipe")
+            .arg(&recipe),
+    );
+    let summary = said
+        .lines()
+        .find(|l| l.starts_with("latency tuning: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(said.contains("every op type but Conv/MatMul/Gemm"), "{said}");
+    let db: Vec<f64> = summary
+        .rsplit_once("output SQNR ")
+        .and_then(|(_, s)| {
+            let (a, b) = s.trim_end_matches(" dB").split_once(" -> ")?;
+            Some(vec![a.parse().ok()?, b.parse().ok()?])
+        })
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(db[1] >= db[0] - 1.0, "{summary}");
+    let tuned = Recipe::load(&recipe).unwrap();
+    assert_eq!(common::stamped_recipe(&Model::load(&out).unwrap()), tuned);
+    let untuned = Recipe::for_target(Target::Cpu);
+    assert_eq!(
+        Recipe {
+            op_types_to_exclude: Vec::new(),
+            nodes_to_exclude: Vec::new(),
+            ..tuned.clone()
+        },
+        untuned
+    );
+    assert_eq!(
+        summary.contains("nothing left out"),
+        tuned.op_types_to_exclude.is_empty() && tuned.nodes_to_exclude.is_empty(),
+        "{summary}"
+    );
+    let (ok, text) = run_text(
+        cli()
+            .args(["quantize", "--tune_latency", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("-o")
+            .arg(dir.path().join("never.onnx")),
+    );
+    assert!(!ok && text.trim().lines().count() == 1, "{text}");
+    assert!(text.contains("--tune_latency") && text.contains("--calibration_data_path"));
+}

@@ -16,7 +16,7 @@ use qdq_studio::app::work_panel::WorkTab;
 use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
 use qdq_studio::calib::range::{self, RangeTarget};
 use qdq_studio::model::{Graph, Model};
-use qdq_studio::recipe::Recipe;
+use qdq_studio::recipe::{QuantType, Recipe, Target};
 use qdq_studio::runtime::EpSpec;
 
 fn harness() -> Harness<'static, Studio> {
@@ -1619,4 +1619,85 @@ fn a_model_with_static_inputs_shows_its_shapes_before_any_calibration() {
         2,
         "its input (the Conv's output) and its output"
     );
+}
+
+/// The recipe's deployment target in the studio: it follows the execution provider until the
+/// user picks one, picking one applies its settings, an edit it does not allow is refused with
+/// the reason; and tuning for speed is one undoable recipe change that only leaves things out.
+#[test]
+fn the_target_follows_the_provider_until_chosen_and_tuning_for_speed_only_leaves_out() {
+    use qdq_studio::app::command::Command;
+    let mut h = harness();
+    open_calibrate_compare(&mut h, Source::Sample, None);
+    assert_eq!(recipe(&h).target, Some(Target::Cpu));
+    let before = recipe(&h);
+    h.state_mut().push(Command::TuneLatency);
+    h.run_steps(2);
+    settle(&mut h, "tuning for speed");
+    no_notices(&h);
+    let status = h.state().status().to_owned();
+    assert!(status.starts_with("latency tuning: "), "{status}");
+    let tuned = recipe(&h);
+    assert!(
+        before
+            .op_types_to_exclude
+            .iter()
+            .all(|op| tuned.op_types_to_exclude.contains(op)),
+        "{tuned:?}"
+    );
+    assert_eq!(
+        Recipe {
+            op_types_to_exclude: before.op_types_to_exclude.clone(),
+            nodes_to_exclude: before.nodes_to_exclude.clone(),
+            ..tuned.clone()
+        },
+        before,
+        "tuning changes exclusions only"
+    );
+    if tuned != before {
+        assert!(status.contains("Ctrl+Z"), "{status}");
+        h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
+        h.run_steps(2);
+        assert_eq!(recipe(&h), before);
+    } else {
+        assert!(status.contains("the recipe is unchanged"), "{status}");
+    }
+    // The target follows the provider while it is the provider's.
+    h.state_mut().push(Command::FollowEp(
+        EpSpec::Cpu,
+        EpSpec::OpenVino("CPU".to_owned()),
+    ));
+    h.run_steps(2);
+    assert_eq!(recipe(&h).target, Some(Target::Openvino));
+    assert!(
+        h.state()
+            .status()
+            .contains("follows the execution provider")
+    );
+    h.state_mut().push(Command::FollowEp(
+        EpSpec::OpenVino("CPU".to_owned()),
+        EpSpec::Cpu,
+    ));
+    h.run_steps(2);
+    assert_eq!(recipe(&h).target, Some(Target::Cpu));
+    // A target chosen by the user applies its settings and stays when the provider changes.
+    h.state_mut().push(Command::SetTarget(Target::Tensorrt));
+    h.run_steps(2);
+    let trt = recipe(&h);
+    assert_eq!(trt.target, Some(Target::Tensorrt));
+    assert!(trt.symmetric_activations && trt.activation_type == QuantType::Int8);
+    h.state_mut()
+        .push(Command::FollowEp(EpSpec::Cpu, EpSpec::DirectMl(0)));
+    h.run_steps(2);
+    assert_eq!(recipe(&h).target, Some(Target::Tensorrt));
+    // TensorRT's kernels never saturate: the guard is refused, with the reason.
+    h.state_mut().push(Command::SetSaturationGuard(true));
+    h.run_steps(2);
+    assert!(!recipe(&h).saturation_guard);
+    let status = h.state().status().to_owned();
+    assert!(
+        status.starts_with("Not changed: target \"tensorrt\" needs saturation_guard = false"),
+        "{status}"
+    );
+    h.get_by_label("Deploy to");
 }

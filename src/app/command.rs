@@ -158,6 +158,9 @@ pub enum Command {
     /// Choose each weight's range (its extremes, or the clipped range of least squared
     /// error) by the outputs on the evaluation data, one real run per weight.
     ChooseWeightRanges,
+    /// Leave out of quantization the Q/DQ groups that make the model slower on the chosen
+    /// provider, while the outputs stay within 1 dB (measured on the evaluation data).
+    TuneLatency,
     /// Take the auto-exclude result's recipe-wide change at this index into the recipe.
     ApplyAlternative(usize),
     /// Cancel the running task.

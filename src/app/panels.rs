@@ -116,6 +116,13 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                 menu_item(
                     ui,
                     commands,
+                    "Tune for speed on the provider",
+                    Command::TuneLatency,
+                    ready,
+                );
+                menu_item(
+                    ui,
+                    commands,
                     "Cancel the running task",
                     Command::CancelTask,
                     menu.busy,

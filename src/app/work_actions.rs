@@ -36,6 +36,7 @@ pub fn is_work_command(command: &Command) -> bool {
             | Command::ScanSensitivity
             | Command::AutoExclude
             | Command::ChooseWeightRanges
+            | Command::TuneLatency
             | Command::ApplyAlternative(_)
             | Command::CancelTask
             | Command::SaveStatisticsDialog
@@ -122,6 +123,7 @@ impl Studio {
             Command::ScanSensitivity => self.scan_sensitivity(),
             Command::AutoExclude => self.auto_exclude(),
             Command::ChooseWeightRanges => self.choose_weight_ranges(),
+            Command::TuneLatency => self.tune_latency(),
             Command::CancelTask => {
                 if let Some(doc) = self.doc.as_ref() {
                     doc.work.task.cancel();
@@ -438,6 +440,17 @@ impl Studio {
         )
     }
 
+    fn tune_latency(&mut self) -> Result<(), Failure> {
+        float_only(self.doc.as_ref().ok_or_else(no_model)?, "Tuning for speed")?;
+        let setup = self.eval_setup()?;
+        let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        start(
+            &mut doc.work,
+            TaskKind::TuneLatency,
+            tasks::tune_latency(setup),
+        )
+    }
+
     fn statistics_dialog(&mut self, save: bool) {
         let default = self
             .doc
@@ -723,6 +736,15 @@ impl Studio {
             TaskOutput::WeightRanges(chosen) => {
                 let status = format!("Weight ranges: {} (Ctrl+Z undoes)", chosen.summary());
                 doc.editor.replace(chosen.recipe.clone());
+                doc.refresh();
+                status
+            }
+            TaskOutput::LatencyTuning(tuned) if tuned.left_out().is_empty() => {
+                format!("{}; the recipe is unchanged", tuned.summary())
+            }
+            TaskOutput::LatencyTuning(tuned) => {
+                let status = format!("{} (Ctrl+Z undoes)", tuned.summary());
+                doc.editor.replace(tuned.recipe.clone());
                 doc.refresh();
                 status
             }

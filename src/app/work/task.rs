@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::calib::CalibrationStats;
+use crate::eval::latency_tuning::LatencyTuning;
 use crate::eval::reference::OutputPair;
 use crate::eval::sensitivity::AutoExclude;
 use crate::eval::weight_ranges::WeightRanges;
@@ -29,6 +30,8 @@ pub enum TaskKind {
     AutoExclude,
     /// Choosing each weight's range by the outputs.
     WeightRanges,
+    /// Tuning the placement for speed on the provider.
+    TuneLatency,
     /// Saving the QDQ model.
     Save,
     /// Fetching an ONNX Runtime build.
@@ -45,6 +48,7 @@ impl TaskKind {
             TaskKind::Sensitivity => "Sensitivity scan",
             TaskKind::AutoExclude => "Auto-exclude",
             TaskKind::WeightRanges => "Choosing weight ranges",
+            TaskKind::TuneLatency => "Tuning for speed",
             TaskKind::Save => "Saving the quantized model",
             TaskKind::InstallRuntime => "Getting ONNX Runtime",
         }
@@ -65,6 +69,8 @@ pub enum TaskOutput {
     AutoExcluded(Box<(AutoExclude, Scanned)>),
     /// Each weight's range, chosen by the outputs.
     WeightRanges(Box<WeightRanges>),
+    /// The placement tuned for speed.
+    LatencyTuning(Box<LatencyTuning>),
     /// A saved model.
     Saved(Box<Saved>),
     /// An installed runtime build: version and library path.

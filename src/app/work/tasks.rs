@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::task::{TaskOutput, TaskWork};
 use crate::calib::{CalibrationConfig, DataSpec};
+use crate::eval::latency_tuning::TuneOptions;
 use crate::eval::sensitivity::{Goal, Granularity};
 use crate::eval::switched_scan::ScanMethod;
 use crate::model::Model;
@@ -18,6 +19,7 @@ use crate::workflow::quantize::{self, SaveRequest};
 use crate::workflow::reference::{CapturedReference, EvalSetup};
 use crate::workflow::runtime::{install, runtime_for_job};
 use crate::workflow::sensitivity::{self, Scanned};
+use crate::workflow::tune_latency::tune_latency_setup;
 use crate::workflow::weight_ranges::weight_ranges_setup;
 
 /// Calibrates the model as the quantizer sees it (`prepared` with the recipe's
@@ -84,6 +86,15 @@ pub fn weight_ranges(setup: EvalSetup) -> TaskWork {
     Box::new(move |ctx| {
         let runtime = runtime_for_job(&ctx)?;
         weight_ranges_setup(&setup, &runtime, &ctx).map(|r| TaskOutput::WeightRanges(Box::new(r)))
+    })
+}
+
+/// The placement tuned for speed on the setup's provider.
+pub fn tune_latency(setup: EvalSetup) -> TaskWork {
+    Box::new(move |ctx| {
+        let runtime = runtime_for_job(&ctx)?;
+        tune_latency_setup(&setup, &TuneOptions::default(), &runtime, &ctx)
+            .map(|r| TaskOutput::LatencyTuning(Box::new(r)))
     })
 }
 
