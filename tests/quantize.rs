@@ -1140,7 +1140,10 @@ fn tuning_for_latency_only_leaves_out_and_says_what() {
         .lines()
         .find(|l| l.starts_with("latency tuning: "))
         .unwrap_or_else(|| panic!("{said}"));
-    assert!(said.contains("every op type but Conv/MatMul/Gemm"), "{said}");
+    assert!(
+        said.contains("every op type but Conv/MatMul/Gemm"),
+        "{said}"
+    );
     let db: Vec<f64> = summary
         .rsplit_once("output SQNR ")
         .and_then(|(_, s)| {
@@ -1174,4 +1177,29 @@ fn tuning_for_latency_only_leaves_out_and_says_what() {
     );
     assert!(!ok && text.trim().lines().count() == 1, "{text}");
     assert!(text.contains("--tune_latency") && text.contains("--calibration_data_path"));
+    // An NPU's provider is not in this build: timing on another would tune for its kernels.
+    let (ok, text) = run_text(
+        cli()
+            .args([
+                "quantize",
+                "--tune_latency",
+                "--target",
+                "npu",
+                "--onnx_path",
+            ])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(dir.path().join("never.onnx")),
+    );
+    assert!(!ok, "{text}");
+    let last = text.trim().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "error: tuning for speed times the model on its target's provider: target npu"
+        ),
+        "{text}"
+    );
+    assert!(!dir.path().join("never.onnx").exists());
 }

@@ -192,6 +192,16 @@ impl Target {
         }
     }
 
+    /// The execution provider placement is tuned for speed on (`--tune_latency`); `None` for
+    /// the NPUs, whose providers (Vitis AI, QNN) this build cannot run: timing their models on
+    /// another provider would tune them for the wrong kernels.
+    pub fn tuning_ep(self) -> Option<EpSpec> {
+        match self {
+            Target::Npu | Target::Qnn => None,
+            other => Some(other.latency_ep()),
+        }
+    }
+
     /// The settings the target makes for a recipe of `mode`. Integer types, symmetry,
     /// per-channel weights, scale form and the saturation guard are int8 settings: fp8 and
     /// int4 fix their own types.
@@ -236,12 +246,13 @@ impl Target {
             )
             .required()
         } else {
-            Setting::flag(
-                "saturation_guard",
-                false,
-                "its integer kernels do not saturate: 8-bit weights (cpu-avx2 for x86 without VNNI)",
-            )
-            .required()
+            let why = match self {
+                Target::Cpu => {
+                    "VNNI, AMX and ARM kernels do not saturate: 8-bit weights (cpu-avx2 for x86 without VNNI)"
+                }
+                _ => "its integer kernels do not saturate: 8-bit weights",
+            };
+            Setting::flag("saturation_guard", false, why).required()
         }
     }
 
@@ -530,6 +541,10 @@ mod tests {
         assert_eq!(of("trt"), Target::Tensorrt);
         assert_eq!(of("dml"), Target::Directml);
         assert_eq!(of("openvino:GPU"), Target::Openvino);
+        // Tuning for speed runs on the target's own provider, which no NPU has here.
+        assert_eq!(Target::Tensorrt.tuning_ep(), Some(EpSpec::TensorRt(0)));
+        assert_eq!(Target::Npu.tuning_ep(), None);
+        assert_eq!(Target::Qnn.tuning_ep(), None);
     }
 
     #[test]

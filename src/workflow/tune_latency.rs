@@ -9,15 +9,27 @@ use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::runtime::Runtime;
 
-/// Tunes `setup.recipe` for speed, judged and timed on `setup.data`.
+/// Tunes `setup.recipe` for speed, judged and timed on `setup.data`, on the provider of the
+/// recipe's target (the setup's providers for a recipe without one); refused for a target
+/// whose provider this build cannot run.
 pub fn tune_latency_setup(
     setup: &EvalSetup,
     options: &TuneOptions,
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<LatencyTuning, WorkflowError> {
+    let eps = match setup.recipe.target {
+        None => setup.eps.clone(),
+        Some(target) => vec![target.tuning_ep().ok_or_else(|| {
+            WorkflowError::Settings(format!(
+                "tuning for speed times the model on its target's provider: target {} runs on an NPU provider this build cannot run (choose cpu, cpu-avx2, tensorrt, directml or openvino to tune)",
+                target.name()
+            ))
+        })?],
+    };
     let (reference, _) = setup.reference(runtime, ctx)?;
-    let evaluator = setup.evaluator(&reference, runtime);
+    let mut evaluator = setup.evaluator(&reference, runtime);
+    evaluator.eps = &eps;
     let mut source = setup
         .data
         .open(&model_inputs(&Graph::build(&setup.model)))?;
