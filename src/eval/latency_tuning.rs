@@ -18,7 +18,8 @@
 //!    out together: the compute ops' integer kernels alone;
 //! 3. each such op type alone, the one with the most nodes first.
 //!
-//! A try is kept when it is faster than the best so far by more than [`MIN_GAIN`] and its
+//! A try is kept when it is faster than the best so far by more than [`MIN_GAIN`], timed
+//! again in turn with the best ([`ROUNDS`] rounds: timings on a busy machine drift), and its
 //! worst output SQNR holds the floor. What is kept is written into the recipe
 //! (`op_types_to_exclude`, `nodes_to_exclude`), so the recipe reproduces the tuned model.
 
@@ -144,8 +145,54 @@ struct Candidate {
     nodes: Vec<String>,
 }
 
+/// Rounds of the timings that decide: the models compared are timed in turn, each round, so
+/// that a change in the machine's load falls on all of them alike.
+const ROUNDS: usize = 3;
+
+/// The best recipe so far, its model, and its figures.
+struct Best {
+    recipe: Recipe,
+    model: Model,
+    ms: f64,
+    db: f64,
+}
+
+/// Times models on one sample of a source, on the evaluator's providers.
+struct Clock<'a, 's> {
+    eval: &'a Evaluator<'a>,
+    source: &'s mut dyn BatchSource,
+    options: &'a TuneOptions,
+}
+
+impl Clock<'_, '_> {
+    /// The median milliseconds of one timing of `model`, and its kernel report.
+    fn once(&mut self, model: &Model) -> Result<super::Latency, EvalError> {
+        measure_latency(
+            model,
+            &mut *self.source,
+            self.eval.runtime,
+            self.eval.eps,
+            1,
+            self.options.warmup,
+            self.options.runs,
+        )
+    }
+
+    /// Each model's mean of [`ROUNDS`] median timings, taken in turn.
+    fn in_turn(&mut self, models: &[&Model]) -> Result<Vec<f64>, EvalError> {
+        let mut sums = vec![0.0; models.len()];
+        for _ in 0..ROUNDS {
+            for (sum, model) in sums.iter_mut().zip(models) {
+                *sum += self.once(model)?.median_ms;
+            }
+        }
+        Ok(sums.into_iter().map(|s| s / ROUNDS as f64).collect())
+    }
+}
+
 /// Tunes `recipe`'s placement for speed on `eval`'s providers, timing on one sample of
-/// `source` (see the module docs).
+/// `source` (see the module docs). A try that looks faster is timed again in turn with the
+/// best so far before it is scored; the figures reported are timed in turn at the end.
 pub fn tune_latency(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -153,62 +200,87 @@ pub fn tune_latency(
     options: &TuneOptions,
     ctx: &JobContext,
 ) -> Result<LatencyTuning, EvalError> {
-    let time = |model: &Model, source: &mut dyn BatchSource| {
-        measure_latency(
-            model,
-            source,
-            eval.runtime,
-            eval.eps,
-            1,
-            options.warmup,
-            options.runs,
-        )
+    let mut clock = Clock {
+        eval,
+        source,
+        options,
     };
-    let float_ms = time(eval.float, source)?.median_ms;
     let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
-    let timed = time(&untuned.model, source)?;
+    let timed = clock.once(&untuned.model)?;
     let untuned_db = eval.sqnr(recipe)?;
-    let floor = untuned_db - options.max_loss_db;
     let float_compute = timed.kernels.map(|k| k.float_compute).unwrap_or_default();
     let candidates = candidates(eval.float, &untuned, &float_compute);
-    let mut best = (recipe.clone(), timed.median_ms, untuned_db);
+    let mut best = Best {
+        recipe: recipe.clone(),
+        model: untuned.model.clone(),
+        ms: timed.median_ms,
+        db: untuned_db,
+    };
     let mut tries = Vec::new();
     let meter = RateMeter::new("tuning latency", candidates.len() as u64);
     for (done, candidate) in candidates.into_iter().enumerate() {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let tried = apply(&candidate, &best.0);
-        let mut t = Try {
-            what: candidate.what,
-            ms: None,
-            sqnr_db: None,
-            kept: false,
-        };
-        if tried != best.0
-            && let Ok(q) = quant::quantize(eval.float, Some(eval.stats), &tried)
-        {
-            let ms = time(&q.model, source)?.median_ms;
-            t.ms = Some(ms);
-            if ms < best.1 * (1.0 - MIN_GAIN) {
-                let db = eval.sqnr(&tried)?;
-                t.sqnr_db = Some(db);
-                if db >= floor {
-                    t.kept = true;
-                    best = (tried, ms, db);
-                }
-            }
-        }
-        tries.push(t);
+        let floor = untuned_db - options.max_loss_db;
+        tries.push(try_one(&mut clock, candidate, &mut best, floor)?);
         ctx.report(meter.progress(done as u64 + 1, format!("try {}", done + 1)));
     }
+    let ms = clock.in_turn(&[eval.float, &untuned.model, &best.model])?;
     Ok(LatencyTuning {
-        recipe: best.0,
-        float_ms,
-        untuned_ms: timed.median_ms,
-        tuned_ms: best.1,
+        recipe: best.recipe,
+        float_ms: ms[0],
+        untuned_ms: ms[1],
+        tuned_ms: ms[2],
         untuned_db,
-        tuned_db: best.2,
+        tuned_db: best.db,
         tries,
     })
+}
+
+/// One try: quantized, timed, timed again in turn with the best when it looks faster, scored
+/// when it still is, and made the best when its SQNR holds `floor`.
+fn try_one(
+    clock: &mut Clock<'_, '_>,
+    candidate: Candidate,
+    best: &mut Best,
+    floor: f64,
+) -> Result<Try, EvalError> {
+    let eval = clock.eval;
+    let tried = apply(&candidate, &best.recipe);
+    let mut t = Try {
+        what: candidate.what,
+        ms: None,
+        sqnr_db: None,
+        kept: false,
+    };
+    let faster = |ms: f64, than: f64| ms < than * (1.0 - MIN_GAIN);
+    if tried == best.recipe {
+        return Ok(t);
+    }
+    let Ok(q) = quant::quantize(eval.float, Some(eval.stats), &tried) else {
+        return Ok(t);
+    };
+    let ms = clock.once(&q.model)?.median_ms;
+    t.ms = Some(ms);
+    if !faster(ms, best.ms) {
+        return Ok(t);
+    }
+    let again = clock.in_turn(&[&best.model, &q.model])?;
+    t.ms = Some(again[1]);
+    if !faster(again[1], again[0]) {
+        return Ok(t);
+    }
+    let db = eval.sqnr(&tried)?;
+    t.sqnr_db = Some(db);
+    if db >= floor {
+        t.kept = true;
+        *best = Best {
+            recipe: tried,
+            model: q.model,
+            ms: again[1],
+            db,
+        };
+    }
+    Ok(t)
 }
 
 /// `candidate`'s exclusions added to `recipe` (the best so far).
