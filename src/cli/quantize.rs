@@ -492,7 +492,6 @@ fn measured_asked(args: &QuantizeArgs) -> bool {
 
 /// With `--weight_range measured`: each weight's range chosen by the model's outputs on the
 /// calibration data, written into `recipe`.
-/// The model is handed back (the search holds it meanwhile, without a copy).
 fn measure_weight_ranges(
     args: &QuantizeArgs,
     model: Model,
@@ -500,21 +499,62 @@ fn measure_weight_ranges(
     recipe: &mut Recipe,
     runtime: &Runtime,
 ) -> anyhow::Result<Model> {
+    let search = |setup: &EvalSetup, ctx: &JobContext| {
+        let chosen = weight_ranges_setup(setup, runtime, ctx)?;
+        let line = format!(
+            "weight ranges measured: {} ({} tried at once)",
+            chosen.summary(),
+            chosen.workers
+        );
+        Ok((chosen.recipe, vec![line]))
+    };
     let asked = measured_asked(args);
+    search_step(
+        Searched {
+            args,
+            model,
+            stats,
+            recipe,
+        },
+        asked,
+        search,
+    )
+}
+
+/// What a search on the calibration data starts from, and the recipe it writes into.
+struct Searched<'a> {
+    args: &'a QuantizeArgs,
+    model: Model,
+    stats: Option<&'a Arc<CalibrationStats>>,
+    recipe: &'a mut Recipe,
+}
+
+/// Runs `search` (when `asked` and there are statistics) on the calibration data with a
+/// spinner, prints its lines and takes the recipe it chose. The model is handed back (the
+/// search holds it meanwhile, without a copy).
+fn search_step(
+    start: Searched<'_>,
+    asked: bool,
+    search: impl FnOnce(&EvalSetup, &JobContext) -> anyhow::Result<(Recipe, Vec<String>)>,
+) -> anyhow::Result<Model> {
+    let Searched {
+        args,
+        model,
+        stats,
+        recipe,
+    } = start;
     let (Some(stats), true) = (stats, asked) else {
         return Ok(model);
     };
     let setup = eval_setup(args, model, stats, recipe)?;
     let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
-    let chosen = weight_ranges_setup(&setup, runtime, &ctx);
+    let found = search(&setup, &ctx);
     bar.finish_and_clear();
-    let chosen = chosen?;
-    println!(
-        "weight ranges measured: {} ({} tried at once)",
-        chosen.summary(),
-        chosen.workers
-    );
-    *recipe = chosen.recipe;
+    let (chosen, lines) = found?;
+    for line in lines {
+        println!("{line}");
+    }
+    *recipe = chosen;
     Ok(setup.model)
 }
 
@@ -543,8 +583,8 @@ fn eval_setup(
     })
 }
 
-/// With `--tune_latency`: the placement tuned for speed on the calibration EP, written into
-/// `recipe`. The model is handed back (the search holds it meanwhile, without a copy).
+/// With `--tune_latency`: the placement tuned for speed on the target's provider, written
+/// into `recipe`.
 fn tune_for_latency(
     args: &QuantizeArgs,
     model: Model,
@@ -552,20 +592,23 @@ fn tune_for_latency(
     recipe: &mut Recipe,
     runtime: &Runtime,
 ) -> anyhow::Result<Model> {
-    let (Some(stats), true) = (stats, args.tune_latency) else {
-        return Ok(model);
+    let search = |setup: &EvalSetup, ctx: &JobContext| {
+        let tuned = tune_latency_setup(setup, &TuneOptions::default(), runtime, ctx)?;
+        let mut lines: Vec<String> = tuned.try_lines().iter().map(|l| format!("  {l}")).collect();
+        lines.push(tuned.summary());
+        Ok((tuned.recipe, lines))
     };
-    let setup = eval_setup(args, model, stats, recipe)?;
-    let (bar, ctx) = super::common::progress("{spinner} {wide_msg} {pos}/{len}", true);
-    let tuned = tune_latency_setup(&setup, &TuneOptions::default(), runtime, &ctx);
-    bar.finish_and_clear();
-    let tuned = tuned?;
-    for line in tuned.try_lines() {
-        println!("  {line}");
-    }
-    println!("{}", tuned.summary());
-    *recipe = tuned.recipe;
-    Ok(setup.model)
+    let asked = args.tune_latency;
+    search_step(
+        Searched {
+            args,
+            model,
+            stats,
+            recipe,
+        },
+        asked,
+        search,
+    )
 }
 
 /// `--weight_range measured` and `--tune_latency` need real data: the outputs decide.
