@@ -943,7 +943,7 @@ impl Recipe {
         }
         self.mode = mode;
         // The target's settings for the new mode (int8's types and guard, say).
-        self.apply_target_settings(|_| true);
+        self.apply_target_settings();
     }
 
     /// The range override for a tensor, if the recipe fixes one.

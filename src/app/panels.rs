@@ -842,9 +842,8 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
                  spans about the weight's extremes, as per channel) and those with at least 1 % \
                  of the kernels' pairs of neighbouring weights able to overflow. Off: \
                  onnxruntime's 8 bits, for VNNI CPUs, GPUs and NPUs.";
-    // Only the CPU targets (and recipes without one) have kernels that can saturate.
     let target = doc.recipe().target;
-    let open = matches!(target, None | Some(Target::Cpu | Target::CpuAvx2));
+    let open = doc.recipe().guard_switchable();
     let hover = match target {
         Some(_) => format!("{hover} Switching it moves the target between cpu and cpu-avx2."),
         None => hover.to_owned(),

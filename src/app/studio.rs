@@ -344,22 +344,28 @@ impl Studio {
                     format!("Automatic precision {}", if on { "on" } else { "off" });
             }
             Command::SetSaturationGuard(on) => {
-                self.window.status = set_saturation_guard(&mut doc.editor, on);
+                doc.editor.change(|r| r.set_saturation_guard(on));
+                let state = if on { "on" } else { "off" };
+                self.window.status = match doc.recipe().target {
+                    Some(target @ (Target::Cpu | Target::CpuAvx2)) => format!(
+                        "7-bit weights against saturation {state}: target {}",
+                        target.name()
+                    ),
+                    _ => format!("7-bit weights against saturation {state}"),
+                };
             }
             Command::SetTarget(target) => {
                 doc.editor.change(|r| r.set_target(target));
                 self.window.status = format!("Target: {} - {}", target.name(), target.describe());
             }
             Command::FollowEp(from, to) => {
-                let (old, new) = (
-                    Target::for_execution_provider(&from),
-                    Target::for_execution_provider(&to),
-                );
-                if old != new && doc.recipe().target == Some(old) {
-                    doc.editor.change(|r| r.set_target(new));
+                let mut followed = false;
+                doc.editor
+                    .change(|r| followed = r.follow_execution_provider(&from, &to));
+                if let Some(target) = doc.recipe().target.filter(|_| followed) {
                     self.window.status = format!(
                         "Target follows the execution provider: {} (choose another in the recipe panel)",
-                        new.name()
+                        target.name()
                     );
                 }
             }
@@ -896,36 +902,6 @@ impl eframe::App for Studio {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
-    }
-}
-
-/// Switches the saturation guard. Under the CPU targets the guard is what tells them apart, so
-/// the switch moves the recipe between `cpu` (8-bit weights) and `cpu-avx2` (7-bit where
-/// pairs can saturate); a recipe without a target sets the guard itself; any other target's
-/// kernels never saturate, so the editor refuses the guard there. Returns the status line.
-fn set_saturation_guard(editor: &mut crate::app::edit::RecipeEditor, on: bool) -> String {
-    match editor.recipe().target {
-        Some(Target::Cpu | Target::CpuAvx2) => {
-            let target = if on { Target::CpuAvx2 } else { Target::Cpu };
-            editor.change(|r| r.set_target(target));
-            format!(
-                "7-bit weights against saturation {}: target {}",
-                if on { "on" } else { "off" },
-                target.name()
-            )
-        }
-        _ => {
-            editor.change(|r| {
-                r.saturation_guard = on;
-                if on {
-                    r.saturation_guard_scope = crate::recipe::GuardScope::default();
-                }
-            });
-            format!(
-                "7-bit weights against saturation {}",
-                if on { "on" } else { "off" }
-            )
-        }
     }
 }
 

@@ -197,7 +197,7 @@ pub struct QuantizeArgs {
     /// read it; written into the recipe as per-weight overrides).
     #[arg(long = "weight_range", visible_alias = "weight-range")]
     pub weight_range: Option<String>,
-    /// Tune the placement for speed on the calibration EP: time the QDQ model there and
+    /// Tune the placement for speed on the target's provider: time the QDQ model there and
     /// leave out of quantization the Q/DQ groups that cost more than they save (the
     /// quantized Conv/MatMul/Gemm that ran in float, then other op types), keeping each only
     /// when the model gets faster and its worst output SQNR on the calibration data stays
@@ -258,15 +258,6 @@ fn named_target(args: &QuantizeArgs) -> anyhow::Result<Option<Target>> {
         .transpose()
 }
 
-/// The target a run without `--target` and without a recipe gets: the first calibration
-/// EP's.
-fn target_of_eps(args: &QuantizeArgs) -> anyhow::Result<Target> {
-    let eps = super::common::parse_eps(&args.calibration_eps)?;
-    Ok(eps
-        .first()
-        .map_or(Target::Cpu, Target::for_execution_provider))
-}
-
 /// The recipe the arguments amount to.
 pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     let mut recipe = match &args.recipe {
@@ -285,7 +276,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     // contradicts what it requires is refused below.
     match named_target(args)? {
         Some(target) => recipe.set_target(target),
-        None if args.recipe.is_none() => recipe.set_target(target_of_eps(args)?),
+        None if args.recipe.is_none() => recipe.set_target(Target::for_execution_providers(
+            &super::common::parse_eps(&args.calibration_eps)?,
+        )),
         None => {}
     }
     if let Some(method) = &args.calibration_method {

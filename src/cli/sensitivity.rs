@@ -154,10 +154,7 @@ fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
     let eps = super::common::parse_eps(&args.eps)?;
     let recipe = match &args.recipe {
         Some(path) => Recipe::load(path)?,
-        None => Recipe::for_target(
-            eps.first()
-                .map_or(Deployment::Cpu, Deployment::for_execution_provider),
-        ),
+        None => Recipe::for_target(Deployment::for_execution_providers(&eps)),
     };
     let data = super::common::data_spec(Some(&args.data), &args.images, None, 0, &model)?;
     RunFiles::new()

@@ -13,8 +13,9 @@ use serde::Serialize;
 
 use crate::model::Graph;
 
-/// Ops whose float kernel inside a Q/DQ group means the group was not fused.
-const COMPUTE_OPS: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
+/// Ops whose float kernel inside a Q/DQ group means the group was not fused: the compute ops
+/// whose integer kernels are what quantizing buys.
+pub(crate) const COMPUTE_OPS: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
 
 /// Integer kernels that fused Q/DQ groups become (besides every `QLinear*` op).
 const INTEGER_OPS: [&str; 10] = [

@@ -23,6 +23,7 @@
 //! worst output SQNR holds the floor. What is kept is written into the recipe
 //! (`op_types_to_exclude`, `nodes_to_exclude`), so the recipe reproduces the tuned model.
 
+use super::kernels::COMPUTE_OPS;
 use super::sensitivity::{Evaluator, exact, quant_error};
 use super::{EvalError, measure_latency};
 use crate::calib::data::BatchSource;
@@ -30,9 +31,6 @@ use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant;
 use crate::recipe::Recipe;
-
-/// The compute ops whose integer kernels are what quantizing buys.
-const COMPUTE_OPS: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
 
 /// A try is kept only when it is at least this much faster than the best so far (a fraction
 /// of its time): less is within the timing's noise.
@@ -207,7 +205,7 @@ pub fn tune_latency(
     };
     let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
     let timed = clock.once(&untuned.model)?;
-    let untuned_db = eval.sqnr(recipe)?;
+    let untuned_db = eval.model_sqnr(&untuned.model)?;
     let float_compute = timed.kernels.map(|k| k.float_compute).unwrap_or_default();
     let candidates = candidates(eval.float, &untuned, &float_compute);
     let mut best = Best {
@@ -269,7 +267,7 @@ fn try_one(
     if !faster(again[1], again[0]) {
         return Ok(t);
     }
-    let db = eval.sqnr(&tried)?;
+    let db = eval.model_sqnr(&q.model)?;
     t.sqnr_db = Some(db);
     if db >= floor {
         t.kept = true;

@@ -260,6 +260,14 @@ impl Evaluator<'_> {
         Target::SqnrDb(0.0).score(&self.metrics(recipe, 0)?)
     }
 
+    /// Worst output SQNR of a model quantized already (from a recipe of this float model).
+    pub fn model_sqnr(&self, quantized: &Model) -> Result<f64, EvalError> {
+        let metrics = self
+            .reference
+            .compare(self.float, quantized, self.runtime, self.eps, 0)?;
+        Target::SqnrDb(0.0).score(&metrics)
+    }
+
     /// How many variants of `recipe` to run at once: every core on the CPU EP (each session
     /// on one thread) as far as the memory available holds that many quantized models and
     /// sessions, one at a time on accelerators (they run one model at a time anyway, and GPU

@@ -84,11 +84,8 @@ fn activation_symmetric(recipe: &Recipe, qtype: QuantType) -> bool {
 /// How the activation `name` is quantized under `recipe`.
 pub fn activation_quant(recipe: &Recipe, name: &str, softmax: &HashSet<String>) -> ActivationQuant {
     let qtype = activation_qtype(recipe, name);
-    let method = recipe
-        .tensor_overrides
-        .get(name)
-        .and_then(|o| o.method)
-        .unwrap_or(recipe.calibration_method);
+    let own = recipe.tensor_overrides.get(name).and_then(|o| o.method);
+    let method = own.unwrap_or(recipe.calibration_method);
     let power_of_two = matches!(
         method,
         RangeMethod::PowerOfTwoNonOverflow | RangeMethod::PowerOfTwoMse
@@ -98,10 +95,9 @@ pub fn activation_quant(recipe: &Recipe, name: &str, softmax: &HashSet<String>) 
     } else if softmax.contains(name) {
         RangeSource::Softmax
     } else {
-        let own = recipe.tensor_overrides.get(name).and_then(|o| o.method);
         RangeSource::Method {
             tensor: name.to_owned(),
-            method: own.unwrap_or(recipe.calibration_method),
+            method,
             overridden: own.is_some(),
         }
     };

@@ -181,6 +181,13 @@ impl Target {
         }
     }
 
+    /// The target a run on `eps` gets without one named: the first provider's (`cpu` for
+    /// none).
+    pub fn for_execution_providers(eps: &[EpSpec]) -> Target {
+        eps.first()
+            .map_or(Target::Cpu, Target::for_execution_provider)
+    }
+
     /// The execution provider `compare` measures the model's latency on for this target
     /// (the NPUs' providers are not in this build: their models are timed on the CPU).
     pub fn latency_ep(self) -> EpSpec {
@@ -403,20 +410,55 @@ impl Recipe {
     /// too: choosing a target resets what it decides).
     pub fn set_target(&mut self, target: Target) {
         self.target = Some(target);
-        self.apply_target_settings(|_| true);
+        self.apply_target_settings();
     }
 
-    /// Applies the settings of the recipe's target that `pick` selects (none without a
-    /// target). A setting that does not fit the recipe's types is left out.
-    pub(super) fn apply_target_settings(&mut self, pick: impl Fn(&Setting) -> bool) {
+    /// Whether the saturation guard may be switched: without a target, or under the CPU
+    /// targets, which the guard is what tells apart; every other target's kernels never
+    /// saturate.
+    pub fn guard_switchable(&self) -> bool {
+        matches!(self.target, None | Some(Target::Cpu | Target::CpuAvx2))
+    }
+
+    /// Switches the saturation guard. Under the CPU targets the recipe moves between `cpu`
+    /// (8-bit weights) and `cpu-avx2` (7-bit where pairs can saturate); otherwise the guard
+    /// itself is set (on, with the current scope), which another target then refuses as a
+    /// contradiction.
+    pub fn set_saturation_guard(&mut self, on: bool) {
+        if matches!(self.target, Some(Target::Cpu | Target::CpuAvx2)) {
+            self.set_target(if on { Target::CpuAvx2 } else { Target::Cpu });
+            return;
+        }
+        self.saturation_guard = on;
+        if on {
+            self.saturation_guard_scope = super::GuardScope::default();
+        }
+    }
+
+    /// Follows a change of execution provider from `from` to `to`: a recipe whose target is
+    /// `from`'s takes `to`'s (one whose target the user chose keeps it). True when it changed.
+    pub fn follow_execution_provider(&mut self, from: &EpSpec, to: &EpSpec) -> bool {
+        let (old, new) = (
+            Target::for_execution_provider(from),
+            Target::for_execution_provider(to),
+        );
+        if old == new || self.target != Some(old) {
+            return false;
+        }
+        self.set_target(new);
+        true
+    }
+
+    /// Applies every setting the recipe's target makes for its mode (none without a target).
+    pub(super) fn apply_target_settings(&mut self) {
         let Some(target) = self.target else {
             return;
         };
         let Ok(toml::Value::Table(mut table)) = toml::Value::try_from(&*self) else {
             return;
         };
-        for setting in target.settings(self.mode).iter().filter(|s| pick(s)) {
-            table.insert(setting.key.to_owned(), setting.value.clone());
+        for setting in target.settings(self.mode) {
+            table.insert(setting.key.to_owned(), setting.value);
         }
         if let Ok(applied) = toml::Value::Table(table).try_into::<Recipe>() {
             *self = applied;
@@ -578,6 +620,40 @@ mod tests {
             );
             assert_eq!(Recipe::from_toml(&text, "r.toml").unwrap(), recipe);
         }
+    }
+
+    #[test]
+    fn the_guard_switch_moves_between_the_cpu_targets_and_the_target_follows_its_provider() {
+        let mut recipe = Recipe::for_target(Target::Cpu);
+        assert!(recipe.guard_switchable());
+        recipe.set_saturation_guard(true);
+        assert_eq!(recipe, Recipe::for_target(Target::CpuAvx2));
+        recipe.set_saturation_guard(false);
+        assert_eq!(recipe, Recipe::for_target(Target::Cpu));
+        // Without a target the guard is the recipe's own; under TensorRT it contradicts.
+        let mut legacy = Recipe {
+            saturation_guard: false,
+            ..Recipe::default()
+        };
+        legacy.set_saturation_guard(true);
+        assert!(legacy.saturation_guard && legacy.guard_switchable());
+        let mut trt = Recipe::for_target(Target::Tensorrt);
+        assert!(!trt.guard_switchable());
+        trt.set_saturation_guard(true);
+        assert_eq!(trt.target_contradictions()[0].key, "saturation_guard");
+        // Following the provider: only a target that was the old provider's moves.
+        let (cpu, ov) = (EpSpec::Cpu, EpSpec::OpenVino("CPU".to_owned()));
+        let mut followed = Recipe::for_target(Target::Cpu);
+        assert!(followed.follow_execution_provider(&cpu, &ov));
+        assert_eq!(followed, Recipe::for_target(Target::Openvino));
+        let mut chosen = Recipe::for_target(Target::Npu);
+        assert!(!chosen.follow_execution_provider(&cpu, &ov));
+        assert_eq!(chosen.target, Some(Target::Npu));
+        assert_eq!(Target::for_execution_providers(&[]), Target::Cpu);
+        assert_eq!(
+            Target::for_execution_providers(&[ov, cpu]),
+            Target::Openvino
+        );
     }
 
     #[test]
