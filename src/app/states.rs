@@ -56,7 +56,9 @@ impl NodeState {
             Some(NodeDecision::Excluded(Exclusion::OutsideSubgraph)) => NodeState::OutsideSubgraph,
             Some(NodeDecision::Folded(_)) => NodeState::Folded,
             Some(NodeDecision::Excluded(
-                Exclusion::TensorsKeptFloat | Exclusion::OutlierRowsPath,
+                Exclusion::TensorsKeptFloat
+                | Exclusion::OutlierRowsPath
+                | Exclusion::FloatInTransformer,
             )) => NodeState::KeptFloat,
             Some(NodeDecision::Excluded(
                 Exclusion::OpTypeNotQuantized | Exclusion::CustomDomain,

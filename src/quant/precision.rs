@@ -39,6 +39,12 @@ pub enum KeptReason {
     /// SmoothQuant divided by its scales: its values now span the scales' range. Kept with
     /// or without automatic precision.
     Smoothed,
+    /// Computed from shapes and constants alone, never from the data: position ids, rotary
+    /// angles and their Cos/Sin tables, causal masks. Only recipes that name a target.
+    ShapeDerived,
+    /// A Softmax's input (attention scores, with any additive mask). Only recipes that name
+    /// a target.
+    SoftmaxInput,
 }
 
 impl KeptReason {
@@ -62,6 +68,15 @@ impl KeptReason {
                  division: their channels now span the smoothing scales' range, which one \
                  8-bit scale would crush"
             }
+            KeptReason::ShapeDerived => {
+                "tensors computed from shapes and constants alone (position encodings, rotary \
+                 angles, causal masks): no data flows through them, and 8-bit steps of an angle \
+                 or a mask move every position"
+            }
+            KeptReason::SoftmaxInput => {
+                "softmax inputs: an additive mask shares their range with the scores, and exp \
+                 turns each 8-bit step into a relative error of the weights; no target fuses them"
+            }
         }
     }
 
@@ -72,6 +87,8 @@ impl KeptReason {
             KeptReason::NormalizedStream => "normalized stream",
             KeptReason::Empty => "empty",
             KeptReason::Smoothed => "smoothed constant",
+            KeptReason::ShapeDerived => "shape-derived",
+            KeptReason::SoftmaxInput => "softmax input",
         }
     }
 }
@@ -101,6 +118,15 @@ pub fn kept_in_float(
     }
     for name in stats.map(always_empty).unwrap_or_default() {
         kept.insert(name, KeptReason::Empty);
+    }
+    // Recipes written before targets existed keep exactly the model they made.
+    if recipe.target.is_some() {
+        for name in shape_derived(graph) {
+            kept.entry(name).or_insert(KeptReason::ShapeDerived);
+        }
+        for name in softmax_inputs(graph) {
+            kept.entry(name).or_insert(KeptReason::SoftmaxInput);
+        }
     }
     kept.retain(|name, _| !recipe.tensor_overrides.contains_key(name));
     // The outlier rows' float path is float by design: not a choice to report (the
@@ -246,6 +272,48 @@ fn is_decomposed_norm_input(graph: &Graph, name: &str) -> bool {
             });
         centred || (squares && node.outputs.first().is_some_and(|o| feeds_mean(o)))
     })
+}
+
+/// Ops whose output depends on their input's shape only, never on its values.
+const SHAPE_OPS: &[&str] = &["Shape", "Size"];
+
+/// Tensors that nodes compute from shapes and constants alone: no graph input's values reach
+/// them. In a transformer these are the position ids, the rotary angles and their Cos/Sin
+/// tables, and causal masks (`Trilu` of a constant of the sequence's shape); the angles span
+/// hundreds of radians, where one 8-bit step moves a position by half a radian, and a mask's
+/// sentinel takes a score's whole range. Quantizing them saves nothing: no integer kernel
+/// reads them for the data's sake.
+fn shape_derived(graph: &Graph) -> Vec<String> {
+    let mut data: HashSet<&str> = graph
+        .tensors()
+        .iter()
+        .filter(|t| t.kind == TensorKind::Input)
+        .map(|t| t.name.as_str())
+        .collect();
+    let mut found = Vec::new();
+    for &id in graph.topological_order() {
+        let node = graph.node(id);
+        let reads_data = !SHAPE_OPS.contains(&node.op_type.as_str())
+            && node.inputs.iter().any(|i| data.contains(i.as_str()));
+        for out in node.outputs.iter().filter(|o| !o.is_empty()) {
+            if reads_data {
+                data.insert(out);
+            } else {
+                found.push(out.clone());
+            }
+        }
+    }
+    found
+}
+
+/// The data input of every Softmax.
+fn softmax_inputs(graph: &Graph) -> Vec<String> {
+    graph
+        .nodes()
+        .iter()
+        .filter(|n| n.op_type == "Softmax")
+        .filter_map(|n| n.inputs.first().filter(|i| !i.is_empty()).cloned())
+        .collect()
 }
 
 /// Tensors whose every observed shape had no elements (and so no value at all).

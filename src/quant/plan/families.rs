@@ -136,6 +136,9 @@ impl Planner<'_> {
     /// Applies `rule` to `node`: `Err` when the node turns out not to be quantizable.
     pub(super) fn apply(&mut self, rule: Rule, node: &Node) -> Result<(), Exclusion> {
         match rule {
+            Rule::Inputs | Rule::TensorrtAdd | Rule::TensorrtInputs if self.compute_only => {
+                Err(Exclusion::FloatInTransformer)
+            }
             Rule::WeightOnly => self.weight_only(node),
             Rule::Weighted => {
                 self.weighted(node);
@@ -151,6 +154,7 @@ impl Planner<'_> {
                 self.tensorrt_inputs(node);
                 Ok(())
             }
+            Rule::Inputs if self.unfusable(node) => Err(Exclusion::TensorsKeptFloat),
             Rule::Inputs => {
                 self.inputs_and_output(node);
                 Ok(())
@@ -275,6 +279,24 @@ impl Planner<'_> {
             };
             self.set(&x, role);
         }
+    }
+
+    /// Under a target, an op whose integer form reads and writes quantized tensors only
+    /// (ONNX Runtime's QLinear ops; the fusions of TensorRT, DirectML and OpenVINO) stays float
+    /// when one of its float data inputs or its output stays float: no runtime fuses it then,
+    /// and Q/DQ on its other tensors would add error and time for nothing (the rotary
+    /// embedding's `q × cos` once the Cos table stays float, a mask's Add once the scores do).
+    /// Recipes without a target keep onnxruntime's placement exactly.
+    fn unfusable(&self, node: &Node) -> bool {
+        if self.recipe().target.is_none() {
+            return false;
+        }
+        let output = node.outputs.iter().take(1);
+        node.inputs
+            .iter()
+            .chain(output)
+            .filter(|t| !t.is_empty() && !self.is_weight(t) && (self.is_float)(t))
+            .any(|t| self.keep_float.contains(t.as_str()) || self.float_path.tensors.contains(t))
     }
 
     fn inputs_and_output(&mut self, node: &Node) {
