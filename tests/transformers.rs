@@ -170,3 +170,71 @@ fn minilm_per_tensor_weights_compute_their_outlier_rows_in_float() {
         quantize_and_compare(dir.path(), "ort", &["--per_tensor", "--no_auto_precision"]);
     assert!(!said.contains("outlier row"), "{said}");
 }
+
+/// A decoder LM (rotary embeddings computed in the graph, an additive causal mask): under a
+/// target, the positions, angles, Cos/Sin tables and the mask stay float (they come from the
+/// sequence's shape alone), the softmax input stays float, and only the MatMuls and the ops
+/// moving their values are quantized; the logits then stay close to float. A recipe written
+/// before targets (no `target`) keeps onnxruntime's placement, whose mask-swamped softmax
+/// input loses the scores.
+#[test]
+fn decoder_default_int8_keeps_positions_mask_and_softmax_input_in_float() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("decoder.onnx");
+    common::decoder_model()
+        .save(&model, &Default::default())
+        .unwrap();
+    let (calib, eval) = (dir.path().join("calib.npz"), dir.path().join("eval.npz"));
+    common::token_ids(&calib, 16, 1);
+    common::token_ids(&eval, 8, 2);
+    let out = dir.path().join("default.onnx");
+    let recipe = dir.path().join("recipe.toml");
+    let recipe_arg = recipe.to_str().unwrap();
+    let said = quantize_calibrated(&model, &calib, &["--save-recipe", recipe_arg], &out);
+    assert!(said.contains("target: cpu - "), "{said}");
+    // Elementwise maths, norms and softmax run float; the MatMuls' inputs are quantized.
+    assert!(
+        said.contains(
+            "transformer: 27 node(s) run float (Add 8, Concat 4, Mul 13, Sigmoid 1, Softmax 1)"
+        ),
+        "{said}"
+    );
+    let quantized = said
+        .lines()
+        .find(|l| l.starts_with("quantized "))
+        .unwrap_or_else(|| panic!("{said}"));
+    // The MatMuls, and the rotate-half Slices that pass the projections' scales on.
+    assert!(
+        quantized.ends_with("node(s): MatMul 10, Slice 4"),
+        "{quantized}"
+    );
+    let ours = compared_output(&model, &out, &eval, "logits")["sqnr_db"]
+        .as_f64()
+        .unwrap();
+    // The same recipe without its target: onnxruntime's placement, mask and angles quantized.
+    let text = std::fs::read_to_string(&recipe).unwrap();
+    let legacy_text: String = text
+        .lines()
+        .filter(|l| !l.starts_with("target ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(legacy_text, text, "the saved recipe names its target");
+    let legacy_recipe = dir.path().join("legacy.toml");
+    std::fs::write(&legacy_recipe, legacy_text).unwrap();
+    let legacy = dir.path().join("legacy.onnx");
+    let said = quantize_calibrated(
+        &model,
+        &calib,
+        &["--recipe", legacy_recipe.to_str().unwrap()],
+        &legacy,
+    );
+    assert!(!said.contains("transformer: "), "{said}");
+    let theirs = compared_output(&model, &legacy, &eval, "logits")["sqnr_db"]
+        .as_f64()
+        .unwrap();
+    assert!(ours >= 25.0, "decoder logits SQNR {ours:.2} dB");
+    assert!(
+        ours >= theirs + 10.0,
+        "target placement {ours:.2} dB against onnxruntime's {theirs:.2} dB"
+    );
+}

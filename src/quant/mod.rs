@@ -156,6 +156,21 @@ impl Quantized {
         }
         counts
     }
+
+    /// How many nodes of each op type were left float for being in a transformer
+    /// ([`Exclusion::FloatInTransformer`]; `original` indexes the float model).
+    pub fn float_in_transformer_by_op_type(&self, original: &Graph) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for (name, why) in &self.excluded_nodes {
+            if *why != Exclusion::FloatInTransformer {
+                continue;
+            }
+            if let Some(node) = original.node_by_name(name) {
+                *counts.entry(node.op_type.clone()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
 }
 
 /// The opset the output needs for its Q/DQ nodes.

@@ -277,12 +277,13 @@ fn is_decomposed_norm_input(graph: &Graph, name: &str) -> bool {
 /// Ops whose output depends on their input's shape only, never on its values.
 const SHAPE_OPS: &[&str] = &["Shape", "Size"];
 
-/// Tensors that nodes compute from shapes and constants alone: no graph input's values reach
-/// them. In a transformer these are the position ids, the rotary angles and their Cos/Sin
-/// tables, and causal masks (`Trilu` of a constant of the sequence's shape); the angles span
-/// hundreds of radians, where one 8-bit step moves a position by half a radian, and a mask's
-/// sentinel takes a score's whole range. Quantizing them saves nothing: no integer kernel
-/// reads them for the data's sake.
+/// Tensors that nodes compute from a tensor's shape (through `Shape`/`Size`) and constants,
+/// never from a graph input's values. In a transformer these are the position ids, the rotary
+/// angles and their Cos/Sin tables, and causal masks (`Trilu` of a constant of the sequence's
+/// shape); the angles span hundreds of radians, where one 8-bit step moves a position by half
+/// a radian, and a mask's sentinel takes a score's whole range. Quantizing them saves nothing:
+/// no integer kernel reads them for the data's sake. Tensors computed from constants alone (a
+/// reshaped weight) are constants in disguise and keep their placement.
 fn shape_derived(graph: &Graph) -> Vec<String> {
     let mut data: HashSet<&str> = graph
         .tensors()
@@ -290,19 +291,25 @@ fn shape_derived(graph: &Graph) -> Vec<String> {
         .filter(|t| t.kind == TensorKind::Input)
         .map(|t| t.name.as_str())
         .collect();
-    let mut found = Vec::new();
+    let mut shaped: HashSet<&str> = HashSet::new();
     for &id in graph.topological_order() {
         let node = graph.node(id);
-        let reads_data = !SHAPE_OPS.contains(&node.op_type.as_str())
-            && node.inputs.iter().any(|i| data.contains(i.as_str()));
+        let reads = |set: &HashSet<&str>| node.inputs.iter().any(|i| set.contains(i.as_str()));
+        let (reads_data, reads_shape) = if SHAPE_OPS.contains(&node.op_type.as_str()) {
+            (false, true)
+        } else {
+            (reads(&data), reads(&shaped))
+        };
         for out in node.outputs.iter().filter(|o| !o.is_empty()) {
             if reads_data {
                 data.insert(out);
-            } else {
-                found.push(out.clone());
+            } else if reads_shape {
+                shaped.insert(out);
             }
         }
     }
+    let mut found: Vec<String> = shaped.into_iter().map(str::to_owned).collect();
+    found.sort();
     found
 }
 
@@ -633,5 +640,45 @@ mod tests {
         assert!(
             lines[1].contains("5 tensor(s), streams feeding") && lines[1].contains("and 2 more")
         );
+    }
+
+    /// Scores (the input plus a float tensor made from its shape alone), scaled, into a
+    /// Softmax.
+    fn scores_from_shape() -> Prepared {
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1, 4, 8]);
+        b.initializer("half", floats(&[], 0.5));
+        b.node("Shape", &["x"], &["shape"]).name("shape");
+        b.node("ConstantOfShape", &["shape"], &["zeros"])
+            .name("zeros")
+            .attr_tensor("value", &floats(&[1], 1.0));
+        b.node("Add", &["x", "zeros"], &["biased"]).name("add");
+        b.node("Mul", &["biased", "half"], &["scores"]).name("mul");
+        b.node("Softmax", &["scores"], &["y"]).name("softmax");
+        b.output("y", DataType::Float32, &[1, 4, 8]);
+        Prepared::new(&b.build(), &Recipe::default().preprocessing).unwrap()
+    }
+
+    #[test]
+    fn under_a_target_shape_derived_tensors_and_softmax_inputs_stay_float() {
+        let prepared = scores_from_shape();
+        let legacy = kept_in_float(&prepared, &Recipe::default(), None);
+        assert!(legacy.is_empty(), "{legacy:?}");
+        let recipe = Recipe::for_target(crate::recipe::Target::Cpu);
+        let kept = kept_in_float(&prepared, &recipe, None);
+        assert_eq!(kept.get("zeros"), Some(&KeptReason::ShapeDerived));
+        assert_eq!(kept.get("scores"), Some(&KeptReason::SoftmaxInput));
+        assert_eq!(kept.get("biased"), None);
+        // The Add reads a kept tensor: no runtime fuses it, so it stays float whole; without
+        // a target it keeps onnxruntime's placement.
+        let add = prepared.graph.node_by_name("add").unwrap().id;
+        let plan = crate::quant::guarded(&prepared, &recipe, None).plan;
+        assert_eq!(
+            plan.excluded.get(&add),
+            Some(&crate::quant::plan::Exclusion::TensorsKeptFloat)
+        );
+        assert!(!plan.roles.contains_key("biased"), "{:?}", plan.roles);
+        let plan = crate::quant::guarded(&prepared, &Recipe::default(), None).plan;
+        assert!(plan.quantized.contains(&add));
     }
 }

@@ -84,6 +84,9 @@ pub struct Built {
     pub by_op_type: BTreeMap<String, usize>,
     /// Quantized nodes in all.
     pub quantized_nodes: usize,
+    /// Nodes per op type left float for being in a transformer (under a target, only its
+    /// compute ops and the ops moving their values are quantized).
+    pub float_in_transformer: BTreeMap<String, usize>,
     /// Relu/Clip nodes folded into the preceding ranges.
     pub folded: usize,
     /// The opset raise applied, (from, to).
@@ -105,9 +108,11 @@ pub struct Built {
 impl Built {
     /// What building `q` from `original` did.
     pub fn of(q: &quant::Quantized, original: &Model) -> Built {
+        let graph = Graph::build(original);
         Built {
             preprocess: q.preprocess.clone(),
-            by_op_type: q.quantized_by_op_type(&Graph::build(original)),
+            by_op_type: q.quantized_by_op_type(&graph),
+            float_in_transformer: q.float_in_transformer_by_op_type(&graph),
             quantized_nodes: q.quantized_nodes.len(),
             folded: q.removed_nodes.len(),
             opset_raised: q.opset_raised,
@@ -129,6 +134,7 @@ impl Built {
         lines.extend(self.int4.summary());
         lines.extend(self.bias_correction.as_ref().map(|b| b.summary()));
         lines.extend(self.gptq.as_ref().map(|g| g.summary()));
+        lines.extend(self.float_in_transformer_line());
         lines.extend(crate::quant::precision::summary(&self.kept_float));
         lines.extend(crate::quant::saturation::summary(self.seven_bit_weights));
         if self.folded > 0 {
@@ -141,6 +147,25 @@ impl Built {
             lines.push(format!("opset raised from {from} to {to}"));
         }
         lines
+    }
+
+    /// The nodes a transformer's placement left float, by op type, and why.
+    fn float_in_transformer_line(&self) -> Option<String> {
+        if self.float_in_transformer.is_empty() {
+            return None;
+        }
+        let total: usize = self.float_in_transformer.values().sum();
+        let by_type: Vec<String> = self
+            .float_in_transformer
+            .iter()
+            .map(|(op, n)| format!("{op} {n}"))
+            .collect();
+        Some(format!(
+            "transformer: {total} node(s) run float ({}): only MatMul/Gemm/Conv inputs and the \
+             ops moving their values are quantized, as ModelOpt and TensorRT place them \
+             (--op_types_to_quantize quantizes others)",
+            by_type.join(", ")
+        ))
     }
 
     /// The per-layer effects of the techniques that ran, largest first (at most `count`

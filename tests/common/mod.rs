@@ -478,3 +478,166 @@ pub fn saturation_free_cpu() -> bool {
         true
     }
 }
+
+/// A one-block decoder language model as LLM exporters write it, random weights (seeded):
+/// token embedding, RMSNorm in primitives, rotary position embeddings computed in the graph
+/// from the sequence's length (Range, Cos/Sin, rotate-half by Slice/Neg/Concat), causal
+/// scores with an additive −10000 mask (`Trilu` of a `ConstantOfShape`), softmax attention,
+/// a SwiGLU MLP and an output head. Input `input_ids` `[batch, 64]` over 64 tokens; output
+/// `logits`.
+pub fn decoder_model() -> qdq_studio::model::Model {
+    use ndarray::{ArrayD, IxDyn};
+    use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
+    const D: usize = 32;
+    let floats = |shape: &[usize], values: Vec<f32>| {
+        TensorArray::Float32(ArrayD::from_shape_vec(IxDyn(shape), values).unwrap())
+    };
+    let ints = |values: &[i64]| {
+        TensorArray::Int64(ArrayD::from_shape_vec(IxDyn(&[values.len()]), values.to_vec()).unwrap())
+    };
+    let scalar = |v: f32| floats(&[], vec![v]);
+    let mut b = ModelBuilder::new(17);
+    b.input("input_ids", DataType::Int64, &[-1, 64]);
+    b.initializer("embed", floats(&[64, D], seeded_values(64 * D, 1, 1.0)));
+    for (i, name) in ["wq", "wk", "wv", "wo", "wg", "wu", "wd", "head"]
+        .iter()
+        .enumerate()
+    {
+        let scale = 1.7 / (D as f32).sqrt();
+        b.initializer(
+            name,
+            floats(&[D, D], seeded_values(D * D, 10 + i as u64, scale)),
+        );
+    }
+    let inv_freq: Vec<f32> = (0..D / 2)
+        .map(|i| 10000f32.powf(-((2 * i) as f32) / D as f32))
+        .collect();
+    b.initializer("inv_freq", floats(&[1, D / 2], inv_freq));
+    for (name, v) in [("two", 2.0), ("eps", 1e-6), ("one", 1.0), ("zero", 0.0)] {
+        b.initializer(name, scalar(v));
+    }
+    b.initializer("root_d", scalar((D as f32).sqrt()));
+    b.initializer("gamma", floats(&[D], vec![1.0; D]));
+    b.initializer("axis1", ints(&[1]));
+    b.initializer(
+        "index1",
+        TensorArray::Int64(ArrayD::from_elem(IxDyn(&[]), 1)),
+    );
+    b.initializer("axis0", ints(&[0]));
+    b.initializer("last", ints(&[-1]));
+    b.initializer("lo", ints(&[0]));
+    b.initializer("mid", ints(&[D as i64 / 2]));
+    b.initializer("hi", ints(&[D as i64]));
+    // Positions, rotary tables and the causal mask: from the input's shape alone.
+    b.node("Shape", &["input_ids"], &["shape"]).name("shape");
+    b.node("Gather", &["shape", "index1"], &["t"])
+        .name("seq_len");
+    b.node("Cast", &["t"], &["tf"])
+        .name("seq_len_f")
+        .attr_int("to", 1);
+    b.node("Range", &["zero", "tf", "one"], &["pos"])
+        .name("positions");
+    b.node("Unsqueeze", &["pos", "axis1"], &["pos2"])
+        .name("pos_column");
+    b.node("Mul", &["pos2", "inv_freq"], &["freqs"])
+        .name("freqs");
+    b.node("Concat", &["freqs", "freqs"], &["angles"])
+        .name("angles")
+        .attr_int("axis", -1);
+    b.node("Cos", &["angles"], &["cos"]).name("cos");
+    b.node("Sin", &["angles"], &["sin"]).name("sin");
+    b.node("Unsqueeze", &["t", "axis0"], &["t1"]).name("t1");
+    b.node("Concat", &["t1", "t1"], &["tt"])
+        .name("square")
+        .attr_int("axis", 0);
+    b.node("ConstantOfShape", &["tt"], &["full"])
+        .name("full")
+        .attr_tensor("value", &floats(&[1], vec![-10000.0]));
+    b.node("Trilu", &["full", "index1"], &["mask"])
+        .name("causal")
+        .attr_int("upper", 1);
+    b.node("Gather", &["embed", "input_ids"], &["x0"])
+        .name("embedding");
+    rms_norm(&mut b, "x0", "h1", "norm1");
+    for (w, out) in [("wq", "q"), ("wk", "k"), ("wv", "v")] {
+        b.node("MatMul", &["h1", w], &[out])
+            .name(&format!("{w}_proj"));
+    }
+    for x in ["q", "k"] {
+        let n = |s: &str| format!("{x}_{s}");
+        b.node("Slice", &[x, "lo", "mid", "last"], &[&n("a")])
+            .name(&n("slice_a"));
+        b.node("Slice", &[x, "mid", "hi", "last"], &[&n("b")])
+            .name(&n("slice_b"));
+        b.node("Neg", &[&n("b")], &[&n("nb")]).name(&n("neg"));
+        b.node("Concat", &[&n("nb"), &n("a")], &[&n("half")])
+            .name(&n("rotate"))
+            .attr_int("axis", -1);
+        b.node("Mul", &[x, "cos"], &[&n("c")]).name(&n("times_cos"));
+        b.node("Mul", &[&n("half"), "sin"], &[&n("s")])
+            .name(&n("times_sin"));
+        b.node("Add", &[&n("c"), &n("s")], &[&n("rot")])
+            .name(&n("rotary"));
+    }
+    b.node("Transpose", &["k_rot"], &["kt"])
+        .name("k_transpose")
+        .attr_ints("perm", &[0, 2, 1]);
+    b.node("MatMul", &["q_rot", "kt"], &["scores"])
+        .name("scores");
+    b.node("Div", &["scores", "root_d"], &["scaled"])
+        .name("scale");
+    b.node("Add", &["scaled", "mask"], &["masked"])
+        .name("mask_add");
+    b.node("Softmax", &["masked"], &["probs"])
+        .name("softmax")
+        .attr_int("axis", -1);
+    b.node("MatMul", &["probs", "v"], &["attended"])
+        .name("attend");
+    b.node("MatMul", &["attended", "wo"], &["o"])
+        .name("wo_proj");
+    b.node("Add", &["x0", "o"], &["x1"]).name("residual1");
+    rms_norm(&mut b, "x1", "h2", "norm2");
+    b.node("MatMul", &["h2", "wg"], &["g"]).name("wg_proj");
+    b.node("MatMul", &["h2", "wu"], &["u"]).name("wu_proj");
+    b.node("Sigmoid", &["g"], &["gs"]).name("gate_sigmoid");
+    b.node("Mul", &["g", "gs"], &["silu"]).name("silu");
+    b.node("Mul", &["silu", "u"], &["m"]).name("swiglu");
+    b.node("MatMul", &["m", "wd"], &["d"]).name("wd_proj");
+    b.node("Add", &["x1", "d"], &["x2"]).name("residual2");
+    rms_norm(&mut b, "x2", "h3", "norm3");
+    b.node("MatMul", &["h3", "head"], &["logits"]).name("head");
+    b.output("logits", DataType::Float32, &[-1, 64, D as i64]);
+    b.build()
+}
+
+/// `x × gamma / √(mean(x²) + ε)` in primitives, as exporters write RMSNorm.
+fn rms_norm(b: &mut qdq_studio::model::ModelBuilder, x: &str, out: &str, name: &str) {
+    let n = |s: &str| format!("{name}_{s}");
+    b.node("Pow", &[x, "two"], &[&n("sq")]).name(&n("pow"));
+    b.node("ReduceMean", &[&n("sq")], &[&n("ms")])
+        .name(&n("mean"))
+        .attr_ints("axes", &[-1]);
+    b.node("Add", &[&n("ms"), "eps"], &[&n("mse")])
+        .name(&n("eps"));
+    b.node("Sqrt", &[&n("mse")], &[&n("rms")]).name(&n("sqrt"));
+    b.node("Div", &["one", &n("rms")], &[&n("inv")])
+        .name(&n("inverse"));
+    b.node("Mul", &[x, &n("inv")], &[&n("normed")])
+        .name(&n("normalize"));
+    b.node("Mul", &[&n("normed"), "gamma"], &[out])
+        .name(&n("scale"));
+}
+
+/// Writes `count` sequences of 64 token ids (seeded) as `input_ids` for [`decoder_model`].
+pub fn token_ids(path: &Path, count: usize, seed: u64) {
+    use ndarray::{ArrayD, IxDyn};
+    let ids: Vec<i64> = seeded_values(count * 64, seed, 1.0)
+        .into_iter()
+        .map(|v| ((v + 1.0) * 32.0) as i64 % 64)
+        .collect();
+    let array = ArrayD::from_shape_vec(IxDyn(&[count, 64]), ids).unwrap();
+    write_npz(
+        path,
+        &[("input_ids", qdq_studio::model::TensorArray::Int64(array))],
+    );
+}

@@ -225,7 +225,7 @@ impl<'a> Planner<'a> {
 
 /// Whether `recipe` quantizes only the compute ops of `graph` and the ops that move their
 /// values ([`Exclusion::FloatInTransformer`]): a recipe naming a target, in integer mode, with
-/// its placement's default op types, on a transformer. Measured on a trained decoder LM
+/// its placement's default op types, on a transformer ([`is_transformer`]). Measured on a trained decoder LM
 /// (`benches/llm`): perplexity change +0.0113 so, +0.0141 with ONNX Runtime's elementwise
 /// placement kept (each rotary, SwiGLU and norm op's Q/DQ adds its rounding to the MatMul
 /// inputs), against ModelOpt's +0.0128. Recipes without a target keep their placement.
@@ -233,6 +233,23 @@ fn compute_only(graph: &Graph, recipe: &Recipe) -> bool {
     recipe.target.is_some()
         && recipe.mode == QuantMode::Int8
         && recipe.op_types_to_quantize.is_empty()
+        && is_transformer(graph)
+}
+
+/// A transformer: it normalizes (LayerNorm/RMSNorm) and computes mostly in MatMul/Gemm. A
+/// convolutional network with a few attention blocks (PP-OCR's SVTR recognizer: 38 Conv, 13
+/// MatMul) keeps ONNX Runtime's placement, whose integer chains between its convolutions are
+/// what makes it fast (0.80x float speed with the MatMul-only placement, 1.16x with ONNX
+/// Runtime's).
+fn is_transformer(graph: &Graph) -> bool {
+    let count = |ops: &[&str]| {
+        graph
+            .nodes()
+            .iter()
+            .filter(|n| ops.contains(&n.op_type.as_str()))
+            .count()
+    };
+    count(&["MatMul", "Gemm"]) > count(&["Conv", "ConvTranspose"])
         && crate::quant::precision::has_normalization(graph)
 }
 
