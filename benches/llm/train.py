@@ -23,7 +23,7 @@ from torch import nn
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from corpus import SEQUENCE, corpus, windows  # noqa: E402
 
-WIDTH, HEADS, LAYERS, HIDDEN = 128, 128, 4, 4, 344
+WIDTH, HEADS, LAYERS, HIDDEN = 128, 4, 4, 344
 STEPS, BATCH, SEED = 1500, 32, 0
 
 

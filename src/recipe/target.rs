@@ -9,7 +9,8 @@
 //! else, or runs it wrong: a recipe that says otherwise is refused with one line naming the
 //! setting and the targets to choose from). The settings are kept as recipe keys and TOML
 //! values, so that one table serves applying a target, filling a hand-written recipe that
-//! names one, and checking a recipe against it. Where each rule comes from: `docs/targets.md`.
+//! names one, and checking a recipe against it. Where each rule comes from: the README's
+//! *Deployment targets*.
 
 use serde::{Deserialize, Serialize};
 
