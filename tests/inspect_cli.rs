@@ -85,8 +85,9 @@ fn inspect_prints_tables_for_humans() {
     assert!(text.contains("[-1, 3, ?, ?]"), "{text}");
 }
 
-/// `inspect --plan` says what `quantize` then does: the same number of quantized nodes, and
-/// the Softmax output on its fixed [0, 1] range.
+/// `inspect --plan` says what `quantize` then does: the same number of quantized nodes, the
+/// softmax float under the default target, and its output on the fixed [0, 1] range without
+/// automatic precision.
 #[test]
 fn inspect_plan_tells_what_quantize_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -98,12 +99,25 @@ fn inspect_plan_tells_what_quantize_does() {
         .values()
         .filter(|d| d["decision"] == "quantized")
         .count();
+    // The default target keeps the softmax input float (automatic precision), and the
+    // Softmax, which then fuses nothing, runs float: its output is not quantized.
+    assert!(plan["tensors"]["linear_1.tmp_1"].is_null(), "{}", plan["tensors"]);
+    assert!(plan["tensors"]["softmax_0.tmp_0"].is_null(), "{}", plan["tensors"]);
+    // Without automatic precision the Softmax output takes its fixed [0, 1] range.
+    let recipe = dir.path().join("exact.toml");
+    std::fs::write(&recipe, "target = \"cpu\"\nauto_precision = false\n").unwrap();
+    let exact = common::run_json(
+        cli()
+            .args(["inspect", "--plan", "--json", "--recipe"])
+            .arg(&recipe)
+            .arg(&model),
+    );
     assert!(
-        plan["tensors"]["softmax_0.tmp_0"]
+        exact["tensors"]["softmax_0.tmp_0"]
             .as_str()
             .is_some_and(|t| t.contains("Softmax range [0, 1]")),
         "{}",
-        plan["tensors"]
+        exact["tensors"]
     );
     let out = cli()
         .args(["quantize", "--onnx_path"])
