@@ -101,8 +101,16 @@ fn inspect_plan_tells_what_quantize_does() {
         .count();
     // The default target keeps the softmax input float (automatic precision), and the
     // Softmax, which then fuses nothing, runs float: its output is not quantized.
-    assert!(plan["tensors"]["linear_1.tmp_1"].is_null(), "{}", plan["tensors"]);
-    assert!(plan["tensors"]["softmax_0.tmp_0"].is_null(), "{}", plan["tensors"]);
+    assert!(
+        plan["tensors"]["linear_1.tmp_1"].is_null(),
+        "{}",
+        plan["tensors"]
+    );
+    assert!(
+        plan["tensors"]["softmax_0.tmp_0"].is_null(),
+        "{}",
+        plan["tensors"]
+    );
     // Without automatic precision the Softmax output takes its fixed [0, 1] range.
     let recipe = dir.path().join("exact.toml");
     std::fs::write(&recipe, "target = \"cpu\"\nauto_precision = false\n").unwrap();

@@ -416,8 +416,22 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     let mut h = harness(studio());
     open(&mut h, Source::File(path));
     let kept = |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.kept_float.len();
-    // x feeds the first LayerNorm, proj, biased and residual the second: kept float; the bias Add has
-    // nothing left to quantize and shows as kept in float.
+    // A transformer under its target: the MatMuls' inputs alone are quantized, nothing needs
+    // keeping, and the Adds show unselected. Selecting Add lists the op types: onnxruntime's
+    // placement, which automatic precision then guards.
+    assert_eq!(kept(&h), 0);
+    let add_type =
+        |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.op_types["Add"].selected;
+    assert!(!add_type(&h));
+    h.state_mut()
+        .push(qdq_studio::app::command::Command::SetOpType {
+            op_type: "Add".into(),
+            quantize: true,
+        });
+    h.run_steps(2);
+    assert!(add_type(&h));
+    // x feeds the first LayerNorm, proj, biased and residual the second: kept float; the bias
+    // Add has nothing left to quantize and shows as kept in float.
     assert_eq!(kept(&h), 4);
     let doc = h.state().document().unwrap();
     let add = doc.graph.node_by_name("bias_add").unwrap().id;
@@ -425,7 +439,9 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
         qdq_studio::app::states::NodeState::of(doc.plan.node("bias_add"), None),
         qdq_studio::app::states::NodeState::KeptFloat
     );
-    h.get_by_label_contains("Kept in float: 1");
+    // With the bias Add, the residual Add and both LayerNorms: each reads a kept tensor, so no
+    // runtime fuses it and it stays float whole.
+    h.get_by_label_contains("Kept in float: 4");
     // The inspector tells why.
     h.state_mut().document_mut().unwrap().selection = vec![add];
     h.run_steps(2);

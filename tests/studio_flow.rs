@@ -1445,6 +1445,21 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
     common::sentences(&calib, 8, 1);
     let mut h = harness();
     open_calibrate_compare(&mut h, Source::File(common::minilm()), Some((calib, false)));
+    // Under its target the transformer's MatMul inputs alone are quantized, and the counts
+    // agree with the saved model.
+    let compute_only = counts_are_the_saved_models(&h);
+    assert!(
+        !compute_only.is_empty() && compute_only.iter().all(|n| n.contains("MatMul")),
+        "{compute_only:?}"
+    );
+    // Selecting Add lists onnxruntime's op types: its placement, attention Reshapes included.
+    h.state_mut().push(Command::SetOpType {
+        op_type: "Add".into(),
+        quantize: true,
+    });
+    h.run_steps(2);
+    quantize_and_compare(&mut h, "quantize & compare with Add");
+    no_notices(&h);
     let before = counts_are_the_saved_models(&h);
     // The attention's Reshape/Transpose the saved model wraps in Q/DQ are drawn quantized;
     // unchecking Reshape takes them out of the count and the model alike.

@@ -134,15 +134,25 @@ impl RecipeEditor {
     }
 
     /// Checks or unchecks an op type. Checking removes it from the excluded types and, when
-    /// the recipe lists the types to quantize explicitly, adds it there.
-    pub fn set_op_type(&mut self, op_type: &str, quantize: bool) -> bool {
+    /// the recipe lists the types to quantize explicitly, adds it there; when it must start
+    /// listing them, it lists the placement's defaults that the model has (`model_types`, its
+    /// op types: `quantize` refuses a listed type the model lacks).
+    pub fn set_op_type(&mut self, op_type: &str, quantize: bool, model_types: &[&str]) -> bool {
         self.step(|r| {
             if quantize {
+                let was_excluded = r.op_types_to_exclude.iter().any(|t| t == op_type);
                 r.op_types_to_exclude.retain(|t| t != op_type);
                 let defaults = crate::quant::plan::default_op_types(r);
-                if r.op_types_to_quantize.is_empty() && !defaults.contains(&op_type) {
-                    // A type outside the policy's defaults: the recipe now lists its types.
-                    r.op_types_to_quantize = defaults.iter().map(|t| (*t).to_owned()).collect();
+                // A type outside the policy's defaults, or a listed one the placement leaves
+                // float (a transformer's elementwise ops under a target, shown unselected):
+                // the recipe now lists its types, which quantizes them.
+                let unlisted = !defaults.contains(&op_type) || !was_excluded;
+                if r.op_types_to_quantize.is_empty() && unlisted {
+                    r.op_types_to_quantize = defaults
+                        .iter()
+                        .filter(|t| model_types.contains(t))
+                        .map(|t| (*t).to_owned())
+                        .collect();
                 }
                 if !r.op_types_to_quantize.is_empty()
                     && !r.op_types_to_quantize.iter().any(|t| t == op_type)
@@ -296,16 +306,19 @@ mod tests {
         let conv = plan.op_types["Conv"];
         assert_eq!((conv.count, conv.quantized, conv.selected), (2, 2, true));
 
-        assert!(e.set_op_type("Conv", false));
+        assert!(e.set_op_type("Conv", false, &["Conv"]));
         assert_eq!(e.recipe().op_types_to_exclude, ["Conv"]);
         assert_eq!(state_of(&e, &model, "conv_b"), NodeState::ExcludedByOpType);
-        assert!(!e.set_op_type("Conv", false), "no change, no step");
+        assert!(
+            !e.set_op_type("Conv", false, &["Conv"]),
+            "no change, no step"
+        );
 
         assert!(e.undo());
         assert!(e.recipe().op_types_to_exclude.is_empty());
         assert!(e.redo());
         assert_eq!(e.recipe().op_types_to_exclude, ["Conv"]);
-        assert!(e.set_op_type("Conv", true));
+        assert!(e.set_op_type("Conv", true, &["Conv"]));
 
         assert!(e.toggle_nodes(&["conv_b"]));
         assert_eq!(e.recipe().nodes_to_exclude, ["conv_b$"]);

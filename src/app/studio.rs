@@ -332,7 +332,8 @@ impl Studio {
         };
         match command {
             Command::SetOpType { op_type, quantize } => {
-                doc.editor.set_op_type(&op_type, quantize);
+                let types: Vec<&str> = doc.plan.op_types.keys().map(String::as_str).collect();
+                doc.editor.set_op_type(&op_type, quantize, &types);
                 self.window.status = format!(
                     "{op_type}: {}",
                     if quantize { "quantized" } else { "excluded" }
@@ -492,7 +493,7 @@ impl Studio {
             }
             Command::ExcludeOpTypeOf(node) => {
                 let op_type = doc.graph.node(node).op_type.clone();
-                doc.editor.set_op_type(&op_type, false);
+                doc.editor.set_op_type(&op_type, false, &[]);
                 self.window.status = format!("Excluded every {op_type}");
             }
             Command::ExcludeAfter(node) => {

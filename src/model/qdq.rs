@@ -11,6 +11,11 @@ use std::collections::HashMap;
 
 use super::{DataType, Graph, Model, Node, NodeId};
 
+/// Ops whose integer form (QLinearAdd, QLinearMul, QLinearConcat) reads every input quantized:
+/// with one input float, ONNX Runtime runs them in float (TensorRT's residual Add, whose
+/// residual input is float by design, runs in its convolution's epilogue).
+const ALL_INPUTS_QUANTIZED: &[&str] = &["Add", "Mul", "Concat"];
+
 /// How one tensor is quantized: read off its DequantizeLinear.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuantParams {
@@ -198,8 +203,12 @@ impl QdqStructure {
 
     /// True when `node` computes on quantized values: an integer op, or a node of an op type
     /// with a QDQ form (`has_qdq_form`: the quantizer's list) that reads a dequantized tensor
-    /// or writes a quantized one. A node that merely reads a quantized tensor another
-    /// consumer needed (a Shape, a Div, a ReduceSum) computes in float.
+    /// (every input, for [`ALL_INPUTS_QUANTIZED`]: a residual Add reading a quantized stream
+    /// and a float one runs in float).
+    /// A node that merely reads a quantized tensor another consumer needed (a Shape, a Div, a
+    /// ReduceSum) computes in float, and so does one that only writes a tensor its consumer
+    /// quantizes (a LayerNorm or Transpose before a MatMul whose inputs alone are quantized,
+    /// as ModelOpt and the transformer placement leave them).
     fn computes_quantized(&self, node: &Node, has_qdq_form: fn(&str, &str) -> bool) -> bool {
         if self.is_folded(node.id) {
             return false;
@@ -207,9 +216,15 @@ impl QdqStructure {
         if is_integer_op(node) {
             return true;
         }
+        let reads_all = || {
+            node.inputs
+                .iter()
+                .filter(|i| !i.is_empty())
+                .all(|i| self.reads.contains_key(i))
+        };
         has_qdq_form(&node.domain, &node.op_type)
-            && (self.quantized_inputs(node).next().is_some()
-                || node.outputs.iter().any(|o| self.produced.contains_key(o)))
+            && self.quantized_inputs(node).next().is_some()
+            && (!ALL_INPUTS_QUANTIZED.contains(&node.op_type.as_str()) || reads_all())
     }
 
     /// True when the model is quantized: it has folded Q/DQ pairs or integer ops.

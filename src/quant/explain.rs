@@ -337,8 +337,12 @@ fn op_types(
                 ..OpTypePlan::default()
             });
         entry.count += 1;
-        if nodes.get(&node.name) == Some(&NodeDecision::Quantized) {
-            entry.quantized += 1;
+        match nodes.get(&node.name) {
+            Some(NodeDecision::Quantized) => entry.quantized += 1,
+            // A transformer's placement leaves the type float although the recipe lists it:
+            // shown unselected, so that selecting it lists the types and quantizes it.
+            Some(NodeDecision::Excluded(Exclusion::FloatInTransformer)) => entry.selected = false,
+            _ => {}
         }
     }
     out

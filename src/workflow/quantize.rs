@@ -85,7 +85,7 @@ pub struct Built {
     /// Quantized nodes in all.
     pub quantized_nodes: usize,
     /// Nodes per op type left float for being in a transformer (under a target, only its
-    /// compute ops and the ops moving their values are quantized).
+    /// compute ops' inputs are quantized).
     pub float_in_transformer: BTreeMap<String, usize>,
     /// Relu/Clip nodes folded into the preceding ranges.
     pub folded: usize,
@@ -161,9 +161,9 @@ impl Built {
             .map(|(op, n)| format!("{op} {n}"))
             .collect();
         Some(format!(
-            "transformer: {total} node(s) run float ({}): only MatMul/Gemm/Conv inputs and the \
-             ops moving their values are quantized, as ModelOpt and TensorRT place them \
-             (--op_types_to_quantize quantizes others)",
+            "transformer: {total} node(s) run float ({}): only the inputs of MatMul/Gemm/Conv \
+             are quantized, as ModelOpt and TensorRT place them (--op_types_to_quantize \
+             quantizes others)",
             by_type.join(", ")
         ))
     }

@@ -136,8 +136,15 @@ impl Planner<'_> {
     /// Applies `rule` to `node`: `Err` when the node turns out not to be quantizable.
     pub(super) fn apply(&mut self, rule: Rule, node: &Node) -> Result<(), Exclusion> {
         match rule {
-            Rule::Inputs | Rule::TensorrtAdd | Rule::TensorrtInputs if self.compute_only => {
-                Err(Exclusion::FloatInTransformer)
+            Rule::Inputs | Rule::FloorActivation | Rule::TensorrtAdd | Rule::TensorrtInputs
+                if self.compute_only =>
+            {
+                let float = |t: &String| !t.is_empty() && (self.is_float)(t);
+                if node.inputs.iter().chain(&node.outputs).any(float) {
+                    Err(Exclusion::FloatInTransformer)
+                } else {
+                    Err(Exclusion::OpTypeNotQuantized)
+                }
             }
             Rule::WeightOnly => self.weight_only(node),
             Rule::Weighted => {

@@ -76,10 +76,11 @@ pub enum Exclusion {
     /// tensors are not float at all (shape arithmetic on int64) is
     /// [`Exclusion::OpTypeNotQuantized`]: the policy has nothing to quantize on it.
     TensorsKeptFloat,
-    /// Under a target, in a transformer (a graph with LayerNorm/RMSNorm), an op that is not a
-    /// compute op (MatMul, Gemm, Conv) nor one that moves its values: elementwise maths,
-    /// norms, softmax and activations run float, as ModelOpt and TensorRT place them. Only
-    /// with the placement's default op types.
+    /// Under a target, in a transformer (a graph that normalizes and computes mostly in
+    /// MatMul/Gemm), an op that is not a compute op (MatMul, Gemm, Conv): elementwise maths,
+    /// norms, softmax and activations run float, and only the compute ops' inputs are
+    /// quantized, as ModelOpt and TensorRT place them. Only with the placement's default op
+    /// types.
     FloatInTransformer,
     /// A node of the float path pre-processing gave a weight's outlier rows (see
     /// [`crate::quant::outlier_rows`]): it exists to stay in float.
@@ -147,9 +148,13 @@ impl<'a> Planner<'a> {
         self.recipe.mode
     }
 
-    /// onnxruntime's placement quantizes outputs too (in integer mode).
+    /// onnxruntime's placement quantizes outputs too (in integer mode); a transformer's
+    /// compute-only placement quantizes the compute ops' inputs alone, as ModelOpt does (ONNX
+    /// Runtime's CPU provider runs `DQ → MatMul` as MatMulIntegerToFloat).
     fn quantize_outputs(&self) -> bool {
-        self.recipe.placement == Placement::Ort && self.recipe.mode == QuantMode::Int8
+        self.recipe.placement == Placement::Ort
+            && self.recipe.mode == QuantMode::Int8
+            && !self.compute_only
     }
 
     fn is_weight(&self, name: &str) -> bool {
@@ -223,10 +228,10 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// Whether `recipe` quantizes only the compute ops of `graph` and the ops that move their
-/// values ([`Exclusion::FloatInTransformer`]): a recipe naming a target, in integer mode, with
+/// Whether `recipe` quantizes only the inputs of `graph`'s compute ops
+/// ([`Exclusion::FloatInTransformer`]): a recipe naming a target, in integer mode, with
 /// its placement's default op types, on a transformer ([`is_transformer`]). Measured on a trained decoder LM
-/// (`benches/llm`): perplexity change +0.0113 so, +0.0141 with ONNX Runtime's elementwise
+/// (`benches/llm`): perplexity change +0.0115 so, +0.0141 with ONNX Runtime's elementwise
 /// placement kept (each rotary, SwiGLU and norm op's Q/DQ adds its rounding to the MatMul
 /// inputs), against ModelOpt's +0.0128. Recipes without a target keep their placement.
 fn compute_only(graph: &Graph, recipe: &Recipe) -> bool {
