@@ -219,7 +219,9 @@ fn an_fp16_model_quantizes_to_int8_with_fp16_scales_and_stays_close() {
     let model = Model::load(&quant).unwrap();
     assert_eq!(default_opset(model.proto()), Some(19));
     let scales = scale_types(&model);
-    assert!(scales.len() > 10, "{scales:?}");
+    // A transformer under its target: the inputs of the three MatMuls and the Conv (its
+    // weight and bias too), each with its scale.
+    assert!(scales.len() >= 9, "{scales:?}");
     // Every scale is float16 but the conv bias's, which is float16 too unless it underflows.
     let not_half: Vec<_> = scales
         .iter()

@@ -1336,7 +1336,9 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
             counts.quantized + counts.not_quantizable,
             doc.canvas.node_count()
         );
-        assert!(counts.quantized > 150, "{counts:?}");
+        // 137: the 18 Reshapes of constants and the MaxPool that read float and only write a
+        // tensor their consumers quantize compute in float.
+        assert!(counts.quantized > 130, "{counts:?}");
     }
     assert!(h.query_by_label("Quantized model").is_some());
     assert!(
