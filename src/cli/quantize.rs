@@ -675,16 +675,7 @@ fn print_saved(saved: &Saved) {
         println!("recipe written to {}", path.display());
     }
     if let Some(built) = &saved.built {
-        let by_type: Vec<String> = built
-            .by_op_type
-            .iter()
-            .map(|(op, n)| format!("{op} {n}"))
-            .collect();
-        println!(
-            "quantized {} node(s): {}",
-            built.quantized_nodes,
-            by_type.join(", ")
-        );
+        println!("{}", built.quantized_line());
         for line in built.technique_lines() {
             println!("{line}");
         }

@@ -148,29 +148,31 @@ pub struct Quantized {
 impl Quantized {
     /// How many nodes of each op type were quantized (`original` indexes the float model).
     pub fn quantized_by_op_type(&self, original: &Graph) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
-        for name in &self.quantized_nodes {
-            if let Some(node) = original.node_by_name(name) {
-                *counts.entry(node.op_type.clone()).or_insert(0) += 1;
-            }
-        }
-        counts
+        count_by_op_type(original, &self.quantized_nodes)
     }
 
     /// How many nodes of each op type were left float for being in a transformer
     /// ([`Exclusion::FloatInTransformer`]; `original` indexes the float model).
     pub fn float_in_transformer_by_op_type(&self, original: &Graph) -> BTreeMap<String, usize> {
-        let mut counts = BTreeMap::new();
-        for (name, why) in &self.excluded_nodes {
-            if *why != Exclusion::FloatInTransformer {
-                continue;
-            }
-            if let Some(node) = original.node_by_name(name) {
-                *counts.entry(node.op_type.clone()).or_insert(0) += 1;
-            }
-        }
-        counts
+        let names = self
+            .excluded_nodes
+            .iter()
+            .filter(|(_, why)| **why == Exclusion::FloatInTransformer)
+            .map(|(name, _)| name);
+        count_by_op_type(original, names)
     }
+}
+
+/// How many of the nodes `names` (of `original`) each op type has.
+fn count_by_op_type<'a>(
+    original: &Graph,
+    names: impl IntoIterator<Item = &'a String>,
+) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for node in names.into_iter().filter_map(|n| original.node_by_name(n)) {
+        *counts.entry(node.op_type.clone()).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// The opset the output needs for its Q/DQ nodes.

@@ -155,17 +155,21 @@ impl Built {
             return None;
         }
         let total: usize = self.float_in_transformer.values().sum();
-        let by_type: Vec<String> = self
-            .float_in_transformer
-            .iter()
-            .map(|(op, n)| format!("{op} {n}"))
-            .collect();
         Some(format!(
             "transformer: {total} node(s) run float ({}): only the inputs of MatMul/Gemm/Conv \
              are quantized, as ModelOpt and TensorRT place them (--op_types_to_quantize \
              quantizes others)",
-            by_type.join(", ")
+            by_op_type_text(&self.float_in_transformer)
         ))
+    }
+
+    /// `quantized N node(s): Conv 53, ...`: what was quantized, by op type.
+    pub fn quantized_line(&self) -> String {
+        format!(
+            "quantized {} node(s): {}",
+            self.quantized_nodes,
+            by_op_type_text(&self.by_op_type)
+        )
     }
 
     /// The per-layer effects of the techniques that ran, largest first (at most `count`
@@ -188,6 +192,12 @@ impl Built {
         tables.retain(|t| !t.rows.is_empty());
         tables
     }
+}
+
+/// Counts by op type as `Conv 53, Mul 27`.
+fn by_op_type_text(counts: &BTreeMap<String, usize>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    parts.join(", ")
 }
 
 /// Milliseconds each stage took.

@@ -303,7 +303,7 @@ impl Planner<'_> {
             .iter()
             .chain(output)
             .filter(|t| !t.is_empty() && !self.is_weight(t) && (self.is_float)(t))
-            .any(|t| self.keep_float.contains(t.as_str()) || self.float_path.tensors.contains(t))
+            .any(|t| self.stays_float(t))
     }
 
     fn inputs_and_output(&mut self, node: &Node) {

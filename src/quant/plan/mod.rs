@@ -165,14 +165,16 @@ impl<'a> Planner<'a> {
         self.graph.tensor(name).map_or(0, |t| t.consumers.len())
     }
 
+    /// True for a tensor the recipe keeps in float (its `keep_float` overrides, automatic
+    /// precision's) or that pre-processing's float path computes.
+    fn stays_float(&self, name: &str) -> bool {
+        self.keep_float.contains(name) || self.float_path.tensors.contains(name)
+    }
+
     /// Gives `name` its role unless it already has one (the first node to claim a tensor
     /// decides); false for an empty name, a tensor kept in float, or a non-float tensor.
     fn set(&mut self, name: &str, role: TensorRole) -> bool {
-        if name.is_empty()
-            || self.keep_float.contains(name)
-            || self.float_path.tensors.contains(name)
-            || !(self.is_float)(name)
-        {
+        if name.is_empty() || self.stays_float(name) || !(self.is_float)(name) {
             return false;
         }
         self.plan.roles.entry(name.to_owned()).or_insert(role);
