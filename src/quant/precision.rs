@@ -74,8 +74,9 @@ impl KeptReason {
                  or a mask move every position"
             }
             KeptReason::SoftmaxInput => {
-                "softmax inputs: an additive mask shares their range with the scores, and exp \
-                 turns each 8-bit step into a relative error of the weights; no target fuses them"
+                "softmax inputs (attention scores, class logits): exp turns each 8-bit step \
+                 into a relative error of the probabilities, and an additive mask shares the \
+                 scores' range; no target fuses them"
             }
         }
     }
