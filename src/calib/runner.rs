@@ -56,18 +56,9 @@ pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String
     names
 }
 
-/// Whether an augmented model lists the graph inputs it observes as outputs too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObservedInputs {
-    /// Listed as outputs: the readers take every observed tensor from the session's outputs.
-    /// The CPU provider accepts a graph input that is also an output; OpenVINO refuses it
-    /// ("Duplicate definition of name").
-    AsOutputs,
-    /// Not listed: the reader takes them from the values it fed (calibration).
-    Fed,
-}
-
-/// The model with `tensors` added as graph outputs (graph inputs only as `inputs` says),
+/// The model with `tensors` added as graph outputs, graph inputs left out: the readers take
+/// those from the values they fed (the CPU provider accepts a graph input that is also an
+/// output; OpenVINO refuses it: "Duplicate definition of name"),
 /// encoded for a session whose inputs declare `sample_shapes` ([`crate::model::pinned`]:
 /// the data's, so that ONNX Runtime plans it without symbolic sizes).
 pub fn augmented_model(
@@ -75,7 +66,6 @@ pub fn augmented_model(
     graph: &Graph,
     tensors: &[String],
     sample_shapes: &BTreeMap<String, Vec<usize>>,
-    inputs: ObservedInputs,
 ) -> Result<SessionModel, CalibError> {
     let (mut proto, external_folder) = model.to_session_proto();
     pin_sample_shapes(&mut proto, sample_shapes);
@@ -84,10 +74,9 @@ pub fn augmented_model(
     };
     let existing: HashSet<String> = g.output.iter().map(|o| o.name().to_owned()).collect();
     let fed = |name: &str| {
-        inputs == ObservedInputs::Fed
-            && graph
-                .tensor(name)
-                .is_some_and(|t| t.kind == TensorKind::Input)
+        graph
+            .tensor(name)
+            .is_some_and(|t| t.kind == TensorKind::Input)
     };
     for name in tensors.iter().filter(|n| !existing.contains(*n) && !fed(n)) {
         let dtype = graph
@@ -169,13 +158,7 @@ pub fn calibrate(
     )?;
     // Graph inputs are read from the values fed: no provider sees an input listed as an
     // output (OpenVINO refuses the model then).
-    let augmented = augmented_model(
-        model,
-        &graph,
-        &tensors,
-        &sample_shapes(&*source),
-        ObservedInputs::Fed,
-    )?;
+    let augmented = augmented_model(model, &graph, &tensors, &sample_shapes(&*source))?;
     let options = SessionOptions {
         optimization: if config.optimize {
             Optimization::All

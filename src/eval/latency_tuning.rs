@@ -91,6 +91,9 @@ pub struct LatencyTuning {
     pub tuned_db: f64,
     /// Every try, in order.
     pub tries: Vec<Try>,
+    /// False when the tries kept something but the final timing in turn did not find the
+    /// tuned model faster than the untuned one: the untuned recipe is kept then.
+    pub confirmed: bool,
 }
 
 impl LatencyTuning {
@@ -98,7 +101,7 @@ impl LatencyTuning {
     pub fn left_out(&self) -> Vec<&str> {
         self.tries
             .iter()
-            .filter(|t| t.kept)
+            .filter(|t| t.kept && self.confirmed)
             .map(|t| t.what.as_str())
             .collect()
     }
@@ -106,7 +109,10 @@ impl LatencyTuning {
     /// One line: the speed before and after (as times and against float) and the SQNR.
     pub fn summary(&self) -> String {
         let left = self.left_out();
-        let what = if left.is_empty() {
+        let what = if !self.confirmed {
+            "nothing left out (the tries kept were not faster in the final timing in turn)"
+                .to_owned()
+        } else if left.is_empty() {
             "nothing left out (no try was faster and accurate enough)".to_owned()
         } else {
             format!("left out {}", left.join(", "))
@@ -133,7 +139,11 @@ impl LatencyTuning {
                 let db = t
                     .sqnr_db
                     .map_or(String::new(), |db| format!(", {db:.2} dB"));
-                let verdict = if t.kept { "kept" } else { "not kept" };
+                let verdict = match (t.kept, self.confirmed) {
+                    (true, true) => "kept",
+                    (true, false) => "kept, then not confirmed by the final timing",
+                    (false, _) => "not kept",
+                };
                 format!("{}: {ms}{db}: {verdict}", t.what)
             })
             .collect()
@@ -273,14 +283,23 @@ pub fn tune_latency(
         }
     }
     let ms = clock.in_turn(&[eval.float, &untuned.model, &best.model])?;
+    // The tries were each timed against the best so far; a drift in the machine's load can
+    // still make a chain of them slower than where it started.
+    let confirmed = ms[2] < ms[1] || best.recipe == *recipe;
+    let (recipe, tuned_ms, tuned_db) = if confirmed {
+        (best.recipe, ms[2], best.db)
+    } else {
+        (recipe.clone(), ms[1], untuned_db)
+    };
     Ok(LatencyTuning {
-        recipe: best.recipe,
+        recipe,
         float_ms: ms[0],
         untuned_ms: ms[1],
-        tuned_ms: ms[2],
+        tuned_ms,
         untuned_db,
-        tuned_db: best.db,
+        tuned_db,
         tries,
+        confirmed,
     })
 }
 

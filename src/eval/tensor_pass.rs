@@ -17,7 +17,7 @@ use ort::session::{Session, SessionOutputs};
 
 use super::EvalError;
 use crate::calib::data::{BatchSource, sample_shapes};
-use crate::calib::runner::{ObservedInputs, augmented_model, calibration_tensors};
+use crate::calib::runner::{augmented_model, calibration_tensors};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
@@ -31,12 +31,29 @@ pub type Outputs = HashMap<String, ArrayD<f32>>;
 /// run's float32 outputs or of captured tensors, copies only of outputs of another float type.
 pub type Views<'a> = HashMap<String, CowArray<'a, f32, IxDyn>>;
 
-/// The float tensors named in `names` among a run's `outputs`, as [`Views`].
-pub fn views<'a>(outputs: &'a SessionOutputs<'_>, names: &[String]) -> Views<'a> {
+/// The float tensors named in `names` among a run's `outputs` or, for graph inputs (which
+/// the observing model does not list as outputs), among the `inputs` it was fed, as
+/// [`Views`].
+pub fn views<'a>(
+    outputs: &'a SessionOutputs<'_>,
+    inputs: &'a [(String, ort::value::DynValue)],
+    names: &[String],
+) -> Views<'a> {
     names
         .iter()
-        .filter_map(|name| Some((name.clone(), float_view(outputs.get(name.as_str())?)?.1)))
+        .filter_map(|name| {
+            let value = outputs.get(name.as_str()).or_else(|| fed(inputs, name))?;
+            Some((name.clone(), float_view(value)?.1))
+        })
         .collect()
+}
+
+/// The value fed as the input `name`, if any.
+fn fed<'a>(
+    inputs: &'a [(String, ort::value::DynValue)],
+    name: &str,
+) -> Option<&'a ort::value::DynValue> {
+    inputs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
 }
 
 /// Views of tensors held in memory.
@@ -59,7 +76,10 @@ pub fn collect(
     Ok(names
         .iter()
         .zip(values)
-        .filter_map(|(name, value)| Some((name.clone(), value?)))
+        .filter_map(|(name, value)| {
+            let value = value.or_else(|| Some(float_view(fed(inputs, name)?)?.1.into_owned()))?;
+            Some((name.clone(), value))
+        })
         .collect())
 }
 
@@ -99,13 +119,13 @@ pub fn observing_session(
 ) -> Result<Session, EvalError> {
     let graph = Graph::build(model);
     let shapes = sample_shapes(source);
-    // The per-tensor readers take every tensor from the outputs, graph inputs included.
-    let encoded = augmented_model(model, &graph, names, &shapes, ObservedInputs::AsOutputs)
-        .map_err(|e| EvalError::Run {
-            batch: 0,
-            model: label,
-            reason: e.to_string(),
-        })?;
+    // Graph inputs are read from the values fed ([`views`]): OpenVINO refuses a graph input
+    // that is also an output.
+    let encoded = augmented_model(model, &graph, names, &shapes).map_err(|e| EvalError::Run {
+        batch: 0,
+        model: label,
+        reason: e.to_string(),
+    })?;
     Ok(runtime.session_from_model(&encoded, eps, observing(model))?)
 }
 
@@ -218,7 +238,7 @@ impl FloatSide<'_> {
             }
             FloatSide::Live(session) => {
                 let outputs = run(session, inputs, batch, "float")?;
-                Ok(read(&views(&outputs, names)))
+                Ok(read(&views(&outputs, inputs, names)))
             }
         }
     }

@@ -545,7 +545,7 @@ pub fn tensor_errors_against(
         "per-tensor error",
         |owned, index| {
             let ran = super::tensor_pass::run(&mut quant_session, owned, index, "quantized")?;
-            let q = views(&ran, &quant_names);
+            let q = views(&ran, owned, &quant_names);
             float_side.with_next(owned, &float_names, index, |f| {
                 sums.add(f, &at_qdq_scale(f, factors), &q);
             })
@@ -711,7 +711,10 @@ fn observed_ranks(
     Ok(names
         .iter()
         .filter_map(|name| {
-            let shape = outputs.get(name.as_str())?.dtype().tensor_shape()?;
+            let value = outputs
+                .get(name.as_str())
+                .or_else(|| owned.iter().find(|(n, _)| n == name).map(|(_, v)| v))?;
+            let shape = value.dtype().tensor_shape()?;
             Some((name.clone(), shape.len()))
         })
         .collect())
