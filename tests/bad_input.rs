@@ -1,6 +1,9 @@
 //! Bad models and bad runtime libraries: each gives one clear error, nothing panics, and no
 //! input file is touched.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::path::Path;

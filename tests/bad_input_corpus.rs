@@ -6,6 +6,9 @@
 //! The files are committed; `cargo test --test bad_input_corpus -- --ignored regenerate`
 //! rewrites them from the generators below (and the fuzz targets use them as seeds).
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::{npy, npz};
@@ -449,6 +452,7 @@ fn samples(count: u64) -> Vec<u8> {
 }
 
 /// Writes the whole corpus into `dir`.
+#[allow(clippy::too_many_lines, reason = "the corpus, one entry after another")]
 fn generate(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();

@@ -1,6 +1,9 @@
 //! Calibration memory stays bounded by one batch, whatever the number of batches. In its own
 //! test binary so that no other test shares the process whose memory it measures.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -1,5 +1,8 @@
 //! The graph index on small models built with the project's builder.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use ndarray::{ArrayD, IxDyn};
 use qdq_studio::model::{DataType, Graph, ModelBuilder, NodeId, TensorArray, TensorKind};
 use qdq_studio::workflow::inspect::ModelSummary;

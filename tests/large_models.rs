@@ -2,6 +2,9 @@
 //! the weights from the model's own external-data file instead of a protobuf copy. The
 //! weights live in a sparse file, so the test costs little disk.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::io::{Seek, SeekFrom, Write};

@@ -4,6 +4,9 @@
 //! the recipe-wide changes it measures when nodes in float are not enough), and the
 //! exact-match accuracy of a greedy CTC decoder on the float, plain and chosen models.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::path::PathBuf;
@@ -185,6 +188,10 @@ fn shares(read: &[String], expected: &[String], labels: &[String]) -> (f64, f64)
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one end-to-end scenario, step by step"
+)]
 fn pp_ocr_rec_end_to_end_per_tensor_scan_auto_exclude_and_accuracy() {
     let rt = runtime();
     let float = Model::load(&ppocr(PPOCR_REC)).unwrap();

@@ -3,6 +3,9 @@
 //! read a tensor's histogram ranges, quantize and compare, auto-exclude to a typed target,
 //! save the QDQ model, and check the saved file in ONNX Runtime.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use qdq_studio::eval::tensors::ErrorKind;
@@ -158,6 +161,10 @@ fn fed_by_dequantize(graph: &Graph, node: &str) -> bool {
 }
 
 #[test]
+#[allow(
+    clippy::too_many_lines,
+    reason = "one user's walk through the studio, step by step"
+)]
 fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     let runtime = common::runtime();
     let mut h = harness();

@@ -2,6 +2,9 @@
 //! residual branches and a side head every few blocks), at the sizes the studio must handle.
 //! Run on demand: `cargo bench --bench layout` (release build). Prints one line per size.
 
+// Test and measurement code: an unwrap, expect or panic that fires is the report.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::Instant;
 
 use qdq_studio::app::layout::layout;

@@ -11,6 +11,7 @@ pub mod canvas;
 pub mod command;
 pub mod dialogs;
 pub mod document;
+mod document_commands;
 pub mod edit;
 pub mod inspector;
 pub mod layout;

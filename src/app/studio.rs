@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::app::command::{self, Command, SelectMode};
+use crate::app::command::{self, Command};
 use crate::app::document::{self, Document, OpenError, Source};
+use crate::app::document_commands::{self, Applied};
 use crate::app::inspector::InspectorState;
 use crate::app::panels::{MenuState, OpeningView};
 use crate::app::runtime_status::RuntimeStatus;
@@ -13,7 +14,7 @@ use crate::app::settings::Settings;
 use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
-use crate::recipe::{NodePrecision, Recipe, Target, WeightRange};
+use crate::recipe::{Recipe, Target};
 
 /// How often the window polls a running job (it repaints only while one runs).
 const JOB_POLL: Duration = Duration::from_millis(50);
@@ -326,252 +327,23 @@ impl Studio {
         }
     }
 
+    /// Carries out a command on the open document, by kind: a recipe setting, an edit of
+    /// the selection or the nodes' choices, or a change of view ([`document_commands`]).
     fn apply_to_document(&mut self, command: Command) {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
-        match command {
-            Command::SetOpType { op_type, quantize } => {
-                let types: Vec<&str> = doc.plan.op_types.keys().map(String::as_str).collect();
-                doc.editor.set_op_type(&op_type, quantize, &types);
-                self.window.status = format!(
-                    "{op_type}: {}",
-                    if quantize { "quantized" } else { "excluded" }
-                );
-            }
-            Command::SetAutoPrecision(on) => {
-                doc.editor.set_auto_precision(on);
-                self.window.status =
-                    format!("Automatic precision {}", if on { "on" } else { "off" });
-            }
-            Command::SetSaturationGuard(on) => {
-                doc.editor.change(|r| r.set_saturation_guard(on));
-                let state = if on { "on" } else { "off" };
-                self.window.status = match doc.recipe().target {
-                    Some(target @ (Target::Cpu | Target::CpuAvx2)) => format!(
-                        "7-bit weights against saturation {state}: target {}",
-                        target.name()
-                    ),
-                    _ => format!("7-bit weights against saturation {state}"),
-                };
-            }
-            Command::SetTarget(target) => {
-                doc.editor.change(|r| r.set_target(target));
-                self.window.status = format!("Target: {} - {}", target.name(), target.describe());
-            }
-            Command::FollowEp(from, to) => {
-                let mut followed = false;
-                doc.editor
-                    .change(|r| followed = r.follow_execution_provider(&from, &to));
-                if let Some(target) = doc.recipe().target.filter(|_| followed) {
-                    self.window.status = format!(
-                        "Target follows the execution provider: {} (choose another in the recipe panel)",
-                        target.name()
-                    );
-                }
-            }
-            Command::SetOutlierRows(on) => {
-                doc.editor.change(|r| r.preprocessing.outlier_rows = on);
-                self.window.status =
-                    format!("Outlier rows in float {}", if on { "on" } else { "off" });
-            }
-            Command::SetMode(mode) => {
-                doc.editor.change(|r| r.set_mode(mode));
-                self.window.status = format!("Mode: {}", crate::app::panels::mode_name(mode));
-            }
-            Command::SetInt4Method(method) => {
-                doc.editor.change(|r| {
-                    r.int4_method = method;
-                    // rtn keeps float weights: MatMulNBits needs stored int4 ones.
-                    if method == crate::recipe::Int4Method::Rtn {
-                        r.int4_output = crate::recipe::Int4Output::Dq;
-                    }
-                });
-                self.window.status = format!("Int4 method: {}", method.name());
-            }
-            Command::SetSmoothQuant(on) => {
-                doc.editor.change(|r| r.smoothquant = on);
-                self.window.status = format!(
-                    "SmoothQuant {}: calibrate again for its ranges",
-                    if on { "on" } else { "off" }
-                );
-            }
-            Command::SetEqualize(on) => {
-                doc.editor.change(|r| r.preprocessing.equalize = on);
-                self.window.status = format!(
-                    "Cross-layer equalization {}: calibrate again for the equalized ranges",
-                    if on { "on" } else { "off" }
-                );
-            }
-            Command::SetBiasCorrection(on) => {
-                doc.editor.change(|r| r.bias_correction = on);
-                self.window.status =
-                    technique_status("Bias correction", on, "the layers' mean inputs");
-            }
-            Command::SetGptq(on) => {
-                doc.editor.change(|r| r.gptq = on);
-                self.window.status =
-                    technique_status("GPTQ rounding", on, "the layers' input Hessians");
-            }
-            Command::SetLayerwiseRange(on) => {
-                doc.editor.change(|r| r.layerwise_range = on);
-                self.window.status =
-                    technique_status("Layer-wise ranges", on, "each activation's range methods");
-            }
-            Command::SetPerChannel(on) => {
-                doc.editor.change(|r| r.per_channel = on);
-                self.window.status =
-                    format!("Weights: {}", crate::app::panels::granularity_name(on));
-            }
-            Command::SetMseWeightRanges(on) => {
-                let range = if on {
-                    WeightRange::Mse
-                } else {
-                    WeightRange::Minmax
-                };
-                doc.editor.change(|r| r.weight_range = range);
-                self.window.status = format!(
-                    "Weight ranges: {} (no new calibration needed)",
-                    if on {
-                        "least squared error"
-                    } else {
-                        "extremes"
-                    }
-                );
-            }
-            Command::SetInt4Output(form) => {
-                doc.editor.change(|r| r.int4_output = form);
-                self.window.status =
-                    format!("Int4 output: {}", crate::app::panels::output_name(form));
-            }
-            Command::Select(node, SelectMode::Replace) => doc.selection = vec![node],
-            Command::Select(node, SelectMode::Toggle) => {
-                if let Some(at) = doc.selection.iter().position(|n| *n == node) {
-                    doc.selection.remove(at);
-                } else {
-                    doc.selection.push(node);
-                }
-            }
-            Command::SelectNodes(nodes) => doc.selection = nodes,
-            Command::ClearSelection => doc.selection.clear(),
-            Command::ToggleExclusion => {
-                let names = doc.selected_names();
-                if names.is_empty() {
-                    self.window.status =
-                        "Select nodes first (click, Shift+click), then press X".to_owned();
-                } else {
-                    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                    doc.editor.toggle_nodes(&refs);
-                    self.window.status = format!("Toggled exclusion of {} node(s)", names.len());
-                }
-            }
-            Command::SetExcluded(nodes, excluded) => {
-                let names: Vec<String> = nodes
-                    .iter()
-                    .map(|n| doc.graph.node(*n).name.clone())
-                    .collect();
-                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                doc.editor.set_nodes_excluded(&refs, excluded);
-                self.window.status = format!(
-                    "{} {} node(s)",
-                    if excluded { "Excluded" } else { "Included" },
-                    names.len()
-                );
-            }
-            Command::SetPrecision(nodes, precision) => {
-                let names: Vec<String> = nodes
-                    .iter()
-                    .filter(|n| precision.is_none() || doc.state(**n).quantized())
-                    .map(|n| doc.graph.node(*n))
-                    .filter(|n| precision.is_none_or(|p| p.takes(&doc.graph, n)))
-                    .map(|n| n.name.clone())
-                    .collect();
-                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                doc.editor.set_nodes_precision(&refs, precision);
-                let what = precision.map_or("8-bit (the recipe's)", NodePrecision::name);
-                self.window.status = format!("{} node(s) set to {what}", names.len());
-            }
-            Command::ExcludeOpTypeOf(node) => {
-                let op_type = doc.graph.node(node).op_type.clone();
-                doc.editor.set_op_type(&op_type, false, &[]);
-                self.window.status = format!("Excluded every {op_type}");
-            }
-            Command::ExcludeAfter(node) => {
-                doc.editor.exclude_after(&doc.graph, node);
-                self.window.status = format!(
-                    "Excluded {} and everything after it",
-                    doc.graph.node(node).name
-                );
-            }
-            Command::SubgraphStart(node) => {
-                let name = node.map(|n| doc.graph.node(n).name.clone());
-                doc.editor.set_subgraph_start(name.as_deref());
-            }
-            Command::SubgraphEnd(node) => {
-                let name = node.map(|n| doc.graph.node(n).name.clone());
-                doc.editor.set_subgraph_end(name.as_deref());
-            }
-            Command::Undo => {
-                let undone = doc.editor.undo();
-                self.window.status = if undone { "Undone" } else { "Nothing to undo" }.to_owned();
-            }
-            Command::Redo => {
-                let redone = doc.editor.redo();
-                self.window.status = if redone { "Redone" } else { "Nothing to redo" }.to_owned();
-            }
-            Command::OpenSearch => {
-                doc.search.open = true;
-                self.window.focus_search = true;
-            }
-            Command::Search(query) => {
-                doc.search.open = true;
-                doc.search.set_query(&doc.graph, &doc.layout, &query);
-                if let Some(node) = doc.search.current() {
-                    doc.canvas.centre_on(node);
-                }
-            }
-            Command::SearchNext => {
-                if let Some(node) = doc.search.next_match() {
-                    doc.canvas.centre_on(node);
-                }
-            }
-            Command::SearchPrevious => {
-                if let Some(node) = doc.search.previous_match() {
-                    doc.canvas.centre_on(node);
-                }
-            }
-            Command::Escape => {
-                if doc.search.open {
-                    doc.search.close();
-                } else {
-                    doc.selection.clear();
-                }
-            }
-            Command::ToggleSideBySide => {
-                doc.panel.side_by_side = !doc.panel.side_by_side;
-                if doc.panel.side_by_side && doc.counterpart().is_none() {
-                    doc.panel.side_by_side = false;
-                    self.window.status = if doc.is_quantized() {
-                        "Side by side needs the float model: choose it in Results".to_owned()
-                    } else {
-                        "Side by side shows the QDQ model: quantize & compare (F5) first".to_owned()
-                    };
-                }
-            }
+        let status = match document_commands::recipe_setting(doc, command)
+            .or_else(|command| document_commands::node_edit(doc, command))
+            .or_else(|command| document_commands::view_change(doc, &mut self.window, command))
+        {
+            Ok(Applied::Status(status)) => status,
             // Camera moves change nothing the boxes show: no restyle.
-            Command::Fit => return doc.canvas.fit(),
-            Command::ZoomToSelection => {
-                if doc.selection.is_empty() {
-                    doc.canvas.fit();
-                } else {
-                    doc.canvas.zoom_to(&doc.selection);
-                }
-                return;
-            }
-            Command::ZoomIn => return doc.canvas.zoom_by(1.25),
-            Command::ZoomOut => return doc.canvas.zoom_by(0.8),
-            Command::Pan(delta) => return doc.canvas.pan_by(delta),
-            _ => {}
+            Ok(Applied::Camera) => return,
+            Err(_) => None,
+        };
+        if let Some(status) = status {
+            self.window.status = status;
         }
         // An edit the recipe's target does not allow was taken back: say why.
         if let Some(reason) = doc.editor.take_refusal() {
@@ -903,14 +675,5 @@ impl eframe::App for Studio {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
-    }
-}
-
-/// The status line after a technique that needs statistics of its own is switched: on, it asks
-/// for a calibration that measures `measures`.
-fn technique_status(name: &str, on: bool, measures: &str) -> String {
-    match on {
-        true => format!("{name} on: calibrate again to measure {measures}"),
-        false => format!("{name} off"),
     }
 }

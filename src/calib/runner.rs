@@ -107,6 +107,17 @@ enum Pass {
     Histograms,
 }
 
+impl Pass {
+    /// The pass as its progress names it.
+    fn stage(self) -> &'static str {
+        match self {
+            Pass::Streaming => "calibrating",
+            Pass::Ranges => "pass 1/2: ranges",
+            Pass::Histograms => "pass 2/2: histograms",
+        }
+    }
+}
+
 /// Calibrates `model` on `source`: validates the data against the model's inputs, then runs
 /// it (one pass, or two in onnxruntime-parity mode) and returns every tensor's statistics.
 ///
@@ -128,22 +139,7 @@ pub fn calibrate(
     }
     let graph = Graph::build(model);
     graph.check()?;
-    let inputs = model_inputs(&graph);
-    let asked = config
-        .max_samples
-        .map_or(source.samples(), |m| m.min(source.samples()));
-    let batch = choose_batch(&inputs, config.batch_size);
-    let samples = batch.usable(asked, source.whole_feeds());
-    validate_source(&inputs, &*source, samples, batch.size)?;
-    let mut notes: Vec<String> = batch.note.iter().cloned().collect();
-    notes.extend(source.notes());
-    if samples < asked {
-        notes.push(format!(
-            "the last {} samples were left out: they do not fill a batch of {}",
-            asked - samples,
-            batch.size
-        ));
-    }
+    let (batch, samples, notes) = planned_batches(&graph, &*source, config)?;
 
     let tensors = calibration_tensors(&graph, config.tensors.as_deref());
     if tensors.is_empty() {
@@ -156,26 +152,14 @@ pub fn calibrate(
         declared,
         tensors.len(),
     )?;
-    // Graph inputs are read from the values fed: no provider sees an input listed as an
-    // output (OpenVINO refuses the model then).
-    let augmented = augmented_model(model, &graph, &tensors, &sample_shapes(&*source))?;
-    let options = SessionOptions {
-        optimization: if config.optimize {
-            Optimization::All
-        } else {
-            Optimization::Disable
-        },
-        arena: fitter.leaves_arena_room(declared),
-        ..SessionOptions::default()
-    };
-    let mut session = runtime
-        .session_from_model(&augmented, &config.execution_providers, options)
-        .map_err(|e| match e {
-            RuntimeError::Ort(text) => CalibError::FloatModel {
-                reason: with_legacy_note(model, crate::runtime::explain_load_error(&text)),
-            },
-            other => CalibError::Runtime(other),
-        })?;
+    let mut session = observing_session(
+        (model, &graph),
+        &tensors,
+        &*source,
+        runtime,
+        config,
+        fitter.leaves_arena_room(declared),
+    )?;
 
     let mut stats: Vec<TensorStats> = vec![TensorStats::default(); tensors.len()];
     let mut channels: Vec<Option<ChannelStats>> = vec![None; tensors.len()];
@@ -202,12 +186,7 @@ pub fn calibrate(
             source.rewind()?;
             prepare_fixed_histograms(&mut stats, config);
         }
-        let stage = match pass {
-            Pass::Streaming => "calibrating".to_owned(),
-            Pass::Ranges => "pass 1/2: ranges".to_owned(),
-            Pass::Histograms => "pass 2/2: histograms".to_owned(),
-        };
-        let meter = RateMeter::new(stage, samples as u64);
+        let meter = RateMeter::new(pass.stage(), samples as u64);
         let mut done = 0;
         batches = 0;
         while done < samples {
@@ -283,31 +262,16 @@ pub fn calibrate(
         equalized: false,
         layerwise_ranges: false,
     };
-    let channels = tensors
-        .iter()
-        .zip(channels)
-        .filter_map(|(name, c)| Some((name.clone(), c?)))
-        .collect();
-    let input_means = config
-        .input_means
-        .iter()
-        .zip(means)
-        .filter(|(_, m)| m.count > 0)
-        .map(|(spec, m)| (spec.layer.clone(), m))
-        .collect();
-    let input_hessians = config
-        .input_hessians
-        .iter()
-        .zip(hessians)
-        .filter(|(_, h)| h.count > 0)
-        .filter_map(|(spec, h)| Some((spec.layers.first()?.clone(), h)))
-        .collect();
     Ok(CalibrationStats {
         info,
-        channels,
+        channels: tensors
+            .iter()
+            .zip(channels)
+            .filter_map(|(name, c)| Some((name.clone(), c?)))
+            .collect(),
         smoothing: BTreeMap::new(),
-        input_means,
-        input_hessians,
+        input_means: keyed_means(config, means),
+        input_hessians: keyed_hessians(config, hessians),
         range_choices: BTreeMap::new(),
         tensors: tensors
             .into_iter()
@@ -317,6 +281,88 @@ pub fn calibrate(
             .map(|(entry, _)| entry)
             .collect(),
     })
+}
+
+/// The batch size, the samples calibrated (whole batches of the data, up to the configured
+/// maximum) and the notes on both, once the data is checked against the model's inputs.
+fn planned_batches(
+    graph: &Graph,
+    source: &dyn BatchSource,
+    config: &CalibrationConfig,
+) -> Result<(BatchChoice, usize, Vec<String>), CalibError> {
+    let inputs = model_inputs(graph);
+    let asked = config
+        .max_samples
+        .map_or(source.samples(), |m| m.min(source.samples()));
+    let batch = choose_batch(&inputs, config.batch_size);
+    let samples = batch.usable(asked, source.whole_feeds());
+    validate_source(&inputs, source, samples, batch.size)?;
+    let mut notes: Vec<String> = batch.note.iter().cloned().collect();
+    notes.extend(source.notes());
+    if samples < asked {
+        notes.push(format!(
+            "the last {} samples were left out: they do not fill a batch of {}",
+            asked - samples,
+            batch.size
+        ));
+    }
+    Ok((batch, samples, notes))
+}
+
+/// The calibration session: `model` (its `graph`) with `tensors` exposed as outputs, graph
+/// inputs left out (they are read from the values fed: OpenVINO refuses a model that lists
+/// an input as an output), on the configured providers.
+fn observing_session(
+    (model, graph): (&Model, &Graph),
+    tensors: &[String],
+    source: &dyn BatchSource,
+    runtime: &Runtime,
+    config: &CalibrationConfig,
+    arena: bool,
+) -> Result<ort::session::Session, CalibError> {
+    let augmented = augmented_model(model, graph, tensors, &sample_shapes(source))?;
+    let options = SessionOptions {
+        optimization: if config.optimize {
+            Optimization::All
+        } else {
+            Optimization::Disable
+        },
+        arena,
+        ..SessionOptions::default()
+    };
+    runtime
+        .session_from_model(&augmented, &config.execution_providers, options)
+        .map_err(|e| match e {
+            RuntimeError::Ort(text) => CalibError::FloatModel {
+                reason: with_legacy_note(model, crate::runtime::explain_load_error(&text)),
+            },
+            other => CalibError::Runtime(other),
+        })
+}
+
+/// The mean inputs collected, by the layer they were asked for.
+fn keyed_means(config: &CalibrationConfig, means: Vec<InputMean>) -> BTreeMap<String, InputMean> {
+    config
+        .input_means
+        .iter()
+        .zip(means)
+        .filter(|(_, m)| m.count > 0)
+        .map(|(spec, m)| (spec.layer.clone(), m))
+        .collect()
+}
+
+/// The input Hessians collected, by the first layer they were asked for.
+fn keyed_hessians(
+    config: &CalibrationConfig,
+    hessians: Vec<InputHessian>,
+) -> BTreeMap<String, InputHessian> {
+    config
+        .input_hessians
+        .iter()
+        .zip(hessians)
+        .filter(|(_, h)| h.count > 0)
+        .filter_map(|(spec, h)| Some((spec.layers.first()?.clone(), h)))
+        .collect()
 }
 
 /// After the ranges pass: fixed-range histograms over each tensor's final range.
