@@ -650,29 +650,90 @@ fn an_unsafe_opset_raise_is_refused_naming_the_node() {
 }
 
 #[test]
-fn the_cli_refuses_to_overwrite_the_input_or_write_into_a_missing_folder() {
+fn the_cli_refuses_to_overwrite_the_input_and_makes_a_missing_output_folder() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("m.onnx");
     std::fs::copy(asset("ppocr_cls.onnx"), &input).unwrap();
     let before = common::digest(&input);
-    for output in [input.clone(), dir.path().join("missing").join("q.onnx")] {
-        let out = cli()
+    let quantize = |output: &Path| {
+        cli()
             .args(["quantize", "--onnx_path"])
             .arg(&input)
             .arg("--calibration_data_path")
             .arg(asset("calib.npz"))
             .args(["--batch_size", "8", "-o"])
-            .arg(&output)
+            .arg(output)
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    // Over the input, or into a folder that cannot be made (a file is in the way): one line.
+    let blocked = dir.path().join("m.onnx").join("sub").join("q.onnx");
+    for (output, said) in [
+        (input.clone(), "refusing to write"),
+        (blocked, "cannot create output folder"),
+    ] {
+        let out = quantize(&output);
         assert!(!out.status.success());
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains("refusing to write") || stderr.contains("does not exist"),
-            "{stderr}"
-        );
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+        assert!(errors.len() == 1 && errors[0].contains(said), "{stderr}");
     }
     assert_eq!(common::digest(&input), before);
+    // A folder that does not exist yet is made, as ModelOpt does.
+    let fresh = dir.path().join("missing").join("deeper").join("q.onnx");
+    let out = quantize(&fresh);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Model::load(&fresh).unwrap();
+}
+
+/// A quantized model given to quantize: one line naming what it holds, before any
+/// calibration, nothing written (it used to fail in ONNX Runtime on duplicate node names).
+#[test]
+fn an_already_quantized_input_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let qdq = dir.path().join("q.onnx");
+    common::quantize_calibrated(&asset("ppocr_cls.onnx"), &asset("calib.npz"), &[], &qdq);
+    let again = dir.path().join("again.onnx");
+    let (ok, text) = run_text(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(&qdq)
+            .arg("--calibration_data_path")
+            .arg(asset("calib.npz"))
+            .arg("-o")
+            .arg(&again),
+    );
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error")).collect();
+    assert!(!ok && errors.len() == 1, "{text}");
+    assert!(
+        errors[0].contains("already quantized: ")
+            && errors[0].contains(" DequantizeLinear, ")
+            && errors[0].contains("quantize the float model"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("calibrating"),
+        "refused before calibration: {text}"
+    );
+    assert!(!again.exists());
+    // Weight-only int4 (MatMulNBits) counts too, through the engine's own check.
+    let mut b = ModelBuilder::new(21);
+    b.import("com.microsoft", 1);
+    b.input("x", DataType::Float32, &[1, 8]);
+    b.input("w", DataType::Uint8, &[8, 1, 4]);
+    b.input("s", DataType::Float32, &[8]);
+    b.node("MatMulNBits", &["x", "w", "s"], &["y"])
+        .domain("com.microsoft");
+    b.output("y", DataType::Float32, &[1, 8]);
+    let err = quant::quantize(&b.build(), None, &Recipe::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "already quantized: 1 MatMulNBits; quantize the float model, or open it to inspect and compare"
+    );
 }
 
 #[test]

@@ -630,8 +630,10 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
         eprintln!("{line}");
     }
     let model = Model::load(&args.onnx_path)?;
-    // Names the model lacks are refused before any calibration runs.
-    recipe.check_against(&qdq_studio::model::Graph::build(&model))?;
+    // A quantized input and names the model lacks are refused before any calibration runs.
+    let graph = qdq_studio::model::Graph::build(&model);
+    qdq_studio::quant::refuse_quantized(&graph)?;
+    recipe.check_against(&graph)?;
     if let Some(note) = int4_without_data(args, &mut recipe, &model) {
         eprintln!("note: {note}");
     }

@@ -202,11 +202,13 @@ pub enum ModelError {
         /// The path that would have been overwritten.
         path: PathBuf,
     },
-    /// The output folder does not exist.
-    #[error("output folder {path} does not exist")]
+    /// The output folder does not exist and cannot be made.
+    #[error("cannot create output folder {path}: {reason}")]
     NoOutputFolder {
         /// The missing folder.
         path: PathBuf,
+        /// Why it cannot be made.
+        reason: String,
     },
     /// Writing the output failed.
     #[error("cannot write {path}: {source}")]

@@ -142,6 +142,20 @@ fn is_integer_op(node: &Node) -> bool {
         )
 }
 
+/// The QuantizeLinear, DequantizeLinear and integer nodes of `graph`, counted by op type: a
+/// model with any is quantized already.
+pub fn quantized_op_counts(graph: &Graph) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for node in graph.nodes() {
+        let qdq = matches!(node.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")
+            && qdq_domain(&node.domain);
+        if qdq || is_integer_op(node) {
+            *counts.entry(node.op_type.clone()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 /// Domains whose QuantizeLinear/DequantizeLinear are the standard ones: ONNX's, onnxruntime's
 /// contrib ops (16-bit and int4 types before opset 21) and TensorRT's (ModelOpt's FP8/INT4).
 fn qdq_domain(domain: &str) -> bool {

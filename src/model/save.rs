@@ -62,8 +62,9 @@ fn resolve_output(path: &Path) -> Result<PathBuf, ModelError> {
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
     })?;
     let parent = crate::util::folder_of(path);
-    let parent = dunce::canonicalize(parent).map_err(|_| ModelError::NoOutputFolder {
+    let parent = dunce::canonicalize(parent).map_err(|e| ModelError::NoOutputFolder {
         path: parent.to_path_buf(),
+        reason: e.to_string(),
     })?;
     Ok(parent.join(file_name))
 }

@@ -48,6 +48,9 @@ pub enum QuantError {
     /// The model could not be read or is broken.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// The model is quantized already (its Q/DQ and integer nodes, counted by op type).
+    #[error("already quantized: {0}; quantize the float model, or open it to inspect and compare")]
+    AlreadyQuantized(String),
     /// The recipe is invalid for this model.
     #[error(transparent)]
     Recipe(#[from] RecipeError),
@@ -222,6 +225,20 @@ pub fn quantize(
     quantize_with(model, stats, recipe, &JobContext::silent())
 }
 
+/// An error when `graph` is quantized already: its Q/DQ would be quantized again (ONNX
+/// Runtime then refuses the output for its duplicate node names).
+pub fn refuse_quantized(graph: &Graph) -> Result<(), QuantError> {
+    let counts = crate::model::qdq::quantized_op_counts(graph);
+    if counts.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = counts
+        .iter()
+        .map(|(op, count)| format!("{count} {op}"))
+        .collect();
+    Err(QuantError::AlreadyQuantized(listed.join(", ")))
+}
+
 /// Bytes quantizing `model` with `recipe` needs at least, and a session over the result
 /// with it (see [`memory::estimate`]): what one more quantization running at once costs.
 pub fn memory_needed(
@@ -249,6 +266,7 @@ pub fn quantize_with(
 ) -> Result<Quantized, QuantError> {
     let original = Graph::build(model);
     original.check()?;
+    refuse_quantized(&original)?;
     recipe.check_against(&original)?;
     let mut prepared = Prepared::new(model, &recipe.prepared_options())?;
     if recipe.preprocessing.write_observed_shapes

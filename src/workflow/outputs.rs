@@ -134,18 +134,26 @@ impl RunFiles {
             .output(&format!("{role}'s external data"), &data)
     }
 
-    /// An error when an output's folder does not exist, an output is one of the inputs, or
-    /// two outputs are one file: all found before any work starts.
+    /// An error when an output is one of the inputs, two outputs are one file, or an
+    /// output's folder cannot be made: all found before any work starts. Missing output
+    /// folders are created (as ModelOpt does), once nothing clashes: a file in a folder that
+    /// did not exist cannot be one of the inputs.
     pub fn check(&self) -> Result<(), WorkflowError> {
+        self.check_clashes()?;
         for output in &self.outputs {
             let folder = crate::util::folder_of(&output.path);
             if !folder.is_dir() {
-                return Err(ModelError::NoOutputFolder {
+                std::fs::create_dir_all(folder).map_err(|e| ModelError::NoOutputFolder {
                     path: folder.to_path_buf(),
-                }
-                .into());
+                    reason: e.to_string(),
+                })?;
             }
         }
+        Ok(())
+    }
+
+    /// An error when an output is one of the inputs or two outputs are one file.
+    fn check_clashes(&self) -> Result<(), WorkflowError> {
         for (i, output) in self.outputs.iter().enumerate() {
             let clash = self
                 .inputs
@@ -182,11 +190,20 @@ mod tests {
 
         let files = || RunFiles::new().input("the input model", &model);
         files().output("the statistics", &fresh).check().unwrap();
+        // A missing folder is made; one that cannot be (a file in the way) is a clear error.
+        files().output("the statistics", &nowhere).check().unwrap();
+        assert!(dir.path().join("missing").is_dir());
+        let blocked = fresh.join("sub/out.json");
+        std::fs::write(&fresh, b"a file").unwrap();
         let err = files()
-            .output("the statistics", &nowhere)
+            .output("the statistics", &blocked)
             .check()
             .unwrap_err();
-        assert!(err.to_string().contains("missing does not exist"), "{err}");
+        assert!(
+            err.to_string().starts_with("cannot create output folder"),
+            "{err}"
+        );
+        std::fs::remove_file(&fresh).unwrap();
         for path in [&model, &link, &other] {
             let err = files().output("the statistics", path).check().unwrap_err();
             assert!(
