@@ -847,3 +847,144 @@ fn int4_quantizes_gemm_layers_as_matmuls_with_k_by_n_weights() {
         .unwrap_or_default();
     assert!(err.contains("only a weight no other node reads"), "{err}");
 }
+
+/// Heads of the GenAI-shaped decoder: query heads, key/value heads and head size.
+const GQA: (usize, usize, usize) = (4, 2, 32);
+
+/// A decoder in the form onnxruntime-genai's model builder writes: GroupQueryAttention over a
+/// packed QKV projection (its sequence lengths computed from the attention mask), past
+/// keys/values declared `[batch_size, num_kv_heads, past_sequence_length, head_size]` with the
+/// head count and head size symbolic, SkipSimplifiedLayerNormalization, in `dtype` (float32
+/// or float16), saved with external data.
+fn genai_decoder(dtype: DataType) -> Model {
+    let (heads, kv_heads, head) = GQA;
+    let hidden = heads * head;
+    let vocab = 64;
+    let array = |shape: &[usize], seed: u64| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| noise(seed, i) * 0.2).collect();
+        let a = ArrayD::from_shape_vec(IxDyn(shape), v).unwrap();
+        match dtype {
+            DataType::Float16 => TensorArray::Float16(a.mapv(half::f16::from_f32)),
+            _ => TensorArray::Float32(a),
+        }
+    };
+    let mut b = ModelBuilder::new(17);
+    b.import("com.microsoft", 1);
+    b.input("input_ids", DataType::Int64, &[-1, -1]);
+    b.input("attention_mask", DataType::Int64, &[-1, -1]);
+    // Every axis symbolic, the head count and head size too (named N0..N3: no name says
+    // which is the sequence).
+    for kv in ["key", "value"] {
+        b.input(&format!("past_key_values.0.{kv}"), dtype, &[-1, -1, -1, -1]);
+    }
+    b.initializer("embed", array(&[vocab, hidden], 1));
+    b.initializer("w_qkv", array(&[hidden, (heads + 2 * kv_heads) * head], 2));
+    b.initializer("w_o", array(&[hidden, hidden], 3));
+    b.initializer("gamma", array(&[hidden], 4));
+    b.initializer("lm_head", array(&[hidden, vocab], 5));
+    b.initializer("one", TensorArray::Int64(ArrayD::from_elem(IxDyn(&[]), 1)));
+    b.initializer(
+        "axis1",
+        TensorArray::Int64(ArrayD::from_elem(IxDyn(&[1]), 1)),
+    );
+    b.node("Gather", &["embed", "input_ids"], &["h"]);
+    b.node("MatMul", &["h", "w_qkv"], &["qkv"]);
+    b.node("ReduceSum", &["attention_mask", "axis1"], &["lengths"])
+        .attr_int("keepdims", 0);
+    b.node("Sub", &["lengths", "one"], &["last"]);
+    b.node("Cast", &["last"], &["seqlens_k"]).attr_int("to", 6);
+    b.node("Shape", &["attention_mask"], &["mask_shape"]);
+    b.node("Gather", &["mask_shape", "one"], &["total64"]);
+    b.node("Cast", &["total64"], &["total"]).attr_int("to", 6);
+    b.node(
+        "GroupQueryAttention",
+        &[
+            "qkv",
+            "",
+            "",
+            "past_key_values.0.key",
+            "past_key_values.0.value",
+            "seqlens_k",
+            "total",
+        ],
+        &["attn", "present.0.key", "present.0.value"],
+    )
+    .domain("com.microsoft")
+    .attr_int("num_heads", heads as i64)
+    .attr_int("kv_num_heads", kv_heads as i64);
+    b.node("MatMul", &["attn", "w_o"], &["o"]);
+    b.node(
+        "SkipSimplifiedLayerNormalization",
+        &["o", "h", "gamma"],
+        &["n"],
+    )
+    .domain("com.microsoft")
+    .attr_float("epsilon", 1e-5);
+    b.node("MatMul", &["n", "lm_head"], &["logits"]);
+    b.output("logits", dtype, &[-1, -1, vocab as i64]);
+    for kv in ["key", "value"] {
+        b.output(&format!("present.0.{kv}"), dtype, &[-1, -1, -1, -1]);
+    }
+    b.build()
+}
+
+/// Onnxruntime-genai's builder models quantize to int4 with no data (random tokens and an
+/// empty past whose head count and head size come from GroupQueryAttention), fp32 and fp16,
+/// with external data; each output runs in ONNX Runtime on a prompt with an empty past.
+#[test]
+fn a_genai_builder_decoder_quantizes_to_int4_without_data_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, kv_heads, head) = GQA;
+    for dtype in [DataType::Float32, DataType::Float16] {
+        let name = format!("{dtype:?}").to_lowercase();
+        let model = dir.path().join(format!("{name}/model.onnx"));
+        std::fs::create_dir_all(model.parent().unwrap()).unwrap();
+        let external = qdq_studio::model::SaveOptions {
+            external_data: true,
+            ..Default::default()
+        };
+        genai_decoder(dtype).save(&model, &external).unwrap();
+        let out = dir.path().join(format!("{name}-int4/model.onnx"));
+        let said = run_ok(
+            cli()
+                .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
+                .arg(&model)
+                .arg("-o")
+                .arg(&out),
+        );
+        assert!(said.contains("wrote"), "{said}");
+        let quant = Model::load(&out).unwrap();
+        let mut session = common::runtime()
+            .session_from_model(
+                &quant.to_session_model().unwrap(),
+                &[EpSpec::Cpu],
+                SessionOptions::default(),
+            )
+            .unwrap();
+        let ids = ndarray::Array2::<i64>::from_shape_fn((1, 5), |(_, j)| j as i64 + 3);
+        let mask = ndarray::Array2::<i64>::ones((1, 5));
+        let empty = [1, kv_heads, 0, head];
+        let past = || match dtype {
+            DataType::Float16 => {
+                ort::value::Tensor::from_array(ArrayD::<half::f16>::zeros(IxDyn(&empty)))
+                    .unwrap()
+                    .into_dyn()
+            }
+            _ => ort::value::Tensor::from_array(ArrayD::<f32>::zeros(IxDyn(&empty)))
+                .unwrap()
+                .into_dyn(),
+        };
+        let outputs = session
+            .run(ort::inputs![
+                "input_ids" => ort::value::Tensor::from_array(ids).unwrap(),
+                "attention_mask" => ort::value::Tensor::from_array(mask).unwrap(),
+                "past_key_values.0.key" => past(),
+                "past_key_values.0.value" => past(),
+            ])
+            .unwrap();
+        let (_, logits) = qdq_studio::runtime::value::float_output(&outputs["logits"]).unwrap();
+        assert_eq!(logits.shape(), [1, 5, 64], "{name}");
+        assert!(logits.iter().all(|v| v.is_finite()), "{name}");
+    }
+}

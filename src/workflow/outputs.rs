@@ -37,6 +37,15 @@ fn identities(path: &Path) -> Vec<FileId> {
     ids
 }
 
+/// Why `folder` cannot be made, when one of its ancestors is a file: "PATH is a file".
+fn file_in_the_way(folder: &Path) -> Option<String> {
+    folder
+        .ancestors()
+        .find(|a| a.exists())
+        .filter(|a| !a.is_dir())
+        .map(|a| format!("{} is a file", a.display()))
+}
+
 /// A file of the run, with what it is for messages ("the input model").
 #[derive(Debug, Clone)]
 struct RunFile {
@@ -145,7 +154,7 @@ impl RunFiles {
             if !folder.is_dir() {
                 std::fs::create_dir_all(folder).map_err(|e| ModelError::NoOutputFolder {
                     path: folder.to_path_buf(),
-                    reason: e.to_string(),
+                    reason: file_in_the_way(folder).unwrap_or_else(|| e.to_string()),
                 })?;
             }
         }

@@ -9,6 +9,7 @@ pub mod float_cast;
 pub mod images;
 pub mod npy;
 pub mod npz;
+pub mod past;
 pub mod pb_folder;
 pub mod random;
 pub mod roles;
@@ -286,11 +287,17 @@ pub fn model_inputs(graph: &Graph) -> Vec<InputSpec> {
             let dtype = info
                 .and_then(|t| t.elem_type)
                 .and_then(|c| DataType::from_onnx(c).ok());
+            let role = roles::role_of(graph, name, dtype);
+            let mut shape = info.and_then(|t| t.shape.clone());
+            // Past keys/values: the head count and head size the graph implies.
+            if let (roles::InputRole::Past, Some(dims)) = (role, shape.as_mut()) {
+                *dims = past::refined_shape(graph, name, dims);
+            }
             InputSpec {
                 name: name.clone(),
                 dtype,
-                shape: info.and_then(|t| t.shape.clone()),
-                role: roles::role_of(graph, name, dtype),
+                shape,
+                role,
             }
         })
         .collect()

@@ -93,7 +93,7 @@ pub fn default_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
             continue;
         };
         let shape = if token_model {
-            Some(roles::token_shape(input.role, dims, sequence))
+            roles::token_shape(input.role, dims, sequence)
         } else {
             filled(dims, |_| None)
         };

@@ -103,16 +103,19 @@ pub fn role_of(graph: &Graph, name: &str, dtype: Option<DataType>) -> InputRole 
 pub const DEFAULT_SEQUENCE: usize = 128;
 
 /// The concrete shape random data uses for a token model's input: fixed dims kept, the batch
-/// axis 1 (the source replaces it by the sample count), the symbolic axes of past keys/values
-/// 0 and every other symbolic axis `sequence`.
-pub fn token_shape(role: InputRole, dims: &[Dim], sequence: usize) -> Vec<usize> {
+/// axis 1 (the source replaces it by the sample count), the past sequence axis of past
+/// keys/values 0 ([`super::past::sequence_axis`]) and every other symbolic axis `sequence`.
+/// `None` for a past input with another symbolic axis (a head count or head size the graph
+/// did not tell, [`super::past::refined_shape`]): the user gives its shape.
+pub fn token_shape(role: InputRole, dims: &[Dim], sequence: usize) -> Option<Vec<usize>> {
+    let past_sequence = super::past::sequence_axis(dims);
     dims.iter()
         .enumerate()
         .map(|(axis, dim)| match dim {
-            Dim::Fixed(v) if *v >= 0 => *v as usize,
-            _ if axis == 0 => 1,
-            _ if role == InputRole::Past => 0,
-            _ => sequence,
+            Dim::Fixed(v) if *v >= 0 => Some(*v as usize),
+            _ if axis == 0 => Some(1),
+            _ if role == InputRole::Past => (Some(axis) == past_sequence).then_some(0),
+            _ => Some(sequence),
         })
         .collect()
 }
@@ -228,7 +231,18 @@ mod tests {
             Dim::Symbolic("past".into()),
             Dim::Fixed(4),
         ];
-        assert_eq!(token_shape(InputRole::Past, &dims, 9), [1, 2, 0, 4]);
+        assert_eq!(
+            token_shape(InputRole::Past, &dims, 9),
+            Some(vec![1, 2, 0, 4])
+        );
+        // A head size left symbolic is not guessed (0 made GroupQueryAttention fail).
+        let unknown = [
+            Dim::Symbolic("batch".into()),
+            Dim::Fixed(2),
+            Dim::Symbolic("past".into()),
+            Dim::Symbolic("head_size".into()),
+        ];
+        assert_eq!(token_shape(InputRole::Past, &unknown, 9), None);
         let ids = [Dim::Symbolic("batch".into()), Dim::Symbolic("seq".into())];
         let positions = InputRole::PositionIds { table: Some(40) };
         let roles = [
@@ -236,6 +250,6 @@ mod tests {
             (positions, None),
         ];
         assert_eq!(sequence_length(&roles), 40);
-        assert_eq!(token_shape(positions, &ids, 40), [1, 40]);
+        assert_eq!(token_shape(positions, &ids, 40), Some(vec![1, 40]));
     }
 }
