@@ -945,15 +945,38 @@ fn a_genai_builder_decoder_quantizes_to_int4_without_data_and_runs() {
             ..Default::default()
         };
         genai_decoder(dtype).save(&model, &external).unwrap();
-        let out = dir.path().join(format!("{name}-int4/model.onnx"));
+        // The folder as the model builder leaves it: its configuration and tokenizer.
+        let folder = model.parent().unwrap();
+        let config = r#"{"model": {"decoder": {"filename": "model.onnx", "head_size": 32}}}"#;
+        std::fs::write(folder.join("genai_config.json"), config).unwrap();
+        std::fs::write(folder.join("tokenizer.json"), br#"{"version": "1.0"}"#).unwrap();
+        // Into a folder that does not exist yet, the input named by its folder.
+        let out = dir.path().join(format!("{name}-int4/model-int4.onnx"));
         let said = run_ok(
             cli()
                 .args(["quantize", "--quantize_mode", "int4", "--onnx_path"])
-                .arg(&model)
+                .arg(folder)
                 .arg("-o")
                 .arg(&out),
         );
         assert!(said.contains("wrote"), "{said}");
+        assert!(
+            said.contains("model folder: genai_config.json, tokenizer.json copied beside it"),
+            "{said}"
+        );
+        let copied: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(out.with_file_name("genai_config.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(copied["model"]["decoder"]["filename"], "model-int4.onnx");
+        assert_eq!(
+            std::fs::read(out.with_file_name("tokenizer.json")).unwrap(),
+            br#"{"version": "1.0"}"#
+        );
+        assert_eq!(
+            std::fs::read_to_string(folder.join("genai_config.json")).unwrap(),
+            config
+        );
         let quant = Model::load(&out).unwrap();
         let mut session = common::runtime()
             .session_from_model(

@@ -1,5 +1,6 @@
 //! `qdq-studio calibrate`: run calibration headless and save the statistics.
 
+use qdq_studio::workflow::model_folder::resolve_model_path;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -105,7 +106,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         .with_context(|| format!("unknown calibration method '{}'", args.calibration_method))?;
     let eps = super::common::parse_eps(&args.calibration_eps)?;
     calibrate::check_bins(args.num_bins)?;
-    let model = Model::load(&args.onnx_path)?;
+    let model = Model::load(&resolve_model_path(&args.onnx_path)?)?;
     let spec = super::common::data_spec(
         args.calibration_data_path.as_deref(),
         &args.images,

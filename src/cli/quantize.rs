@@ -1,5 +1,6 @@
 //! `qdq-studio quantize` (ModelOpt's flag names) and `qdq-studio preprocess`.
 
+use qdq_studio::workflow::model_folder::resolve_model_path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -27,7 +28,9 @@ use qdq_studio::workflow::{calibrate, runtime, statistics};
 /// (or the defaults: int8, uint8 activations, int8 per-channel weights, MinMax, ort placement).
 #[derive(Debug, clap::Args)]
 pub struct QuantizeArgs {
-    /// The float ONNX model.
+    /// The float ONNX model, or its folder (onnxruntime-genai's, named by its
+    /// genai_config.json, or holding one .onnx model). Written into another folder, the
+    /// folder's configuration and tokenizer files go beside the output.
     #[arg(long = "onnx_path", visible_alias = "onnx-path")]
     pub onnx_path: PathBuf,
     /// Where to write the QDQ model (default: `<name>.qdq.onnx` beside the input).
@@ -629,7 +632,8 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     for line in target_lines(args, &recipe) {
         eprintln!("{line}");
     }
-    let model = Model::load(&args.onnx_path)?;
+    let input = resolve_model_path(&args.onnx_path)?;
+    let model = Model::load(&input)?;
     // A quantized input and names the model lacks are refused before any calibration runs.
     let graph = qdq_studio::model::Graph::build(&model);
     qdq_studio::quant::refuse_quantized(&graph)?;
@@ -640,7 +644,7 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     let output = args
         .output_path
         .clone()
-        .unwrap_or_else(|| quantize::default_output(Some(&args.onnx_path), "model"));
+        .unwrap_or_else(|| quantize::default_output(Some(&input), "model"));
     RunFiles::new()
         .model("the input model", &model)
         .input_if("the recipe", args.recipe.as_deref())
@@ -675,6 +679,22 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
 fn print_saved(saved: &Saved) {
     for path in &saved.companions {
         println!("recipe written to {}", path.display());
+    }
+    if !saved.folder_files.is_empty() {
+        let names: Vec<String> = saved
+            .folder_files
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
+        let renamed = if names.iter().any(|n| n == "genai_config.json") {
+            " (genai_config.json names the new model)"
+        } else {
+            ""
+        };
+        println!(
+            "model folder: {} copied beside it{renamed}",
+            names.join(", ")
+        );
     }
     if let Some(built) = &saved.built {
         println!("{}", built.quantized_line());
@@ -720,7 +740,7 @@ pub struct PreprocessArgs {
 
 /// Runs `preprocess`: the quantizer's clean-ups alone, for inspection or other tools.
 pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
-    let model = Model::load(&args.onnx_path)?;
+    let model = Model::load(&resolve_model_path(&args.onnx_path)?)?;
     RunFiles::new()
         .model("the input model", &model)
         .model_output("the pre-processed model", &args.output_path)

@@ -1,6 +1,7 @@
 //! `qdq-studio sensitivity`: rank the quantized nodes by how much they cost the outputs, and
 //! optionally auto-exclude the worst until a target output SQNR is met.
 
+use qdq_studio::workflow::model_folder::resolve_model_path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -148,7 +149,7 @@ pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
 
 /// The scan, and auto-exclude when a target is given.
 fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
-    let model = Model::load(&args.onnx_path)?;
+    let model = Model::load(&resolve_model_path(&args.onnx_path)?)?;
     let (stats, _) = statistics::load(&args.calibration_cache_path)?;
     // Without a recipe, the default one for the target of the EP the scan runs on.
     let eps = super::common::parse_eps(&args.eps)?;

@@ -8,6 +8,7 @@ pub mod calibrate;
 pub mod compare;
 pub mod error;
 pub mod inspect;
+pub mod model_folder;
 pub mod outputs;
 pub mod quantize;
 pub mod reference;

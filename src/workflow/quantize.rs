@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::WorkflowError;
+use super::model_folder::ModelFolder;
 use crate::calib::CalibrationStats;
 use crate::jobs::{JobContext, Progress};
 use crate::model::{Graph, Model, SaveOptions, SaveReport};
@@ -218,6 +219,9 @@ pub struct Saved {
     pub report: SaveReport,
     /// Other files written (recipe, report and its charts).
     pub companions: Vec<PathBuf>,
+    /// The input's model-folder files written beside it (configuration, tokenizer:
+    /// [`super::model_folder`]).
+    pub folder_files: Vec<PathBuf>,
     /// The recipe saved with it.
     pub recipe: Recipe,
     /// The recipe file written beside it, when one was asked for.
@@ -285,10 +289,15 @@ pub fn quantize_and_save(
     if let Some((path, compare)) = request.report_to {
         companions.extend(compare.write(&path)?);
     }
+    let folder_files = match request.model.path().and_then(ModelFolder::of_model) {
+        Some(folder) => folder.write_beside(&request.path)?,
+        None => Vec::new(),
+    };
     timings.write_ms = ms(t);
     Ok(Saved {
         report,
         companions,
+        folder_files,
         recipe: request.recipe,
         recipe_file: request.recipe_to,
         built,
