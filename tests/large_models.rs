@@ -78,6 +78,14 @@ fn run(args: &[&std::ffi::OsStr]) -> String {
 /// The input model and its data file are untouched, and nothing is written beside them.
 #[test]
 fn a_model_past_2_gb_calibrates_quantizes_and_compares() {
+    // The quantizer's own estimate for this model is about 5.4 GB: a machine whose memory
+    // other programs hold skips it, saying so, rather than fail the README's command.
+    if !common::memory_free_for(
+        "a_model_past_2_gb_calibrates_quantizes_and_compares",
+        6_000_000_000,
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let model = large_model(dir.path());
     let before = digest(&model);

@@ -641,3 +641,28 @@ pub fn token_ids(path: &Path, count: usize, seed: u64) {
         &[("input_ids", qdq_studio::model::TensorArray::Int64(array))],
     );
 }
+
+/// Says on the test log (stderr written directly: the harness captures only the print
+/// macros) that `test` skipped its work, and why.
+pub fn skipped(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped {test}: {reason}");
+}
+
+/// True when at least `bytes` of memory are free; else says so on the test log for `test`.
+pub fn memory_free_for(test: &str, bytes: u64) -> bool {
+    let free = qdq_studio::util::available_memory();
+    if free.is_some_and(|free| free < bytes) {
+        let gb = |b: u64| b as f64 / 1e9;
+        skipped(
+            test,
+            &format!(
+                "needs about {:.1} GB of free memory, {:.1} GB is free",
+                gb(bytes),
+                gb(free.unwrap_or_default())
+            ),
+        );
+        return false;
+    }
+    true
+}
