@@ -322,6 +322,13 @@ fn the_cli_scans_on_a_switchable_model_when_asked_and_says_how_it_measured() {
     assert!(one_text.contains("(1 in parallel)"), "{one_text}");
     assert_eq!(one_at_a_time["workers"], 1);
     assert_eq!(one_at_a_time["nodes"], exact["nodes"]);
+    // More workers than cores are capped, with a note (100,000 once ran out of threads).
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let (many_text, many) = scan(&["--workers", "100000"]);
+    let note = format!("note: --workers 100000 is more than this machine's {cores} cores");
+    assert!(many_text.contains(&note), "{many_text}");
+    assert!(many["workers"].as_u64().unwrap() <= cores as u64, "{many}");
+    assert_eq!(many["nodes"], exact["nodes"]);
     let (text, switched) = scan(&["--switchable"]);
     assert!(text.contains("one switchable model"), "{text}");
     assert_eq!(switched["method"], "Switchable");

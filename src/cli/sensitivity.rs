@@ -139,12 +139,25 @@ fn target(args: &SensitivityArgs) -> Option<Target> {
 /// Runs `sensitivity`, on `--workers` threads when given.
 pub fn run(args: &SensitivityArgs) -> anyhow::Result<()> {
     match args.workers {
-        Some(workers) => rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
+        Some(asked) => rayon::ThreadPoolBuilder::new()
+            .num_threads(capped_workers(asked))
             .build()?
             .install(|| scan_and_fix(args)),
         None => scan_and_fix(args),
     }
+}
+
+/// `--workers`, at most one per core of this machine (more only wait for a core, each with
+/// its own sessions and buffers: 100,000 once ran out of threads), with a note when capped.
+fn capped_workers(asked: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if asked > cores {
+        eprintln!(
+            "note: --workers {asked} is more than this machine's {cores} cores: {cores} used"
+        );
+        return cores;
+    }
+    asked
 }
 
 /// The scan, and auto-exclude when a target is given.
