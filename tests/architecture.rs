@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// The engine's modules, lowest first; each may import only modules earlier in the list.
 const LAYERS: &[&str] = &[
-    "util", "jobs", "atomic", "model", "runtime", "calib", "recipe", "quant", "eval", "report",
-    "workflow",
+    "util", "jobs", "atomic", "model", "sample", "runtime", "calib", "recipe", "quant", "eval",
+    "report", "workflow",
 ];
 
 fn sources(path: &Path) -> Vec<PathBuf> {
