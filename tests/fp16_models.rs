@@ -250,10 +250,16 @@ fn an_fp16_model_quantizes_to_int4_weight_only_with_fp16_block_scales() {
     let data = dir.path().join("eval.npz");
     write_data(&data, 8, 1.0);
     let quant = dir.path().join("block.int4.onnx");
+    // The DQ form (the CPU target's default is MatMulNBits): its block scales are readable.
     run_ok(&mut quantize(
         &float,
         &quant,
-        &["--quantize_mode".as_ref(), "int4".as_ref()],
+        &[
+            "--quantize_mode".as_ref(),
+            "int4".as_ref(),
+            "--int4_output".as_ref(),
+            "dq".as_ref(),
+        ],
     ));
     let model = Model::load(&quant).unwrap();
     assert_eq!(default_opset(model.proto()), Some(21));

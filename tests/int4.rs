@@ -313,9 +313,11 @@ fn matmulnbits_runs_in_onnx_runtime_and_matches_the_dq_form() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib, eval) = setup(dir.path());
     let dq = dir.path().join("dq.onnx");
-    quantize(&model, &calib, &dq, &["--calibration_method", "awq_lite"]);
+    let dq_form = ["--calibration_method", "awq_lite", "--int4_output", "dq"];
+    quantize(&model, &calib, &dq, &dq_form);
+    // MatMulNBits is the CPU target's default form.
     let nbits = dir.path().join("nbits.onnx");
-    quantize(&model, &calib, &nbits, &["--int4_output", "matmulnbits"]);
+    quantize(&model, &calib, &nbits, &[]);
     let saved = Model::load(&nbits).unwrap();
     let nodes: Vec<_> = saved.graph().node.iter().collect();
     let fused: Vec<_> = nodes

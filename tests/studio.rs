@@ -564,28 +564,29 @@ fn the_mode_choice_offers_the_int4_methods_and_output_forms() {
         recipe(&h).int4_method,
         qdq_studio::recipe::Int4Method::AwqClip
     );
-    h.get_by_value("DequantizeLinear (any runtime)").click();
+    // The CPU target's int4 form is MatMulNBits (ONNX Runtime's int4 kernels).
+    let nbits = qdq_studio::recipe::Int4Output::Matmulnbits;
+    assert_eq!(recipe(&h).int4_output, nbits);
+    h.get_by_value("MatMulNBits (ONNX Runtime)").click();
     h.run_steps(2);
-    h.get_by_label("MatMulNBits (ONNX Runtime)").click();
+    h.get_by_label("DequantizeLinear (any runtime)").click();
     h.run_steps(3);
-    assert_eq!(
-        recipe(&h).int4_output,
-        qdq_studio::recipe::Int4Output::Matmulnbits
-    );
+    assert_eq!(recipe(&h).int4_output, qdq_studio::recipe::Int4Output::Dq);
     // Each choice is one undoable step; back to int8 drops the int4-only output form.
     h.key_press_modifiers(Modifiers::COMMAND, Key::Z);
     h.run_steps(3);
-    assert_eq!(recipe(&h).int4_output, qdq_studio::recipe::Int4Output::Dq);
+    assert_eq!(recipe(&h).int4_output, nbits);
     h.get_by_value("INT4 weight-only").click();
     h.run_steps(2);
     h.get_by_label("INT8 (activations and weights)").click();
     h.run_steps(3);
     let r = recipe(&h);
     assert_eq!(
-        (r.mode, r.weight_type),
+        (r.mode, r.weight_type, r.int4_output),
         (
             qdq_studio::recipe::QuantMode::Int8,
-            qdq_studio::recipe::QuantType::Int8
+            qdq_studio::recipe::QuantType::Int8,
+            qdq_studio::recipe::Int4Output::Dq
         )
     );
 }

@@ -237,6 +237,11 @@ fn set_method(recipe: &mut Recipe, method: &str) -> anyhow::Result<()> {
                 "--calibration_method: '{method}' is not an int4 method (awq_lite, awq_clip, rtn_dq, rtn)"
             )
         })?;
+        // rtn keeps float weights behind Q/DQ: MatMulNBits needs stored int4 ones (an
+        // explicit --int4_output after this still says otherwise, and is refused).
+        if recipe.int4_method == Int4Method::Rtn {
+            recipe.int4_output = Int4Output::Dq;
+        }
     } else {
         recipe.calibration_method = RangeMethod::parse(method).with_context(|| {
             let int4 = Int4Method::parse(method)

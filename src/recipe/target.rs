@@ -215,6 +215,9 @@ impl Target {
     /// int4 fix their own types.
     pub fn settings(self, mode: QuantMode) -> Vec<Setting> {
         let mut settings = vec![self.placement()];
+        if mode == QuantMode::Int4 {
+            settings.push(self.int4_output());
+        }
         if mode == QuantMode::Int8 {
             settings.extend(self.integer_settings());
             settings.push(self.guard());
@@ -240,6 +243,23 @@ impl Target {
                 "placement",
                 "ort",
                 "ONNX Runtime's QDQ placement: ops with integer kernels and the ops that pass a scale on",
+            ),
+        }
+    }
+
+    /// The int4 weights' form: ONNX Runtime's MatMulNBits where its int4 kernels run (the form
+    /// onnxruntime-genai loads), the opset-21 DQ form, which any runtime reads, elsewhere.
+    fn int4_output(self) -> Setting {
+        match self {
+            Target::Cpu | Target::CpuAvx2 | Target::Directml | Target::Tensorrt => Setting::text(
+                "int4_output",
+                "matmulnbits",
+                "ONNX Runtime's int4 kernels on CPU, DirectML and CUDA (onnxruntime-genai's form)",
+            ),
+            _ => Setting::text(
+                "int4_output",
+                "dq",
+                "opset-21 block-wise DequantizeLinear, which any runtime reads",
             ),
         }
     }
@@ -691,6 +711,21 @@ mod tests {
         let int4 = Recipe::from_toml("target = \"tensorrt\"\nmode = \"int4\"\n", "r.toml").unwrap();
         assert_eq!(int4.weight_type, QuantType::Int4);
         assert!(int4.target_contradictions().is_empty());
+        // The int4 form follows the target: MatMulNBits where ONNX Runtime's int4 kernels
+        // run, the DQ form elsewhere; int8 never keeps MatMulNBits.
+        assert_eq!(int4.int4_output, crate::recipe::Int4Output::Matmulnbits);
+        for (target, form) in [
+            (Target::Cpu, crate::recipe::Int4Output::Matmulnbits),
+            (Target::Directml, crate::recipe::Int4Output::Matmulnbits),
+            (Target::Openvino, crate::recipe::Int4Output::Dq),
+            (Target::Qnn, crate::recipe::Int4Output::Dq),
+        ] {
+            let mut recipe = Recipe::for_target(target);
+            recipe.set_mode(QuantMode::Int4);
+            assert_eq!(recipe.int4_output, form, "{target:?}");
+            recipe.set_mode(QuantMode::Int8);
+            assert_eq!(recipe.int4_output, crate::recipe::Int4Output::Dq);
+        }
         let wrong = "target = \"tensorrt\"\nactivation_type = \"uint8\"\n";
         let err = Recipe::from_toml(wrong, "r.toml").unwrap_err().to_string();
         assert!(
