@@ -73,9 +73,11 @@ def main():
           f"calibration {CALIB} x {SEQ} tokens, evaluation {EVAL} x {SEQ}", flush=True)
 
     runs = {}
-    ours = [("awq_lite", ["--calibration_method", "awq_lite", "--calibration_data_path", str(calib)]),
-            ("awq_clip", ["--calibration_method", "awq_clip", "--calibration_data_path", str(calib)]),
-            ("rtn_dq", ["--calibration_method", "rtn_dq"]),
+    # The DQ form unless named (the CPU target's default is MatMulNBits): the rows stay comparable.
+    dq = ["--int4_output", "dq"]
+    ours = [("awq_lite", ["--calibration_method", "awq_lite", "--calibration_data_path", str(calib), *dq]),
+            ("awq_clip", ["--calibration_method", "awq_clip", "--calibration_data_path", str(calib), *dq]),
+            ("rtn_dq", ["--calibration_method", "rtn_dq", *dq]),
             ("awq_lite nbits", ["--calibration_method", "awq_lite", "--calibration_data_path", str(calib),
                                 "--int4_output", "matmulnbits"])]
     for name, flags in ours:
