@@ -279,17 +279,20 @@ def text_lines(rng, n, width=320, flip_every=0):
     return np.stack(images), texts, np.array(labels)
 
 
+def page(rng, size, top, spacing, indent):
+    """A white page of text lines from `top` down, one every `spacing` (low, high) pixels (one
+    draw for the page), each indented up to `indent` pixels."""
+    img = Image.new("L", (size, size), 255)
+    draw = ImageDraw.Draw(img)
+    for y in range(top, size - 16, int(rng.integers(*spacing))):
+        x = int(rng.integers(4, indent))
+        draw_line(draw, rng, (x, y), size - x - 4)
+    return img
+
+
 def pages(rng, n, size=256):
     """Rendered pages of a few text lines at random places, for det."""
-    images = []
-    for _ in range(n):
-        img = Image.new("L", (size, size), 255)
-        draw = ImageDraw.Draw(img)
-        for y in range(24, size - 16, int(rng.integers(36, 60))):
-            x = int(rng.integers(4, 60))
-            draw_line(draw, rng, (x, y), size - x - 4)
-        images.append(normalized(img, rng))
-    return np.stack(images)
+    return np.stack([normalized(page(rng, size, 24, (36, 60), 60), rng) for _ in range(n)])
 
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32).reshape(3, 1, 1)
@@ -303,11 +306,7 @@ def turned_pages(rng, n, size=224):
     ImageNet's mean and deviation."""
     images, labels = [], []
     for i in range(n):
-        img = Image.new("L", (size, size), 255)
-        draw = ImageDraw.Draw(img)
-        for y in range(20, size - 16, int(rng.integers(30, 44))):
-            x = int(rng.integers(4, 40))
-            draw_line(draw, rng, (x, y), size - x - 4)
+        img = page(rng, size, 20, (30, 44), 40)
         turns = i % 4
         gray = np.clip(np.asarray(img.rotate(-90 * turns), np.float32) + rng.normal(0, 4, (size, size)), 0, 255)
         images.append((np.repeat((gray / 255)[None], 3, 0) - IMAGENET_MEAN) / IMAGENET_STD)
