@@ -129,25 +129,14 @@ pub struct KernelTime {
 
 /// Each kernel's median time over the runs of `profile`, in the order of the first run.
 pub fn kernel_times(profile: &str) -> Result<Vec<KernelTime>, ProfileError> {
-    let events: Vec<serde_json::Value> =
-        serde_json::from_str(profile).map_err(|e| ProfileError(e.to_string()))?;
     let mut order: Vec<(String, String)> = Vec::new();
     let mut durations: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for e in events.iter().filter(|e| e["cat"] == "Node") {
-        let (Some(name), Some(op), Some(us)) = (
-            e["name"]
-                .as_str()
-                .and_then(|n| n.strip_suffix("_kernel_time")),
-            e["args"]["op_name"].as_str(),
-            e["dur"].as_f64(),
-        ) else {
-            continue;
-        };
-        let runs = durations.entry(name.to_owned()).or_default();
+    for run in kernel_runs(profile)? {
+        let runs = durations.entry(run.node.clone()).or_default();
         if runs.is_empty() {
-            order.push((name.to_owned(), op.to_owned()));
+            order.push((run.node, run.op));
         }
-        runs.push(us);
+        runs.push(run.us);
     }
     Ok(order
         .into_iter()
@@ -165,6 +154,8 @@ struct KernelRun {
     node: String,
     op: String,
     provider: String,
+    /// Its duration in microseconds (0 when the event has none).
+    us: f64,
 }
 
 /// The kernel runs of a profile (Chrome trace JSON, ONNX Runtime's format).
@@ -180,6 +171,7 @@ fn kernel_runs(profile: &str) -> Result<Vec<KernelRun>, ProfileError> {
                 node: node.to_owned(),
                 op: e["args"]["op_name"].as_str()?.to_owned(),
                 provider: e["args"]["provider"].as_str()?.to_owned(),
+                us: e["dur"].as_f64().unwrap_or(0.0),
             })
         })
         .collect())

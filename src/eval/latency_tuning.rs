@@ -27,7 +27,7 @@
 //! (`op_types_to_exclude`, `nodes_to_exclude`), so the recipe reproduces the tuned model.
 
 use super::kernel_costs::{SlowerInInt8, slower_in_int8};
-use super::kernels::{COMPUTE_OPS, quantized_compute};
+use super::kernels::{COMPUTE_OPS, KernelTime, quantized_compute};
 use super::sensitivity::{Evaluator, exact, quant_error};
 use super::{EvalError, measure_latency, profile_kernels};
 use crate::calib::data::BatchSource;
@@ -178,6 +178,8 @@ struct Clock<'a, 's> {
     eval: &'a Evaluator<'a>,
     source: &'s mut dyn BatchSource,
     options: &'a TuneOptions,
+    /// The float model's kernel times, once profiled (it does not change between tries).
+    float_times: Option<Vec<KernelTime>>,
 }
 
 impl Clock<'_, '_> {
@@ -198,23 +200,31 @@ impl Clock<'_, '_> {
     /// models' profiles show slower in int8; empty when a profile cannot be had (it only
     /// proposes a try, which the clock then decides).
     fn slower_in_int8(&mut self, untuned: &Model) -> Vec<SlowerInInt8> {
-        let mut profile = |model: &Model| {
-            profile_kernels(
-                model,
-                &mut *self.source,
-                self.eval.runtime,
-                self.eval.eps,
-                self.options.runs,
-            )
-            .ok()
+        if self.float_times.is_none() {
+            self.float_times = self.profile(self.eval.float);
+        }
+        let Some(int8) = self.profile(untuned) else {
+            return Vec::new();
         };
-        let (Some(float), Some(int8)) = (profile(self.eval.float), profile(untuned)) else {
+        let Some(float) = &self.float_times else {
             return Vec::new();
         };
         let quantized: Vec<String> = quantized_compute(&Graph::build(untuned))
             .into_iter()
             .collect();
-        slower_in_int8(&Graph::build(self.eval.float), &float, &int8, &quantized)
+        slower_in_int8(&Graph::build(self.eval.float), float, &int8, &quantized)
+    }
+
+    /// `model`'s kernel times on one sample, `None` when the profile cannot be had.
+    fn profile(&mut self, model: &Model) -> Option<Vec<KernelTime>> {
+        profile_kernels(
+            model,
+            &mut *self.source,
+            self.eval.runtime,
+            self.eval.eps,
+            self.options.runs,
+        )
+        .ok()
     }
 
     /// Each model's mean of [`ROUNDS`] median timings, taken in turn.
@@ -243,6 +253,7 @@ pub fn tune_latency(
         eval,
         source,
         options,
+        float_times: None,
     };
     let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
     let timed = clock.once(&untuned.model)?;

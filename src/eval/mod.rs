@@ -495,12 +495,11 @@ pub fn measure_latency(
     warmup: usize,
     runs: usize,
 ) -> Result<Latency, EvalError> {
-    source.rewind()?;
-    let graph = Graph::build(model);
-    let batch = source
-        .next_batch(choose_batch(&model_inputs(&graph), batch_size).size)?
-        .ok_or(DataError::Empty)?;
-    let owned = owned_inputs(batch.inputs)?;
+    let FirstBatch {
+        graph,
+        samples,
+        owned,
+    } = first_batch(model, source, batch_size)?;
     let quantized = graph
         .nodes()
         .iter()
@@ -535,7 +534,7 @@ pub fn measure_latency(
         runs: times.len(),
         execution_providers: eps.iter().map(ToString::to_string).collect(),
         intra_op_threads: options.intra_threads,
-        batch_size: batch.samples,
+        batch_size: samples,
         kernels,
     })
 }
@@ -550,12 +549,7 @@ pub fn profile_kernels(
     eps: &[EpSpec],
     runs: usize,
 ) -> Result<Vec<kernels::KernelTime>, EvalError> {
-    source.rewind()?;
-    let graph = Graph::build(model);
-    let batch = source
-        .next_batch(choose_batch(&model_inputs(&graph), 1).size)?
-        .ok_or(DataError::Empty)?;
-    let owned = owned_inputs(batch.inputs)?;
+    let owned = first_batch(model, source, 1)?.owned;
     let session_model = model.to_session_model()?;
     let folder = tempfile::tempdir().map_err(|e| profile_error(e.to_string()))?;
     let mut session = runtime.profiled_session_from_model(
@@ -565,19 +559,60 @@ pub fn profile_kernels(
         &folder.path().join("profile"),
     )?;
     for _ in 0..runs.max(1) {
-        session
-            .run(session_inputs(&owned))
-            .map_err(|e| EvalError::Run {
-                batch: 0,
-                model: "profiled",
-                reason: e.to_string(),
-            })?;
+        run_once(&mut session, &owned, "profiled")?;
     }
-    let file = session
-        .end_profiling()
-        .map_err(|e| profile_error(e.to_string()))?;
-    let text = std::fs::read_to_string(file).map_err(|e| profile_error(e.to_string()))?;
+    let text = profile_text(&mut session).map_err(profile_error)?;
     kernels::kernel_times(&text).map_err(|e| profile_error(e.to_string()))
+}
+
+/// A model's graph and the first batch of a source, as a timing or profile runs it.
+struct FirstBatch {
+    graph: Graph,
+    /// Samples in the batch.
+    samples: usize,
+    /// The batch's inputs, owned.
+    owned: Vec<(String, ort::value::DynValue)>,
+}
+
+/// `model`'s graph and the first batch of `source` in batches of `batch_size` (as the model
+/// takes them).
+fn first_batch(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    batch_size: usize,
+) -> Result<FirstBatch, EvalError> {
+    source.rewind()?;
+    let graph = Graph::build(model);
+    let batch = source
+        .next_batch(choose_batch(&model_inputs(&graph), batch_size).size)?
+        .ok_or(DataError::Empty)?;
+    Ok(FirstBatch {
+        graph,
+        samples: batch.samples,
+        owned: owned_inputs(batch.inputs)?,
+    })
+}
+
+/// One run of `session` on `owned` (a run of `model`, for the error).
+fn run_once(
+    session: &mut ort::session::Session,
+    owned: &[(String, ort::value::DynValue)],
+    model: &'static str,
+) -> Result<(), EvalError> {
+    session
+        .run(session_inputs(owned))
+        .map(drop)
+        .map_err(|e| EvalError::Run {
+            batch: 0,
+            model,
+            reason: e.to_string(),
+        })
+}
+
+/// Ends the profiling of `session` and reads the profile it wrote.
+fn profile_text(session: &mut ort::session::Session) -> Result<String, String> {
+    let file = session.end_profiling().map_err(|e| e.to_string())?;
+    std::fs::read_to_string(file).map_err(|e| e.to_string())
 }
 
 /// A profile that could not be had, as a run error.
@@ -604,18 +639,10 @@ fn profiled_session(
         return Ok((runtime.session_from_model(model, eps, options)?, None));
     };
     let mut session = runtime.profiled_session_from_model(model, eps, options, &prefix)?;
-    session
-        .run(session_inputs(owned))
-        .map_err(|e| EvalError::Run {
-            batch: 0,
-            model: "timed",
-            reason: e.to_string(),
-        })?;
+    run_once(&mut session, owned, "timed")?;
     let names: Vec<String> = eps.iter().map(ToString::to_string).collect();
-    let report = session
-        .end_profiling()
+    let report = profile_text(&mut session)
         .ok()
-        .and_then(|file| std::fs::read_to_string(file).ok())
         .and_then(|text| kernels::read_profile(&text, graph, &names).ok());
     Ok((session, report))
 }

@@ -49,7 +49,7 @@ pub fn views<'a>(
 }
 
 /// The value fed as the input `name`, if any.
-fn fed<'a>(
+pub(super) fn fed<'a>(
     inputs: &'a [(String, ort::value::DynValue)],
     name: &str,
 ) -> Option<&'a ort::value::DynValue> {

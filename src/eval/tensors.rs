@@ -713,7 +713,7 @@ fn observed_ranks(
         .filter_map(|name| {
             let value = outputs
                 .get(name.as_str())
-                .or_else(|| owned.iter().find(|(n, _)| n == name).map(|(_, v)| v))?;
+                .or_else(|| super::tensor_pass::fed(&owned, name))?;
             let shape = value.dtype().tensor_shape()?;
             Some((name.clone(), shape.len()))
         })

@@ -83,7 +83,7 @@ impl ModelFolder {
                 continue;
             };
             let target = into.join(name);
-            let bytes = std::fs::read(source).map_err(|e| copy_error(source, &e))?;
+            let bytes = crate::util::read_regular(source).map_err(|e| copy_error(source, &e))?;
             let bytes = if name == GENAI_CONFIG {
                 renamed_decoder(&bytes, &file_name).map_err(|reason| copy_error(source, &reason))?
             } else {
@@ -104,7 +104,10 @@ pub fn resolve_model_path(path: &Path) -> Result<PathBuf, WorkflowError> {
         return Ok(path.to_path_buf());
     }
     let config = path.join(GENAI_CONFIG);
-    if let Ok(text) = std::fs::read_to_string(&config) {
+    if config.exists() {
+        let text = crate::util::read_regular_text(&config).map_err(|e| {
+            WorkflowError::Settings(format!("cannot read {}: {e}", config.display()))
+        })?;
         let named = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
             .and_then(|v| {
