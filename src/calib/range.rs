@@ -79,6 +79,12 @@ impl RangeMethod {
         }
     }
 
+    /// Whether the method reads a histogram (every method but MinMax, which reads the
+    /// extremes and their moving averages).
+    pub fn needs_histogram(&self) -> bool {
+        !matches!(self, RangeMethod::MinMax { .. })
+    }
+
     /// The method's short name (`minmax`, `entropy`, `percentile`, `mse`, `pow2`, `pow2_mse`).
     pub fn name(&self) -> &'static str {
         match self {

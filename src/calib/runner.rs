@@ -2,7 +2,7 @@
 //! data through ONNX Runtime batch by batch on the chosen execution providers, and fold each
 //! batch into per-tensor statistics in parallel.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use ndarray::{ArrayViewD, CowArray, IxDyn};
@@ -174,8 +174,11 @@ pub fn calibrate(
         .iter()
         .map(|n| graph.tensor(n).and_then(|t| t.elem_type).is_some())
         .collect();
-    let passes: &[Pass] = if config.ort_parity.is_some() {
+    let passes: &[Pass] = if config.ort_parity.is_some() && config.histogram_bins > 0 {
         &[Pass::Ranges, Pass::Histograms]
+    } else if config.ort_parity.is_some() {
+        // No histograms wanted: onnxruntime's first pass alone gives its MinMax ranges.
+        &[Pass::Ranges]
     } else {
         &[Pass::Streaming]
     };
@@ -408,11 +411,14 @@ fn fold_outputs(
         float_seen,
     } = into;
     // f32 outputs are read in place; other float types are converted once.
+    let outputs = crate::runtime::value::NamedOutputs::new(outputs);
+    let fed: HashMap<&str, &ort::value::DynValue> =
+        fed.iter().map(|(n, v)| (n.as_str(), v)).collect();
     let read: Vec<Option<(DataType, CowArray<'_, f32, IxDyn>)>> = tensors
         .iter()
         .map(|name| {
-            let fed = || fed.iter().find(|(n, _)| n == name).map(|(_, v)| v);
-            float_view(outputs.get(name.as_str()).or_else(fed)?)
+            let fed = || fed.get(name.as_str()).copied();
+            float_view(outputs.get(name).or_else(fed)?)
         })
         .collect();
     let views: Vec<Option<ArrayViewD<'_, f32>>> = read

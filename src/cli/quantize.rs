@@ -459,11 +459,18 @@ fn statistics_for(
         args.random_samples,
         model,
     )?;
+    // The statistics are used here and not kept: only what the recipe reads is gathered.
+    let defaults = CalibrationConfig::default();
     let config = CalibrationConfig {
         execution_providers: super::common::parse_eps(&args.calibration_eps)?,
         batch_size: args.batch_size,
         ort_parity: args.ort_parity.then(ParityBins::default),
-        ..CalibrationConfig::default()
+        histogram_bins: if calibrate::needs_histograms(recipe) {
+            defaults.histogram_bins
+        } else {
+            0
+        },
+        ..defaults
     };
     eprintln!("calibrating on {} ...", spec.describe());
     let stats = calibrate::calibrate_for_recipe(

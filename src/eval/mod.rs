@@ -419,13 +419,10 @@ fn run_outputs_of(
         model,
         reason: e.to_string(),
     })?;
+    let out = crate::runtime::value::NamedOutputs::new(&out);
     Ok(names
         .iter()
-        .map(|name| {
-            out.get(name.as_str())
-                .and_then(float_output)
-                .map(|(_, a)| a)
-        })
+        .map(|name| out.get(name).and_then(float_output).map(|(_, a)| a))
         .collect())
 }
 

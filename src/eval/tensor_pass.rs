@@ -39,10 +39,11 @@ pub fn views<'a>(
     inputs: &'a [(String, ort::value::DynValue)],
     names: &[String],
 ) -> Views<'a> {
+    let outputs = crate::runtime::value::NamedOutputs::new(outputs);
     names
         .iter()
         .filter_map(|name| {
-            let value = outputs.get(name.as_str()).or_else(|| fed(inputs, name))?;
+            let value = outputs.get(name).or_else(|| fed(inputs, name))?;
             Some((name.clone(), float_view(value)?.1))
         })
         .collect()

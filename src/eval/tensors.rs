@@ -708,11 +708,12 @@ fn observed_ranks(
     let owned = owned_inputs(batch.inputs)?;
     let outputs = super::tensor_pass::run(&mut session, &owned, batch.index, "float")?;
     // The rank from each value's type: no tensor is read, let alone converted to f32.
+    let outputs = crate::runtime::value::NamedOutputs::new(&outputs);
     Ok(names
         .iter()
         .filter_map(|name| {
             let value = outputs
-                .get(name.as_str())
+                .get(name)
                 .or_else(|| super::tensor_pass::fed(&owned, name))?;
             let shape = value.dtype().tensor_shape()?;
             Some((name.clone(), shape.len()))

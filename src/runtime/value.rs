@@ -89,3 +89,46 @@ pub fn session_inputs(
         .map(|(name, value)| (Cow::Borrowed(name.as_str()), value.into()))
         .collect()
 }
+
+/// A run's outputs by name. `SessionOutputs::get` compares the name with every output in
+/// turn, so reading each output of an observing model (one per tensor: 10,000 on a graph of
+/// 10,000 nodes) that way is quadratic; this indexes them once.
+pub struct NamedOutputs<'x, 'r> {
+    outputs: &'x ort::session::SessionOutputs<'r>,
+    /// Each name's position among the values; `None` when an output was removed from the
+    /// run's outputs (names and positions no longer line up), and every lookup searches.
+    by_name: Option<std::collections::HashMap<&'r str, usize>>,
+}
+
+impl<'x, 'r> NamedOutputs<'x, 'r> {
+    /// Indexes `outputs`.
+    pub fn new(outputs: &'x ort::session::SessionOutputs<'r>) -> Self {
+        let by_name: std::collections::HashMap<&'r str, usize> = outputs
+            .keys()
+            .enumerate()
+            .map(|(at, name)| (name, at))
+            .collect();
+        // `keys` skips removed outputs while positions count them: check that the last name
+        // sits at its position (one search), else fall back to searching.
+        let aligned = outputs.keys().last().is_none_or(|last| {
+            let at = outputs.len() - 1;
+            outputs
+                .get(last)
+                .is_some_and(|v| std::ptr::eq(v, &outputs[at]))
+        });
+        Self {
+            outputs,
+            by_name: aligned.then_some(by_name),
+        }
+    }
+
+    /// The output `name`, if the run gave one.
+    pub fn get(&self, name: &str) -> Option<&'x ort::value::DynValue> {
+        let Some(by_name) = &self.by_name else {
+            // ort asserts on an empty name; no output has one.
+            return (!name.is_empty()).then(|| self.outputs.get(name)).flatten();
+        };
+        let at = *by_name.get(name)?;
+        (at < self.outputs.len()).then(|| &self.outputs[at])
+    }
+}

@@ -8,6 +8,7 @@ use super::WorkflowError;
 use crate::calib::channels::{ChannelSampling, DEFAULT_SAMPLE_ROWS};
 use crate::calib::data::images::Preprocess;
 use crate::calib::data::{DataSpec, InputSpec, model_inputs, parse_shapes};
+use crate::calib::range::RangeMethod;
 use crate::calib::{CalibrationConfig, CalibrationStats};
 use crate::jobs::JobContext;
 use crate::model::Model;
@@ -151,6 +152,20 @@ pub fn config_for_recipe(
         rows: DEFAULT_SAMPLE_ROWS,
     });
     config
+}
+
+/// Whether `recipe`'s activation ranges read histograms: a range method other than MinMax,
+/// its own or a tensor's, or the layer-wise range choice, which tries them all. Without them,
+/// calibration keeps the extremes only, and building every tensor's histogram would cost
+/// more than the model's run (see `benches/default_path`).
+pub fn needs_histograms(recipe: &Recipe) -> bool {
+    recipe.mode != QuantMode::Int4
+        && (recipe.calibration_method.needs_histogram()
+            || recipe.layerwise_range
+            || recipe
+                .tensor_overrides
+                .values()
+                .any(|o| o.method.as_ref().is_some_and(RangeMethod::needs_histogram)))
 }
 
 /// Calibrates `model` for `recipe` (see [`config_for_recipe`]).

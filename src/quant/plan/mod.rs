@@ -200,7 +200,13 @@ impl<'a> Planner<'a> {
         // not float) is not quantized, and its constants are left alone too. A weight-only
         // node (int4) keeps its weight.
         let decided = decided.and_then(|()| {
-            let removed = self.plan.removed.iter().any(|(id, _, _)| *id == node.id);
+            // This node's rule pushed its removal last, if it removed it (a search of the
+            // whole list would make planning quadratic in a chain of Relus).
+            let removed = self
+                .plan
+                .removed
+                .last()
+                .is_some_and(|(id, _, _)| *id == node.id);
             let quantized = |t: &String| {
                 self.plan
                     .roles
