@@ -3,8 +3,15 @@
 // Test and measurement code: an unwrap, expect or panic that fires is the report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::time::Instant;
+
 use ndarray::{ArrayD, IxDyn};
+use qdq_studio::calib::CalibrationStats;
+use qdq_studio::calib::stats::TensorStats;
+use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, ModelBuilder, NodeId, TensorArray, TensorKind};
+use qdq_studio::quant::quantize_with;
+use qdq_studio::recipe::Recipe;
 use qdq_studio::workflow::inspect::ModelSummary;
 
 fn scalar(v: f32) -> TensorArray {
@@ -97,4 +104,102 @@ fn op_counts_qualify_foreign_domains() {
     let counts = graph.op_type_counts();
     assert_eq!(counts.get("com.microsoft::Gelu"), Some(&1));
     assert_eq!(counts.get("Relu"), Some(&1));
+}
+
+/// The three shapes whose quantize time grew with the square of their size: a Relu chain
+/// (every Relu folded into the range before it), an Add chain with a constant at each step
+/// (a Q/DQ pair on every tensor), and a fan of Relus into one Sum.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    ReluChain,
+    AddChain,
+    Fan,
+}
+
+/// A model of `shape` with `n` nodes (the fan: `n` branches), and statistics for each of its
+/// tensors as calibration would give them.
+fn scaled_model(shape: Shape, n: usize) -> (qdq_studio::model::Model, CalibrationStats) {
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 8]);
+    let mut names = vec!["x".to_owned()];
+    match shape {
+        Shape::ReluChain | Shape::AddChain => {
+            for i in 0..n {
+                let (x, y) = (names[i].clone(), format!("t{i}"));
+                if matches!(shape, Shape::ReluChain) {
+                    b.node("Relu", &[&x], &[&y]);
+                } else {
+                    let c = format!("c{i}");
+                    b.initializer(&c, scalar(0.5 + (i % 7) as f32));
+                    b.node("Add", &[&x, &c], &[&y]);
+                }
+                names.push(y);
+            }
+            b.output(&names[n], DataType::Float32, &[1, 8]);
+        }
+        Shape::Fan => {
+            let branches: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+            for t in &branches {
+                b.node("Relu", &["x"], &[t]);
+            }
+            let inputs: Vec<&str> = branches.iter().map(String::as_str).collect();
+            b.node("Sum", &inputs, &["y"]);
+            b.output("y", DataType::Float32, &[1, 8]);
+            names.extend(branches);
+            names.push("y".to_owned());
+        }
+    }
+    let mut stats = CalibrationStats::default();
+    for (i, name) in names.iter().enumerate() {
+        let s = TensorStats {
+            count: 8,
+            min: -1.0 - (i % 5) as f32,
+            max: 1.0 + (i % 3) as f32,
+            ..Default::default()
+        };
+        stats.tensors.insert(name.clone(), s);
+    }
+    (b.build(), stats)
+}
+
+/// The least of three timings of quantizing (planning, rewriting, checking) and encoding the
+/// model of `shape` with `n` nodes.
+fn quantize_seconds(shape: Shape, n: usize) -> f64 {
+    let (model, stats) = scaled_model(shape, n);
+    let recipe = Recipe::default();
+    (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            let q = quantize_with(&model, Some(&stats), &recipe, &JobContext::silent()).unwrap();
+            let encoded = q.model.to_session_model().unwrap();
+            let seconds = started.elapsed().as_secs_f64();
+            drop(encoded);
+            seconds
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Quantizing is linear in the graph: doubling it at most doubles the time, with a margin
+/// (×2.5) for the timer. Before the fix a Relu chain took ×3.4 per doubling (10,000 nodes:
+/// 1.7 s; 100,000: minutes). Both sizes are timed in this test, so a slow machine slows both.
+#[test]
+fn quantize_time_doubles_at_most_when_the_graph_doubles() {
+    for (shape, n) in [
+        (Shape::ReluChain, 6000),
+        (Shape::AddChain, 3000),
+        (Shape::Fan, 3000),
+    ] {
+        let small = quantize_seconds(shape, n);
+        let large = quantize_seconds(shape, 2 * n);
+        let ratio = large / small;
+        eprintln!(
+            "{shape:?}: {n} nodes {small:.3} s, {} nodes {large:.3} s: x{ratio:.2}",
+            2 * n
+        );
+        assert!(
+            ratio <= 2.5,
+            "{shape:?}: {n} nodes quantize in {small:.3} s, {} in {large:.3} s (x{ratio:.2})",
+            2 * n
+        );
+    }
 }
