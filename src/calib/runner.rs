@@ -31,7 +31,8 @@ use crate::runtime::{Optimization, Runtime, RuntimeError, SessionOptions};
 pub fn calibration_tensors(graph: &Graph, only: Option<&[String]>) -> Vec<String> {
     let mut seen = HashSet::new();
     let mut names = Vec::new();
-    let wanted = |name: &str| only.is_none_or(|list| list.iter().any(|n| n == name));
+    let only: Option<HashSet<&str>> = only.map(|list| list.iter().map(String::as_str).collect());
+    let wanted = |name: &str| only.as_ref().is_none_or(|list| list.contains(name));
     for &id in graph.topological_order() {
         let node = graph.node(id);
         for name in node.inputs.iter().chain(&node.outputs) {
@@ -442,15 +443,19 @@ fn fold_outputs(
         .map(|(_, a)| a.len() as u64 * if a.is_owned() { 8 } else { 4 })
         .sum();
     if pass != Pass::Histograms {
+        let at: HashMap<&str, usize> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.as_str(), i))
+            .collect();
         config
             .input_means
             .par_iter()
             .zip(means.par_iter_mut())
             .for_each(|(spec, mean)| {
-                let view = tensors
-                    .iter()
-                    .position(|t| *t == spec.tensor)
-                    .and_then(|i| views[i].as_ref());
+                let view = at
+                    .get(spec.tensor.as_str())
+                    .and_then(|&i| views[i].as_ref());
                 if let Some(view) = view {
                     mean.add(&spec.geometry, view);
                 }
@@ -460,10 +465,9 @@ fn fold_outputs(
             .par_iter()
             .zip(hessians.par_iter_mut())
             .for_each(|(spec, hessian)| {
-                let view = tensors
-                    .iter()
-                    .position(|t| *t == spec.tensor)
-                    .and_then(|i| views[i].as_ref());
+                let view = at
+                    .get(spec.tensor.as_str())
+                    .and_then(|&i| views[i].as_ref());
                 if let Some(view) = view {
                     hessian.add(&spec.geometry, view);
                 }
