@@ -720,6 +720,23 @@ fn an_already_quantized_input_is_refused_in_one_line() {
         "refused before calibration: {text}"
     );
     assert!(!again.exists());
+    // The workflow's calibration for a recipe (the studio's, and `calibrate`'s) refuses it
+    // too, before any session: the studio used to calibrate, then meet the quantizer's check.
+    let model = Model::load(&qdq).unwrap();
+    let err = qdq_studio::workflow::calibrate::calibrate_for_recipe(
+        &model,
+        &Recipe::default(),
+        &qdq_studio::calib::data::DataSpec::Random {
+            shapes: Default::default(),
+            samples: 4,
+            seed: 0,
+        },
+        &qdq_studio::calib::CalibrationConfig::default(),
+        &runtime(),
+        &qdq_studio::jobs::JobContext::silent(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("already quantized: "), "{err}");
     // Weight-only int4 (MatMulNBits) counts too, through the engine's own check.
     let mut b = ModelBuilder::new(21);
     b.import("com.microsoft", 1);

@@ -192,6 +192,8 @@ pub fn calibrate_prepared_for_recipe(
     runtime: &Runtime,
     ctx: &JobContext,
 ) -> Result<CalibrationStats, WorkflowError> {
+    // Both faces refuse a quantized model before a calibration that could not serve it.
+    crate::quant::refuse_quantized(&prepared.graph)?;
     let first = config_for_recipe(config, prepared, recipe);
     let mut stats = calibrate_prepared(prepared, data, &first, runtime, ctx)?;
     let smoothing = crate::quant::smooth::search(prepared, recipe, &stats, ctx)?;
