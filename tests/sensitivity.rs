@@ -467,6 +467,7 @@ fn auto_exclude_trying_several_at_once_takes_the_steps_of_one_at_a_time() {
         workers: 1,
         method: ScanMethod::Exact,
         fallback: None,
+        cancelled_of: None,
     };
     let run = |threads: usize, promote: bool| {
         let goal = Goal {
@@ -574,6 +575,96 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
         assert!(
             w == c || (w - c).abs() < 1e-2,
             "variant {at}: {w} dB run whole, {c} dB from a cut"
+        );
+    }
+}
+
+/// Cancelling a scan part way keeps the units it had measured, marked partial, for both
+/// ways of measuring: the studio's cancel used to throw away every variant already run.
+#[test]
+fn a_cancelled_scan_keeps_the_units_it_measured() {
+    use qdq_studio::eval::reference::Reference;
+    use qdq_studio::eval::sensitivity::{Evaluator, Granularity, scan_units};
+    use qdq_studio::eval::switched_scan::ScanMethod;
+    use qdq_studio::jobs::CancelToken;
+    let (model, stats, _) = sample();
+    let runtime = runtime();
+    let mut source = DataSpec::Npz {
+        path: asset("eval.npz"),
+    }
+    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
+        &model,
+    )))
+    .unwrap();
+    let eps = [EpSpec::Cpu];
+    let reference = Reference::capture(
+        &model,
+        &mut *source,
+        &runtime,
+        &eps,
+        8,
+        &Default::default(),
+        &JobContext::silent(),
+    )
+    .unwrap();
+    let eval = Evaluator {
+        float: &model,
+        stats: &stats,
+        reference: &reference,
+        runtime: &runtime,
+        eps: &eps,
+    };
+    let recipe = Recipe::default();
+    let nodes = quant::quantize(&model, Some(&stats), &recipe)
+        .unwrap()
+        .quantized_nodes;
+    let units: Vec<String> = nodes.iter().step_by(4).take(10).cloned().collect();
+    for method in [ScanMethod::Exact, ScanMethod::Switchable] {
+        // Cancelled once the scan reports its fourth measured model.
+        let cancel = CancelToken::new();
+        let token = cancel.clone();
+        let ctx = JobContext::new(cancel, move |p| {
+            if p.stage == "sensitivity scan" && p.done >= 4 {
+                token.cancel();
+            }
+        });
+        let partial = scan_units(&eval, &recipe, Granularity::Node, &units, method, &ctx)
+            .unwrap_or_else(|e| panic!("{method:?}: {e}"));
+        assert_eq!(partial.cancelled_of, Some(units.len()), "{method:?}");
+        let measured = partial.nodes.len();
+        assert!(
+            (1..units.len()).contains(&measured),
+            "{method:?}: {measured} of {} kept",
+            units.len()
+        );
+        // What was kept is what a whole scan measures for those units.
+        let whole = scan_units(
+            &eval,
+            &recipe,
+            Granularity::Node,
+            &units,
+            method,
+            &JobContext::silent(),
+        )
+        .unwrap();
+        assert_eq!(whole.cancelled_of, None);
+        assert_eq!(whole.baseline_db, partial.baseline_db, "{method:?}");
+        for kept in &partial.nodes {
+            let full = whole.nodes.iter().find(|n| n.node == kept.node).unwrap();
+            assert_eq!(
+                (full.sqnr_without_db, full.sqnr_only_db),
+                (kept.sqnr_without_db, kept.sqnr_only_db),
+                "{method:?}: {}",
+                kept.node
+            );
+        }
+        assert!(
+            partial.partial_note().unwrap().ends_with(&format!(
+                "of {} nodes measured before the scan was cancelled",
+                units.len()
+            )),
+            "{:?}",
+            partial.partial_note()
         );
     }
 }

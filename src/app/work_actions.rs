@@ -707,11 +707,15 @@ impl Studio {
                 return;
             }
             TaskOutput::Scanned(scanned) => {
-                let status = format!(
-                    "Scanned {} nodes: baseline output SQNR {:.2} dB",
-                    scanned.sensitivity.nodes.len(),
-                    scanned.sensitivity.baseline_db
-                );
+                let s = &scanned.sensitivity;
+                let status = match s.partial_note() {
+                    Some(partial) => format!("Sensitivity scan cancelled: {partial}, kept"),
+                    None => format!(
+                        "Scanned {} nodes: baseline output SQNR {:.2} dB",
+                        s.nodes.len(),
+                        s.baseline_db
+                    ),
+                };
                 doc.work.results.scanned = Some(*scanned);
                 status
             }

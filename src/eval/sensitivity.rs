@@ -10,7 +10,7 @@ use serde::Serialize;
 pub use super::auto_exclude::{AutoExclude, Goal, auto_exclude};
 use super::reference::Reference;
 use super::switchable::{Gating, Switchable};
-use super::switched_scan::{Fallback, GatedRuns, ScanMethod, variant_sqnrs};
+use super::switched_scan::{Fallback, GatedRuns, ScanMethod, measured_variants};
 use super::{EvalError, OutputMetrics};
 use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
@@ -27,6 +27,16 @@ pub enum Granularity {
     Node,
     /// Each op type among the quantized nodes.
     OpType,
+}
+
+impl Granularity {
+    /// What one unit is called: `node` or `op type`.
+    pub fn unit_name(self) -> &'static str {
+        match self {
+            Granularity::Node => "node",
+            Granularity::OpType => "op type",
+        }
+    }
 }
 
 /// The goal of auto-exclude, and the score a scan ranks by.
@@ -187,9 +197,23 @@ pub struct Sensitivity {
     /// Why a switchable scan ran each variant on its own instead, when it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// When the scan was cancelled part way: how many units it was to measure (`nodes` holds
+    /// the ones it had measured, usable as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_of: Option<usize>,
 }
 
 impl Sensitivity {
+    /// "7 of 184 nodes measured before the scan was cancelled" for a partial scan.
+    pub fn partial_note(&self) -> Option<String> {
+        let total = self.cancelled_of?;
+        Some(format!(
+            "{} of {total} {}s measured before the scan was cancelled",
+            self.nodes.len(),
+            self.granularity.unit_name()
+        ))
+    }
+
     /// How the figures were measured, in words, for both faces.
     pub fn method_note(&self) -> String {
         match (self.method, &self.fallback) {
@@ -437,28 +461,36 @@ fn switched_scan(
             opened.elapsed().as_secs_f64()
         );
         let ran = std::time::Instant::now();
-        let scores = variant_sqnrs(&runs, ctx)?;
+        let measured = measured_variants(&runs, ctx)?;
         tracing::debug!("variants run in {:.1} s", ran.elapsed().as_secs_f64());
-        (scores, runs.workers())
+        (measured, runs.workers())
     };
-    let score = |at: usize| scores.get(at).copied().unwrap_or(f64::NAN);
+    let score = |at: usize| scores.scores.get(at).copied().flatten();
+    // A cancelled scan keeps each unit whose two variants were measured; without the
+    // baseline there is nothing to compare them with.
+    let Some(baseline_db) = score(0) else {
+        return Err(Fallback::Failed(EvalError::Cancelled));
+    };
     let mut nodes: Vec<NodeSensitivity> = units
         .iter()
         .enumerate()
-        .map(|(i, unit)| NodeSensitivity {
-            node: unit.clone(),
-            sqnr_without_db: score(1 + 2 * i),
-            sqnr_only_db: score(2 + 2 * i),
+        .filter_map(|(i, unit)| {
+            Some(NodeSensitivity {
+                node: unit.clone(),
+                sqnr_without_db: score(1 + 2 * i)?,
+                sqnr_only_db: score(2 + 2 * i)?,
+            })
         })
         .collect();
     rank(&mut nodes);
     let sensitivity = Sensitivity {
         granularity,
-        baseline_db: score(0),
+        baseline_db,
         nodes,
         workers,
         method: ScanMethod::Switchable,
         fallback: None,
+        cancelled_of: scores.cancelled.then_some(units.len()),
     };
     Ok((sensitivity, Some(switchable)))
 }
@@ -493,7 +525,19 @@ fn exact_scan(
             sqnr_only_db,
         })
     };
-    let mut nodes = super::switched_scan::on_workers(workers, units, run_unit)?;
+    // Each unit's own result: a cancelled scan keeps the units it had measured.
+    let mut nodes = Vec::new();
+    let mut cancelled = false;
+    for result in super::switched_scan::on_workers_each(workers, units, run_unit)? {
+        match result {
+            Ok(node) => nodes.push(node),
+            Err(EvalError::Cancelled) => cancelled = true,
+            Err(e) => return Err(e),
+        }
+    }
+    if cancelled && nodes.is_empty() {
+        return Err(EvalError::Cancelled);
+    }
     rank(&mut nodes);
     Ok(Sensitivity {
         granularity,
@@ -502,6 +546,7 @@ fn exact_scan(
         workers,
         method: ScanMethod::Exact,
         fallback: None,
+        cancelled_of: cancelled.then_some(units.len()),
     })
 }
 

@@ -56,6 +56,12 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         s.workers
     ))
     .on_hover_text(format!("Measured on {}", s.method_note()));
+    if let Some(partial) = s.partial_note() {
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            format!("Partial: {partial}. The ranking holds those; auto-exclude can use it."),
+        );
+    }
     ui.label(RichText::new(format!("Measured on {}.", s.method_note())).weak());
     ranking(ui, s, &doc.graph, commands);
 }

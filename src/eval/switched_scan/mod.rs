@@ -8,6 +8,7 @@ mod suffix_runs;
 
 pub use suffix_runs::Cuts;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -452,11 +453,39 @@ impl<'a> GatedRuns<'a> {
 /// The worst output SQNR of each variant of `switchable` (infinite for one that quantizes
 /// nothing), run in parallel over `runs`' sessions, progress per variant.
 pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, EvalError> {
+    let measured = measured_variants(runs, ctx)?;
+    if measured.cancelled {
+        return Err(EvalError::Cancelled);
+    }
+    Ok(measured
+        .scores
+        .into_iter()
+        .map(|s| s.unwrap_or(f64::NAN))
+        .collect())
+}
+
+/// The variants a scan measured: each one's worst output SQNR, `None` for those a
+/// cancellation left unmeasured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredVariants {
+    /// By variant.
+    pub scores: Vec<Option<f64>>,
+    /// The scan was cancelled before it measured them all.
+    pub cancelled: bool,
+}
+
+/// [`variant_sqnrs`], keeping what was measured when the scan is cancelled: every variant
+/// records its score as it finishes, so a cancelled scan hands back those.
+pub fn measured_variants(
+    runs: &GatedRuns,
+    ctx: &JobContext,
+) -> Result<MeasuredVariants, EvalError> {
     let switchable = runs.switchable;
     let count = switchable.variants();
     // Variants whose gates are equal are one model (a node whose exclusion changes nothing
     // the quantizer writes): each distinct model runs once.
     let mut distinct: Vec<&[bool]> = Vec::new();
+    let mut index: HashMap<&[bool], usize> = HashMap::new();
     let mut run_of = Vec::with_capacity(count);
     for variant in 0..count {
         let gates = match switchable.gates(variant) {
@@ -466,17 +495,15 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
                 continue;
             }
         };
-        let at = match distinct.iter().position(|g| *g == gates) {
-            Some(at) => at,
-            None => {
-                distinct.push(gates);
-                distinct.len() - 1
-            }
-        };
+        let at = *index.entry(gates).or_insert_with(|| {
+            distinct.push(gates);
+            distinct.len() - 1
+        });
         run_of.push(Some(at));
     }
     let meter = RateMeter::new("sensitivity scan", distinct.len() as u64);
     let done = AtomicU64::new(0);
+    let finished: Mutex<Vec<Option<f64>>> = Mutex::new(vec![None; distinct.len()]);
     let score = |gates: &[bool], feed: Option<suffix_runs::Feed>| -> Result<f64, EvalError> {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let metrics = match feed {
@@ -484,16 +511,29 @@ pub fn variant_sqnrs(runs: &GatedRuns, ctx: &JobContext) -> Result<Vec<f64>, Eva
             None => runs.metrics(gates)?,
         };
         let score = Target::SqnrDb(0.0).score(&metrics)?;
-        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-        ctx.report(meter.progress(finished, format!("model {finished}")));
+        if let (Some(&at), Ok(mut finished)) = (index.get(gates), finished.lock()) {
+            finished[at] = Some(score);
+        }
+        let count = done.fetch_add(1, Ordering::Relaxed) + 1;
+        ctx.report(meter.progress(count, format!("model {count}")));
         Ok(score)
     };
-    let scores = suffix_runs::scores(runs, &distinct, &score)?;
+    let (scores, cancelled) = match suffix_runs::scores(runs, &distinct, &score) {
+        Ok(scores) => (scores.into_iter().map(Some).collect(), false),
+        Err(EvalError::Cancelled) => (
+            finished.into_inner().unwrap_or_else(|p| p.into_inner()),
+            true,
+        ),
+        Err(e) => return Err(e),
+    };
     // A variant that quantizes nothing is the float model: infinite SQNR.
-    Ok(run_of
-        .into_iter()
-        .map(|at| at.map_or(f64::INFINITY, |at| scores[at]))
-        .collect())
+    Ok(MeasuredVariants {
+        scores: run_of
+            .into_iter()
+            .map(|at| at.map_or(Some(f64::INFINITY), |at| scores[at]))
+            .collect(),
+        cancelled,
+    })
 }
 
 /// The error of a run that finds the whole model's sessions unusable (a worker panicked
@@ -599,6 +639,19 @@ pub(crate) fn on_workers<T: Sync, R: Send>(
         true => worker_pool(workers)?.install(|| items.par_iter().map(&f).collect()),
         false => items.iter().map(f).collect(),
     }
+}
+
+/// [`on_workers`], keeping each item's own result: one item's error (a cancellation) does
+/// not throw away the others'.
+pub(crate) fn on_workers_each<T: Sync, R: Send>(
+    workers: usize,
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, EvalError> + Sync,
+) -> Result<Vec<Result<R, EvalError>>, EvalError> {
+    Ok(match workers > 1 {
+        true => worker_pool(workers)?.install(|| items.par_iter().map(&f).collect()),
+        false => items.iter().map(f).collect(),
+    })
 }
 
 /// A thread pool of `workers` threads.
