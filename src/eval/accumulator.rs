@@ -309,7 +309,7 @@ impl Accumulator {
     /// The metrics of everything added.
     pub(super) fn finish(&self) -> OutputMetrics {
         let eps = f64::EPSILON;
-        let sqnr = 20.0 * (self.reference2.sqrt().max(eps) / self.noise2.sqrt().max(eps)).log10();
+        let sqnr = crate::util::sqnr_db(self.reference2, self.noise2);
         let cosine = self.dot / (self.reference2.sqrt() * self.test2.sqrt()).max(eps);
         let rows = if self.classifier { self.rows } else { 0 };
         OutputMetrics {

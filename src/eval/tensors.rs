@@ -279,8 +279,7 @@ fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f3
 
 /// SQNR in dB from the summed squares of signal and noise.
 pub(super) fn sqnr(signal2: f64, noise2: f64) -> f64 {
-    let eps = f64::EPSILON;
-    20.0 * (signal2.sqrt().max(eps) / noise2.sqrt().max(eps)).log10()
+    crate::util::sqnr_db(signal2, noise2)
 }
 
 /// Finds the activation Q/DQ pairs of a QDQ model and the float tensors they stand for.

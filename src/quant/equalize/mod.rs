@@ -308,14 +308,9 @@ pub fn int8_sqnr(w: &ArrayD<f32>, outputs: &ChannelMap) -> f64 {
         *signal += v * v;
         *noise += (v - q) * (v - q);
     }
-    // A channel quantized exactly counts as 60 dB (its SQNR is unbounded).
-    let db = |(signal, noise): (f64, f64)| {
-        if noise == 0.0 || signal == 0.0 {
-            60.0
-        } else {
-            (10.0 * (signal / noise).log10()).min(60.0)
-        }
-    };
+    // A channel quantized exactly counts as 60 dB (its SQNR is unbounded); a channel of
+    // zeros has no noise either.
+    let db = |(signal, noise): (f64, f64)| crate::util::capped_sqnr_db(signal, noise, 60.0);
     sums.into_iter().map(db).sum::<f64>() / channels as f64
 }
 

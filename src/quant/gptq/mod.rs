@@ -420,13 +420,9 @@ fn problem_weight(problem: &Problem, flat: &[f32]) -> Array2<f64> {
     })
 }
 
-/// `10 log10(signal / noise)`, 300 dB for no noise.
+/// The SQNR in dB, 300 dB for no noise.
 fn sqnr_db(signal: f64, noise: f64) -> f64 {
-    if noise <= 0.0 {
-        300.0
-    } else {
-        (10.0 * (signal / noise).log10()).min(300.0)
-    }
+    crate::util::capped_sqnr_db(signal, noise, 300.0)
 }
 
 /// GPTQ over one group of output channels with Hessian `h` dampened by `dampening`

@@ -1,7 +1,11 @@
 //! Small helpers every layer of the engine may use. This module depends on nothing else in
 //! the crate, so no lower layer has to reach up for them: byte counts for people, the app's
-//! cache folder, the memory available, and reading input files only when they are regular
-//! files.
+//! cache folder, the memory available, reading input files only when they are regular
+//! files, and the SQNR formula ([`sqnr`]).
+
+pub mod sqnr;
+
+pub use sqnr::{capped_sqnr_db, sqnr_db};
 
 use std::fs::File;
 use std::io::Read;
