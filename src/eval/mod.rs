@@ -1,5 +1,24 @@
 //! Float against quantized: per-output error metrics over evaluation data (streaming, memory
 //! bounded by one batch) and latency of both models on the chosen execution providers.
+//!
+//! The files, by the four things this module holds:
+//!
+//! - **Output comparison** (this file's `compare`, `measure_latency`): `accumulator` (one
+//!   output's metrics batch by batch), `task` and `output_kind` (what each output is and
+//!   its ground truth), `reference` (the evaluation set and the float outputs held for
+//!   many comparisons), `batch_workers` (batches over several sessions).
+//! - **Per-tensor error:** `tensors` (cumulative, onnxruntime's `qdq_loss_debug`),
+//!   `local_error` with `error_sums` (each node's own error in one pass), `weight_error`,
+//!   `tensor_pass` (running both models for them), `layer_effect` (two quantizations
+//!   per layer).
+//! - **Searches over recipes**, each step a real run: `sensitivity` over `switchable`
+//!   and `switched_scan` (one model for a whole scan), `auto_exclude`, `greedy`,
+//!   `alternatives`, `range_choice`, `weight_ranges`; and for speed
+//!   `latency_tuning`, reading ONNX Runtime's profiles through `kernels` and
+//!   `kernel_costs`.
+//! - **Kernels written for speed:** `row_math` and `squares` (the sums every SQNR is made
+//!   of; the formula itself is [`crate::util::sqnr_db`]), `quantize_linear` (MLAS's
+//!   QuantizeLinear for the error-summing operator).
 
 mod accumulator;
 pub mod alternatives;
