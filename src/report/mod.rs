@@ -51,7 +51,55 @@ pub struct LatencyPair {
 /// A p90 this many times the median says the runs were disturbed (a busy machine).
 const NOISY_SPREAD: f64 = 1.5;
 
+/// The quantized model's speed against the float model's (float median over quantized
+/// median), called faster or slower only when the runs allow it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SpeedVerdict {
+    /// The quantized model's p90 is under the float model's median.
+    Faster(f64),
+    /// The float model's p90 is under the quantized model's median.
+    Slower(f64),
+    /// The two overlap: the medians differ by less than the runs spread.
+    Unclear(f64),
+    /// A model's runs spread widely ([`LatencyPair::noise_note`]): no figure to trust.
+    Noisy(f64),
+}
+
+impl std::fmt::Display for SpeedVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            SpeedVerdict::Faster(r) => write!(f, "speed-up {r:.2}×"),
+            SpeedVerdict::Slower(r) => write!(f, "slower: {r:.2}× the float model's speed"),
+            SpeedVerdict::Unclear(r) => write!(
+                f,
+                "{r:.2}× the float model's speed, within the runs' spread (no clear difference)"
+            ),
+            SpeedVerdict::Noisy(r) => {
+                write!(
+                    f,
+                    "{r:.2}× the float model's speed, not to be trusted (noisy runs)"
+                )
+            }
+        }
+    }
+}
+
 impl LatencyPair {
+    /// The speed ratio and what the runs allow calling it.
+    pub fn verdict(&self) -> SpeedVerdict {
+        let (f, q) = (&self.float, &self.quantized);
+        let ratio = f.median_ms / q.median_ms.max(f64::EPSILON);
+        if self.noise_note().is_some() {
+            SpeedVerdict::Noisy(ratio)
+        } else if q.p90_ms < f.median_ms {
+            SpeedVerdict::Faster(ratio)
+        } else if f.p90_ms < q.median_ms {
+            SpeedVerdict::Slower(ratio)
+        } else {
+            SpeedVerdict::Unclear(ratio)
+        }
+    }
+
     /// A warning when either model's runs spread widely (p90 over 1.5× the median): the
     /// speed-up is then not to be trusted.
     pub fn noise_note(&self) -> Option<String> {
@@ -611,7 +659,7 @@ pub fn latency_line(l: &LatencyPair) -> String {
         format!("{} intra-op threads", l.float.intra_op_threads)
     };
     format!(
-        "on {} with {threads}, batch {}, {} timed runs after warm-up: float {:.2} ms median / {:.2} ms p90, quantized {:.2} ms / {:.2} ms, speed-up {:.2}×",
+        "on {} with {threads}, batch {}, {} timed runs after warm-up: float {:.2} ms median / {:.2} ms p90, quantized {:.2} ms / {:.2} ms, {}",
         l.float.execution_providers.join(" > "),
         l.float.batch_size,
         l.float.runs,
@@ -619,7 +667,7 @@ pub fn latency_line(l: &LatencyPair) -> String {
         l.float.p90_ms,
         l.quantized.median_ms,
         l.quantized.p90_ms,
-        l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
+        l.verdict()
     ) + &l
         .noise_note()
         .map(|n| format!(" ({n})"))
@@ -657,5 +705,26 @@ mod tests {
         let note = busy.noise_note().unwrap();
         assert!(note.contains("4.0×"), "{note}");
         assert!(latency_line(&busy).ends_with(&format!("({note})")));
+        assert_eq!(busy.verdict(), SpeedVerdict::Noisy(2.0));
+    }
+
+    #[test]
+    fn a_speed_up_is_called_one_only_when_the_runs_do_not_overlap() {
+        let pair = |f: (f64, f64), q: (f64, f64)| LatencyPair {
+            float: latency(f.0, f.1),
+            quantized: latency(q.0, q.1),
+        };
+        let faster = pair((1.0, 1.1), (0.5, 0.6));
+        assert_eq!(faster.verdict(), SpeedVerdict::Faster(2.0));
+        assert!(latency_line(&faster).contains(", speed-up 2.00×"));
+        let slower = pair((1.0, 1.1), (2.0, 2.2));
+        assert_eq!(slower.verdict(), SpeedVerdict::Slower(0.5));
+        assert!(!latency_line(&slower).contains("speed-up"));
+        // 5 % apart with runs spreading 20 %: no claim either way.
+        let close = pair((1.0, 1.2), (0.95, 1.1));
+        assert!(
+            matches!(close.verdict(), SpeedVerdict::Unclear(r) if (r - 1.0 / 0.95).abs() < 1e-12)
+        );
+        assert!(close.verdict().to_string().contains("no clear difference"));
     }
 }

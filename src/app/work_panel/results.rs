@@ -13,6 +13,7 @@ use crate::app::work::heat;
 use crate::eval::OutputKind;
 use crate::eval::reference::OutputPair;
 use crate::eval::task::TaskOptions;
+use crate::report::SpeedVerdict;
 use crate::workflow::compare::{Comparison, TENSOR_SAMPLES};
 
 pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
@@ -275,12 +276,19 @@ fn latency(ui: &mut Ui, comparison: &Comparison) {
     };
     ui.add_space(4.0);
     ui.label(RichText::new("Latency (median of 10 runs)").strong());
-    ui.label(format!(
-        "float {:.2} ms · quantized {:.2} ms · speed-up {:.2}×",
-        l.float.median_ms,
-        l.quantized.median_ms,
-        l.float.median_ms / l.quantized.median_ms.max(f64::EPSILON)
-    ));
+    let verdict = l.verdict();
+    let line = format!(
+        "float {:.2} ms · quantized {:.2} ms · {verdict}",
+        l.float.median_ms, l.quantized.median_ms,
+    );
+    match verdict {
+        SpeedVerdict::Faster(_) | SpeedVerdict::Unclear(_) => {
+            ui.label(line);
+        }
+        SpeedVerdict::Slower(_) | SpeedVerdict::Noisy(_) => {
+            ui.colored_label(ui.visuals().warn_fg_color, line);
+        }
+    }
     ui.label(
         RichText::new(format!(
             "p90 {:.2} / {:.2} ms on {}, batch {}",
