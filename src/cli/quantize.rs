@@ -484,12 +484,7 @@ fn statistics_for(
     for note in &stats.info.notes {
         eprintln!("note: {note}");
     }
-    let held = if stats.info.histogram_bins == 0 {
-        " (extremes only: the recipe's ranges read no histogram)"
-    } else {
-        ""
-    };
-    eprintln!("{}{held}", calibrate::summary(&stats));
+    eprintln!("{}", calibrate::summary(&stats));
     super::common::print_range_choices(&stats);
     Ok(Some(stats))
 }

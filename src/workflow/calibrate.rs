@@ -318,11 +318,17 @@ pub fn check_bins(bins: usize) -> Result<(), WorkflowError> {
     }
 }
 
-/// One line on a finished calibration: tensors, samples, batches, times and providers.
+/// One line on a finished calibration: tensors, samples, batches, times and providers, and
+/// whether the statistics hold histograms (without them only MinMax ranges can be drawn).
 pub fn summary(stats: &CalibrationStats) -> String {
     let info = &stats.info;
+    let held = if info.histogram_bins == 0 {
+        "; extremes only, no histograms (MinMax ranges only)"
+    } else {
+        ""
+    };
     format!(
-        "calibrated {} tensors on {} samples in {} batches ({:.2} s: model {:.2} s, statistics {:.2} s; {} via ONNX Runtime {})",
+        "calibrated {} tensors on {} samples in {} batches ({:.2} s: model {:.2} s, statistics {:.2} s; {} via ONNX Runtime {}){held}",
         stats.tensors.len(),
         info.samples,
         info.batches,
