@@ -708,3 +708,36 @@ fn a_user_paints_nodes_by_precision_in_the_inspector() {
     assert!(recipe(&h).node_precision.is_empty());
     assert_eq!(state(&h, first), NodeState::Quantized);
 }
+
+/// A model folder opens the model it holds (its one `.onnx`, or the one `genai_config.json`
+/// names); a folder with none says what it holds, and the open model stays.
+#[test]
+fn a_model_folder_opens_its_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("exported");
+    std::fs::create_dir(&folder).unwrap();
+    let model = folder.join("model.onnx");
+    std::fs::write(&model, qdq_studio::sample::SAMPLE_MODEL).unwrap();
+    std::fs::write(folder.join("tokenizer.json"), "{}").unwrap();
+    let mut h = harness(studio());
+    open(&mut h, Source::File(folder.clone()));
+    assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
+    assert_eq!(
+        h.state().document().expect("the folder's model").source,
+        Source::File(model)
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    open(&mut h, Source::File(empty));
+    assert_eq!(h.state().notices().len(), 1, "{:?}", h.state().notices());
+    assert!(
+        h.state().notices()[0].detail.contains("no .onnx"),
+        "{:?}",
+        h.state().notices()
+    );
+    assert!(
+        h.state().document().is_some(),
+        "the model open before stays"
+    );
+}

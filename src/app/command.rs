@@ -23,6 +23,9 @@ pub enum SelectMode {
 pub enum Command {
     /// File ▸ Open…: the native dialog (or the path field when none is available).
     OpenDialog,
+    /// File ▸ Open model folder…: a folder holding a model (onnxruntime-genai's, named by its
+    /// `genai_config.json`, or one `.onnx` file), picked in the native dialog.
+    OpenFolderDialog,
     /// File ▸ Open path…: the path field.
     OpenPathPrompt,
     /// Open this model file.

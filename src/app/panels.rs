@@ -181,6 +181,13 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
 
 fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
     menu_item(ui, commands, "Open…", Command::OpenDialog, true);
+    menu_item(
+        ui,
+        commands,
+        "Open model folder…",
+        Command::OpenFolderDialog,
+        true,
+    );
     menu_item(ui, commands, "Open path…", Command::OpenPathPrompt, true);
     ui.menu_button("Recent", |ui| {
         if menu.recent.is_empty() {

@@ -15,6 +15,7 @@ use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
 use crate::recipe::{Recipe, Target};
+use crate::workflow::model_folder;
 
 /// How often the window polls a running job (it repaints only while one runs).
 const JOB_POLL: Duration = Duration::from_millis(50);
@@ -171,8 +172,16 @@ impl Studio {
         });
     }
 
-    /// Starts opening `source` as a job; the current model stays open until it succeeds.
+    /// Starts opening `source` as a job; the current model stays open until it succeeds. A
+    /// folder opens the model it holds ([`model_folder::resolve_model_path`]).
     pub fn open(&mut self, source: Source) {
+        let source = match source {
+            Source::File(path) if path.is_dir() => match model_folder::resolve_model_path(&path) {
+                Ok(model) => Source::File(model),
+                Err(e) => return self.open_failed(&path.display().to_string(), e),
+            },
+            other => other,
+        };
         let label = source.label();
         // The document (node states, every box's look) is built in the job too: on a
         // 50,000-node graph that is a noticeable stall the window should not take.
@@ -289,6 +298,7 @@ impl Studio {
     pub fn apply(&mut self, command: Command) {
         match command {
             Command::OpenDialog => self.open_dialog(),
+            Command::OpenFolderDialog => self.open_folder_dialog(),
             Command::OpenPathPrompt => self.ask_path(PathPurpose::OpenModel, None),
             Command::Open(path) => self.open_asking(Source::File(path)),
             Command::OpenSample => self.open_asking(Source::Sample),
@@ -400,6 +410,26 @@ impl Studio {
                 dialog = dialog.set_directory(folder);
             }
             dialog.pick_file()
+        });
+        if let Some(path) = picked {
+            self.open_asking(Source::File(path));
+        }
+    }
+
+    /// A model folder (onnxruntime-genai's, or one holding a single `.onnx`): its model is
+    /// opened, and a quantized model saved into another folder gets the folder's files.
+    fn open_folder_dialog(&mut self) {
+        let folder = self
+            .settings
+            .recent
+            .first()
+            .and_then(|p| p.parent().and_then(Path::parent).map(Path::to_path_buf));
+        let picked = self.native_dialog(PathPurpose::OpenModel, move || {
+            let mut dialog = rfd::FileDialog::new().set_title("Open a model folder");
+            if let Some(folder) = folder {
+                dialog = dialog.set_directory(folder);
+            }
+            dialog.pick_folder()
         });
         if let Some(path) = picked {
             self.open_asking(Source::File(path));
