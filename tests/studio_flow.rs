@@ -611,6 +611,11 @@ fn bad_data_is_shown_before_running_and_a_failed_save_loses_nothing() {
         h.state().document().unwrap().work.results.stats.is_some(),
         "the work is still there"
     );
+    assert!(
+        !h.state().status().ends_with('…'),
+        "the status bar no longer says it is saving: {}",
+        h.state().status()
+    );
     assert!(h.state().has_unsaved_work());
     h.get_by_label("Dismiss").click();
     h.run_steps(2);
@@ -1734,4 +1739,36 @@ fn the_target_follows_the_provider_until_chosen_and_tuning_for_speed_only_leaves
         "{status}"
     );
     h.get_by_label("Deploy to");
+}
+
+/// A task that fails (here calibration: ONNX Runtime cannot run the model) shows why, and the
+/// status bar stops saying it runs.
+#[test]
+fn a_failed_task_says_so_in_the_status_bar() {
+    use ndarray::ArrayD;
+    use qdq_studio::model::{DataType, ModelBuilder, SaveOptions, TensorArray};
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 4]);
+    b.initializer(
+        "shape",
+        TensorArray::Int64(ArrayD::from_shape_vec(vec![2], vec![3, 3]).unwrap()),
+    );
+    // Four values cannot take the shape [3, 3].
+    b.node("Reshape", &["x", "shape"], &["r"]).name("reshape");
+    b.node("Relu", &["r"], &["y"]).name("relu");
+    b.output("y", DataType::Float32, &[3, 3]);
+    let model = dir.path().join("bad_reshape.onnx");
+    b.build().save(&model, &SaveOptions::default()).unwrap();
+    let mut h = harness();
+    h.state_mut().open(Source::File(model));
+    settle(&mut h, "opening");
+    calibrate(&mut h);
+    assert_eq!(h.state().notices().len(), 1, "{:?}", h.state().notices());
+    assert!(
+        h.state().status().contains("failed") && !h.state().status().ends_with('…'),
+        "{}",
+        h.state().status()
+    );
+    assert!(h.state().document().unwrap().work.results.stats.is_none());
 }

@@ -653,6 +653,8 @@ impl Studio {
             }
             Err(TaskError::Failed(cause)) => {
                 self.exit.after_save = false;
+                // The status bar said the task was running; it must not go on saying so.
+                self.window.status = format!("{} failed; nothing was changed", kind.label());
                 self.fail(format!("{} failed", kind.label()), cause);
             }
         }
