@@ -510,10 +510,14 @@ fn select_gated_variants_run_from_cuts_score_as_they_do_run_whole() {
     variants_from_cuts_score_as_whole(Gating::Select);
 }
 
-fn variants_from_cuts_score_as_whole(gating: Gating) {
-    use qdq_studio::eval::reference::Reference;
-    use qdq_studio::eval::sensitivity::Evaluator;
-    use qdq_studio::eval::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
+/// The sample, its statistics, ONNX Runtime and the float model's outputs on the bundled
+/// evaluation data (8 a batch): what an [`Evaluator`] over the CPU EP borrows.
+fn sample_evaluation() -> (
+    Model,
+    CalibrationStats,
+    qdq_studio::runtime::Runtime,
+    qdq_studio::eval::reference::Reference,
+) {
     let (model, stats, _) = sample();
     let runtime = runtime();
     let mut source = DataSpec::Npz {
@@ -523,18 +527,25 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
         &model,
     )))
     .unwrap();
-    let ctx = JobContext::silent();
-    let eps = [EpSpec::Cpu];
-    let reference = Reference::capture(
+    let reference = qdq_studio::eval::reference::Reference::capture(
         &model,
         &mut *source,
         &runtime,
-        &eps,
+        &[EpSpec::Cpu],
         8,
         &Default::default(),
-        &ctx,
+        &JobContext::silent(),
     )
     .unwrap();
+    (model, stats, runtime, reference)
+}
+
+fn variants_from_cuts_score_as_whole(gating: Gating) {
+    use qdq_studio::eval::sensitivity::Evaluator;
+    use qdq_studio::eval::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
+    let (model, stats, runtime, reference) = sample_evaluation();
+    let ctx = JobContext::silent();
+    let eps = [EpSpec::Cpu];
     let eval = Evaluator {
         float: &model,
         stats: &stats,
@@ -583,30 +594,11 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
 /// ways of measuring: the studio's cancel used to throw away every variant already run.
 #[test]
 fn a_cancelled_scan_keeps_the_units_it_measured() {
-    use qdq_studio::eval::reference::Reference;
     use qdq_studio::eval::sensitivity::{Evaluator, Granularity, scan_units};
     use qdq_studio::eval::switched_scan::ScanMethod;
     use qdq_studio::jobs::CancelToken;
-    let (model, stats, _) = sample();
-    let runtime = runtime();
-    let mut source = DataSpec::Npz {
-        path: asset("eval.npz"),
-    }
-    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
-        &model,
-    )))
-    .unwrap();
+    let (model, stats, runtime, reference) = sample_evaluation();
     let eps = [EpSpec::Cpu];
-    let reference = Reference::capture(
-        &model,
-        &mut *source,
-        &runtime,
-        &eps,
-        8,
-        &Default::default(),
-        &JobContext::silent(),
-    )
-    .unwrap();
     let eval = Evaluator {
         float: &model,
         stats: &stats,
