@@ -868,6 +868,7 @@ fn save_request(doc: &Document, dialog: &SaveDialog) -> Result<SaveRequest, Fail
             "the report",
             dialog.companions.then_some(report_path.as_path()),
         )
+        .folder_outputs(&doc.model, &path)
         .check()
         .map_err(|e| ("The quantized model was not saved".to_owned(), e.chain()))?;
     let recipe = doc.editor.recipe().clone();

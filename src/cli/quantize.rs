@@ -668,6 +668,7 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
         .input_if("the statistics", args.calibration_cache_path.as_deref())
         .model_output("the quantized model", &output)
         .output_if("the recipe written", args.save_recipe.as_deref())
+        .folder_outputs(&model, &output)
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
     let stats = statistics_for(args, &model, &recipe, &runtime)?.map(Arc::new);

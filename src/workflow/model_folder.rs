@@ -60,17 +60,26 @@ impl ModelFolder {
         llm.then_some(ModelFolder { dir, files })
     }
 
+    /// Where [`Self::write_beside`] writes the companion files for `output`: none when
+    /// `output` is in this folder.
+    pub fn targets_beside(&self, output: &Path) -> Vec<PathBuf> {
+        let into = crate::util::folder_of(output);
+        if same_folder(into, &self.dir) {
+            return Vec::new();
+        }
+        self.files
+            .iter()
+            .filter_map(|source| Some(into.join(source.file_name()?)))
+            .collect()
+    }
+
     /// Writes the companion files beside `output` (a model written into another folder):
     /// `genai_config.json` with its decoder's file name set to `output`'s, the others copied
     /// as they are; each written atomically. Nothing when `output` is in this folder (its
     /// files are the input's, never written). Returns the files written.
     pub fn write_beside(&self, output: &Path) -> Result<Vec<PathBuf>, WorkflowError> {
         let into = crate::util::folder_of(output);
-        let same = |a: &Path, b: &Path| match (dunce::canonicalize(a), dunce::canonicalize(b)) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => a == b,
-        };
-        if same(into, &self.dir) {
+        if same_folder(into, &self.dir) {
             return Ok(Vec::new());
         }
         let file_name = output
@@ -93,6 +102,14 @@ impl ModelFolder {
             written.push(target);
         }
         Ok(written)
+    }
+}
+
+/// Whether two folders are one (compared canonically when both exist).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (dunce::canonicalize(a), dunce::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 

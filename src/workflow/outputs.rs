@@ -143,6 +143,24 @@ impl RunFiles {
             .output(&format!("{role}'s external data"), &data)
     }
 
+    /// The files of `model`'s folder (an LLM's configuration and tokenizer, see
+    /// [`super::model_folder`]) that saving it as `output` writes beside it: outputs too,
+    /// so that neither another output nor an input can be one of them.
+    pub fn folder_outputs(self, model: &Model, output: &Path) -> Self {
+        let Some(folder) = model
+            .path()
+            .and_then(super::model_folder::ModelFolder::of_model)
+        else {
+            return self;
+        };
+        folder
+            .targets_beside(output)
+            .iter()
+            .fold(self, |files, target| {
+                files.output("a file of the model's folder", target)
+            })
+    }
+
     /// An error when an output is one of the inputs, two outputs are one file, or an
     /// output's folder cannot be made: all found before any work starts. Missing output
     /// folders are created (as ModelOpt does), once nothing clashes: a file in a folder that
@@ -231,5 +249,50 @@ mod tests {
                 .contains("the quantized model's external data"),
             "{err}"
         );
+    }
+
+    /// The files a model folder's save writes beside the output are checked like every
+    /// output: another output over one of them is refused before any work.
+    #[test]
+    fn a_model_folders_files_written_beside_the_output_are_outputs_too() {
+        use crate::model::{DataType, ModelBuilder, SaveOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        std::fs::create_dir(&input).unwrap();
+        let path = input.join("model.onnx");
+        let mut b = ModelBuilder::new(17);
+        b.input("x", DataType::Float32, &[1]);
+        b.node("Relu", &["x"], &["y"]);
+        b.output("y", DataType::Float32, &[1]);
+        b.build().save(&path, &SaveOptions::default()).unwrap();
+        std::fs::write(input.join("genai_config.json"), b"{}").unwrap();
+        std::fs::write(input.join("tokenizer.json"), b"{}").unwrap();
+        let model = Model::load(&path).unwrap();
+        let out = dir.path().join("out");
+        let output = out.join("model.onnx");
+        let files = || RunFiles::new().model("the input model", &model);
+        files()
+            .model_output("the quantized model", &output)
+            .folder_outputs(&model, &output)
+            .check()
+            .unwrap();
+        let err = files()
+            .model_output("the quantized model", &output)
+            .output("the recipe written", &out.join("tokenizer.json"))
+            .folder_outputs(&model, &output)
+            .check()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("a file of the model's folder")
+                && err.to_string().contains("the recipe written"),
+            "{err}"
+        );
+        // Saved into its own folder, the folder's files are the input's and are not written.
+        files()
+            .model_output("the quantized model", &input.join("model.qdq.onnx"))
+            .output("the recipe written", &input.join("model.recipe.toml"))
+            .folder_outputs(&model, &input.join("model.qdq.onnx"))
+            .check()
+            .unwrap();
     }
 }
