@@ -512,56 +512,76 @@ fn select_gated_variants_run_from_cuts_score_as_they_do_run_whole() {
 
 /// The sample, its statistics, ONNX Runtime and the float model's outputs on the bundled
 /// evaluation data (8 a batch): what an [`Evaluator`] over the CPU EP borrows.
-fn sample_evaluation() -> (
-    Model,
-    CalibrationStats,
-    qdq_studio::runtime::Runtime,
-    qdq_studio::eval::reference::Reference,
-) {
-    let (model, stats, _) = sample();
-    let runtime = runtime();
-    let mut source = DataSpec::Npz {
-        path: asset("eval.npz"),
+struct SampleEvaluation {
+    model: Model,
+    stats: CalibrationStats,
+    runtime: qdq_studio::runtime::Runtime,
+    reference: qdq_studio::eval::reference::Reference,
+    eps: [EpSpec; 1],
+}
+
+impl SampleEvaluation {
+    fn new() -> Self {
+        let (model, stats, _) = sample();
+        let runtime = runtime();
+        let mut source = DataSpec::Npz {
+            path: asset("eval.npz"),
+        }
+        .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
+            &model,
+        )))
+        .unwrap();
+        let eps = [EpSpec::Cpu];
+        let reference = qdq_studio::eval::reference::Reference::capture(
+            &model,
+            &mut *source,
+            &runtime,
+            &eps,
+            8,
+            &Default::default(),
+            &JobContext::silent(),
+        )
+        .unwrap();
+        SampleEvaluation {
+            model,
+            stats,
+            runtime,
+            reference,
+            eps,
+        }
     }
-    .open(&qdq_studio::calib::data::model_inputs(&Graph::build(
-        &model,
-    )))
-    .unwrap();
-    let reference = qdq_studio::eval::reference::Reference::capture(
-        &model,
-        &mut *source,
-        &runtime,
-        &[EpSpec::Cpu],
-        8,
-        &Default::default(),
-        &JobContext::silent(),
-    )
-    .unwrap();
-    (model, stats, runtime, reference)
+
+    fn evaluator(&self) -> qdq_studio::eval::sensitivity::Evaluator<'_> {
+        qdq_studio::eval::sensitivity::Evaluator {
+            float: &self.model,
+            stats: &self.stats,
+            reference: &self.reference,
+            runtime: &self.runtime,
+            eps: &self.eps,
+        }
+    }
+
+    /// The nodes `recipe` quantizes in the sample.
+    fn quantized_nodes(&self, recipe: &Recipe) -> Vec<String> {
+        quant::quantize(&self.model, Some(&self.stats), recipe)
+            .unwrap()
+            .quantized_nodes
+    }
 }
 
 fn variants_from_cuts_score_as_whole(gating: Gating) {
-    use qdq_studio::eval::sensitivity::Evaluator;
     use qdq_studio::eval::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
-    let (model, stats, runtime, reference) = sample_evaluation();
+    let sample = SampleEvaluation::new();
+    let (model, stats) = (&sample.model, &sample.stats);
     let ctx = JobContext::silent();
-    let eps = [EpSpec::Cpu];
-    let eval = Evaluator {
-        float: &model,
-        stats: &stats,
-        reference: &reference,
-        runtime: &runtime,
-        eps: &eps,
-    };
+    let eval = sample.evaluator();
     let recipe = Recipe::default();
-    let nodes = quant::quantize(&model, Some(&stats), &recipe)
-        .unwrap()
-        .quantized_nodes;
+    let nodes = sample.quantized_nodes(&recipe);
     // As a scan builds them, for nodes spread from the first to the last: enough that a
     // cut's variants of one base fill more than one suffix (eight of them each).
     let spread: Vec<&String> = nodes.iter().step_by((nodes.len() / 40).max(1)).collect();
     let variants = scan_variants(&recipe, &spread);
-    let switchable = Switchable::build(&model, &stats, &variants, gating, &ctx).unwrap();
+    let switchable = Switchable::build(model, stats, &variants, gating, &ctx).unwrap();
     let scores = |cuts: Cuts| {
         let mut runs = GatedRuns::open(&eval, &switchable, true).unwrap();
         runs.set_cuts(cuts);
@@ -594,22 +614,13 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
 /// ways of measuring: the studio's cancel used to throw away every variant already run.
 #[test]
 fn a_cancelled_scan_keeps_the_units_it_measured() {
-    use qdq_studio::eval::sensitivity::{Evaluator, Granularity, scan_units};
+    use qdq_studio::eval::sensitivity::{Granularity, scan_units};
     use qdq_studio::eval::switched_scan::ScanMethod;
     use qdq_studio::jobs::CancelToken;
-    let (model, stats, runtime, reference) = sample_evaluation();
-    let eps = [EpSpec::Cpu];
-    let eval = Evaluator {
-        float: &model,
-        stats: &stats,
-        reference: &reference,
-        runtime: &runtime,
-        eps: &eps,
-    };
+    let sample = SampleEvaluation::new();
+    let eval = sample.evaluator();
     let recipe = Recipe::default();
-    let nodes = quant::quantize(&model, Some(&stats), &recipe)
-        .unwrap()
-        .quantized_nodes;
+    let nodes = sample.quantized_nodes(&recipe);
     let units: Vec<String> = nodes.iter().step_by(4).take(10).cloned().collect();
     for method in [ScanMethod::Exact, ScanMethod::Switchable] {
         // Cancelled once the scan reports its fourth measured model.

@@ -176,11 +176,11 @@ impl Studio {
     /// folder opens the model it holds ([`model_folder::resolve_model_path`]).
     pub fn open(&mut self, source: Source) {
         let source = match source {
-            Source::File(path) if path.is_dir() => match model_folder::resolve_model_path(&path) {
+            Source::File(path) => match model_folder::resolve_model_path(&path) {
                 Ok(model) => Source::File(model),
                 Err(e) => return self.open_failed(&path.display().to_string(), e),
             },
-            other => other,
+            Source::Sample => Source::Sample,
         };
         let label = source.label();
         // The document (node states, every box's look) is built in the job too: on a

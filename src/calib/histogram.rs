@@ -118,7 +118,7 @@ impl Histogram {
         // Exactly n/2 (t * n/2t rounds to just under it for some t, which put every zero, e.g.
         // a Relu's, in the bin left of zero and made [0, max] look like it clips them).
         let offset = n as f32 / 2.0;
-        let bin = |v: f32| (v * per_unit + offset).max(0.0).min(last) as usize;
+        let scale = (per_unit, offset, last);
         let mut local = vec![0u32; 4 * n];
         let flush = |local: &mut Vec<u32>, counts: &mut Vec<u64>| {
             for lane in local.chunks_exact_mut(n) {
@@ -130,10 +130,10 @@ impl Histogram {
         // u32 lanes: flush before any could overflow.
         for block in values.chunks(1 << 30) {
             if all_finite {
-                count_bins(block, (per_unit, offset, last), n, &mut local);
+                count_bins(block, scale, n, &mut local);
             } else {
                 for &v in block.iter().filter(|v| v.is_finite()) {
-                    local[bin(v)] += 1;
+                    local[streaming_bin(v, scale) as usize] += 1;
                 }
             }
             flush(&mut local, &mut self.counts);
@@ -212,26 +212,25 @@ impl Histogram {
     }
 }
 
+/// The streaming histogram's bin of a finite `v`: `floor(v * per_unit + offset)` clamped to
+/// `[0, last]`, in f32 (compare-and-select, so that a loop of them vectorises).
+fn streaming_bin(v: f32, (per_unit, offset, last): (f32, f32, f32)) -> u32 {
+    let b = v * per_unit + offset;
+    let b = if b < 0.0 { 0.0 } else { b };
+    (if b > last { last } else { b }) as u32
+}
+
 /// Counts finite `values` into `lanes` (four interleaved count arrays of `n` bins, so runs of
-/// equal values, such as the zeros after a Relu, do not serialise on one counter), the bin of
-/// v being `floor(v * per_unit + offset)` clamped to `[0, last]`. The bins of 64 values are
+/// equal values, such as the zeros after a Relu, do not serialise on one counter), each in
+/// its [`streaming_bin`] under `scale`. The bins of 64 values are
 /// computed first in a loop the compiler vectorises, then counted: 25 % faster than binning
 /// and counting each value in turn (timed on 50 M values, 2.6 → 1.9 ns a
 /// value), with the same counts.
-fn count_bins(
-    values: &[f32],
-    (per_unit, offset, last): (f32, f32, f32),
-    n: usize,
-    lanes: &mut [u32],
-) {
+fn count_bins(values: &[f32], scale: (f32, f32, f32), n: usize, lanes: &mut [u32]) {
     let (l0, rest) = lanes.split_at_mut(n);
     let (l1, rest) = rest.split_at_mut(n);
     let (l2, l3) = rest.split_at_mut(n);
-    let bin = |v: f32| {
-        let b = v * per_unit + offset;
-        let b = if b < 0.0 { 0.0 } else { b };
-        (if b > last { last } else { b }) as u32
-    };
+    let bin = |v: f32| streaming_bin(v, scale);
     let mut bins = [0u32; 64];
     let chunks = values.chunks_exact(bins.len());
     let tail = chunks.remainder();

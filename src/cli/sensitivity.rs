@@ -213,11 +213,7 @@ fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
     );
     bar.finish_and_clear();
     let scanned = scanned?;
-    print_scan(
-        &scanned.sensitivity,
-        args.by_op_type,
-        started.elapsed().as_secs_f64(),
-    );
+    print_scan(&scanned.sensitivity, started.elapsed().as_secs_f64());
     let mut fixed_json = serde_json::Value::Null;
     if let Some(target) = target(args) {
         let (bar, ctx) = super::common::progress("{spinner} {msg} {pos}/{len} tries", true);
@@ -259,19 +255,19 @@ fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
 }
 
 /// The scan's headline and its 20 most harmful units.
-fn print_scan(result: &Sensitivity, by_op_type: bool, seconds: f64) {
+fn print_scan(result: &Sensitivity, seconds: f64) {
+    let unit = result.granularity.unit_name();
     println!(
-        "baseline output SQNR {:.2} dB; {} {} scanned in {:.1} s ({} in parallel)",
+        "baseline output SQNR {:.2} dB; {} {unit}s scanned in {:.1} s ({} in parallel)",
         result.baseline_db,
         result.nodes.len(),
-        if by_op_type { "op types" } else { "nodes" },
         seconds,
         result.workers
     );
     println!("measured on {}", result.method_note());
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
-        if by_op_type { "op type" } else { "node" },
+        unit,
         "SQNR with it in float",
         "SQNR with only it quantized",
     ]);

@@ -20,7 +20,6 @@ use ort::session::Session;
 use serde::Serialize;
 
 use super::EvalError;
-use super::tensors::sqnr;
 use crate::model::builder::value_info;
 use crate::model::infer::elem_types;
 use crate::model::pinned::pin_sample_shapes;
@@ -29,6 +28,7 @@ use crate::model::{DataType, Graph, Model, NodeId, SessionModel, TensorKind};
 use crate::quant::cpu_session_options;
 use crate::quant::rescaled::ChannelFactors;
 use crate::runtime::{EpSpec, Runtime, RuntimeError};
+use crate::util::sqnr_db;
 
 /// The suffix of every name the local model adds.
 const SUFFIX: &str = "__qdq_studio_local";
@@ -787,7 +787,7 @@ impl LocalSums {
             .filter(|(_, s)| s[0] > 0.0 || s[1] > 0.0)
             .map(|(tensor, s)| LocalError {
                 tensor,
-                sqnr_db: sqnr(s[0], s[1]),
+                sqnr_db: sqnr_db(s[0], s[1]),
             })
             .collect();
         super::tensors::in_graph_order(&mut errors, order, |e| &e.tensor);

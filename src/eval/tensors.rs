@@ -29,6 +29,7 @@ use crate::model::{Graph, Model, Node, NodeId};
 use crate::quant::rescaled::{ChannelFactors, factors_in, rescaled_in};
 use crate::runtime::value::owned_inputs;
 use crate::runtime::{EpSpec, Runtime};
+use crate::util::sqnr_db;
 
 /// Errors of one activation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -275,11 +276,6 @@ fn representable_range(model: &Model, q: &crate::model::Node) -> Option<(f32, f3
     };
     let (qmin, qmax) = dtype.quantized_range()?;
     Some(((qmin as f32 - zp) * s, (qmax as f32 - zp) * s, qmax - qmin))
-}
-
-/// SQNR in dB from the summed squares of signal and noise.
-pub(super) fn sqnr(signal2: f64, noise2: f64) -> f64 {
-    crate::util::sqnr_db(signal2, noise2)
 }
 
 /// Finds the activation Q/DQ pairs of a QDQ model and the float tensors they stand for.
@@ -1017,8 +1013,8 @@ impl Sums<'_> {
             .zip(histograms)
             .map(|((p, s), h)| ActivationError {
                 tensor: p.float.clone(),
-                qdq_sqnr_db: sqnr(s[0], s[1]),
-                xmodel_sqnr_db: sqnr(s[2], s[3]),
+                qdq_sqnr_db: sqnr_db(s[0], s[1]),
+                xmodel_sqnr_db: sqnr_db(s[2], s[3]),
                 range: p.range,
                 clipped: (s[5] > 0.0).then(|| s[4] / s[5]),
                 histogram: (h.total() > 0).then_some(h),
@@ -1033,7 +1029,7 @@ impl Sums<'_> {
                 node: node.clone(),
                 tensor: tensor.clone(),
                 weight: weight.clone(),
-                sqnr_db: sqnr(s[0], s[1]),
+                sqnr_db: sqnr_db(s[0], s[1]),
             })
             .collect();
         layers.sort_by_key(|l| order.get(l.tensor.as_str()).copied().unwrap_or(0));

@@ -17,10 +17,10 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use super::EvalError;
-use super::tensors::sqnr;
 use crate::model::{DataType, Graph, Model, Node};
 use crate::quant::rescaled::ChannelFactors;
 use crate::recipe::Preprocessing;
+use crate::util::sqnr_db;
 
 /// A fitted rescaling counts when it raises the SQNR by more than this (dB). Fitting
 /// `rows + cols` factors to plain quantization noise takes out about that share of its
@@ -553,7 +553,7 @@ fn compare(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> (f64, bool) {
         .zip(dequantized.iter())
         .map(|(&a, &b)| f64::from(a - b).powi(2))
         .sum();
-    let plain = sqnr(signal, noise);
+    let plain = sqnr_db(signal, noise);
     let (rows, cols) = match reference.shape() {
         &[rows, cols] => (rows, cols),
         _ => return (plain, false),
@@ -561,7 +561,7 @@ fn compare(reference: &ArrayD<f32>, dequantized: &ArrayD<f32>) -> (f64, bool) {
     if rows * cols < VALUES_PER_FACTOR * (rows + cols) {
         return (plain, false);
     }
-    match rescaled_noise(reference, dequantized).map(|n| sqnr(signal, n)) {
+    match rescaled_noise(reference, dequantized).map(|n| sqnr_db(signal, n)) {
         Some(fitted) if fitted > plain + RESCALE_GAIN_DB => (fitted, true),
         _ => (plain, false),
     }

@@ -63,13 +63,9 @@ impl ModelFolder {
     /// Where [`Self::write_beside`] writes the companion files for `output`: none when
     /// `output` is in this folder.
     pub fn targets_beside(&self, output: &Path) -> Vec<PathBuf> {
-        let into = crate::util::folder_of(output);
-        if same_folder(into, &self.dir) {
-            return Vec::new();
-        }
-        self.files
-            .iter()
-            .filter_map(|source| Some(into.join(source.file_name()?)))
+        self.copies(output)
+            .into_iter()
+            .map(|(_, target)| target)
             .collect()
     }
 
@@ -78,22 +74,14 @@ impl ModelFolder {
     /// as they are; each written atomically. Nothing when `output` is in this folder (its
     /// files are the input's, never written). Returns the files written.
     pub fn write_beside(&self, output: &Path) -> Result<Vec<PathBuf>, WorkflowError> {
-        let into = crate::util::folder_of(output);
-        if same_folder(into, &self.dir) {
-            return Ok(Vec::new());
-        }
         let file_name = output
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let mut written = Vec::new();
-        for source in &self.files {
-            let Some(name) = source.file_name() else {
-                continue;
-            };
-            let target = into.join(name);
+        for (source, target) in self.copies(output) {
             let bytes = crate::util::read_regular(source).map_err(|e| copy_error(source, &e))?;
-            let bytes = if name == GENAI_CONFIG {
+            let bytes = if source.ends_with(GENAI_CONFIG) {
                 renamed_decoder(&bytes, &file_name).map_err(|reason| copy_error(source, &reason))?
             } else {
                 bytes
@@ -102,6 +90,19 @@ impl ModelFolder {
             written.push(target);
         }
         Ok(written)
+    }
+
+    /// Each companion file and where it goes beside `output`; none when `output` is in this
+    /// folder (its files are the input's).
+    fn copies(&self, output: &Path) -> Vec<(&Path, PathBuf)> {
+        let into = crate::util::folder_of(output);
+        if same_folder(into, &self.dir) {
+            return Vec::new();
+        }
+        self.files
+            .iter()
+            .filter_map(|source| Some((source.as_path(), into.join(source.file_name()?))))
+            .collect()
     }
 }
 
