@@ -14,6 +14,7 @@ use crate::calib::range::{Range, RangeMethod};
 use crate::model::{DataType, Graph};
 
 pub mod node_precision;
+mod summary;
 pub mod target;
 
 pub use node_precision::NodePrecision;

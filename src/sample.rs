@@ -19,27 +19,39 @@ pub const SAMPLE_STEM: &str = "ppocr_cls";
 /// The sample's calibration data (32 text-line crops, `.npz` keyed by the input name).
 pub const SAMPLE_CALIBRATION: &[u8] = include_bytes!("../assets/sample/calib.npz");
 
-/// The sample's evaluation data (16 other crops).
+/// The sample's evaluation data (16 other crops, with their `labels`: 0 upright, 1 upside
+/// down).
 pub const SAMPLE_EVALUATION: &[u8] = include_bytes!("../assets/sample/eval.npz");
 
-/// The sample's data files on disk: `(calibration, evaluation)` under `folder`, written there
-/// (atomically) the first time and whenever they differ from the embedded copies. The data
-/// sources read files, and a packaged build has no checkout to read them from.
-pub fn sample_data_files(folder: &Path) -> std::io::Result<(PathBuf, PathBuf)> {
+/// The sample's files on disk: the float model and its data, as the data sources and the
+/// float-model choice read files and a packaged build has no checkout to read them from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleFiles {
+    /// The float model (`ppocr_cls.onnx`).
+    pub model: PathBuf,
+    /// The calibration data.
+    pub calibration: PathBuf,
+    /// The labelled evaluation data.
+    pub evaluation: PathBuf,
+}
+
+/// Writes the sample's files under `folder` (atomically) the first time and whenever they
+/// differ from the embedded copies, and says where they are.
+pub fn sample_files(folder: &Path) -> std::io::Result<SampleFiles> {
     std::fs::create_dir_all(folder)?;
-    let mut paths = Vec::new();
-    for (name, bytes) in [
-        ("ppocr_cls.calib.npz", SAMPLE_CALIBRATION),
-        ("ppocr_cls.eval.npz", SAMPLE_EVALUATION),
-    ] {
+    let write = |name: &str, bytes: &[u8]| -> std::io::Result<PathBuf> {
         let path = folder.join(name);
         let current = std::fs::metadata(&path).map(|m| m.len()).ok();
         if current != Some(bytes.len() as u64) || std::fs::read(&path)? != bytes {
             crate::atomic::write(&path, bytes)?;
         }
-        paths.push(path);
-    }
-    Ok((paths[0].clone(), paths[1].clone()))
+        Ok(path)
+    };
+    Ok(SampleFiles {
+        model: write("ppocr_cls.onnx", SAMPLE_MODEL)?,
+        calibration: write("ppocr_cls.calib.npz", SAMPLE_CALIBRATION)?,
+        evaluation: write("ppocr_cls.eval.npz", SAMPLE_EVALUATION)?,
+    })
 }
 
 /// Decodes the bundled sample.
@@ -66,13 +78,18 @@ mod tests {
     }
 
     #[test]
-    fn the_sample_data_is_written_once_and_repaired_when_damaged() {
+    fn the_sample_files_are_written_once_and_repaired_when_damaged() {
         let dir = tempfile::tempdir().unwrap();
-        let (calib, eval) = sample_data_files(dir.path()).unwrap();
-        assert_eq!(std::fs::read(&calib).unwrap(), SAMPLE_CALIBRATION);
-        assert_eq!(std::fs::read(&eval).unwrap(), SAMPLE_EVALUATION);
-        std::fs::write(&eval, b"damaged").unwrap();
-        sample_data_files(dir.path()).unwrap();
-        assert_eq!(std::fs::read(&eval).unwrap(), SAMPLE_EVALUATION);
+        let files = sample_files(dir.path()).unwrap();
+        assert_eq!(std::fs::read(&files.model).unwrap(), SAMPLE_MODEL);
+        assert_eq!(
+            std::fs::read(&files.calibration).unwrap(),
+            SAMPLE_CALIBRATION
+        );
+        assert_eq!(std::fs::read(&files.evaluation).unwrap(), SAMPLE_EVALUATION);
+        std::fs::write(&files.evaluation, b"damaged").unwrap();
+        assert_eq!(sample_files(dir.path()).unwrap(), files);
+        assert_eq!(std::fs::read(&files.evaluation).unwrap(), SAMPLE_EVALUATION);
+        crate::model::Model::load(&files.model).unwrap();
     }
 }

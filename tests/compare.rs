@@ -216,6 +216,26 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
         page.contains(&format!("worst: {worst}")),
         "the worst tensor is named on the chart"
     );
+    // A verdict first, on the evidence the data allow: the sample's labels.
+    let verdict = page
+        .split("<p class=\"verdict\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .expect("a verdict");
+    assert!(
+        page.find("class=\"verdict\"") < page.find("<h2>"),
+        "the verdict comes first"
+    );
+    assert!(
+        verdict.starts_with("keeps the float model&#39;s top-1 accuracy"),
+        "{verdict}"
+    );
+    assert!(verdict.ends_with("eval.npz"), "{verdict}");
+    // How the model was made, from the recipe it carries.
+    assert!(page.contains("<h2>How the QDQ model was made</h2>"));
+    assert!(page.contains("<dt>target</dt><dd>cpu</dd>"), "the target");
+    // The outputs table holds only columns with figures: a classifier has no mask IoU.
+    assert!(page.contains("top-1 agreement") && !page.contains("mask IoU"));
     // The speed, called a speed-up only when the runs allow it.
     assert!(
         page.contains("Latency")
@@ -1037,7 +1057,8 @@ fn auto_exclude_takes_an_accuracy_target_against_the_labels() {
         text.contains("target accuracy 90.0% reached"),
         "the float model's own classes are read right: {text}"
     );
-    let (ok, text) = common::run_text(&mut scan(&asset("eval.npz")));
+    // The calibration set carries no labels (the evaluation set does).
+    let (ok, text) = common::run_text(&mut scan(&asset("calib.npz")));
     assert!(!ok);
     assert!(text.contains("an accuracy target needs 'labels'"), "{text}");
 }

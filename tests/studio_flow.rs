@@ -1400,6 +1400,12 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     replace_text(&mut h, "Path", &float.display().to_string());
     no_notices(&h);
     assert!(h.query_by_label(&float.display().to_string()).is_some());
+    // Random data (all this model has) are used once chosen on purpose.
+    quantize_and_compare(&mut h, "a comparison on unchosen random data");
+    assert_eq!(h.state().notices()[0].title, "Choose the evaluation data");
+    h.state_mut().dismiss(0);
+    press(&mut h, "Data");
+    press(&mut h, "Compare on random data");
     quantize_and_compare(&mut h, "comparing with the float model");
     no_notices(&h);
     let doc = h.state().document().unwrap();
@@ -1771,4 +1777,115 @@ fn a_failed_task_says_so_in_the_status_bar() {
         h.state().status()
     );
     assert!(h.state().document().unwrap().work.results.stats.is_none());
+}
+
+/// Saves the open model's QDQ model to `out` through the save dialog.
+fn save_model(h: &mut Harness<'_, Studio>, out: &Path) {
+    h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::S);
+    h.run_steps(2);
+    replace_text(h, "Save to", &out.display().to_string());
+    press(h, "Save");
+    settle(h, "saving");
+    no_notices(h);
+}
+
+/// The comparison on screen.
+fn comparison(h: &Harness<'_, Studio>) -> qdq_studio::workflow::compare::Comparison {
+    h.state()
+        .document()
+        .unwrap()
+        .work
+        .results
+        .comparison
+        .clone()
+        .expect("a comparison")
+}
+
+#[test]
+fn a_saved_qdq_model_reopens_with_its_float_model_and_data_and_compares_as_the_cli_does() {
+    use qdq_studio::app::work::data::DataKind;
+    use qdq_studio::calib::data::DataSpec;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cls.qdq.onnx");
+    let mut h = harness();
+    open_calibrate_compare(&mut h, Source::Sample, None);
+    let first = comparison(&h);
+    save_model(&mut h, &out);
+
+    // Reopened: the float model it was made from (the sample's, written beside its data)
+    // and the data it was measured on come back with it.
+    h.state_mut().open(Source::File(out.clone()));
+    settle(&mut h, "opening the QDQ model");
+    h.run_steps(3);
+    no_notices(&h);
+    let (float, eval) = {
+        let doc = h.state().document().unwrap();
+        assert!(doc.is_quantized());
+        let float = doc
+            .work
+            .float_model
+            .as_ref()
+            .expect("the float model follows");
+        let eval = doc.work.settings.evaluation_choice().clone();
+        assert_eq!(eval.kind, DataKind::File);
+        (float.path.clone(), std::path::PathBuf::from(eval.path))
+    };
+    assert_eq!(
+        std::fs::read(&float).unwrap(),
+        qdq_studio::sample::SAMPLE_MODEL,
+        "the sample's float model is on disk"
+    );
+    quantize_and_compare(&mut h, "comparing the reopened model");
+    no_notices(&h);
+    let second = comparison(&h);
+    assert_eq!(second.reference.data, DataSpec::Npz { path: eval.clone() });
+    assert_eq!(second.reference.data, first.reference.data, "the same data");
+    let measured_on = second.measured_on();
+    assert!(
+        measured_on.starts_with(&format!("16 sample(s) of {}", eval.display())),
+        "{measured_on}"
+    );
+    assert!(h.query_by_label_contains(&measured_on).is_some());
+    // The labels travel in the sample's evaluation file: accuracy is scored.
+    let (a, b) = (&first.outputs[0], &second.outputs[0]);
+    assert_eq!(b.task.len(), 1, "accuracy against the sample's labels");
+    assert!(
+        (a.sqnr_db - b.sqnr_db).abs() < 1e-6,
+        "{} {}",
+        a.sqnr_db,
+        b.sqnr_db
+    );
+    // The CLI's figures on the same files.
+    let cli = common::compared_output(&float, &out, &eval, &b.name);
+    assert!(
+        (cli["sqnr_db"].as_f64().unwrap() - b.sqnr_db).abs() < 1e-6,
+        "{cli}"
+    );
+    assert_eq!(cli["top1_agreement"].as_f64(), b.top1_agreement);
+    assert_eq!(
+        cli["task"][0]["quantized"].as_f64(),
+        Some(b.task[0].quantized)
+    );
+
+    // Opened afresh (nothing remembered), with its float model chosen: the comparison
+    // refuses the random data it starts with until they are chosen on purpose.
+    let mut h = harness();
+    h.state_mut().open(Source::File(out.clone()));
+    settle(&mut h, "opening afresh");
+    h.state_mut()
+        .push(qdq_studio::app::command::Command::SetFloatModel(float));
+    h.run_steps(2);
+    quantize_and_compare(&mut h, "a refused comparison");
+    assert_eq!(h.state().notices().len(), 1);
+    assert_eq!(h.state().notices()[0].title, "Choose the evaluation data");
+    h.state_mut().dismiss(0);
+    press(&mut h, "Data");
+    press(&mut h, "Compare on random data");
+    quantize_and_compare(&mut h, "comparing on random data");
+    no_notices(&h);
+    assert!(comparison(&h).on_random_data());
+    assert!(
+        h.query_by_label_contains("Random data: these figures say")
+            .is_some()
+    );
 }

@@ -9,8 +9,8 @@ height 48 keeping the aspect ratio, width at most 192, pad right with zeros, sca
 
 Outputs (ModelOpt's convention: a dict keyed by the model's input name, samples on axis 0):
   calib.npz       {"x": [32, 3, 48, 192]}
-  eval.npz        {"x": [16, 3, 48, 192]}
-  eval_labels.npy [16] int64, 0 = upright, 1 = rotated 180 degrees
+  eval.npz        {"x": [16, 3, 48, 192], "labels": [16] int64}
+  eval_labels.npy [16] int64, 0 = upright, 1 = rotated 180 degrees (the same labels alone)
 
 Run: python assets/sample/make_sample_data.py   (needs numpy and pillow; deterministic)
 """
@@ -69,7 +69,7 @@ def main():
     calib, _ = make(rng, 32)
     evaluation, labels = make(rng, 16)
     np.savez_compressed(here / "calib.npz", x=calib)
-    np.savez_compressed(here / "eval.npz", x=evaluation)
+    np.savez_compressed(here / "eval.npz", x=evaluation, labels=labels)
     np.save(here / "eval_labels.npy", labels)
     print("calib", calib.shape, "eval", evaluation.shape)
 

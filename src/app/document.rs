@@ -268,7 +268,8 @@ impl Document {
             &flagged,
         );
         let neighbours = layout::neighbours(&loaded.layout);
-        let work = Work::new(&loaded.graph, sample_data(&loaded.source));
+        let data = sample_files(&loaded.source).map(|f| (f.calibration, f.evaluation));
+        let work = Work::new(&loaded.graph, data);
         let mut doc = Document {
             source: loaded.source,
             model: loaded.model,
@@ -534,18 +535,18 @@ impl Document {
     }
 }
 
-/// The bundled sample's calibration and evaluation files, written to the cache on first use;
-/// `None` for other models (and when the cache cannot be written: random data then).
-fn sample_data(source: &Source) -> Option<(PathBuf, PathBuf)> {
+/// The bundled sample's files (its float model and data), written to the cache on first
+/// use; `None` for other models (and when the cache cannot be written: random data then).
+pub(crate) fn sample_files(source: &Source) -> Option<crate::sample::SampleFiles> {
     if *source != Source::Sample {
         return None;
     }
     let folder = crate::runtime::default_cache_dir().ok()?.join("sample");
-    match crate::sample::sample_data_files(&folder) {
+    match crate::sample::sample_files(&folder) {
         Ok(files) => Some(files),
         Err(e) => {
             tracing::warn!(
-                "the sample's data could not be written to {}: {e}",
+                "the sample's files could not be written to {}: {e}",
                 folder.display()
             );
             None

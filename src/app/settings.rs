@@ -20,8 +20,11 @@ pub struct Settings {
     pub recent: Vec<PathBuf>,
     /// Light, dark or following the system.
     pub theme: egui::ThemePreference,
-    /// The data each recent model was last run on.
+    /// The data each recent (or recently saved) model was last run on.
     pub data: BTreeMap<PathBuf, ModelData>,
+    /// QDQ models saved from the studio, newest first: their data (the data they were made
+    /// and measured with, and their float model) is kept until they are opened.
+    pub saved: Vec<PathBuf>,
 }
 
 /// The data a model was last calibrated and evaluated on.
@@ -33,6 +36,10 @@ pub struct ModelData {
     pub evaluation: DataChoice,
     /// Evaluated on the calibration data.
     pub evaluate_on_calibration: bool,
+    /// For a QDQ model saved from the studio: the float model it was made from (its
+    /// comparisons measure against it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub float_model: Option<PathBuf>,
 }
 
 impl Default for Settings {
@@ -41,6 +48,7 @@ impl Default for Settings {
             recent: Vec::new(),
             theme: egui::ThemePreference::System,
             data: BTreeMap::new(),
+            saved: Vec::new(),
         }
     }
 }
@@ -60,12 +68,24 @@ impl Settings {
         self.data.remove(path);
     }
 
-    /// Remembers the data `model` was run on; only recent models' data is kept.
+    /// Remembers the data `model` was run on; only recent and recently saved models' data
+    /// is kept.
     pub fn remember_data(&mut self, model: &Path, data: ModelData) {
         let model = std::path::absolute(model).unwrap_or_else(|_| model.to_path_buf());
         self.data.insert(model, data);
-        let recent = &self.recent;
-        self.data.retain(|path, _| recent.contains(path));
+        let (recent, saved) = (&self.recent, &self.saved);
+        self.data
+            .retain(|path, _| recent.contains(path) || saved.contains(path));
+    }
+
+    /// Remembers what a QDQ model saved from the studio was made and measured with, so that
+    /// opening it later compares it on the same data against the same float model.
+    pub fn remember_saved(&mut self, model: &Path, data: ModelData) {
+        let model = std::path::absolute(model).unwrap_or_else(|_| model.to_path_buf());
+        self.saved.retain(|p| p != &model);
+        self.saved.insert(0, model.clone());
+        self.saved.truncate(MAX_RECENT);
+        self.remember_data(&model, data);
     }
 
     /// The data `model` was last run on.
@@ -93,6 +113,7 @@ mod tests {
             calibration: DataChoice::file(PathBuf::from("/d/calib.npz")),
             evaluation: DataChoice::file(PathBuf::from("/d/eval.npz")),
             evaluate_on_calibration: false,
+            float_model: None,
         };
         s.remember_data(Path::new("/m/5.onnx"), data.clone());
         s.remember_data(Path::new("/m/0.onnx"), data.clone());
@@ -102,6 +123,14 @@ mod tests {
             None,
             "not recent: not kept"
         );
+        // A saved QDQ model's data is kept though it was never opened, with its float model.
+        let saved = ModelData {
+            float_model: Some(PathBuf::from("/m/5.onnx")),
+            ..data.clone()
+        };
+        s.remember_saved(Path::new("/m/5.qdq.onnx"), saved.clone());
+        assert_eq!(s.data_for(Path::new("/m/5.qdq.onnx")), Some(&saved));
+        assert_eq!(s.data_for(Path::new("/m/5.onnx")), Some(&data));
         let text = serde_json::to_string(&s).unwrap();
         assert_eq!(serde_json::from_str::<Settings>(&text).unwrap(), s);
         assert_eq!(

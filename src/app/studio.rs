@@ -10,7 +10,7 @@ use crate::app::document_commands::{self, Applied};
 use crate::app::inspector::InspectorState;
 use crate::app::panels::{MenuState, OpeningView};
 use crate::app::runtime_status::RuntimeStatus;
-use crate::app::settings::Settings;
+use crate::app::settings::{ModelData, Settings};
 use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
@@ -224,13 +224,26 @@ impl Studio {
         let Source::File(path) = &doc.source else {
             return;
         };
-        let settings = &doc.work.settings;
-        let data = crate::app::settings::ModelData {
-            calibration: settings.calibration.clone(),
-            evaluation: settings.evaluation.clone(),
-            evaluate_on_calibration: settings.evaluate_on_calibration,
-        };
+        let data = model_data(doc, doc.work.float_model.as_ref().map(|f| f.path.clone()));
         self.settings.remember_data(path, data);
+    }
+
+    /// Remembers, for the QDQ model just saved at `saved`, the data the open model was run
+    /// on and the float model it was made from: opening it later compares it on the same
+    /// data against that float model (the bundled sample's is written beside its data).
+    pub(crate) fn remember_saved(&mut self, saved: &Path) {
+        let Some(doc) = self.doc.as_ref() else {
+            return;
+        };
+        if doc.is_quantized() {
+            return;
+        }
+        let float = match &doc.source {
+            Source::File(path) => Some(path.clone()),
+            Source::Sample => document::sample_files(&doc.source).map(|f| f.model),
+        };
+        let data = model_data(doc, float);
+        self.settings.remember_saved(saved, data);
     }
 
     /// Opening `label` failed: the notice says why, and the status bar no longer says
@@ -270,6 +283,13 @@ impl Studio {
                 settings.calibration = data.calibration.clone();
                 settings.evaluation = data.evaluation.clone();
                 settings.evaluate_on_calibration = data.evaluate_on_calibration;
+                // Chosen before, for this model: random data included.
+                settings.random_chosen = true;
+                if let Some(float) =
+                    (data.float_model.clone()).filter(|float| doc.is_quantized() && float.is_file())
+                {
+                    self.queue.push(Command::SetFloatModel(float));
+                }
             }
         }
         let simplified = doc.layout.simplified;
@@ -705,5 +725,16 @@ impl eframe::App for Studio {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
+    }
+}
+
+/// The data `doc` is run on, with the float model its comparisons measure against.
+fn model_data(doc: &Document, float_model: Option<PathBuf>) -> ModelData {
+    let settings = &doc.work.settings;
+    ModelData {
+        calibration: settings.calibration.clone(),
+        evaluation: settings.evaluation.clone(),
+        evaluate_on_calibration: settings.evaluate_on_calibration,
+        float_model,
     }
 }

@@ -368,6 +368,13 @@ impl Studio {
         }
         let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
+        if let Some(why) = doc
+            .is_quantized()
+            .then(|| doc.work.settings.unchosen_random())
+            .flatten()
+        {
+            return Err(("Choose the evaluation data".into(), why.into()));
+        }
         let given = doc.is_quantized().then(|| Arc::new(doc.model.clone()));
         self.window.status = match given {
             Some(_) => "Comparing the quantized model with its float model…",
@@ -665,6 +672,7 @@ impl Studio {
             return;
         };
         let mut open_next = None;
+        let mut saved_model = None;
         let status = match output {
             TaskOutput::Calibrated(stats) => {
                 let status = calibrated_status(&stats);
@@ -756,6 +764,7 @@ impl Studio {
             }
             TaskOutput::Saved(saved) => {
                 let status = saved_status(&saved);
+                saved_model = Some(saved.report.model_path.clone());
                 doc.work.results.saved_model = Some(saved.report.model_path.clone());
                 doc.work.results.saved_recipe = Some(saved.recipe.clone());
                 if saved.recipe_file.is_some() {
@@ -776,6 +785,9 @@ impl Studio {
             TaskOutput::Installed(version, path) => self.runtime_installed(&version, &path),
         };
         self.window.status = status;
+        if let Some(path) = saved_model {
+            self.remember_saved(&path);
+        }
         if let Some(source) = open_next {
             self.open(source);
         }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::baseline::BASELINE_NOTE;
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
-    output_table, summary_items, task_table, weight_table,
+    output_table, settings_items, summary_items, task_table, verdict_line, weight_table,
 };
 
 /// Escapes text for HTML element content and attribute values.
@@ -25,17 +25,21 @@ fn esc(text: &str) -> String {
     out
 }
 
-const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1000px;color:#222;padding:0 1em}\
+// Tables scroll sideways in their own box rather than spilling; numbers never wrap, names
+// wrap anywhere (a transformer's tensor names have no spaces).
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1280px;color:#222;padding:0 1em}\
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}\
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}\
-th{background:#f3f3f3}td.name,th.name{text-align:left;font-family:ui-monospace,monospace}\
-dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0;font-family:ui-monospace,monospace}\
+.verdict{font-size:1.1em;padding:.5em .8em;background:#f4f7fb;border-left:4px solid #4a78b5}\
+.table{overflow-x:auto;max-width:100%}\
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;white-space:nowrap}\
+th{background:#f3f3f3}td.name,th.name{text-align:left;font-family:ui-monospace,monospace;white-space:normal;overflow-wrap:anywhere;min-width:10em}\
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0;font-family:ui-monospace,monospace;overflow-wrap:anywhere}\
 figure{margin:1em 0}figcaption{font-size:.9em;color:#555}.grid{display:flex;flex-wrap:wrap;gap:8px}.grid figure{margin:0}\
 .note{color:#666;font-size:.9em}";
 
 fn table(out: &mut String, t: &TextTable) {
     let (header, rows) = (&t.header, &t.rows);
-    out.push_str("<table><thead><tr>");
+    out.push_str("<div class=\"table\"><table><thead><tr>");
     for (i, h) in header.iter().enumerate() {
         let class = if i == 0 { " class=\"name\"" } else { "" };
         let _ = write!(out, "<th{class}>{}</th>", esc(h));
@@ -49,7 +53,7 @@ fn table(out: &mut String, t: &TextTable) {
         }
         out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>\n");
+    out.push_str("</tbody></table></div>\n");
 }
 
 fn figure(out: &mut String, chart: &Chart) {
@@ -110,9 +114,18 @@ pub(super) fn render(report: &CompareReport, charts: &[Chart]) -> String {
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>qdq-studio report: {}</title><style>{STYLE}</style></head><body>\n",
         esc(&report.quant_model)
     );
-    out.push_str("<h1>Float against quantized</h1>\n<dl>");
+    out.push_str("<h1>Float against quantized</h1>\n");
+    let _ = writeln!(
+        out,
+        "<p class=\"verdict\">{}</p>\n<dl>",
+        esc(&verdict_line(report))
+    );
     for (k, v) in summary_items(report) {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&v));
+    }
+    out.push_str("</dl>\n<h2>How the QDQ model was made</h2>\n<dl>");
+    for (k, v) in settings_items(report) {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(&k), esc(&v));
     }
     out.push_str("</dl>\n<h2>Outputs</h2>\n");
     table(&mut out, &output_table(report));

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::baseline::BASELINE_NOTE;
 use super::{
     Chart, CompareReport, TextTable, activation_table, charts_named, latency_line, local_table,
-    output_table, summary_items, task_table, weight_table,
+    output_table, settings_items, summary_items, task_table, verdict_line, weight_table,
 };
 
 /// Escapes a table cell (pipes would end the cell; backticks and stars would format).
@@ -84,8 +84,13 @@ fn baseline_section(out: &mut String, report: &CompareReport) {
 /// Renders the page; chart images are referenced as `<folder>/<stem>.svg`.
 pub(super) fn render(report: &CompareReport, charts: &[Chart], folder: &str) -> String {
     let mut out = String::from("# Float against quantized\n\n");
+    let _ = writeln!(out, "**{}**\n", cell(&verdict_line(report)));
     for (k, v) in summary_items(report) {
         let _ = writeln!(out, "- **{k}**: `{v}`");
+    }
+    out.push_str("\n## How the QDQ model was made\n\n");
+    for (k, v) in settings_items(report) {
+        let _ = writeln!(out, "- **{k}**: {}", cell(&v));
     }
     out.push_str("\n## Outputs\n\n");
     table(&mut out, &output_table(report));

@@ -6,6 +6,9 @@ pub mod baseline;
 pub mod charts;
 mod html;
 mod markdown;
+mod verdict;
+
+pub use verdict::{verdict, verdict_line};
 
 use std::path::{Path, PathBuf};
 
@@ -134,6 +137,10 @@ pub struct CompareReport {
     pub latency: Option<LatencyPair>,
     /// A second QDQ model of the same float model measured alongside, when one was given.
     pub baseline: Option<Baseline>,
+    /// How the QDQ model was made: its stamped recipe's summary rows (target, types,
+    /// ranges, exclusions, techniques); empty for a model made by another tool.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<(String, String)>,
 }
 
 /// A baseline: another QDQ model of the same float model (quantized without a technique, say,
@@ -305,14 +312,57 @@ pub(crate) fn summary_items(report: &CompareReport) -> Vec<(&'static str, String
             report.execution_providers.join(" > "),
         ),
         (
-            "made by",
+            "report by",
             format!("qdq-studio {}", env!("CARGO_PKG_VERSION")),
         ),
     ]
 }
 
-/// The per-output table.
+/// How the QDQ model was made, as (label, value) rows: its recipe's summary, or one row saying
+/// none was recorded (a model made by another tool).
+pub(crate) fn settings_items(report: &CompareReport) -> Vec<(String, String)> {
+    if report.settings.is_empty() {
+        vec![(
+            "recipe".to_owned(),
+            "none recorded in the model (made by another tool)".to_owned(),
+        )]
+    } else {
+        report.settings.clone()
+    }
+}
+
+/// The per-output table: the fidelity columns, and each agreement column some output has a
+/// figure in (a classifier has no mask IoU).
 pub(crate) fn output_table(report: &CompareReport) -> TextTable {
+    without_empty_columns(all_output_columns(report), FIDELITY_COLUMNS)
+}
+
+/// The output table's fidelity columns (the name, kind and four figures every output has).
+const FIDELITY_COLUMNS: usize = 6;
+
+/// `table` without the columns from `keep` on whose every cell is "-".
+fn without_empty_columns(table: TextTable, keep: usize) -> TextTable {
+    let shown: Vec<usize> = (0..table.header.len())
+        .filter(|&c| {
+            c < keep
+                || table
+                    .rows
+                    .iter()
+                    .any(|r| r.get(c).is_some_and(|v| v != "-"))
+        })
+        .collect();
+    TextTable {
+        header: shown.iter().map(|&c| table.header[c]).collect(),
+        rows: table
+            .rows
+            .iter()
+            .map(|r| shown.iter().filter_map(|&c| r.get(c).cloned()).collect())
+            .collect(),
+    }
+}
+
+/// Every column of the per-output table.
+fn all_output_columns(report: &CompareReport) -> TextTable {
     TextTable {
         header: vec![
             "output",
@@ -623,10 +673,16 @@ pub fn rescaled_note(tensors: &TensorErrors) -> Option<String> {
     })
 }
 
-/// Formats a dB figure (∞ for an exact match).
+/// Above this an SQNR says only that the two agree to float32 rounding (about 7 digits):
+/// the figure itself is noise and is not printed.
+const ROUNDING_DB: f64 = 140.0;
+
+/// Formats a dB figure (∞ for an exact match, "> 140" where only float rounding differs).
 pub(crate) fn db(v: f64) -> String {
     if v.is_infinite() && v > 0.0 {
         "∞".into()
+    } else if v > ROUNDING_DB {
+        format!("> {ROUNDING_DB:.0}")
     } else {
         format!("{v:.2}")
     }

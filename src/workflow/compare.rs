@@ -83,9 +83,12 @@ fn latency_pair(
     })
 }
 
-/// The report of a comparison: labels of the two models and the data, and what was measured.
+/// The report of a comparison: labels of the two models and the data, what was measured, and
+/// how the QDQ model was made (the recipe it carries, when this tool made it).
+#[allow(clippy::too_many_arguments)] // the report's parts, each from its own stage
 fn report(
     labels: (&str, &str),
+    quant: &Model,
     data: &DataSpec,
     samples: usize,
     eps: &[EpSpec],
@@ -103,6 +106,15 @@ fn report(
         tensors,
         latency,
         baseline: None,
+        settings: quant::stamped_recipe(quant)
+            .map(|recipe| {
+                recipe
+                    .summary()
+                    .into_iter()
+                    .map(|(label, value)| (label.to_owned(), value))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -174,6 +186,7 @@ pub fn compare_files(
     };
     let mut report = report(
         (&request.labels.0, &request.labels.1),
+        quant,
         &request.data,
         source.samples(),
         eps,
@@ -339,10 +352,47 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// What this comparison was measured on, in words: how many samples of which data, on
+    /// which providers.
+    pub fn measured_on(&self) -> String {
+        format!(
+            "{} sample(s) of {} on {}",
+            self.reference.reference.samples(),
+            self.reference.data.describe(),
+            self.reference
+                .eps
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" > ")
+        )
+    }
+
+    /// True when the evaluation data were random (the figures then say little about the
+    /// model's accuracy).
+    pub fn on_random_data(&self) -> bool {
+        matches!(self.reference.data, DataSpec::Random { .. })
+    }
+
+    /// The target the QDQ model was made for: the recipe's when this comparison built it,
+    /// else the recipe the model carries; `None` for a model made elsewhere or without one.
+    pub fn target(&self) -> Option<crate::recipe::Target> {
+        match self.built {
+            Some(_) => self.recipe.target,
+            None => quant::stamped_recipe(&self.quantized).and_then(|r| r.target),
+        }
+    }
+
+    /// The verdict line (see [`crate::report::verdict`]).
+    pub fn verdict(&self) -> String {
+        crate::report::verdict(&self.outputs, self.latency.as_ref(), &self.measured_on())
+    }
+
     /// The report of this comparison, as `qdq-studio compare --report` writes it.
     pub fn report(&self, float_model: &str, quant_model: &str) -> CompareReport {
         report(
             (float_model, quant_model),
+            &self.quantized,
             &self.reference.data,
             self.reference.reference.samples(),
             &self.reference.eps,

@@ -316,7 +316,7 @@ mod tests {
     fn a_file_that_does_not_fit_says_why() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.npz");
-        let (calib, _) = crate::sample::sample_data_files(dir.path()).unwrap();
+        let calib = crate::sample::sample_files(dir.path()).unwrap().calibration;
         std::fs::copy(calib, &path).unwrap();
         let wrong = [input("image", &[-1, 3, 48, 192])];
         let problem =

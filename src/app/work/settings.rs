@@ -7,7 +7,7 @@ use crate::eval::sensitivity::{Goal, Target, TargetKind};
 use crate::eval::task::TaskOptions;
 use crate::runtime::EpSpec;
 
-use super::data::DataChoice;
+use super::data::{DataChoice, DataKind};
 
 /// The settings of every run on one open model.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +18,10 @@ pub struct RunSettings {
     pub evaluation: DataChoice,
     /// Evaluate on the calibration data.
     pub evaluate_on_calibration: bool,
+    /// The user chose random evaluation data on purpose (or chose this data before, for this
+    /// model): a quantized model's comparison refuses random data otherwise, as its figures
+    /// would say nothing about the model.
+    pub random_chosen: bool,
     /// The execution provider for every run.
     pub ep: EpSpec,
     /// Samples per batch.
@@ -59,6 +63,7 @@ impl RunSettings {
             calibration,
             evaluation,
             evaluate_on_calibration,
+            random_chosen: false,
             ep: EpSpec::Cpu,
             batch_size: 1,
             max_samples: 0,
@@ -78,6 +83,23 @@ impl RunSettings {
             &self.calibration
         } else {
             &self.evaluation
+        }
+    }
+
+    /// Why a comparison of an already-quantized model cannot run on this data yet: random
+    /// data the user has not chosen.
+    pub fn unchosen_random(&self) -> Option<&'static str> {
+        (self.evaluation_choice().kind == DataKind::Random && !self.random_chosen).then_some(
+            "This quantized model would be compared on random data, which says nothing about how it does on real inputs. Choose its evaluation data in the Data tab (the data its float model was calibrated or evaluated on), or tick 'Compare on random data' there to measure on random data anyway.",
+        )
+    }
+
+    /// Stops evaluating on the calibration data: the evaluation data start as the same kind
+    /// of source (the same file, to be edited) unless they were set already.
+    pub fn evaluate_apart(&mut self) {
+        self.evaluate_on_calibration = false;
+        if self.evaluation.kind == DataKind::Random && self.calibration.kind != DataKind::Random {
+            self.evaluation = self.calibration.clone();
         }
     }
 

@@ -46,10 +46,22 @@ pub(super) fn show(
         let ui = &mut columns[1];
         ui.heading("Evaluation data");
         let settings = &mut work.settings;
-        ui.checkbox(
-            &mut settings.evaluate_on_calibration,
-            "Same as the calibration data",
-        );
+        let mut same = settings.evaluate_on_calibration;
+        if ui.checkbox(&mut same, "Same as the calibration data").changed() {
+            if same {
+                settings.evaluate_on_calibration = true;
+            } else {
+                settings.evaluate_apart();
+            }
+        }
+        if quantized && settings.evaluation_choice().kind == DataKind::Random {
+            let tick = ui
+                .checkbox(&mut settings.random_chosen, "Compare on random data")
+                .on_hover_text("Random data only shows how far the QDQ model drifts from its float model on noise; a comparison refuses it until it is chosen here.");
+            if !settings.random_chosen {
+                tick.highlight();
+            }
+        }
         if !settings.evaluate_on_calibration {
             data_editor(ui, "eval", &mut settings.evaluation, true, commands);
             check_line(ui, &work.checks.evaluation);

@@ -47,18 +47,7 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
             "These results were measured with other output kinds or ground truth: press Quantize & compare (F5) to update them.",
         );
     }
-    let t = comparison.timings;
-    ui.label(
-        RichText::new(format!(
-            "{} nodes quantized · {} evaluation samples on {} (per-tensor SQNR on the first {}) · {:.0} ms (quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
-            comparison.quantized_nodes.len(),
-            comparison.reference.reference.samples(),
-            comparison.reference.eps.iter().map(ToString::to_string).collect::<Vec<_>>().join(" > "),
-            TENSOR_SAMPLES,
-            t.total_ms, t.quantize_ms, t.reference_ms, t.outputs_ms, t.tensors_ms, t.latency_ms
-        ))
-        .weak(),
-    );
+    measured_on(ui, comparison);
     // Three columns where they fit; in a narrower window the side-by-side outputs go under
     // the other two, and what is still too wide scrolls sideways rather than being cut.
     // The first two columns' width is known from the last frame (long layer names widen the
@@ -99,6 +88,39 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                 side_by_side(ui, panel, comparison, commands);
             }
         });
+}
+
+/// What the figures below rest on: the verdict and the data it was measured on (a warning
+/// when that was random data), then what was quantized and how long each stage took.
+fn measured_on(ui: &mut Ui, comparison: &Comparison) {
+    ui.add(egui::Label::new(RichText::new(comparison.verdict()).strong()).wrap());
+    if comparison.on_random_data() {
+        ui.add(
+            egui::Label::new(
+                RichText::new(
+                    "Random data: these figures say how far the QDQ model drifts on noise, not how it does on real inputs: choose evaluation data beside the calibration data.",
+                )
+                .color(ui.visuals().warn_fg_color),
+            )
+            .wrap(),
+        );
+    }
+    let target = comparison
+        .target()
+        .map_or_else(String::new, |t| format!(" for target {}", t.name()));
+    let t = comparison.timings;
+    ui.add(
+        egui::Label::new(
+            RichText::new(format!(
+                "{} nodes quantized{target} · per-tensor SQNR on the first {} samples · {:.0} ms (quantize {:.0}, float reference {:.0}, outputs {:.0}, tensors {:.0}, latency {:.0})",
+                comparison.quantized_nodes.len(),
+                TENSOR_SAMPLES,
+                t.total_ms, t.quantize_ms, t.reference_ms, t.outputs_ms, t.tensors_ms, t.latency_ms
+            ))
+            .weak(),
+        )
+        .wrap(),
+    );
 }
 
 /// What building the QDQ model did: one line per step (the lines the CLI prints), and each

@@ -521,13 +521,16 @@ impl DataSpec {
         }
     }
 
-    /// The data in a few words: its path, or how many random samples.
+    /// The data in a few words: its path, or random data said to be unrepresentative (the
+    /// sample count is the caller's: a run may use fewer).
     pub fn describe(&self) -> String {
         match self {
             DataSpec::Npz { path }
             | DataSpec::Images { path, .. }
             | DataSpec::PbFolder { path } => path.display().to_string(),
-            DataSpec::Random { samples, .. } => format!("{samples} random samples"),
+            DataSpec::Random { seed, .. } => {
+                format!("random data, not representative (seed {seed})")
+            }
         }
     }
 
