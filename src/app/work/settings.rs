@@ -117,3 +117,26 @@ impl RunSettings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn evaluating_apart_starts_from_the_calibration_source_and_random_needs_choosing() {
+        let files = Some((PathBuf::from("/d/calib.npz"), PathBuf::from("/d/eval.npz")));
+        let mut chosen = RunSettings::new(&[], files);
+        chosen.evaluate_on_calibration = true;
+        chosen.evaluate_apart();
+        assert_eq!(chosen.evaluation.path, "/d/eval.npz", "set already: kept");
+        let mut random = RunSettings::new(&[], None);
+        assert!(random.unchosen_random().is_some());
+        random.random_chosen = true;
+        assert!(random.unchosen_random().is_none());
+        random.calibration = DataChoice::file(PathBuf::from("/d/calib.npz"));
+        random.evaluate_apart();
+        assert_eq!(random.evaluation.kind, DataKind::File, "the same kind of file");
+        assert_eq!(random.evaluation.path, "/d/calib.npz");
+    }
+}
