@@ -1475,6 +1475,7 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
     common::sentences(&calib, 8, 1);
     let mut h = harness();
     open_calibrate_compare(&mut h, Source::File(common::minilm()), Some((calib, false)));
+    results_fit_the_window(&mut h);
     // Under its target the transformer's MatMul inputs alone are quantized, and the counts
     // agree with the saved model.
     let compute_only = counts_are_the_saved_models(&h);
@@ -1564,6 +1565,65 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
         before.len(),
         doc.counts.quantized
     );
+}
+
+/// Checks that Results keeps its Heat map and Side by side columns within the window at
+/// 1024×700 and 1600×1000 (long tensor names and lines wrap or scroll, never push them off).
+fn results_fit_the_window(h: &mut Harness<'_, Studio>) {
+    // The inspector on a node with long names shows its measured error too.
+    let node = {
+        let doc = h.state().document().unwrap();
+        let measured = &doc.work.results.comparison.as_ref().unwrap().tensors;
+        doc.graph
+            .nodes()
+            .iter()
+            .find(|n| {
+                n.outputs[0].len() > 50
+                    && measured
+                        .activations
+                        .iter()
+                        .any(|a| a.tensor == n.outputs[0])
+            })
+            .expect("a node with a long, measured output")
+            .id
+    };
+    h.state_mut().document_mut().unwrap().selection = vec![node];
+    for size in [egui::vec2(1024.0, 700.0), egui::vec2(1600.0, 1000.0)] {
+        h.set_size(size);
+        h.run_steps(4);
+        let figures: Vec<egui::Rect> = h
+            .query_all_by_label_contains("float vs QDQ ")
+            .map(|n| n.rect())
+            .collect();
+        assert!(!figures.is_empty(), "the inspector's measured error");
+        for rect in figures {
+            assert!(rect.right() <= size.x, "a dB figure at {size:?}: {rect:?}");
+        }
+        for heading in ["Heat map", "Side by side"] {
+            let rect = h.get_by_label(heading).rect();
+            // Within the window, on one line (a squeezed column wraps its heading letter by
+            // letter).
+            assert!(
+                rect.left() >= 0.0 && rect.right() <= size.x && rect.height() < 30.0,
+                "{heading} at {size:?}: {rect:?}"
+            );
+        }
+        // Every name in the heat map's lists fits the window (long ones lose their start).
+        let heat_map = h.get_by_label("Heat map").rect();
+        for name in h.query_all_by(|n| n.role() == egui::accesskit::Role::Link) {
+            let rect = name.rect();
+            if rect.left() >= heat_map.left() && rect.top() > heat_map.top() {
+                assert!(rect.right() <= size.x, "a name at {size:?}: {rect:?}");
+            }
+        }
+        // With room for all three, Side by side stands beside the others, not below them.
+        if size.x >= 1600.0 {
+            let side = h.get_by_label("Side by side").rect();
+            assert!(side.left() > heat_map.right(), "{side:?} {heat_map:?}");
+        }
+    }
+    h.set_size(egui::vec2(1500.0, 1000.0));
+    h.run_steps(2);
 }
 
 /// Checks that the nodes the graph draws quantized, the recipe panel's count and Results'

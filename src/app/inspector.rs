@@ -409,19 +409,20 @@ fn measured_error(ui: &mut Ui, doc: &Document, node: &crate::model::Node) {
     egui::CollapsingHeader::new(title)
         .default_open(true)
         .show(ui, |ui| {
-            egui::Grid::new("measured_error")
-                .num_columns(2)
-                .striped(true)
-                .show(ui, |ui| {
-                    for (tensor, text) in rows {
-                        ui.label(RichText::new(tensor).monospace());
-                        ui.label(text)
-                            .on_hover_text("SQNR against the float model, from the Results tab");
-                        ui.end_row();
-                    }
-                });
+            // One row per tensor: its name (losing its start when long), then its figures,
+            // wrapped to the panel: neither pushes the other out of view.
+            for (tensor, text) in rows {
+                let room = ui.available_width();
+                crate::app::names::mono_name(ui, &tensor, room, false);
+                ui.add(egui::Label::new(text).wrap())
+                    .on_hover_text("SQNR against the float model, from the Results tab");
+                ui.add_space(2.0);
+            }
         });
 }
+
+/// The share of the inspector's width a tensor's name takes in the tensor lists.
+const NAME_SHARE: f32 = 0.45;
 
 fn tensors(
     ui: &mut Ui,
@@ -444,8 +445,9 @@ fn tensors(
                             continue;
                         }
                         let info = doc.graph.tensor(name);
-                        let link = ui
-                            .link(RichText::new(name).monospace())
+                        // At most half the panel: its type, shape and plan stay in view.
+                        let width = ui.clip_rect().width() * NAME_SHARE;
+                        let link = crate::app::names::mono_name(ui, name, width, true)
                             .on_hover_text("Find this tensor's producer and consumers");
                         if link.clicked() {
                             commands.push(Command::Search(name.clone()));

@@ -15,6 +15,7 @@ mod document_commands;
 pub mod edit;
 pub mod inspector;
 pub mod layout;
+mod names;
 pub mod panel_state;
 pub mod panels;
 pub mod runtime_status;

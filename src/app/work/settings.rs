@@ -136,7 +136,11 @@ mod tests {
         assert!(random.unchosen_random().is_none());
         random.calibration = DataChoice::file(PathBuf::from("/d/calib.npz"));
         random.evaluate_apart();
-        assert_eq!(random.evaluation.kind, DataKind::File, "the same kind of file");
+        assert_eq!(
+            random.evaluation.kind,
+            DataKind::File,
+            "the same kind of file"
+        );
         assert_eq!(random.evaluation.path, "/d/calib.npz");
     }
 }

@@ -61,6 +61,8 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
             ui.horizontal_top(|ui| {
                 let first_two = ui.horizontal_top(|ui| {
                     ui.vertical(|ui| {
+                        // Its lines wrap here; only a table wider than this widens it.
+                        ui.set_max_width(FIRST_COLUMN_WIDTH);
                         outputs_table(ui, comparison);
                         output_kinds(ui, comparison, &work.settings.task, commands);
                         task_table(ui, comparison);
@@ -69,6 +71,7 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
                     });
                     ui.separator();
                     ui.vertical(|ui| {
+                        ui.set_width(HEAT_COLUMN_WIDTH);
                         heat_controls(ui, comparison, heat.as_deref(), panel, commands);
                     });
                 });
@@ -156,6 +159,13 @@ fn quantizer_section(ui: &mut Ui, comparison: &Comparison) {
             });
     }
 }
+
+/// The widest the first column (outputs, latency, what the quantizer did) grows: its lines
+/// wrap within it, so that the heat map keeps its room beside it in a 1024-point window.
+const FIRST_COLUMN_WIDTH: f32 = 560.0;
+
+/// The heat map column's width: the worst tensors' names lose their start to fit it.
+const HEAT_COLUMN_WIDTH: f32 = 380.0;
 
 /// Room the side-by-side column needs beside the other two (three images of at least 80
 /// points, their labels, the values table).
@@ -450,7 +460,7 @@ fn worst_tensors(
             if let Some(other) = others.get(tensor) {
                 ui.label(RichText::new(format!("{other:6.2} dB")).weak());
             }
-            if ui.link(tensor).clicked() {
+            if crate::app::names::name_link(ui, tensor).clicked() {
                 commands.push(Command::ShowHistogram(tensor.to_owned()));
                 commands.push(Command::Search(tensor.to_owned()));
             }
@@ -473,7 +483,7 @@ fn worst_layers(ui: &mut Ui, tensors: &TensorErrors, commands: &mut Vec<Command>
             if let Some(w) = tensors.weight_of(&layer.node) {
                 ui.label(RichText::new(format!("weight {:.2} dB", w.sqnr_db)).weak());
             }
-            if ui.link(&layer.node).clicked() {
+            if crate::app::names::name_link(ui, &layer.node).clicked() {
                 commands.push(Command::Search(layer.node.clone()));
             }
         });
