@@ -442,10 +442,19 @@ impl GraphCanvas {
                 } else {
                     let zoom = ((rect.width() - 40.0) / self.bounds.width()).clamp(0.8, 1.0);
                     self.zoom = zoom;
-                    self.pan = Vec2::new(
-                        rect.width() / 2.0 - self.start.center().x * zoom,
-                        20.0 - self.start.min.y * zoom,
-                    );
+                    // The first rows go left of where the minimap will stand (bottom right),
+                    // centred in that room when they fit it, else from its left edge.
+                    let room = if rect.width() >= 3.0 * MINIMAP_SIDE {
+                        rect.width() - MINIMAP_SIDE - 24.0
+                    } else {
+                        rect.width()
+                    };
+                    let x = if self.start.width() * zoom + 40.0 <= room {
+                        room / 2.0 - self.start.center().x * zoom
+                    } else {
+                        20.0 - self.start.min.x * zoom
+                    };
+                    self.pan = Vec2::new(x, 20.0 - self.start.min.y * zoom);
                 }
             }
             CameraRequest::Fit => {
