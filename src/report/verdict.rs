@@ -67,8 +67,14 @@ fn fidelity(outputs: &[OutputMetrics]) -> String {
         } else {
             "departs from"
         };
+        let worst = outputs
+            .iter()
+            .min_by(|a, b| a.sqnr_db.total_cmp(&b.sqnr_db))
+            .map_or_else(String::new, |w| {
+                format!(" (worst output SQNR {} dB)", super::db(w.sqnr_db))
+            });
         return format!(
-            "{verb} the float model: {what} {:.1} % on {}",
+            "{verb} the float model: {what} {:.1} % on {}{worst}",
             share * 100.0,
             m.name
         );
@@ -150,7 +156,7 @@ mod tests {
         let classifier = report(vec![output("probs", 12.0, Some(0.9375))]);
         assert!(
             verdict_line(&classifier)
-                .starts_with("departs from the float model: top-1 agreement 93.8 % on probs"),
+                .starts_with("departs from the float model: top-1 agreement 93.8 % on probs (worst output SQNR 12.00 dB)"),
             "{}",
             verdict_line(&classifier)
         );
