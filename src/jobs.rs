@@ -5,15 +5,36 @@
 //! same code serves the studio (which polls [`Job`] every frame) and the CLI (which drives it
 //! on the main thread with a terminal progress bar).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Asks a job to stop; cheap to clone and share.
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+/// Something to do at once when a job is cancelled (stop an ONNX Runtime run in flight).
+type Hook = Box<dyn Fn() + Send + Sync>;
+
+/// The flag and the hooks a token's clones share.
+#[derive(Default)]
+struct CancelState {
+    cancelled: AtomicBool,
+    next_hook: AtomicU64,
+    hooks: Mutex<Vec<(u64, Hook)>>,
+}
+
+/// Asks a job to stop; cheap to clone and share. Work checks it between units
+/// ([`JobContext::checkpoint`]); a unit that cannot check (a model run) registers a hook
+/// ([`CancelToken::on_cancel`]) that stops it at once.
+#[derive(Clone, Default)]
+pub struct CancelToken(Arc<CancelState>);
+
+impl std::fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CancelToken")
+            .field(&self.is_cancelled())
+            .finish()
+    }
+}
 
 impl CancelToken {
     /// A token that has not been cancelled.
@@ -21,14 +42,54 @@ impl CancelToken {
         Self::default()
     }
 
-    /// Requests cancellation.
+    /// Requests cancellation, and runs the hooks registered now.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0.cancelled.store(true, Ordering::SeqCst);
+        if let Ok(hooks) = self.0.hooks.lock() {
+            for (_, hook) in hooks.iter() {
+                hook();
+            }
+        }
     }
 
     /// True once cancellation was requested.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Runs `hook` when the token is cancelled while the returned guard lives (at once when
+    /// it is cancelled already); dropping the guard unregisters it.
+    pub fn on_cancel(&self, hook: impl Fn() + Send + Sync + 'static) -> CancelHook {
+        let id = self.0.next_hook.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut hooks) = self.0.hooks.lock() {
+            hooks.push((id, Box::new(hook)));
+        }
+        // A cancel between the check in the caller and the registration still reaches it.
+        if self.is_cancelled()
+            && let Ok(hooks) = self.0.hooks.lock()
+            && let Some((_, hook)) = hooks.iter().find(|(h, _)| *h == id)
+        {
+            hook();
+        }
+        CancelHook {
+            token: self.clone(),
+            id,
+        }
+    }
+}
+
+/// Keeps a [`CancelToken::on_cancel`] hook registered; dropping it unregisters the hook.
+#[must_use = "the hook is unregistered when this is dropped"]
+pub struct CancelHook {
+    token: CancelToken,
+    id: u64,
+}
+
+impl Drop for CancelHook {
+    fn drop(&mut self) {
+        if let Ok(mut hooks) = self.token.0.hooks.lock() {
+            hooks.retain(|(id, _)| *id != self.id);
+        }
     }
 }
 
@@ -269,6 +330,26 @@ impl<T> Drop for Job<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cancel_runs_the_hooks_registered_while_their_guards_live() {
+        let token = CancelToken::new();
+        let fired = Arc::new(AtomicU64::new(0));
+        let hook = |fired: &Arc<AtomicU64>| {
+            let fired = fired.clone();
+            move || {
+                fired.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let dropped = token.on_cancel(hook(&fired));
+        drop(dropped);
+        let _kept = token.clone().on_cancel(hook(&fired));
+        token.cancel();
+        assert_eq!(fired.load(Ordering::SeqCst), 1, "only the live hook");
+        // Registered after the cancel: it runs at once.
+        let _late = token.on_cancel(hook(&fired));
+        assert_eq!(fired.load(Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn a_job_reports_progress_and_returns_its_result() {

@@ -626,14 +626,28 @@ fn a_cancelled_scan_keeps_the_units_it_measured() {
         // Cancelled once the scan reports its fourth measured model.
         let cancel = CancelToken::new();
         let token = cancel.clone();
+        let late = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let late_reports = late.clone();
         let ctx = JobContext::new(cancel, move |p| {
-            if p.stage == "sensitivity scan" && p.done >= 4 {
+            if p.stage != "sensitivity scan" {
+                return;
+            }
+            if token.is_cancelled() {
+                late_reports.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            } else if p.done >= 4 {
                 token.cancel();
             }
         });
         let partial = scan_units(&eval, &recipe, Granularity::Node, &units, method, &ctx)
             .unwrap_or_else(|e| panic!("{method:?}: {e}"));
         assert_eq!(partial.cancelled_of, Some(units.len()), "{method:?}");
+        // The runs in flight on the other workers stop with the cancel (ONNX Runtime's
+        // terminate flag) instead of finishing their models.
+        assert_eq!(
+            late.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{method:?}: models finished after the cancel"
+        );
         let measured = partial.nodes.len();
         assert!(
             (1..units.len()).contains(&measured),

@@ -52,7 +52,7 @@ use ndarray::ArrayD;
 use serde::Serialize;
 
 use crate::calib::data::{BatchSource, DataError, choose_batch, model_inputs, validate_source};
-use crate::jobs::{JobContext, RateMeter};
+use crate::jobs::{CancelToken, JobContext, RateMeter};
 use crate::model::{Graph, Model, ModelError};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::{float_output, owned_inputs, session_inputs};
@@ -421,23 +421,39 @@ fn run_outputs(
     batch: usize,
     model: &'static str,
 ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
-    run_outputs_of(session, &[owned], names, batch, model)
+    run_outputs_of(session, &[owned], names, batch, model, None)
 }
 
 /// [`run_outputs`] on inputs in several parts (a batch's data and inputs a pass adds).
+/// With `cancel`, a cancel stops the run in flight (ONNX Runtime's terminate flag, checked
+/// between its kernels) rather than after it: a scan's variant runs for seconds.
 fn run_outputs_of(
     session: &mut ort::session::Session,
     parts: &[&[(String, ort::value::DynValue)]],
     names: &[String],
     batch: usize,
     model: &'static str,
+    cancel: Option<&CancelToken>,
 ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
-    let inputs: Vec<_> = parts.iter().flat_map(|p| session_inputs(p)).collect();
-    let out = session.run(inputs).map_err(|e| EvalError::Run {
+    let failed = |e: ort::Error| EvalError::Run {
         batch,
         model,
         reason: e.to_string(),
-    })?;
+    };
+    let inputs: Vec<_> = parts.iter().flat_map(|p| session_inputs(p)).collect();
+    let options = std::sync::Arc::new(ort::session::RunOptions::new().map_err(failed)?);
+    let _hook = cancel.map(|token| {
+        let options = options.clone();
+        token.on_cancel(move || {
+            // A failed terminate leaves the run to finish: the checkpoint after it stops.
+            let _ = options.terminate();
+        })
+    });
+    let out = session.run_with_options(inputs, &*options);
+    if cancel.is_some_and(CancelToken::is_cancelled) {
+        return Err(EvalError::Cancelled);
+    }
+    let out = out.map_err(failed)?;
     let out = crate::runtime::value::NamedOutputs::new(&out);
     Ok(names
         .iter()

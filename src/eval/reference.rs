@@ -15,7 +15,7 @@ use ort::value::DynValue;
 use super::task::{Task, TaskOptions};
 use super::{EvalError, OutputMetrics, check_comparable, run_outputs, run_outputs_of};
 use crate::calib::data::BatchSource;
-use crate::jobs::{JobContext, RateMeter};
+use crate::jobs::{CancelToken, JobContext, RateMeter};
 use crate::model::pinned::pinned_session_model;
 use crate::model::{Model, TensorArray};
 use crate::quant::cpu_session_options;
@@ -234,6 +234,7 @@ impl Reference {
         runtime: &Runtime,
         eps: &[EpSpec],
         intra_threads: usize,
+        cancel: &CancelToken,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         check_comparable(float, quant, "the quantized model")?;
         let mut session = quantized_session(
@@ -244,7 +245,7 @@ impl Reference {
             intra_threads,
             false,
         )?;
-        Ok(self.run_all(&mut session, None, &[], None)?.0)
+        Ok(self.run_all(&mut session, None, &[], None, Some(cancel))?.0)
     }
 
     /// Runs an open `session` over the held data with `extra` inputs beside each batch's
@@ -253,8 +254,9 @@ impl Reference {
         &self,
         session: &mut ort::session::Session,
         extra: &[(String, TensorArray)],
+        cancel: &CancelToken,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
-        Ok(self.run_all(session, None, extra, None)?.0)
+        Ok(self.run_all(session, None, extra, None, Some(cancel))?.0)
     }
 
     /// [`Reference::compare_session`] with values of each batch fed beside its inputs
@@ -265,6 +267,7 @@ impl Reference {
         session: &mut ort::session::Session,
         fed: &[Vec<(String, DynValue)>],
         extra: &[(String, TensorArray)],
+        cancel: &CancelToken,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         if fed.len() != self.batches.len() {
             return Err(EvalError::Run {
@@ -277,7 +280,9 @@ impl Reference {
                 ),
             });
         }
-        Ok(self.run_all(session, None, extra, Some(fed))?.0)
+        Ok(self
+            .run_all(session, None, extra, Some(fed), Some(cancel))?
+            .0)
     }
 
     /// The values `names` (outputs of `session`'s model) take on each held batch, `extra`
@@ -334,7 +339,7 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         self.batch_of(sample)?;
         let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
-        let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[], None)?;
+        let (metrics, pairs) = self.run_all(&mut session, Some(sample), &[], None, None)?;
         Ok((metrics, pairs.unwrap_or_default()))
     }
 
@@ -347,12 +352,13 @@ impl Reference {
         sample: Option<usize>,
         extra: &[(String, TensorArray)],
         fed: Option<&[Vec<(String, DynValue)>]>,
+        cancel: Option<&CancelToken>,
     ) -> Result<(Vec<OutputMetrics>, Option<Vec<OutputPair>>), EvalError> {
         let mut accumulators = super::accumulators(&self.outputs, &self.task);
         let mut pairs = None;
         for (at, batch) in self.batches.iter().enumerate() {
             let fed = fed.and_then(|f| f.get(at)).map_or(&[][..], Vec::as_slice);
-            let results = self.run_batch(session, batch, extra, fed)?;
+            let results = self.run_batch(session, batch, extra, fed, cancel)?;
             super::accumulate(
                 &mut accumulators,
                 &batch.outputs,
@@ -409,7 +415,7 @@ impl Reference {
         check_comparable(float, quant, "the quantized model")?;
         let batch = self.batch_of(sample)?;
         let mut session = quantized_session(quant, &self.sample_shapes(), runtime, eps, 0, true)?;
-        let results = self.run_batch(&mut session, batch, &[], &[])?;
+        let results = self.run_batch(&mut session, batch, &[], &[], None)?;
         Ok(self.pairs(batch, &results, sample))
     }
 
@@ -421,6 +427,7 @@ impl Reference {
         batch: &ReferenceBatch,
         extra: &[(String, TensorArray)],
         fed: &[(String, DynValue)],
+        cancel: Option<&CancelToken>,
     ) -> Result<Vec<Option<ArrayD<f32>>>, EvalError> {
         let owned = batch.owned_inputs(extra)?;
         run_outputs_of(
@@ -429,6 +436,7 @@ impl Reference {
             &self.outputs,
             batch.index,
             "quantized",
+            cancel,
         )
     }
 

@@ -13,7 +13,7 @@ use super::switchable::{Gating, Switchable};
 use super::switched_scan::{Fallback, GatedRuns, ScanMethod, measured_variants};
 use super::{EvalError, OutputMetrics};
 use crate::calib::stats::CalibrationStats;
-use crate::jobs::{JobContext, RateMeter};
+use crate::jobs::{CancelToken, JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::{self, QuantError};
 use crate::recipe::Recipe;
@@ -274,9 +274,25 @@ impl Evaluator<'_> {
         recipe: &Recipe,
         intra_threads: usize,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
+        self.metrics_until(recipe, intra_threads, &CancelToken::new())
+    }
+
+    /// [`Evaluator::metrics`], its run stopped at once when `cancel` is cancelled.
+    pub fn metrics_until(
+        &self,
+        recipe: &Recipe,
+        intra_threads: usize,
+        cancel: &CancelToken,
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
         let q = quant::quantize(self.float, Some(self.stats), recipe).map_err(quant_error)?;
-        self.reference
-            .compare(self.float, &q.model, self.runtime, self.eps, intra_threads)
+        self.reference.compare(
+            self.float,
+            &q.model,
+            self.runtime,
+            self.eps,
+            intra_threads,
+            cancel,
+        )
     }
 
     /// Worst output SQNR of `recipe`'s model.
@@ -286,9 +302,14 @@ impl Evaluator<'_> {
 
     /// Worst output SQNR of a model quantized already (from a recipe of this float model).
     pub fn model_sqnr(&self, quantized: &Model) -> Result<f64, EvalError> {
-        let metrics = self
-            .reference
-            .compare(self.float, quantized, self.runtime, self.eps, 0)?;
+        let metrics = self.reference.compare(
+            self.float,
+            quantized,
+            self.runtime,
+            self.eps,
+            0,
+            &CancelToken::new(),
+        )?;
         Target::SqnrDb(0.0).score(&metrics)
     }
 
@@ -511,7 +532,9 @@ fn exact_scan(
     let run_unit = |unit: &String| -> Result<NodeSensitivity, EvalError> {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let (without, only) = variants(recipe, unit, granularity);
-        let score = |r: &Recipe| Target::SqnrDb(0.0).score(&eval.metrics(r, threads)?);
+        let cancel = ctx.cancel_token();
+        let score =
+            |r: &Recipe| Target::SqnrDb(0.0).score(&eval.metrics_until(r, threads, cancel)?);
         // Excluding the last quantizable node leaves the float model; quantizing only a node
         // that shares its input's scale quantizes nothing.
         let sqnr_without_db = or_float(score(&without))?;

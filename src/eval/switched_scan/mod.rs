@@ -126,7 +126,9 @@ fn joining_agrees(eval: &Evaluator, joined: &Reference) -> bool {
     let session = pinned_session_model(eval.float, &joined.sample_shapes())
         .map_err(EvalError::from)
         .and_then(|m| Ok(eval.runtime.session_from_model(&m, eval.eps, options)?));
-    let metrics = session.and_then(|mut session| joined.compare_session(&mut session, &[]));
+    let metrics = session.and_then(|mut session| {
+        joined.compare_session(&mut session, &[], &crate::jobs::CancelToken::new())
+    });
     let worst = metrics.map(|m| m.iter().map(|o| o.sqnr_db).fold(f64::INFINITY, f64::min));
     tracing::debug!(
         "the float model on joined batches against its own batches: {}",
@@ -282,9 +284,12 @@ impl<'a> GatedRuns<'a> {
             return Ok(false);
         };
         let sessions: Vec<usize> = (0..self.workers).collect();
+        let never = crate::jobs::CancelToken::new();
         let timed = |data: &Reference| -> Result<f64, EvalError> {
             let started = std::time::Instant::now();
-            on_workers(self.workers, &sessions, |_| self.metrics_on(data, gates))?;
+            on_workers(self.workers, &sessions, |_| {
+                self.metrics_on(data, gates, &never)
+            })?;
             Ok(started.elapsed().as_secs_f64())
         };
         timed(self.eval.reference)?;
@@ -331,7 +336,16 @@ impl<'a> GatedRuns<'a> {
 
     /// The output metrics of the model `gates` select.
     pub fn metrics(&self, gates: &[bool]) -> Result<Vec<OutputMetrics>, EvalError> {
-        self.metrics_on(self.data(), gates)
+        self.metrics_until(gates, &crate::jobs::CancelToken::new())
+    }
+
+    /// [`GatedRuns::metrics`], its run stopped at once when `cancel` is cancelled.
+    pub fn metrics_until(
+        &self,
+        gates: &[bool],
+        cancel: &crate::jobs::CancelToken,
+    ) -> Result<Vec<OutputMetrics>, EvalError> {
+        self.metrics_on(self.data(), gates, cancel)
     }
 
     /// What its runs cost, timed now: one run of `gates`, and opening the sessions of the
@@ -397,13 +411,14 @@ impl<'a> GatedRuns<'a> {
         &self,
         data: &Reference,
         gates: &[bool],
+        cancel: &crate::jobs::CancelToken,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         let gates = Switchable::gate_inputs(gates);
         self.open_whole()?;
         let pool = self.pool.read().map_err(|_| closed())?;
         pool.as_ref()
             .ok_or_else(closed)?
-            .with(|session| data.compare_session(session, &gates))?
+            .with(|session| data.compare_session(session, &gates, cancel))?
     }
 
     /// Closes the whole model's sessions: the variants about to run from cuts run on
@@ -507,8 +522,8 @@ pub fn measured_variants(
     let score = |gates: &[bool], feed: Option<suffix_runs::Feed>| -> Result<f64, EvalError> {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let metrics = match feed {
-            Some(feed) => feed.metrics(runs.data(), gates)?,
-            None => runs.metrics(gates)?,
+            Some(feed) => feed.metrics(runs.data(), gates, ctx.cancel_token())?,
+            None => runs.metrics_until(gates, ctx.cancel_token())?,
         };
         let score = Target::SqnrDb(0.0).score(&metrics)?;
         if let (Some(&at), Ok(mut finished)) = (index.get(gates), finished.lock()) {

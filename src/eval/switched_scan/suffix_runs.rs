@@ -74,6 +74,7 @@ impl Feed<'_> {
         &self,
         data: &Reference,
         gates: &[bool],
+        cancel: &crate::jobs::CancelToken,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         let all = Switchable::gate_inputs(gates);
         let mut read: Vec<(String, TensorArray)> = self
@@ -83,7 +84,7 @@ impl Feed<'_> {
             .collect();
         read.extend(self.opaque.cloned());
         self.pool
-            .with(|session| data.compare_fed(session, self.values, &read))?
+            .with(|session| data.compare_fed(session, self.values, &read, cancel))?
     }
 }
 
