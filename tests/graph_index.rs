@@ -194,7 +194,7 @@ fn quantize_seconds(shape: Shape, n: usize) -> (f64, f64) {
 fn quantize_time_grows_linearly_with_the_graph() {
     for (shape, n) in [
         (Shape::ReluChain, 3000),
-        (Shape::AddChain, 1500),
+        (Shape::AddChain, 6000),
         (Shape::Fan, 1500),
     ] {
         let (small, large) = quantize_seconds(shape, n);

@@ -232,6 +232,29 @@ pub struct OutputMetrics {
     pub elements: u64,
 }
 
+#[cfg(test)]
+impl OutputMetrics {
+    /// An output measured with `sqnr_db` (and `top1` agreement), its other figures perfect:
+    /// what unit tests of verdicts and targets score.
+    pub(crate) fn with_sqnr(name: &str, kind: OutputKind, sqnr_db: f64, top1: Option<f64>) -> Self {
+        OutputMetrics {
+            name: name.into(),
+            kind,
+            sqnr_db,
+            cosine: 1.0,
+            mse: 0.0,
+            max_abs_error: 0.0,
+            top1_agreement: top1,
+            top5_agreement: None,
+            sequence_agreement: None,
+            neighbour_agreement: None,
+            mask_iou: None,
+            task: Vec::new(),
+            elements: 1,
+        }
+    }
+}
+
 /// Checks that `float` and `quant` can be compared: same inputs and outputs, and `quant`
 /// really is a QDQ model.
 pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Result<(), EvalError> {

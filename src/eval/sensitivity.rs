@@ -589,21 +589,7 @@ mod tests {
     use crate::eval::TaskMetric;
 
     fn metrics(sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
-        OutputMetrics {
-            name: "y".into(),
-            kind: crate::eval::OutputKind::Classifier,
-            sqnr_db,
-            cosine: 1.0,
-            mse: 0.0,
-            max_abs_error: 0.0,
-            top1_agreement: top1,
-            top5_agreement: None,
-            sequence_agreement: None,
-            neighbour_agreement: None,
-            mask_iou: None,
-            task: Vec::new(),
-            elements: 1,
-        }
+        OutputMetrics::with_sqnr("y", crate::eval::OutputKind::Classifier, sqnr_db, top1)
     }
 
     #[test]

@@ -378,7 +378,9 @@ fn small_float_constants(prepared: &Prepared) -> Vec<(String, DataType, ndarray:
             usize::try_from(count).is_ok_and(|c| c <= SMALL_CONSTANT)
         })
         .filter_map(|t| {
-            let value = prepared.model.weight(t.name()).ok()??;
+            // The initializer itself (looking it up by name again would be quadratic: a
+            // graph with a constant per node has as many as it has nodes).
+            let value = prepared.model.tensor_array(t).ok()?;
             let dtype = value.dtype();
             dtype
                 .is_plain_float()

@@ -114,21 +114,7 @@ mod tests {
     use crate::eval::OutputKind;
 
     fn output(name: &str, sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
-        OutputMetrics {
-            name: name.into(),
-            kind: OutputKind::Values,
-            sqnr_db,
-            cosine: 1.0,
-            mse: 0.0,
-            max_abs_error: 0.0,
-            top1_agreement: top1,
-            top5_agreement: None,
-            sequence_agreement: None,
-            neighbour_agreement: None,
-            mask_iou: None,
-            task: Vec::new(),
-            elements: 1,
-        }
+        OutputMetrics::with_sqnr(name, OutputKind::Values, sqnr_db, top1)
     }
 
     fn report(outputs: Vec<OutputMetrics>) -> CompareReport {
