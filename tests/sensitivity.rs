@@ -583,7 +583,7 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
     let variants = scan_variants(&recipe, &spread);
     let switchable = Switchable::build(model, stats, &variants, gating, &ctx).unwrap();
     let scores = |cuts: Cuts| {
-        let mut runs = GatedRuns::open(&eval, &switchable, true).unwrap();
+        let mut runs = GatedRuns::open(&eval, &switchable, true, ctx.cancel_token()).unwrap();
         runs.set_cuts(cuts);
         let scores = variant_sqnrs(&runs, &ctx).unwrap();
         // A run on the whole model after the scan (auto-exclude's): its sessions, closed

@@ -102,7 +102,7 @@ pub fn measure_alternatives(
 ) -> Result<Vec<Alternative>, EvalError> {
     let changes = candidate_changes(recipe);
     let meter = RateMeter::new("trying recipe changes", changes.len() as u64);
-    let scorer = Scorer::open(eval, recipe, target, None)?;
+    let scorer = Scorer::open(eval, recipe, target, None, ctx.cancel_token())?;
     let mut measured = Vec::with_capacity(changes.len());
     let mut done = 0;
     for batch in changes.chunks(scorer.workers.max(1)) {

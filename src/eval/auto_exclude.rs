@@ -113,7 +113,7 @@ pub fn auto_exclude(
     switchable: Option<&Switchable>,
     ctx: &JobContext,
 ) -> Result<AutoExclude, EvalError> {
-    let scorer = Scorer::open(eval, recipe, goal.target, switchable)?;
+    let scorer = Scorer::open(eval, recipe, goal.target, switchable, ctx.cancel_token())?;
     let best = scorer.score_one(recipe)?;
     let mut steps = Steps {
         current: recipe.clone(),

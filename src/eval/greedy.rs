@@ -16,7 +16,7 @@ use super::sensitivity::{Evaluator, Target};
 use super::switchable::Switchable;
 use super::switched_scan::{GatedRuns, worker_pool};
 use super::{EvalError, OutputMetrics};
-use crate::jobs::{JobContext, RateMeter};
+use crate::jobs::{CancelToken, JobContext, RateMeter};
 use crate::recipe::Recipe;
 
 /// A recipe's measured (target score, worst output SQNR).
@@ -118,19 +118,22 @@ pub(crate) struct Scorer<'a> {
     /// session on one thread), one on accelerators.
     pub workers: usize,
     pool: Option<rayon::ThreadPool>,
+    /// The job's cancel token: a cancel stops the runs in flight.
+    cancel: CancelToken,
 }
 
 impl<'a> Scorer<'a> {
     /// A scorer for recipes like `recipe`, scoring by `target`; on `switchable`'s sessions
-    /// when given.
+    /// when given; its runs stop at once when `cancel` is cancelled.
     pub fn open(
         eval: &'a Evaluator<'a>,
         recipe: &Recipe,
         target: Target,
         switchable: Option<&'a Switchable>,
+        cancel: &CancelToken,
     ) -> Result<Self, EvalError> {
         let runs = switchable
-            .map(|s| GatedRuns::open(eval, s, true))
+            .map(|s| GatedRuns::open(eval, s, true, cancel))
             .transpose()?;
         let workers = match &runs {
             Some(runs) => runs.workers(),
@@ -143,6 +146,7 @@ impl<'a> Scorer<'a> {
             runs,
             workers,
             pool,
+            cancel: cancel.clone(),
         })
     }
 
@@ -171,7 +175,7 @@ impl<'a> Scorer<'a> {
 
     /// The measured (score, SQNR) of `recipe` quantized and run on its own.
     pub fn exact_score(&self, recipe: &Recipe, threads: usize) -> Result<Measured, EvalError> {
-        self.scored(self.eval.metrics(recipe, threads))
+        self.scored(self.eval.metrics_until(recipe, threads, &self.cancel))
     }
 
     fn scored(

@@ -475,7 +475,7 @@ fn switched_scan(
     }
     let (scores, workers) = {
         let opened = std::time::Instant::now();
-        let runs = GatedRuns::open(eval, &switchable, true)?;
+        let runs = GatedRuns::open(eval, &switchable, true, ctx.cancel_token())?;
         tracing::debug!(
             "{} session(s) opened in {:.1} s",
             runs.workers(),

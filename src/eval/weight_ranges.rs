@@ -132,7 +132,7 @@ pub fn choose_weight_ranges(
         gptq: false,
         ..recipe.clone()
     };
-    let scorer = Scorer::open(eval, &searched, target, None)?;
+    let scorer = Scorer::open(eval, &searched, target, None, ctx.cancel_token())?;
     let flipped_to = match recipe.weight_range {
         WeightRange::Minmax => WeightRange::Mse,
         WeightRange::Mse => WeightRange::Minmax,

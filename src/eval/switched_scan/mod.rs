@@ -19,7 +19,7 @@ use super::reference::Reference;
 use super::sensitivity::{Evaluator, Target, cpu_workers};
 use super::switchable::{BuildError, Switchable, prefix};
 use super::{EvalError, OutputMetrics};
-use crate::jobs::{JobContext, RateMeter};
+use crate::jobs::{CancelToken, JobContext, RateMeter};
 use crate::model::Model;
 use crate::model::pinned::pinned_session_model;
 use crate::recipe::Recipe;
@@ -117,7 +117,7 @@ const JOINED_MIN_GAIN: f64 = 1.2;
 /// models are not compared: on accelerators a rounding flip in one activation moves them by
 /// more than the check could allow, and the question is only whether joining changes what
 /// the model computes.
-fn joining_agrees(eval: &Evaluator, joined: &Reference) -> bool {
+fn joining_agrees(eval: &Evaluator, joined: &Reference, cancel: &CancelToken) -> bool {
     let options = SessionOptions {
         // Failing on joined batches is an answer here, not an error to print.
         quiet_errors: true,
@@ -126,9 +126,7 @@ fn joining_agrees(eval: &Evaluator, joined: &Reference) -> bool {
     let session = pinned_session_model(eval.float, &joined.sample_shapes())
         .map_err(EvalError::from)
         .and_then(|m| Ok(eval.runtime.session_from_model(&m, eval.eps, options)?));
-    let metrics = session.and_then(|mut session| {
-        joined.compare_session(&mut session, &[], &crate::jobs::CancelToken::new())
-    });
+    let metrics = session.and_then(|mut session| joined.compare_session(&mut session, &[], cancel));
     let worst = metrics.map(|m| m.iter().map(|o| o.sqnr_db).fold(f64::INFINITY, f64::min));
     tracing::debug!(
         "the float model on joined batches against its own batches: {}",
@@ -162,6 +160,9 @@ pub struct GatedRuns<'a> {
     cuts: Cuts,
     /// How many the last scan took.
     cuts_taken: AtomicUsize,
+    /// The job's cancel token: a cancel stops every run in flight, the set-up's timed runs
+    /// included.
+    cancel: CancelToken,
 }
 
 /// Open sessions of one model, each taken by one run at a time.
@@ -205,6 +206,7 @@ impl<'a> GatedRuns<'a> {
         eval: &'a Evaluator<'a>,
         switchable: &'a Switchable,
         parallel: bool,
+        cancel: &CancelToken,
     ) -> Result<Self, EvalError> {
         let weights = switchable.initializer_bytes();
         let estimate = weights.saturating_mul(2);
@@ -237,7 +239,7 @@ impl<'a> GatedRuns<'a> {
             .then(|| eval.reference.merged(MERGED_SAMPLES))
             .flatten()
             .filter(|joined| joined.batches() < eval.reference.batches())
-            .filter(|joined| joining_agrees(eval, joined));
+            .filter(|joined| joining_agrees(eval, joined, cancel));
         let mut runs = GatedRuns {
             eval,
             switchable,
@@ -249,6 +251,7 @@ impl<'a> GatedRuns<'a> {
             bytes_per_weight: opened.session_bytes as f64 / weights.max(1) as f64,
             cuts: Cuts::default(),
             cuts_taken: AtomicUsize::new(0),
+            cancel: cancel.clone(),
         };
         if let Some(joined) = joinable {
             runs.merged = runs.joining_pays(&joined)?.then_some(joined);
@@ -284,12 +287,9 @@ impl<'a> GatedRuns<'a> {
             return Ok(false);
         };
         let sessions: Vec<usize> = (0..self.workers).collect();
-        let never = crate::jobs::CancelToken::new();
         let timed = |data: &Reference| -> Result<f64, EvalError> {
             let started = std::time::Instant::now();
-            on_workers(self.workers, &sessions, |_| {
-                self.metrics_on(data, gates, &never)
-            })?;
+            on_workers(self.workers, &sessions, |_| self.metrics_on(data, gates))?;
             Ok(started.elapsed().as_secs_f64())
         };
         timed(self.eval.reference)?;
@@ -336,16 +336,7 @@ impl<'a> GatedRuns<'a> {
 
     /// The output metrics of the model `gates` select.
     pub fn metrics(&self, gates: &[bool]) -> Result<Vec<OutputMetrics>, EvalError> {
-        self.metrics_until(gates, &crate::jobs::CancelToken::new())
-    }
-
-    /// [`GatedRuns::metrics`], its run stopped at once when `cancel` is cancelled.
-    pub fn metrics_until(
-        &self,
-        gates: &[bool],
-        cancel: &crate::jobs::CancelToken,
-    ) -> Result<Vec<OutputMetrics>, EvalError> {
-        self.metrics_on(self.data(), gates, cancel)
+        self.metrics_on(self.data(), gates)
     }
 
     /// What its runs cost, timed now: one run of `gates`, and opening the sessions of the
@@ -411,14 +402,13 @@ impl<'a> GatedRuns<'a> {
         &self,
         data: &Reference,
         gates: &[bool],
-        cancel: &crate::jobs::CancelToken,
     ) -> Result<Vec<OutputMetrics>, EvalError> {
         let gates = Switchable::gate_inputs(gates);
         self.open_whole()?;
         let pool = self.pool.read().map_err(|_| closed())?;
         pool.as_ref()
             .ok_or_else(closed)?
-            .with(|session| data.compare_session(session, &gates, cancel))?
+            .with(|session| data.compare_session(session, &gates, &self.cancel))?
     }
 
     /// Closes the whole model's sessions: the variants about to run from cuts run on
@@ -523,7 +513,7 @@ pub fn measured_variants(
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
         let metrics = match feed {
             Some(feed) => feed.metrics(runs.data(), gates, ctx.cancel_token())?,
-            None => runs.metrics_until(gates, ctx.cancel_token())?,
+            None => runs.metrics(gates)?,
         };
         let score = Target::SqnrDb(0.0).score(&metrics)?;
         if let (Some(&at), Ok(mut finished)) = (index.get(gates), finished.lock()) {
