@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// Something to do at once when a job is cancelled (stop an ONNX Runtime run in flight).
-type Hook = Box<dyn Fn() + Send + Sync>;
+type Hook = Arc<dyn Fn() + Send + Sync>;
 
 /// The flag and the hooks a token's clones share.
 #[derive(Default)]
@@ -61,14 +61,12 @@ impl CancelToken {
     /// it is cancelled already); dropping the guard unregisters it.
     pub fn on_cancel(&self, hook: impl Fn() + Send + Sync + 'static) -> CancelHook {
         let id = self.0.next_hook.fetch_add(1, Ordering::Relaxed);
+        let hook: Hook = Arc::new(hook);
         if let Ok(mut hooks) = self.0.hooks.lock() {
-            hooks.push((id, Box::new(hook)));
+            hooks.push((id, hook.clone()));
         }
-        // A cancel between the check in the caller and the registration still reaches it.
-        if self.is_cancelled()
-            && let Ok(hooks) = self.0.hooks.lock()
-            && let Some((_, hook)) = hooks.iter().find(|(h, _)| *h == id)
-        {
+        // Registered first, checked after: a cancel at any moment reaches it.
+        if self.is_cancelled() {
             hook();
         }
         CancelHook {

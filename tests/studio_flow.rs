@@ -1401,13 +1401,7 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     no_notices(&h);
     assert!(h.query_by_label(&float.display().to_string()).is_some());
     // Random data (all this model has) are used once chosen on purpose.
-    quantize_and_compare(&mut h, "a comparison on unchosen random data");
-    assert_eq!(h.state().notices()[0].title, "Choose the evaluation data");
-    h.state_mut().dismiss(0);
-    press(&mut h, "Data");
-    press(&mut h, "Compare on random data");
-    quantize_and_compare(&mut h, "comparing with the float model");
-    no_notices(&h);
+    compare_on_random_data_once_chosen(&mut h);
     let doc = h.state().document().unwrap();
     let comparison = doc.work.results.comparison.as_ref().expect("compared");
     assert!(
@@ -1839,6 +1833,19 @@ fn a_failed_task_says_so_in_the_status_bar() {
     assert!(h.state().document().unwrap().work.results.stats.is_none());
 }
 
+/// Compares an open quantized model whose data are random and not chosen yet: refused with
+/// one notice, then measured once *Compare on random data* is ticked in its Data tab.
+fn compare_on_random_data_once_chosen(h: &mut Harness<'_, Studio>) {
+    quantize_and_compare(h, "a comparison on unchosen random data");
+    assert_eq!(h.state().notices().len(), 1);
+    assert_eq!(h.state().notices()[0].title, "Choose the evaluation data");
+    h.state_mut().dismiss(0);
+    press(h, "Data");
+    press(h, "Compare on random data");
+    quantize_and_compare(h, "comparing on random data");
+    no_notices(h);
+}
+
 /// Saves the open model's QDQ model to `out` through the save dialog.
 fn save_model(h: &mut Harness<'_, Studio>, out: &Path) {
     h.key_press_modifiers(Modifiers::COMMAND | Modifiers::SHIFT, Key::S);
@@ -1935,14 +1942,7 @@ fn a_saved_qdq_model_reopens_with_its_float_model_and_data_and_compares_as_the_c
     h.state_mut()
         .push(qdq_studio::app::command::Command::SetFloatModel(float));
     h.run_steps(2);
-    quantize_and_compare(&mut h, "a refused comparison");
-    assert_eq!(h.state().notices().len(), 1);
-    assert_eq!(h.state().notices()[0].title, "Choose the evaluation data");
-    h.state_mut().dismiss(0);
-    press(&mut h, "Data");
-    press(&mut h, "Compare on random data");
-    quantize_and_compare(&mut h, "comparing on random data");
-    no_notices(&h);
+    compare_on_random_data_once_chosen(&mut h);
     assert!(comparison(&h).on_random_data());
     assert!(
         h.query_by_label_contains("Random data: these figures say")

@@ -277,6 +277,7 @@ struct Candidate {
     model: Arc<Model>,
     quantized_nodes: Vec<String>,
     built: Option<super::quantize::Built>,
+    target: Option<crate::recipe::Target>,
 }
 
 /// The QDQ model a comparison measures: `given` (checked against the float model, its
@@ -294,10 +295,12 @@ fn candidate(
             .quantized_nodes(&graph)
             .map(|n| n.name.clone())
             .collect();
+        let target = quant::stamped_recipe(&model).and_then(|r| r.target);
         return Ok(Candidate {
             model,
             quantized_nodes,
             built: None,
+            target,
         });
     }
     let q = quant::quantize_with(&setup.model, Some(&setup.stats), &setup.recipe, ctx)?;
@@ -306,6 +309,7 @@ fn candidate(
         model: Arc::new(q.model),
         quantized_nodes: q.quantized_nodes,
         built: Some(built),
+        target: setup.recipe.target,
     })
 }
 
@@ -337,6 +341,9 @@ pub struct Comparison {
     pub quantized_nodes: Vec<String>,
     /// What building the QDQ model did (none for a model quantized elsewhere).
     pub built: Option<super::quantize::Built>,
+    /// The target the QDQ model was made for: the recipe's when this comparison built it,
+    /// else the recipe the model carries; `None` for a model made elsewhere or without one.
+    pub target: Option<crate::recipe::Target>,
     /// Per-output metrics.
     pub outputs: Vec<OutputMetrics>,
     /// Per-tensor errors (on the first [`TENSOR_SAMPLES`] samples).
@@ -372,15 +379,6 @@ impl Comparison {
     /// model's accuracy).
     pub fn on_random_data(&self) -> bool {
         matches!(self.reference.data, DataSpec::Random { .. })
-    }
-
-    /// The target the QDQ model was made for: the recipe's when this comparison built it,
-    /// else the recipe the model carries; `None` for a model made elsewhere or without one.
-    pub fn target(&self) -> Option<crate::recipe::Target> {
-        match self.built {
-            Some(_) => self.recipe.target,
-            None => quant::stamped_recipe(&self.quantized).and_then(|r| r.target),
-        }
     }
 
     /// The verdict line (see [`crate::report::verdict`]).
@@ -574,6 +572,7 @@ pub fn quantize_and_compare(
         quantized: quantized.model,
         quantized_nodes: quantized.quantized_nodes,
         built: quantized.built,
+        target: quantized.target,
         outputs,
         tensors,
         latency,

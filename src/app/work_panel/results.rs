@@ -109,7 +109,7 @@ fn measured_on(ui: &mut Ui, comparison: &Comparison) {
         );
     }
     let target = comparison
-        .target()
+        .target
         .map_or_else(String::new, |t| format!(" for target {}", t.name()));
     let t = comparison.timings;
     ui.add(

@@ -448,7 +448,7 @@ impl<'a> GatedRuns<'a> {
             Ok(Some(gates)) => self.metrics(&gates),
             Ok(None) | Err(BuildError::NotSwitchable(_)) => {
                 let threads = if self.workers > 1 { 1 } else { 0 };
-                self.eval.metrics(recipe, threads)
+                self.eval.metrics_until(recipe, threads, &self.cancel)
             }
             Err(e) => Err(failed(e)),
         }
