@@ -8,11 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use qdq_studio::calib::data::{BatchSource, DataSpec, model_inputs};
-use qdq_studio::eval::kernel_costs::{segment_costs, slower_in_int8};
-use qdq_studio::eval::kernels::KernelTime;
-use qdq_studio::eval::{
-    EvalError, OutputMetrics, check_comparable, compare_outputs, measure_latency, profile_kernels,
-};
+use qdq_studio::eval::compare::latency::kernel_costs::{segment_costs, slower_in_int8};
+use qdq_studio::eval::compare::latency::kernels::KernelTime;
+use qdq_studio::eval::compare::latency::{measure_latency, profile_kernels};
+use qdq_studio::eval::compare::{EvalError, OutputMetrics, check_comparable, compare_outputs};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
 use qdq_studio::runtime::EpSpec;
@@ -274,7 +273,7 @@ fn the_report_shows_charts_of_the_worst_tensors_in_html_and_markdown() {
 /// (QuantizeLinear on the initializer), tensors named freely (`x_q`, `x_dq`, `mm_out`).
 #[test]
 fn per_tensor_errors_match_a_qdq_model_from_another_tool() {
-    use qdq_studio::eval::tensors::tensor_errors;
+    use qdq_studio::eval::tensor_error::tensors::tensor_errors;
     use qdq_studio::model::TensorArray;
 
     let w: Vec<f32> = (0..32).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
@@ -402,7 +401,7 @@ fn per_tensor_errors_match_onnxruntime_qdq_loss_debug() {
     )
     .unwrap();
     let mut source = eval_source(&float);
-    let errors = qdq_studio::eval::tensors::tensor_errors(
+    let errors = qdq_studio::eval::tensor_error::tensors::tensor_errors(
         &float,
         &quant,
         source.as_mut(),
@@ -523,10 +522,12 @@ fn outlier_model() -> Model {
 fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
     use qdq_studio::calib::{CalibrationConfig, calibrate};
 
-    use qdq_studio::eval::sensitivity::{
-        Goal, Granularity, Target, auto_exclude, scan, scan_keeping,
-    };
-    use qdq_studio::eval::switched_scan::ScanMethod;
+    use qdq_studio::eval::search::auto_exclude::{Goal, auto_exclude};
+
+    use qdq_studio::eval::search::sensitivity::{Granularity, scan, scan_keeping};
+
+    use qdq_studio::eval::search::evaluator::Target;
+    use qdq_studio::eval::search::switched_scan::ScanMethod;
     use qdq_studio::recipe::Recipe;
 
     let model = outlier_model();
@@ -676,7 +677,7 @@ fn the_sensitivity_scan_finds_the_harmful_node_and_auto_exclude_fixes_it() {
 #[test]
 fn per_tensor_errors_from_captured_float_activations_equal_those_run_side_by_side() {
     use ndarray::{ArrayD, IxDyn};
-    use qdq_studio::eval::tensors::{
+    use qdq_studio::eval::tensor_error::tensors::{
         Float, FloatPass, FloatRun, FloatTensors, tensor_errors_against,
     };
     use qdq_studio::model::TensorArray;
@@ -750,7 +751,7 @@ fn per_tensor_errors_from_captured_float_activations_equal_those_run_side_by_sid
     assert_eq!(side_by_side, from_captured);
     // The convenience entry point takes the captured path here, with the same result.
     let mut source = data.open(&inputs).unwrap();
-    let direct = qdq_studio::eval::tensors::tensor_errors(
+    let direct = qdq_studio::eval::tensor_error::tensors::tensor_errors(
         &float,
         &quant,
         source.as_mut(),
@@ -767,7 +768,7 @@ fn per_tensor_errors_from_captured_float_activations_equal_those_run_side_by_sid
 /// kept, and the session that ran is handed back to run beside the quantized one.
 #[test]
 fn float_activations_larger_than_the_weights_are_not_kept() {
-    use qdq_studio::eval::tensors::{FloatPass, FloatTensors};
+    use qdq_studio::eval::tensor_error::tensors::{FloatPass, FloatTensors};
     let model = common::wide_model();
     let data = DataSpec::Random {
         samples: 4,

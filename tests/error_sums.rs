@@ -9,7 +9,7 @@
 mod common;
 
 use ndarray::{ArrayD, IxDyn};
-use qdq_studio::eval::error_sums;
+use qdq_studio::eval::tensor_error::error_sums;
 use qdq_studio::model::{DataType, ModelBuilder, TensorArray};
 use qdq_studio::runtime::value::{owned_inputs, session_inputs};
 use qdq_studio::runtime::{EpSpec, SessionOptions};

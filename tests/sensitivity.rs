@@ -11,7 +11,7 @@ use ndarray::ArrayD;
 use qdq_studio::calib::CalibrationConfig;
 use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::stats::CalibrationStats;
-use qdq_studio::eval::switchable::{Gating, Switchable};
+use qdq_studio::eval::search::switchable::{Gating, Switchable};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Graph, Model, TensorArray};
 use qdq_studio::quant;
@@ -430,10 +430,10 @@ fn the_switchable_scan_keeps_the_data_batches_when_joining_them_fails() {
 /// measured again on the new recipe.
 #[test]
 fn auto_exclude_trying_several_at_once_takes_the_steps_of_one_at_a_time() {
-    use qdq_studio::eval::sensitivity::{
-        Goal, Granularity, NodeSensitivity, Sensitivity, Target, auto_exclude,
-    };
-    use qdq_studio::eval::switched_scan::ScanMethod;
+    use qdq_studio::eval::search::auto_exclude::{Goal, auto_exclude};
+    use qdq_studio::eval::search::evaluator::Target;
+    use qdq_studio::eval::search::sensitivity::{Granularity, NodeSensitivity, Sensitivity};
+    use qdq_studio::eval::search::switched_scan::ScanMethod;
 
     let (model, stats, _) = sample();
     let rt = runtime();
@@ -516,7 +516,7 @@ struct SampleEvaluation {
     model: Model,
     stats: CalibrationStats,
     runtime: qdq_studio::runtime::Runtime,
-    reference: qdq_studio::eval::reference::Reference,
+    reference: qdq_studio::eval::compare::reference::Reference,
     eps: [EpSpec; 1],
 }
 
@@ -532,7 +532,7 @@ impl SampleEvaluation {
         )))
         .unwrap();
         let eps = [EpSpec::Cpu];
-        let reference = qdq_studio::eval::reference::Reference::capture(
+        let reference = qdq_studio::eval::compare::reference::Reference::capture(
             &model,
             &mut *source,
             &runtime,
@@ -551,8 +551,8 @@ impl SampleEvaluation {
         }
     }
 
-    fn evaluator(&self) -> qdq_studio::eval::sensitivity::Evaluator<'_> {
-        qdq_studio::eval::sensitivity::Evaluator {
+    fn evaluator(&self) -> qdq_studio::eval::search::evaluator::Evaluator<'_> {
+        qdq_studio::eval::search::evaluator::Evaluator {
             float: &self.model,
             stats: &self.stats,
             reference: &self.reference,
@@ -570,7 +570,7 @@ impl SampleEvaluation {
 }
 
 fn variants_from_cuts_score_as_whole(gating: Gating) {
-    use qdq_studio::eval::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
+    use qdq_studio::eval::search::switched_scan::{Cuts, GatedRuns, variant_sqnrs};
     let sample = SampleEvaluation::new();
     let (model, stats) = (&sample.model, &sample.stats);
     let ctx = JobContext::silent();
@@ -614,8 +614,8 @@ fn variants_from_cuts_score_as_whole(gating: Gating) {
 /// ways of measuring: the studio's cancel used to throw away every variant already run.
 #[test]
 fn a_cancelled_scan_keeps_the_units_it_measured() {
-    use qdq_studio::eval::sensitivity::{Granularity, scan_units};
-    use qdq_studio::eval::switched_scan::ScanMethod;
+    use qdq_studio::eval::search::sensitivity::{Granularity, scan_units};
+    use qdq_studio::eval::search::switched_scan::ScanMethod;
     use qdq_studio::jobs::CancelToken;
     let sample = SampleEvaluation::new();
     let eval = sample.evaluator();

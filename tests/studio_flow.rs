@@ -8,7 +8,7 @@
 
 mod common;
 
-use qdq_studio::eval::tensors::ErrorKind;
+use qdq_studio::eval::tensor_error::tensors::ErrorKind;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -119,7 +119,7 @@ fn recipe(h: &Harness<'_, Studio>) -> Recipe {
 }
 
 /// The last auto-exclude result on screen.
-fn auto_excluded(h: &Harness<'_, Studio>) -> qdq_studio::eval::sensitivity::AutoExclude {
+fn auto_excluded(h: &Harness<'_, Studio>) -> qdq_studio::eval::search::auto_exclude::AutoExclude {
     h.state()
         .document()
         .unwrap()
@@ -824,7 +824,7 @@ fn comparison_weight(h: &Harness<'_, Studio>, name: &str) -> f64 {
 #[test]
 fn the_results_tab_shows_output_kinds_and_accuracy_against_labels() {
     use qdq_studio::calib::data::{DataSpec, model_inputs};
-    use qdq_studio::eval::OutputKind;
+    use qdq_studio::eval::compare::OutputKind;
     let dir = tempfile::tempdir().unwrap();
     // The sample's evaluation images with labels beside them: class 0 for every sample.
     let float = Model::load(&common::asset("ppocr_cls.onnx")).unwrap();

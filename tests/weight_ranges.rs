@@ -9,7 +9,7 @@ mod common;
 
 use qdq_studio::calib::CalibrationConfig;
 use qdq_studio::calib::data::DataSpec;
-use qdq_studio::eval::weight_ranges::choose_weight_ranges;
+use qdq_studio::eval::search::weight_ranges::choose_weight_ranges;
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::TensorArray;
 use qdq_studio::recipe::{Preprocessing, Recipe, WeightRange};

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use qdq_studio::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
-use qdq_studio::eval::tensors::{local_errors, tensor_errors};
+use qdq_studio::eval::tensor_error::tensors::{local_errors, tensor_errors};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Graph, Model};
 use qdq_studio::quant::cpu_session_options;

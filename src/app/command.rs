@@ -187,7 +187,7 @@ pub enum Command {
         /// Show the heat map.
         shown: bool,
         /// Which error it shows.
-        kind: crate::eval::tensors::ErrorKind,
+        kind: crate::eval::tensor_error::tensors::ErrorKind,
         /// The threshold in dB.
         threshold_db: f32,
     },
@@ -197,7 +197,7 @@ pub enum Command {
         /// The output.
         output: String,
         /// The kind chosen.
-        kind: Option<crate::eval::OutputKind>,
+        kind: Option<crate::eval::compare::OutputKind>,
     },
     /// Fetch the ONNX Runtime build of this flavour.
     InstallRuntime(crate::runtime::Flavor),
@@ -223,6 +223,43 @@ pub enum Command {
         /// The file or folder.
         path: PathBuf,
     },
+}
+
+impl Command {
+    /// True for the commands the studio's work actions carry out
+    /// ([`crate::app::Studio::apply_work`]).
+    pub fn is_work(&self) -> bool {
+        matches!(
+            self,
+            Command::Calibrate
+                | Command::QuantizeCompare
+                | Command::ShowSample(_)
+                | Command::ScanSensitivity
+                | Command::AutoExclude
+                | Command::ChooseWeightRanges
+                | Command::TuneLatency
+                | Command::ApplyAlternative(_)
+                | Command::CancelTask
+                | Command::SaveStatisticsDialog
+                | Command::SaveStatistics(_)
+                | Command::LoadStatisticsDialog
+                | Command::LoadStatistics(_)
+                | Command::SaveQuantizedDialog
+                | Command::SaveQuantized
+                | Command::CloseSaveWindow
+                | Command::SetHeatMap { .. }
+                | Command::SetOutputKind { .. }
+                | Command::InstallRuntime(_)
+                | Command::SetMethod(_)
+                | Command::SetTensorOverride(..)
+                | Command::ShowHistogram(_)
+                | Command::RevealNodes(_)
+                | Command::BrowseData { .. }
+                | Command::SetDataPath { .. }
+                | Command::ChooseFloatModel
+                | Command::SetFloatModel(_)
+        )
+    }
 }
 
 /// A keyboard shortcut and what it does, as the Shortcuts window lists it.

@@ -630,7 +630,7 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
             for &id in nodes {
                 let node = doc.graph.node(id);
                 let state = doc.state(id);
-                crate::app::panels::swatch(ui, state_fill(state, ui.visuals().dark_mode));
+                crate::app::canvas::shapes::swatch(ui, state_fill(state, ui.visuals().dark_mode));
                 ui.label(&node.op_type);
                 if ui.link(RichText::new(&node.name).monospace()).clicked() {
                     commands.push(Command::SelectNodes(vec![id]));

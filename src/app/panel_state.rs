@@ -52,7 +52,7 @@ pub struct PanelState {
     /// Colour the graph by per-tensor SQNR.
     pub heat_map: bool,
     /// Which error the heat map shows.
-    pub heat_kind: crate::eval::tensors::ErrorKind,
+    pub heat_kind: crate::eval::tensor_error::tensors::ErrorKind,
     /// Nodes under this SQNR (dB) are flagged on the heat map.
     pub heat_threshold_db: f32,
     /// The output shown side by side.
@@ -77,7 +77,7 @@ impl Default for PanelState {
             histogram_filter: String::new(),
             histogram_log: true,
             heat_map: false,
-            heat_kind: crate::eval::tensors::ErrorKind::Cumulative,
+            heat_kind: crate::eval::tensor_error::tensors::ErrorKind::Cumulative,
             heat_threshold_db: 20.0,
             output_index: 0,
             sample: 0,

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use egui::{Color32, RichText, Ui};
 
+use crate::app::canvas::shapes::swatch;
 use crate::app::canvas::{Hover, state_fill};
 use crate::app::command::{self, Command, SelectMode};
 use crate::app::document::Document;
@@ -903,12 +904,6 @@ fn op_type_row(
     });
 }
 
-/// A small colour square.
-pub fn swatch(ui: &mut Ui, colour: Color32) {
-    let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
-    ui.painter().rect_filled(rect, 2.0, colour);
-}
-
 /// The node inspector.
 pub fn inspector_panel(
     ui: &mut Ui,
@@ -1290,7 +1285,7 @@ struct LegendFacts<'a> {
     /// Some node has a structural problem.
     flagged: bool,
     /// The heat map is on: its kind and threshold.
-    heat: Option<(crate::eval::tensors::ErrorKind, f32)>,
+    heat: Option<(crate::eval::tensor_error::tensors::ErrorKind, f32)>,
 }
 
 /// Below this width or height the graph view starts with its legend folded to one line.
@@ -1351,9 +1346,9 @@ fn legend_body(ui: &mut Ui, facts: &LegendFacts) {
 }
 
 /// The heat map's scale: SQNR from red (under the threshold) to green.
-fn heat_legend(ui: &mut Ui, kind: crate::eval::tensors::ErrorKind, threshold: f64) {
+fn heat_legend(ui: &mut Ui, kind: crate::eval::tensor_error::tensors::ErrorKind, threshold: f64) {
     use crate::app::work::heat;
-    use crate::eval::tensors::ErrorKind;
+    use crate::eval::tensor_error::tensors::ErrorKind;
     let title = match kind {
         ErrorKind::Cumulative => "SQNR of each node's output, float vs QDQ",
         ErrorKind::Local => "Local SQNR: each node's own quantization, float inputs",

@@ -352,7 +352,7 @@ impl Studio {
                 self.window.show_shortcuts = false;
                 self.window.show_about = false;
             }
-            other if crate::app::work_actions::is_work_command(&other) => self.apply_work(other),
+            other if other.is_work() => self.apply_work(other),
             other => self.apply_to_document(other),
         }
     }

@@ -26,40 +26,6 @@ use crate::workflow::statistics;
 /// A failure to show: a title and the cause.
 type Failure = (String, String);
 
-/// True for the commands [`Studio::apply_work`] carries out.
-pub fn is_work_command(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::Calibrate
-            | Command::QuantizeCompare
-            | Command::ShowSample(_)
-            | Command::ScanSensitivity
-            | Command::AutoExclude
-            | Command::ChooseWeightRanges
-            | Command::TuneLatency
-            | Command::ApplyAlternative(_)
-            | Command::CancelTask
-            | Command::SaveStatisticsDialog
-            | Command::SaveStatistics(_)
-            | Command::LoadStatisticsDialog
-            | Command::LoadStatistics(_)
-            | Command::SaveQuantizedDialog
-            | Command::SaveQuantized
-            | Command::CloseSaveWindow
-            | Command::SetHeatMap { .. }
-            | Command::SetOutputKind { .. }
-            | Command::InstallRuntime(_)
-            | Command::SetMethod(_)
-            | Command::SetTensorOverride(..)
-            | Command::ShowHistogram(_)
-            | Command::RevealNodes(_)
-            | Command::BrowseData { .. }
-            | Command::SetDataPath { .. }
-            | Command::ChooseFloatModel
-            | Command::SetFloatModel(_)
-    )
-}
-
 fn no_model() -> Failure {
     ("No model is open".into(), "Open a model first.".into())
 }
@@ -617,7 +583,7 @@ impl Studio {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         let refused = |e: String| ("This float model cannot be used".to_owned(), e);
         let model = crate::model::Model::load(&path).map_err(|e| refused(e.to_string()))?;
-        crate::eval::check_comparable(&model, &doc.model, &doc.source.label())
+        crate::eval::compare::check_comparable(&model, &doc.model, &doc.source.label())
             .map_err(|e| refused(e.to_string()))?;
         let label = crate::app::document::Source::File(path.clone()).label();
         doc.work.float_model = Some(FloatModel { path, model });

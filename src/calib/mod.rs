@@ -13,6 +13,7 @@ pub mod input_hessians;
 pub mod input_means;
 pub mod memory;
 pub mod range;
+pub mod range_method;
 pub mod runner;
 pub mod stats;
 

@@ -295,11 +295,11 @@ pub struct CalibrationStats {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RangeChoice {
     /// The method chosen.
-    pub method: super::range::RangeMethod,
+    pub method: super::range_method::RangeMethod,
     /// Each method tried and the squared error its quantization of the activation caused in
     /// the outputs of the nodes reading it, summed over the calibration data (the recipe's
     /// method first).
-    pub errors: Vec<(super::range::RangeMethod, f64)>,
+    pub errors: Vec<(super::range_method::RangeMethod, f64)>,
 }
 
 impl RangeChoice {

@@ -7,8 +7,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
-use qdq_studio::eval::OutputKind;
-use qdq_studio::eval::task::TaskOptions;
+use qdq_studio::eval::compare::OutputKind;
+use qdq_studio::eval::compare::task::TaskOptions;
 use qdq_studio::jobs::{CancelToken, JobContext};
 use qdq_studio::model::Model;
 use qdq_studio::runtime::EpSpec;

@@ -183,7 +183,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL_CONDENSED)
-        .set_header(qdq_studio::eval::OUTPUT_TABLE_HEADER);
+        .set_header(qdq_studio::eval::compare::OUTPUT_TABLE_HEADER);
     for m in &metrics {
         table.add_row(m.table_row());
     }
@@ -245,7 +245,7 @@ fn print_baseline(section: &report::baseline::BaselineSection) {
 
 /// The weight-only quantized layers (int4), worst first, each with its weight's error; `None`
 /// when the model has none.
-fn layer_table(tensors: &qdq_studio::eval::tensors::TensorErrors) -> Option<Table> {
+fn layer_table(tensors: &qdq_studio::eval::tensor_error::tensors::TensorErrors) -> Option<Table> {
     if tensors.layers.is_empty() {
         return None;
     }

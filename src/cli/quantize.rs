@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 
 use qdq_studio::calib::range::RangeMethod;
 use qdq_studio::calib::{CalibrationConfig, CalibrationStats, ParityBins};
-use qdq_studio::eval::latency_tuning::TuneOptions;
+use qdq_studio::eval::search::latency_tuning::TuneOptions;
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{Model, SaveOptions};
 use qdq_studio::quant::Prepared;

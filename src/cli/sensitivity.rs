@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use qdq_studio::eval::sensitivity::{
-    AutoExclude, Goal, Granularity, Sensitivity, Target, TargetKind,
-};
-use qdq_studio::eval::switched_scan::ScanMethod;
+use qdq_studio::eval::search::auto_exclude::{AutoExclude, Goal};
+
+use qdq_studio::eval::search::sensitivity::{Granularity, Sensitivity};
+
+use qdq_studio::eval::search::evaluator::{Target, TargetKind};
+use qdq_studio::eval::search::switched_scan::ScanMethod;
 use qdq_studio::model::Model;
 use qdq_studio::recipe::{Recipe, Target as Deployment};
 use qdq_studio::workflow::outputs::RunFiles;

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::dtype::DataType;
 use super::error::ModelError;
-use super::proto::{TensorProto, tensor_proto::DataLocation};
+use super::proto::{StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
 
 /// Files smaller than this are read into memory instead of being memory-mapped.
 const MMAP_THRESHOLD: u64 = 16 * 1024 * 1024;
@@ -253,6 +253,29 @@ pub fn check_tensor(tensor: &TensorProto) -> Result<(), ModelError> {
         });
     }
     Ok(())
+}
+
+/// Protobuf messages cannot exceed 2 GiB; stay a little below it.
+pub const PROTOBUF_LIMIT: u64 = (i32::MAX as u64) - 16 * 1024 * 1024;
+
+/// Makes `tensor` reference `length` bytes at `offset` of the external file `location`.
+pub(crate) fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u64) {
+    let entry = |key: &str, value: String| StringStringEntryProto {
+        key: Some(key.to_owned()),
+        value: Some(value),
+    };
+    tensor.raw_data = None;
+    tensor.float_data.clear();
+    tensor.int32_data.clear();
+    tensor.int64_data.clear();
+    tensor.double_data.clear();
+    tensor.uint64_data.clear();
+    tensor.data_location = Some(DataLocation::External as i32);
+    tensor.external_data = vec![
+        entry("location", location.to_owned()),
+        entry("offset", offset.to_string()),
+        entry("length", length.to_string()),
+    ];
 }
 
 #[cfg(test)]

@@ -262,7 +262,7 @@ impl Model {
             Ok::<(), ModelError>(())
         })?;
         let bytes = proto.encoded_len() as u64;
-        if bytes > super::save::PROTOBUF_LIMIT {
+        if bytes > super::external::PROTOBUF_LIMIT {
             return Err(ModelError::TooLargeInline { bytes });
         }
         Ok(proto)

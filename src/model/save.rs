@@ -11,13 +11,13 @@ use prost::Message;
 use super::error::ModelError;
 use super::external::ExternalRef;
 use super::onnx_model::{Model, inline_tensor};
-use super::proto::{StringStringEntryProto, TensorProto, tensor_proto::DataLocation};
+use super::proto::TensorProto;
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
 use crate::atomic::AtomicFile;
 
-/// Protobuf messages cannot exceed 2 GiB; stay a little below it.
-pub const PROTOBUF_LIMIT: u64 = (i32::MAX as u64) - 16 * 1024 * 1024;
+pub use super::external::PROTOBUF_LIMIT;
+use super::external::set_external;
 
 /// Offsets of large external tensors are aligned to this, so runtimes can map them directly.
 const PAGE_ALIGNMENT: u64 = 4096;
@@ -216,24 +216,4 @@ fn commit(file: AtomicFile) -> Result<u64, ModelError> {
     let path = file.target().to_path_buf();
     file.commit()
         .map_err(|source| ModelError::Write { path, source })
-}
-
-/// Makes `tensor` reference `length` bytes at `offset` of the external file `location`.
-pub(super) fn set_external(tensor: &mut TensorProto, location: &str, offset: u64, length: u64) {
-    let entry = |key: &str, value: String| StringStringEntryProto {
-        key: Some(key.to_owned()),
-        value: Some(value),
-    };
-    tensor.raw_data = None;
-    tensor.float_data.clear();
-    tensor.int32_data.clear();
-    tensor.int64_data.clear();
-    tensor.double_data.clear();
-    tensor.uint64_data.clear();
-    tensor.data_location = Some(DataLocation::External as i32);
-    tensor.external_data = vec![
-        entry("location", location.to_owned()),
-        entry("offset", offset.to_string()),
-        entry("length", length.to_string()),
-    ];
 }

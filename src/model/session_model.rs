@@ -15,8 +15,8 @@ use std::sync::Arc;
 use prost::Message;
 
 use super::error::ModelError;
+use super::external::{PROTOBUF_LIMIT, set_external};
 use super::proto::{ModelProto, TensorProto};
-use super::save::{PROTOBUF_LIMIT, set_external};
 
 /// The file name under which the in-memory buffer is handed to ONNX Runtime. No model file
 /// names it: the name is reserved for this purpose and never touches the disk.

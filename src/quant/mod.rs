@@ -2,6 +2,7 @@
 //! policies, graph rewriting into QDQ form, and the opset raise the output needs.
 
 pub mod bias_correction;
+pub mod channel_factors;
 pub mod equalize;
 pub mod explain;
 pub mod gemm_layout;
@@ -12,6 +13,7 @@ pub mod layers;
 pub mod layerwise;
 pub mod memory;
 pub mod mixed;
+pub mod norms;
 pub mod ops;
 pub mod opset;
 pub mod outlier_rows;

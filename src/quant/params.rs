@@ -4,6 +4,9 @@
 
 use std::collections::HashSet;
 
+use ndarray::ArrayD;
+use rayon::prelude::*;
+
 use super::QuantError;
 use super::plan::TensorRole;
 use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
@@ -269,5 +272,20 @@ pub fn weight_quant(
             })
         }
         _ => None,
+    }
+}
+
+/// An error naming `name` when `values` holds NaN or Inf.
+pub fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), QuantError> {
+    let bad = match values.as_slice_memory_order() {
+        Some(flat) => flat.par_iter().filter(|v| !v.is_finite()).count(),
+        None => values.iter().filter(|v| !v.is_finite()).count(),
+    };
+    match bad {
+        0 => Ok(()),
+        bad => Err(QuantError::NonFiniteWeight {
+            tensor: name.to_owned(),
+            count: bad,
+        }),
     }
 }

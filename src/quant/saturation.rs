@@ -71,7 +71,6 @@ use std::collections::BTreeSet;
 use super::kernel_pairs::Reduction;
 use super::params::weight_quant;
 use super::plan::{Plan, TensorRole};
-use super::precision;
 use super::prepare::Prepared;
 use crate::model::{Dim, Graph, Node};
 use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
@@ -96,7 +95,7 @@ pub fn seven_bit_weights(prepared: &Prepared, recipe: &Recipe, plan: &Plan) -> B
             }
         }
         GuardScope::TransformerLinear => {
-            if !precision::has_normalization(graph) {
+            if !crate::quant::norms::has_normalization(graph) {
                 return BTreeSet::new();
             }
             &|name, _| feeds_linear(graph, name)

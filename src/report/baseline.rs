@@ -3,7 +3,7 @@
 //! of tables for the CLI and both report formats.
 
 use super::{Baseline, CompareReport, TextTable, db};
-use crate::eval::layer_effect::{LayerEffect, sqnr_gain_db};
+use crate::eval::tensor_error::layer_effect::{LayerEffect, sqnr_gain_db};
 
 /// Which end of the layer effects a table lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

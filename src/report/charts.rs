@@ -11,7 +11,7 @@ use plotters::style::FontStyle;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use crate::calib::histogram::Histogram;
-use crate::eval::tensors::{TensorErrors, WeightError};
+use crate::eval::tensor_error::tensors::{TensorErrors, WeightError};
 
 /// The font family the charts use (registered from the bundled DejaVu Sans, so charts look
 /// the same on every machine and need no system font lookup).
@@ -380,7 +380,7 @@ pub fn weight_error_per_layer<DB: DrawingBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::tensors::ActivationError;
+    use crate::eval::tensor_error::tensors::ActivationError;
 
     fn activation(name: &str, xmodel: f64, qdq: f64) -> ActivationError {
         ActivationError {
@@ -401,7 +401,7 @@ mod tests {
                 activation("relu_7_out", 12.5, 30.0),
                 activation("head", f64::INFINITY, 50.0),
             ],
-            local: vec![crate::eval::tensors::LocalError {
+            local: vec![crate::eval::tensor_error::tensors::LocalError {
                 tensor: "relu_7_out".into(),
                 sqnr_db: 35.0,
             }],

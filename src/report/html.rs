@@ -67,7 +67,7 @@ fn figure(out: &mut String, chart: &Chart) {
 }
 
 /// The worst local errors (where the errors are made), or why they were not measured.
-fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors) {
+fn local_section(out: &mut String, tensors: &crate::eval::tensor_error::tensors::TensorErrors) {
     let local = local_table(tensors, 15);
     if !local.rows.is_empty() {
         out.push_str("<h3>Where the error is made</h3>\n<p class=\"note\">The tensors whose own node loses most with float inputs: fix these (exclude them, widen their range, raise their precision) before the nodes that only carry their error.</p>\n");

@@ -47,7 +47,7 @@ fn image(out: &mut String, chart: &Chart, folder: &str) {
 }
 
 /// The worst local errors (where the errors are made), or why they were not measured.
-fn local_section(out: &mut String, tensors: &crate::eval::tensors::TensorErrors) {
+fn local_section(out: &mut String, tensors: &crate::eval::tensor_error::tensors::TensorErrors) {
     let local = local_table(tensors, 15);
     if !local.rows.is_empty() {
         out.push_str("### Where the error is made\n\nThe tensors whose own node loses most with float inputs: fix these (exclude them, widen their range, raise their precision) before the nodes that only carry their error.\n\n");

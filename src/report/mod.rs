@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::eval::layer_effect::LayerEffect;
-use crate::eval::tensors::{ActivationError, TensorErrors};
-use crate::eval::{Latency, OutputMetrics};
+use crate::eval::compare::OutputMetrics;
+use crate::eval::compare::latency::Latency;
+use crate::eval::tensor_error::layer_effect::LayerEffect;
+use crate::eval::tensor_error::tensors::{ActivationError, TensorErrors};
 
 pub use charts::ChartError;
 
@@ -408,7 +409,7 @@ pub fn task_table(report: &CompareReport) -> Option<TextTable> {
         .map(Vec::from)
         .collect();
     (!rows.is_empty()).then(|| TextTable {
-        header: crate::eval::TASK_TABLE_HEADER.to_vec(),
+        header: crate::eval::compare::TASK_TABLE_HEADER.to_vec(),
         rows,
     })
 }

@@ -4,7 +4,7 @@
 //! data that was measured.
 
 use super::{CompareReport, LatencyPair};
-use crate::eval::OutputMetrics;
+use crate::eval::compare::OutputMetrics;
 
 /// An SQNR at or above this is "close to the float model" when nothing better is measured.
 const CLOSE_DB: f64 = 30.0;
@@ -111,7 +111,7 @@ fn agreement_of(m: &OutputMetrics) -> Option<(&'static str, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::OutputKind;
+    use crate::eval::compare::OutputKind;
 
     fn output(name: &str, sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
         OutputMetrics::with_sqnr(name, OutputKind::Values, sqnr_db, top1)

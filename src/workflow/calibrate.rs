@@ -230,7 +230,7 @@ pub fn calibrate_prepared_for_recipe(
 }
 
 /// Chooses each activation's range method layer-wise (see
-/// [`crate::eval::range_choice`]) and records the choices in `stats`.
+/// [`crate::eval::search::range_choice`]) and records the choices in `stats`.
 fn choose_ranges(
     prepared: &Prepared,
     recipe: &Recipe,
@@ -243,14 +243,14 @@ fn choose_ranges(
     let candidates = crate::quant::layerwise::candidates(prepared, recipe, stats);
     let ranks =
         |tensor: &str| -> Option<usize> { stats.tensors.get(tensor)?.shapes.first().map(Vec::len) };
-    let how = crate::eval::range_choice::Measurement {
+    let how = crate::eval::search::range_choice::Measurement {
         runtime,
         eps: &config.execution_providers,
         batch_size: config.batch_size.max(1),
         ranks: &ranks,
     };
     let mut source = data.open(&model_inputs(&prepared.graph))?;
-    let choices = crate::eval::range_choice::choose(
+    let choices = crate::eval::search::range_choice::choose(
         &prepared.model,
         &prepared.graph,
         &candidates,

@@ -10,14 +10,13 @@ use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
 use crate::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
-use crate::eval::layer_effect::layer_effects;
-use crate::eval::reference::OutputPair;
-use crate::eval::task::TaskOptions;
-use crate::eval::tensors::{
+use crate::eval::compare::latency::{Latency, measure_latency};
+use crate::eval::compare::reference::OutputPair;
+use crate::eval::compare::task::TaskOptions;
+use crate::eval::compare::{EvalError, OutputMetrics, check_comparable, compare_outputs};
+use crate::eval::tensor_error::layer_effect::layer_effects;
+use crate::eval::tensor_error::tensors::{
     Float, FloatPass, FloatRun, FloatTensors, TensorErrors, tensor_errors, tensor_errors_against,
-};
-use crate::eval::{
-    EvalError, Latency, OutputMetrics, check_comparable, compare_outputs, measure_latency,
 };
 use crate::jobs::{JobContext, Progress};
 use crate::model::{Graph, Model};
@@ -26,20 +25,7 @@ use crate::recipe::Recipe;
 use crate::report::{Baseline, CompareReport, LatencyPair};
 use crate::runtime::{EpSpec, Runtime};
 
-/// How many runs time each model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LatencyRuns {
-    /// Untimed runs first.
-    pub warmup: usize,
-    /// Timed runs.
-    pub runs: usize,
-}
-
-/// The studio's latency measurement: quick, after two warm-up runs.
-pub const STUDIO_LATENCY: LatencyRuns = LatencyRuns {
-    warmup: 2,
-    runs: 10,
-};
+pub use super::reference::{LatencyRuns, STUDIO_LATENCY};
 
 /// Evaluation samples the studio's per-tensor errors (the heat map) are measured on. Every
 /// activation of both models is read back for each sample, which dominates quantize & compare

@@ -2,7 +2,7 @@
 //! apart from failure so the faces can say "cancelled, nothing changed" rather than an error.
 
 use crate::calib::{CalibError, DataError};
-use crate::eval::EvalError;
+use crate::eval::compare::EvalError;
 use crate::jobs::Cancelled;
 use crate::model::ModelError;
 use crate::quant::QuantError;

@@ -5,18 +5,32 @@
 use std::sync::Arc;
 
 use super::WorkflowError;
-use super::compare::LatencyRuns;
 use crate::calib::CalibrationStats;
 use crate::calib::data::{DataSpec, model_inputs};
-use crate::eval::Latency;
-use crate::eval::reference::Reference;
-use crate::eval::sensitivity::Evaluator;
-use crate::eval::task::TaskOptions;
-use crate::eval::tensors::FloatTensors;
+use crate::eval::compare::latency::Latency;
+use crate::eval::compare::reference::Reference;
+use crate::eval::compare::task::TaskOptions;
+use crate::eval::search::evaluator::Evaluator;
+use crate::eval::tensor_error::tensors::FloatTensors;
 use crate::jobs::JobContext;
 use crate::model::{Graph, Model};
 use crate::recipe::Recipe;
 use crate::runtime::{EpSpec, Runtime};
+
+/// How many runs time each model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyRuns {
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// Timed runs.
+    pub runs: usize,
+}
+
+/// The studio's latency measurement: quick, after two warm-up runs.
+pub const STUDIO_LATENCY: LatencyRuns = LatencyRuns {
+    warmup: 2,
+    runs: 10,
+};
 
 /// The evaluation set captured on some providers with one batch size: reusable while these
 /// stay.

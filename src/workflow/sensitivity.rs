@@ -6,11 +6,13 @@ use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup};
 use std::sync::Arc;
 
-use crate::eval::sensitivity::{
-    AutoExclude, Goal, Granularity, Sensitivity, auto_exclude, scan_keeping, scan_units_keeping,
+use crate::eval::search::auto_exclude::{AutoExclude, Goal, auto_exclude};
+
+use crate::eval::search::sensitivity::{
+    Granularity, Sensitivity, scan_keeping, scan_units_keeping,
 };
-use crate::eval::switchable::Switchable;
-use crate::eval::switched_scan::ScanMethod;
+use crate::eval::search::switchable::Switchable;
+use crate::eval::search::switched_scan::ScanMethod;
 use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::recipe::Recipe;

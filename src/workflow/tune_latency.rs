@@ -1,10 +1,10 @@
 //! Latency tuning as a step: the float reference captured on the data (or reused), then the
-//! placement tuned for speed on the setup's providers ([`crate::eval::latency_tuning`]).
+//! placement tuned for speed on the setup's providers ([`crate::eval::search::latency_tuning`]).
 
 use super::WorkflowError;
 use super::reference::EvalSetup;
 use crate::calib::data::model_inputs;
-use crate::eval::latency_tuning::{LatencyTuning, TuneOptions, tune_latency};
+use crate::eval::search::latency_tuning::{LatencyTuning, TuneOptions, tune_latency};
 use crate::jobs::JobContext;
 use crate::model::Graph;
 use crate::runtime::Runtime;

@@ -1,10 +1,10 @@
 //! The measured weight-range choice as a step: the float reference captured on the data (or
 //! reused), then each weight's range chosen by the model's outputs
-//! ([`crate::eval::weight_ranges`]).
+//! ([`crate::eval::search::weight_ranges`]).
 
 use super::WorkflowError;
 use super::reference::EvalSetup;
-use crate::eval::weight_ranges::{WeightRanges, choose_weight_ranges};
+use crate::eval::search::weight_ranges::{WeightRanges, choose_weight_ranges};
 use crate::jobs::JobContext;
 use crate::runtime::Runtime;
 

@@ -431,12 +431,12 @@ pub fn cpu_reference(
     data: &qdq_studio::calib::data::DataSpec,
     rt: &Runtime,
     batch: usize,
-) -> qdq_studio::eval::reference::Reference {
+) -> qdq_studio::eval::compare::reference::Reference {
     let graph = qdq_studio::model::Graph::build(model);
     let mut source = data
         .open(&qdq_studio::calib::data::model_inputs(&graph))
         .unwrap();
-    qdq_studio::eval::reference::Reference::capture(
+    qdq_studio::eval::compare::reference::Reference::capture(
         model,
         source.as_mut(),
         rt,
@@ -452,10 +452,10 @@ pub fn cpu_reference(
 pub fn cpu_evaluator<'a>(
     model: &'a qdq_studio::model::Model,
     stats: &'a qdq_studio::calib::CalibrationStats,
-    reference: &'a qdq_studio::eval::reference::Reference,
+    reference: &'a qdq_studio::eval::compare::reference::Reference,
     rt: &'a Runtime,
-) -> qdq_studio::eval::sensitivity::Evaluator<'a> {
-    qdq_studio::eval::sensitivity::Evaluator {
+) -> qdq_studio::eval::search::evaluator::Evaluator<'a> {
+    qdq_studio::eval::search::evaluator::Evaluator {
         float: model,
         stats,
         reference,

@@ -85,6 +85,12 @@ pub struct TensorEdge {
 /// The graph type behind the view.
 pub type ViewGraph = egui_graphs::Graph<OpNode, TensorEdge, Directed, u32, OpBox, TensorLink>;
 
+/// A small colour square: the key of a legend, in the colours drawn here.
+pub fn swatch(ui: &mut egui::Ui, colour: Color32) {
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+    ui.painter().rect_filled(rect, 2.0, colour);
+}
+
 /// Fill colour of a node in each state; the legend uses the same colours.
 pub fn state_fill(state: NodeState, dark: bool) -> Color32 {
     match (state, dark) {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use egui::Color32;
 
-use crate::eval::tensors::{ErrorKind, TensorErrors};
+use crate::eval::tensor_error::tensors::{ErrorKind, TensorErrors};
 use crate::model::{Graph, NodeId};
 use crate::quant::Explanation;
 

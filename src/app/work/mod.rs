@@ -1,10 +1,11 @@
 //! The quantization work attached to an open model, in four parts kept apart: how runs are
-//! set up ([`settings`]), the checks of their data ([`data`]), what they produced
+//! set up ([`settings`]), the data chosen and its checks ([`data`], [`data_checks`]), what they produced
 //! ([`results`], GUI-free) and the one task running ([`task`]). The work panel's own widget
 //! state lives with the panel ([`crate::app::work_panel::PanelState`]); the long work itself
 //! runs in [`tasks`], thin adapters over [`crate::workflow`].
 
 pub mod data;
+pub mod data_checks;
 pub mod heat;
 pub mod results;
 pub mod settings;
@@ -12,10 +13,10 @@ pub mod task;
 pub mod tasks;
 
 use crate::calib::data::InputSpec;
-use crate::eval::sensitivity::AutoExclude;
+use crate::eval::search::auto_exclude::AutoExclude;
 use crate::model::Graph;
 
-use data::DataChecks;
+use data_checks::DataChecks;
 use results::WorkResults;
 use settings::RunSettings;
 use task::TaskSlot;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::calib::CalibrationStats;
-use crate::eval::sensitivity::AutoExclude;
+use crate::eval::search::auto_exclude::AutoExclude;
 use crate::recipe::Recipe;
 use crate::workflow::compare::Comparison;
 use crate::workflow::reference::CapturedReference;

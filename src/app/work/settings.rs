@@ -3,8 +3,9 @@
 //! panel edits them and the tasks read them.
 
 use crate::calib::data::InputSpec;
-use crate::eval::sensitivity::{Goal, Target, TargetKind};
-use crate::eval::task::TaskOptions;
+use crate::eval::compare::task::TaskOptions;
+use crate::eval::search::auto_exclude::Goal;
+use crate::eval::search::evaluator::{Target, TargetKind};
 use crate::runtime::EpSpec;
 
 use super::data::{DataChoice, DataKind};

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::calib::CalibrationStats;
-use crate::eval::latency_tuning::LatencyTuning;
-use crate::eval::reference::OutputPair;
-use crate::eval::sensitivity::AutoExclude;
-use crate::eval::weight_ranges::WeightRanges;
+use crate::eval::compare::reference::OutputPair;
+use crate::eval::search::auto_exclude::AutoExclude;
+use crate::eval::search::latency_tuning::LatencyTuning;
+use crate::eval::search::weight_ranges::WeightRanges;
 use crate::jobs::{Job, JobContext, Progress};
 use crate::workflow::WorkflowError;
 use crate::workflow::compare::Comparison;

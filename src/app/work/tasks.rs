@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::task::{TaskOutput, TaskWork};
 use crate::calib::{CalibrationConfig, DataSpec};
-use crate::eval::latency_tuning::TuneOptions;
-use crate::eval::sensitivity::{Goal, Granularity};
-use crate::eval::switched_scan::ScanMethod;
+use crate::eval::search::auto_exclude::Goal;
+use crate::eval::search::latency_tuning::TuneOptions;
+use crate::eval::search::sensitivity::Granularity;
+use crate::eval::search::switched_scan::ScanMethod;
 use crate::model::Model;
 use crate::quant::Prepared;
 use crate::recipe::Recipe;

@@ -10,7 +10,7 @@ use crate::app::work::Work;
 use crate::app::work::data::{DataCheck, DataChoice, DataKind};
 use crate::calib::data::images::{ChannelOrder, Layout};
 use crate::calib::range::RangeMethod;
-use crate::eval::task::TaskOptions;
+use crate::eval::compare::task::TaskOptions;
 use crate::runtime::{EpSpec, EpState, EpStatus, Flavor};
 
 /// The runtime build that carries `ep`, when there is one to fetch.

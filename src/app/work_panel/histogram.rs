@@ -538,7 +538,7 @@ fn methods_table(
             for (&method, r) in ranges {
                 let active = in_use == Some(method);
                 ui.horizontal(|ui| {
-                    crate::app::panels::swatch(ui, method_colour(method));
+                    crate::app::canvas::shapes::swatch(ui, method_colour(method));
                     let text = format!("{method} [{:.4}, {:.4}]", r.lo, r.hi);
                     ui.label(if active {
                         RichText::new(text).strong()

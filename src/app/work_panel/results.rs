@@ -2,7 +2,7 @@
 //! latency beside it), the worst tensors, and one sample's outputs side by side: both maps and
 //! their difference as images for image-like outputs, the largest values otherwise.
 
-use crate::eval::tensors::{ErrorKind, TensorErrors};
+use crate::eval::tensor_error::tensors::{ErrorKind, TensorErrors};
 use egui::{Color32, ColorImage, RichText, TextureOptions, Ui};
 use ndarray::{ArrayD, Axis};
 
@@ -10,9 +10,9 @@ use crate::app::command::Command;
 use crate::app::document::Document;
 use crate::app::panel_state::{OutputImages, PanelState};
 use crate::app::work::heat;
-use crate::eval::OutputKind;
-use crate::eval::reference::OutputPair;
-use crate::eval::task::TaskOptions;
+use crate::eval::compare::OutputKind;
+use crate::eval::compare::reference::OutputPair;
+use crate::eval::compare::task::TaskOptions;
 use crate::report::SpeedVerdict;
 use crate::workflow::compare::{Comparison, TENSOR_SAMPLES};
 
@@ -202,7 +202,7 @@ const FIDELITY_COLUMNS: usize = 6;
 fn outputs_table(ui: &mut Ui, comparison: &Comparison) {
     ui.heading("Outputs");
     let rows: Vec<[String; 11]> = comparison.outputs.iter().map(|m| m.table_row()).collect();
-    let shown: Vec<usize> = (0..crate::eval::OUTPUT_TABLE_HEADER.len())
+    let shown: Vec<usize> = (0..crate::eval::compare::OUTPUT_TABLE_HEADER.len())
         .filter(|&c| c < FIDELITY_COLUMNS || rows.iter().any(|r| r[c] != "-"))
         .collect();
     egui::Grid::new("outputs-table")
@@ -210,7 +210,7 @@ fn outputs_table(ui: &mut Ui, comparison: &Comparison) {
         .num_columns(shown.len())
         .show(ui, |ui| {
             for &c in &shown {
-                ui.label(RichText::new(crate::eval::OUTPUT_TABLE_HEADER[c]).strong());
+                ui.label(RichText::new(crate::eval::compare::OUTPUT_TABLE_HEADER[c]).strong());
             }
             ui.end_row();
             for row in &rows {
@@ -287,7 +287,7 @@ fn task_table(ui: &mut Ui, comparison: &Comparison) {
     ui.add_space(4.0);
     ui.label(RichText::new(format!("Against ground truth ('{key}')")).strong());
     egui::Grid::new("task-table").striped(true).show(ui, |ui| {
-        for h in crate::eval::TASK_TABLE_HEADER {
+        for h in crate::eval::compare::TASK_TABLE_HEADER {
             ui.label(RichText::new(h).strong());
         }
         ui.end_row();

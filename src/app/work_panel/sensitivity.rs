@@ -7,7 +7,7 @@ use egui::{RichText, Ui};
 use crate::app::command::Command;
 use crate::app::document::Document;
 use crate::app::work::settings::RunSettings;
-use crate::eval::sensitivity::TargetKind;
+use crate::eval::search::evaluator::TargetKind;
 
 pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
     let busy = doc.work.busy();
@@ -120,7 +120,7 @@ fn controls(
 /// The ranking: most harmful first, each row a link to its node.
 fn ranking(
     ui: &mut Ui,
-    s: &crate::eval::sensitivity::Sensitivity,
+    s: &crate::eval::search::sensitivity::Sensitivity,
     graph: &crate::model::Graph,
     commands: &mut Vec<Command>,
 ) {
@@ -164,7 +164,7 @@ fn ranking(
 /// with an Apply button (one undoable step).
 fn alternatives(
     ui: &mut Ui,
-    result: &crate::eval::sensitivity::AutoExclude,
+    result: &crate::eval::search::auto_exclude::AutoExclude,
     commands: &mut Vec<Command>,
 ) {
     if result.alternatives.is_empty() {

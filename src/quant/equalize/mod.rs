@@ -27,7 +27,7 @@ pub use channels::ChannelMap;
 
 use crate::model::graph::put_initializer;
 use crate::model::{DataType, Graph, Model, ModelError, TensorArray};
-use crate::quant::rescaled::ChannelFactors;
+use crate::quant::channel_factors::ChannelFactors;
 
 /// Scales are kept in this range (a dead channel must not make them 0 or ∞).
 const SCALE_LIMITS: (f32, f32) = (1e-3, 1e3);

@@ -287,7 +287,7 @@ fn round_layer(
     let Some(problems) = grid::problems(layer.kind, values.shape(), hessian) else {
         return Ok(Err("its input Hessian does not fit its weight"));
     };
-    super::rewrite::check_finite(&layer.weight, &values)?;
+    super::params::check_finite(&layer.weight, &values)?;
     let flat = values.as_standard_layout();
     let flat = flat.as_slice().unwrap_or(&[]);
     let weights: Vec<Array2<f64>> = problems.iter().map(|p| problem_weight(p, flat)).collect();

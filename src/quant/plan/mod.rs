@@ -263,7 +263,7 @@ fn is_transformer(graph: &Graph) -> bool {
             .count()
     };
     count(&["MatMul", "Gemm"]) > count(&["Conv", "ConvTranspose"])
-        && crate::quant::precision::has_normalization(graph)
+        && crate::quant::norms::has_normalization(graph)
 }
 
 /// Decides, node by node in topological order, what gets quantized.

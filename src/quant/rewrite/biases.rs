@@ -3,10 +3,10 @@
 
 use super::Rewriter;
 use super::tensors::{dequantize, int_attr, node, scale_tensor};
-use super::weights::check_finite;
 use crate::model::tensor::array;
 use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
+use crate::quant::params::check_finite;
 use crate::quant::plan::TensorRole;
 use crate::quant::scale::{ScaleZp, quantize_bias, rounded_to};
 

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use ndarray::ArrayD;
 
 use super::QuantError;
-use super::int4::Int4Choices;
+use super::int4::choices::Int4Choices;
 use super::plan::{Plan, TensorRole};
 use super::scale::ScaleZp;
 use crate::calib::stats::CalibrationStats;
@@ -29,9 +29,7 @@ use crate::recipe::{QuantType, Recipe};
 
 pub use super::params::qtype_range_target;
 pub(crate) use tensors::{int_attr, node, scale_tensor, zero_point_tensor};
-pub use weights::{
-    channel_extremes, check_finite, dequantized_weight, rounding_error, weight_params,
-};
+pub use weights::{channel_extremes, dequantized_weight, rounding_error, weight_params};
 
 /// Quantization parameters of one tensor (one entry per channel when per-channel).
 #[derive(Debug, Clone, PartialEq)]

@@ -11,10 +11,10 @@ use super::{Rewriter, TensorParams};
 use crate::model::proto::TensorProto;
 use crate::model::{DataType, TensorArray};
 use crate::quant::QuantError;
-use crate::quant::int4::WeightTransform;
 use crate::quant::int4::blocks::{BlockSpec, block_params, param_at};
+use crate::quant::int4::choices::WeightTransform;
 use crate::quant::int4::nbits::{Packed, pack};
-use crate::quant::params::{WeightQuant, weight_quant};
+use crate::quant::params::{WeightQuant, check_finite, weight_quant};
 use crate::quant::plan::TensorRole;
 use crate::quant::scale::{
     ScaleZp, adjust_weight_scale_for_bias, quantize_fp8, quantize_value, scale_zp_for, store_scales,
@@ -35,21 +35,6 @@ pub(super) struct QuantizedWeight {
     pub(super) qtype: QuantType,
     /// The MatMulNBits form, when the recipe asks for it.
     packed: Option<Packed>,
-}
-
-/// An error naming `name` when `values` holds NaN or Inf.
-pub fn check_finite(name: &str, values: &ArrayD<f32>) -> Result<(), QuantError> {
-    let bad = match values.as_slice_memory_order() {
-        Some(flat) => flat.par_iter().filter(|v| !v.is_finite()).count(),
-        None => values.iter().filter(|v| !v.is_finite()).count(),
-    };
-    match bad {
-        0 => Ok(()),
-        bad => Err(QuantError::NonFiniteWeight {
-            tensor: name.to_owned(),
-            count: bad,
-        }),
-    }
 }
 
 /// The smallest and largest value of each slice along `axis` (of the whole tensor when

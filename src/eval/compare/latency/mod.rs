@@ -1,0 +1,199 @@
+//! Latency of a model on the chosen execution providers, and the kernels ONNX Runtime ran
+//! for it, read from its per-node profile: `kernels` reads a profile, `kernel_costs` sets a
+//! float and a QDQ model's segments side by side.
+
+pub mod kernel_costs;
+pub mod kernels;
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::EvalError;
+use crate::calib::data::{BatchSource, DataError, choose_batch, model_inputs};
+use crate::model::{Graph, Model};
+use crate::quant::cpu_session_options;
+use crate::runtime::value::{owned_inputs, session_inputs};
+use crate::runtime::{EpSpec, Runtime, SessionOptions};
+
+/// Latency of one model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latency {
+    /// Median milliseconds per run.
+    pub median_ms: f64,
+    /// 90th percentile milliseconds.
+    pub p90_ms: f64,
+    /// Timed runs.
+    pub runs: usize,
+    /// The execution providers used.
+    pub execution_providers: Vec<String>,
+    /// Intra-op threads of the session (0: ONNX Runtime's default, one per physical core).
+    pub intra_op_threads: usize,
+    /// Samples per timed run.
+    pub batch_size: usize,
+    /// For a QDQ model: the kernels ONNX Runtime ran for it (from the per-node profile of
+    /// one untimed run), which tell why it is as fast as it is.
+    pub kernels: Option<kernels::KernelReport>,
+}
+
+/// Times `model` on one batch of `source`: `warmup` untimed runs, then `runs` timed ones.
+pub fn measure_latency(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    warmup: usize,
+    runs: usize,
+) -> Result<Latency, EvalError> {
+    let FirstBatch {
+        graph,
+        samples,
+        owned,
+    } = first_batch(model, source, batch_size)?;
+    let quantized = graph
+        .nodes()
+        .iter()
+        .any(|n| matches!(n.op_type.as_str(), "DequantizeLinear" | "MatMulNBits"));
+    // A float model's CPU options are the defaults; a QDQ model's follow its types.
+    let options = cpu_session_options(model);
+    let session_model = model.to_session_model()?;
+    let (mut session, kernels) = if quantized {
+        profiled_session(&graph, &session_model, runtime, eps, options, &owned)?
+    } else {
+        let session = runtime.session_from_model(&session_model, eps, options)?;
+        (session, None)
+    };
+    let mut times = Vec::with_capacity(runs);
+    for i in 0..warmup + runs.max(1) {
+        let values = session_inputs(&owned);
+        let started = Instant::now();
+        session.run(values).map_err(|e| EvalError::Run {
+            batch: 0,
+            model: "timed",
+            reason: e.to_string(),
+        })?;
+        if i >= warmup {
+            times.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    Ok(Latency {
+        median_ms: at(0.5),
+        p90_ms: at(0.9),
+        runs: times.len(),
+        execution_providers: eps.iter().map(ToString::to_string).collect(),
+        intra_op_threads: options.intra_threads,
+        batch_size: samples,
+        kernels,
+    })
+}
+
+/// Each kernel's median microseconds over `runs` profiled runs of `model` on one sample of
+/// `source`, in execution order: what [`kernel_costs`] compares between a float and a QDQ
+/// model. Profiling costs a little on each kernel, alike for both models.
+pub fn profile_kernels(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    runs: usize,
+) -> Result<Vec<kernels::KernelTime>, EvalError> {
+    let owned = first_batch(model, source, 1)?.owned;
+    let session_model = model.to_session_model()?;
+    let folder = tempfile::tempdir().map_err(|e| profile_error(e.to_string()))?;
+    let mut session = runtime.profiled_session_from_model(
+        &session_model,
+        eps,
+        cpu_session_options(model),
+        &folder.path().join("profile"),
+    )?;
+    for _ in 0..runs.max(1) {
+        run_once(&mut session, &owned, "profiled")?;
+    }
+    let text = profile_text(&mut session).map_err(profile_error)?;
+    kernels::kernel_times(&text).map_err(|e| profile_error(e.to_string()))
+}
+
+/// A model's graph and the first batch of a source, as a timing or profile runs it.
+struct FirstBatch {
+    graph: Graph,
+    /// Samples in the batch.
+    samples: usize,
+    /// The batch's inputs, owned.
+    owned: Vec<(String, ort::value::DynValue)>,
+}
+
+/// `model`'s graph and the first batch of `source` in batches of `batch_size` (as the model
+/// takes them).
+fn first_batch(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    batch_size: usize,
+) -> Result<FirstBatch, EvalError> {
+    source.rewind()?;
+    let graph = Graph::build(model);
+    let batch = source
+        .next_batch(choose_batch(&model_inputs(&graph), batch_size).size)?
+        .ok_or(DataError::Empty)?;
+    Ok(FirstBatch {
+        graph,
+        samples: batch.samples,
+        owned: owned_inputs(batch.inputs)?,
+    })
+}
+
+/// One run of `session` on `owned` (a run of `model`, for the error).
+fn run_once(
+    session: &mut ort::session::Session,
+    owned: &[(String, ort::value::DynValue)],
+    model: &'static str,
+) -> Result<(), EvalError> {
+    session
+        .run(session_inputs(owned))
+        .map(drop)
+        .map_err(|e| EvalError::Run {
+            batch: 0,
+            model,
+            reason: e.to_string(),
+        })
+}
+
+/// Ends the profiling of `session` and reads the profile it wrote.
+fn profile_text(session: &mut ort::session::Session) -> Result<String, String> {
+    let file = session.end_profiling().map_err(|e| e.to_string())?;
+    std::fs::read_to_string(file).map_err(|e| e.to_string())
+}
+
+/// A profile that could not be had, as a run error.
+fn profile_error(reason: String) -> EvalError {
+    EvalError::Run {
+        batch: 0,
+        model: "profiled",
+        reason: format!("ONNX Runtime's profile cannot be read: {reason}"),
+    }
+}
+
+/// A session of the QDQ model `graph` after one profiled run, and the kernels that run
+/// used (`None` when the profile could not be had: the timing does not depend on it).
+fn profiled_session(
+    graph: &Graph,
+    model: &crate::model::SessionModel,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    options: SessionOptions,
+    owned: &[(String, ort::value::DynValue)],
+) -> Result<(ort::session::Session, Option<kernels::KernelReport>), EvalError> {
+    let folder = tempfile::tempdir().ok();
+    let Some(prefix) = folder.as_ref().map(|f| f.path().join("profile")) else {
+        return Ok((runtime.session_from_model(model, eps, options)?, None));
+    };
+    let mut session = runtime.profiled_session_from_model(model, eps, options, &prefix)?;
+    run_once(&mut session, owned, "timed")?;
+    let names: Vec<String> = eps.iter().map(ToString::to_string).collect();
+    let report = profile_text(&mut session)
+        .ok()
+        .and_then(|text| kernels::read_profile(&text, graph, &names).ok());
+    Ok((session, report))
+}
