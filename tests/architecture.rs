@@ -322,7 +322,7 @@ fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
         paths.extend(expand(&tree));
     }
     let mut rest = code;
-    while let Some(at) = rest.find(|c: char| c == 'c' || c == 's') {
+    while let Some(at) = rest.find(['c', 's']) {
         let tail = &rest[at..];
         let boundary = at == 0 || !rest[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
         if boundary && (tail.starts_with("crate::") || tail.starts_with("super::")) {
