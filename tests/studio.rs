@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use egui::{Event, Key, Modifiers, PointerButton, Pos2};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
+use qdq_studio::app::command::RecipeCommand;
 use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
 use qdq_studio::model::{DataType, ModelBuilder, NodeId};
 use qdq_studio::recipe::{Recipe, Target};
@@ -427,10 +428,12 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
         |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.op_types["Add"].selected;
     assert!(!add_type(&h));
     h.state_mut()
-        .push(qdq_studio::app::command::Command::SetOpType {
-            op_type: "Add".into(),
-            quantize: true,
-        });
+        .push(qdq_studio::app::command::Command::Recipe(
+            RecipeCommand::SetOpType {
+                op_type: "Add".into(),
+                quantize: true,
+            },
+        ));
     h.run_steps(2);
     assert!(add_type(&h));
     // x feeds the first LayerNorm, proj, biased and residual the second: kept float; the bias

@@ -8,6 +8,7 @@
 
 mod common;
 
+use qdq_studio::app::command::{AppCommand, RecipeCommand, ViewCommand, WorkCommand};
 use qdq_studio::eval::tensor_error::tensors::ErrorKind;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -84,8 +85,9 @@ fn open_calibrate_compare(
     h.state_mut().open(source);
     settle(h, "opening");
     if let Some((path, evaluation)) = data {
-        h.state_mut()
-            .push(qdq_studio::app::command::Command::SetDataPath { evaluation, path });
+        h.state_mut().push(qdq_studio::app::command::Command::Work(
+            WorkCommand::SetDataPath { evaluation, path },
+        ));
         h.run_steps(2);
         settle(h, "checking");
     }
@@ -662,10 +664,9 @@ fn the_studio_loads_onnxruntime_and_tensorrt_calibration_caches() {
     let mut h = harness();
     h.state_mut().open(Source::Sample);
     settle(&mut h, "opening");
-    h.state_mut()
-        .push(qdq_studio::app::command::Command::LoadStatistics(
-            ort_cache.clone(),
-        ));
+    h.state_mut().push(qdq_studio::app::command::Command::Work(
+        WorkCommand::LoadStatistics(ort_cache.clone()),
+    ));
     h.run_steps(2);
     no_notices(&h);
     assert!(
@@ -706,8 +707,9 @@ fn the_studio_loads_onnxruntime_and_tensorrt_calibration_caches() {
     );
 
     // A TensorRT cache loads too (symmetric ranges).
-    h.state_mut()
-        .push(qdq_studio::app::command::Command::LoadStatistics(trt_cache));
+    h.state_mut().push(qdq_studio::app::command::Command::Work(
+        WorkCommand::LoadStatistics(trt_cache),
+    ));
     h.run_steps(2);
     no_notices(&h);
     assert!(
@@ -923,7 +925,8 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
         })
         .find(|(_, estimate)| *estimate > 1e-5)
         .expect("a tensor whose outer bins reach beyond its values");
-    h.state_mut().push(Command::ShowHistogram(name.clone()));
+    h.state_mut()
+        .push(Command::Work(WorkCommand::ShowHistogram(name.clone())));
     h.run_steps(3);
     assert!(
         h.query_all_by_label("clips 0.000%").count() >= 1,
@@ -934,7 +937,8 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
 
     // Opening another model asks first; Stay keeps everything.
     let other = common::asset("ppocr_cls.onnx");
-    h.state_mut().push(Command::Open(other.clone()));
+    h.state_mut()
+        .push(Command::App(AppCommand::Open(other.clone())));
     h.run_steps(3);
     assert!(
         h.query_by_label("Opening ppocr_cls.onnx replaces them.")
@@ -946,7 +950,8 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     assert!(doc.work.results.stats.is_some(), "the work is still there");
     assert_eq!(doc.source, Source::Sample);
     // Asked again, "Open without saving" opens it.
-    h.state_mut().push(Command::Open(other.clone()));
+    h.state_mut()
+        .push(Command::App(AppCommand::Open(other.clone())));
     h.run_steps(3);
     press(&mut h, "Open without saving");
     settle(&mut h, "opening the other model");
@@ -960,7 +965,7 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let broken = dir.path().join("truncated.onnx");
     std::fs::write(&broken, b"\x08\x07\x12").unwrap();
-    h.state_mut().push(Command::Open(broken));
+    h.state_mut().push(Command::App(AppCommand::Open(broken)));
     h.run_steps(2);
     settle(&mut h, "failing to open");
     assert_eq!(h.state().status(), "Could not open truncated.onnx");
@@ -970,7 +975,7 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     h.get_by_label("Dismiss").click();
     h.run_steps(2);
     let before = h.query_all_by_label("Keyboard shortcuts").count();
-    h.state_mut().push(Command::ShowShortcuts);
+    h.state_mut().push(Command::App(AppCommand::ShowShortcuts));
     h.run_steps(2);
     assert!(
         h.query_all_by_label("Keyboard shortcuts").count() > before,
@@ -1011,10 +1016,10 @@ fn nan_met_in_calibration_is_said_beside_the_statistics() {
     let mut h = harness();
     h.state_mut().open(Source::File(model.clone()));
     settle(&mut h, "opening");
-    h.state_mut().push(Command::SetDataPath {
+    h.state_mut().push(Command::Work(WorkCommand::SetDataPath {
         evaluation: false,
         path: data.clone(),
-    });
+    }));
     h.run_steps(2);
     settle(&mut h, "checking");
     calibrate(&mut h);
@@ -1418,8 +1423,9 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     assert!(heat[conv.0].is_some(), "the Conv's output was measured");
     // Side by side: the float model drawn where this one has the same nodes, on one camera,
     // a click on it selecting this model's node of the same name.
-    h.state_mut()
-        .push(qdq_studio::app::command::Command::ToggleSideBySide);
+    h.state_mut().push(qdq_studio::app::command::Command::View(
+        ViewCommand::ToggleSideBySide,
+    ));
     h.run_steps(3);
     let (side_conv, conv_rect) = {
         let doc = h.state().document().unwrap();
@@ -1431,7 +1437,7 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
         (side_conv, doc.canvas.screen_rect_of(conv).unwrap())
     };
     h.state_mut()
-        .push(qdq_studio::app::command::Command::ZoomIn);
+        .push(qdq_studio::app::command::Command::View(ViewCommand::ZoomIn));
     h.run_steps(3);
     let doc = h.state().document().unwrap();
     let side = doc.side.as_ref().unwrap();
@@ -1478,10 +1484,11 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
         "{compute_only:?}"
     );
     // Selecting Add lists onnxruntime's op types: its placement, attention Reshapes included.
-    h.state_mut().push(Command::SetOpType {
-        op_type: "Add".into(),
-        quantize: true,
-    });
+    h.state_mut()
+        .push(Command::Recipe(RecipeCommand::SetOpType {
+            op_type: "Add".into(),
+            quantize: true,
+        }));
     h.run_steps(2);
     quantize_and_compare(&mut h, "quantize & compare with Add");
     no_notices(&h);
@@ -1493,10 +1500,11 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
         .filter(|n| n.ends_with("/Reshape") || n.contains("/Reshape_"))
         .count();
     assert!(reshapes > 0, "some Reshape run quantized");
-    h.state_mut().push(Command::SetOpType {
-        op_type: "Reshape".into(),
-        quantize: false,
-    });
+    h.state_mut()
+        .push(Command::Recipe(RecipeCommand::SetOpType {
+            op_type: "Reshape".into(),
+            quantize: false,
+        }));
     h.run_steps(2);
     quantize_and_compare(&mut h, "quantize & compare without Reshape");
     no_notices(&h);
@@ -1730,7 +1738,7 @@ fn the_target_follows_the_provider_until_chosen_and_tuning_for_speed_only_leaves
     open_calibrate_compare(&mut h, Source::Sample, None);
     assert_eq!(recipe(&h).target, Some(Target::Cpu));
     let before = recipe(&h);
-    h.state_mut().push(Command::TuneLatency);
+    h.state_mut().push(Command::Work(WorkCommand::TuneLatency));
     h.run_steps(2);
     settle(&mut h, "tuning for speed");
     no_notices(&h);
@@ -1762,10 +1770,10 @@ fn the_target_follows_the_provider_until_chosen_and_tuning_for_speed_only_leaves
         assert!(status.contains("the recipe is unchanged"), "{status}");
     }
     // The target follows the provider while it is the provider's.
-    h.state_mut().push(Command::FollowEp(
+    h.state_mut().push(Command::Recipe(RecipeCommand::FollowEp(
         EpSpec::Cpu,
         EpSpec::OpenVino("CPU".to_owned()),
-    ));
+    )));
     h.run_steps(2);
     assert_eq!(recipe(&h).target, Some(Target::Openvino));
     assert!(
@@ -1773,24 +1781,28 @@ fn the_target_follows_the_provider_until_chosen_and_tuning_for_speed_only_leaves
             .status()
             .contains("follows the execution provider")
     );
-    h.state_mut().push(Command::FollowEp(
+    h.state_mut().push(Command::Recipe(RecipeCommand::FollowEp(
         EpSpec::OpenVino("CPU".to_owned()),
         EpSpec::Cpu,
-    ));
+    )));
     h.run_steps(2);
     assert_eq!(recipe(&h).target, Some(Target::Cpu));
     // A target chosen by the user applies its settings and stays when the provider changes.
-    h.state_mut().push(Command::SetTarget(Target::Tensorrt));
+    h.state_mut()
+        .push(Command::Recipe(RecipeCommand::SetTarget(Target::Tensorrt)));
     h.run_steps(2);
     let trt = recipe(&h);
     assert_eq!(trt.target, Some(Target::Tensorrt));
     assert!(trt.symmetric_activations && trt.activation_type == QuantType::Int8);
-    h.state_mut()
-        .push(Command::FollowEp(EpSpec::Cpu, EpSpec::DirectMl(0)));
+    h.state_mut().push(Command::Recipe(RecipeCommand::FollowEp(
+        EpSpec::Cpu,
+        EpSpec::DirectMl(0),
+    )));
     h.run_steps(2);
     assert_eq!(recipe(&h).target, Some(Target::Tensorrt));
     // TensorRT's kernels never saturate: the guard is refused, with the reason.
-    h.state_mut().push(Command::SetSaturationGuard(true));
+    h.state_mut()
+        .push(Command::Recipe(RecipeCommand::SetSaturationGuard(true)));
     h.run_steps(2);
     assert!(!recipe(&h).saturation_guard);
     let status = h.state().status().to_owned();
@@ -1939,8 +1951,9 @@ fn a_saved_qdq_model_reopens_with_its_float_model_and_data_and_compares_as_the_c
     let mut h = harness();
     h.state_mut().open(Source::File(out.clone()));
     settle(&mut h, "opening afresh");
-    h.state_mut()
-        .push(qdq_studio::app::command::Command::SetFloatModel(float));
+    h.state_mut().push(qdq_studio::app::command::Command::Work(
+        WorkCommand::SetFloatModel(float),
+    ));
     h.run_steps(2);
     compare_on_random_data_once_chosen(&mut h);
     assert!(comparison(&h).on_random_data());

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use egui::{Event, Modifiers, PointerButton, Pos2};
 use egui_kittest::Harness;
 use qdq_studio::app::command::Command;
+use qdq_studio::app::command::{RecipeCommand, ViewCommand, WorkCommand};
 use qdq_studio::app::{Settings, Source, Studio, StudioOptions};
 
 #[path = "../common/mod.rs"]
@@ -187,7 +188,7 @@ fn compare_timings(h: &Harness<'_, Studio>) -> qdq_studio::workflow::compare::Co
 /// Calibrates the open model on the CPU, then quantizes and compares, reporting frame times
 /// during calibration and the time to the updated heat map.
 fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
-    let (frames, took) = run_task(h, Command::Calibrate);
+    let (frames, took) = run_task(h, Command::Work(WorkCommand::Calibrate));
     let samples = h
         .state()
         .document()
@@ -201,7 +202,7 @@ fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
         frames.p95,
         frames.max
     );
-    let (_, took) = run_task(h, Command::QuantizeCompare);
+    let (_, took) = run_task(h, Command::Work(WorkCommand::QuantizeCompare));
     frame(h);
     let heat = h.state().metrics().compare_to_heat_map.unwrap_or_default();
     let timings = compare_timings(h);
@@ -216,12 +217,13 @@ fn quantization_loop(h: &mut Harness<'_, Studio>, label: &str) {
         timings.latency_ms
     );
     // Again after a change of exclusions: the float reference is reused.
-    h.state_mut().push(Command::SetOpType {
-        op_type: "Add".to_owned(),
-        quantize: false,
-    });
+    h.state_mut()
+        .push(Command::Recipe(RecipeCommand::SetOpType {
+            op_type: "Add".to_owned(),
+            quantize: false,
+        }));
     frame(h);
-    run_task(h, Command::QuantizeCompare);
+    run_task(h, Command::Work(WorkCommand::QuantizeCompare));
     frame(h);
     let heat = h.state().metrics().compare_to_heat_map.unwrap_or_default();
     println!(
@@ -240,10 +242,11 @@ fn recipe_changes(h: &mut Harness<'_, Studio>, frames: usize) -> Stats {
         .unwrap_or_default();
     let times = (0..frames)
         .map(|i| {
-            h.state_mut().push(Command::SetOpType {
-                op_type: op_type.clone(),
-                quantize: i % 2 == 1,
-            });
+            h.state_mut()
+                .push(Command::Recipe(RecipeCommand::SetOpType {
+                    op_type: op_type.clone(),
+                    quantize: i % 2 == 1,
+                }));
             frame(h)
         })
         .collect();
@@ -316,9 +319,9 @@ fn large_model(folder: &std::path::Path) {
             qdq_studio::app::work::data::DataChoice::file(folder.join("calib.npz"));
         doc.work.settings.batch_size = 1;
     }
-    let (_, took) = run_task(&mut h, Command::Calibrate);
+    let (_, took) = run_task(&mut h, Command::Work(WorkCommand::Calibrate));
     step("calibrate", took);
-    let (_, took) = run_task(&mut h, Command::QuantizeCompare);
+    let (_, took) = run_task(&mut h, Command::Work(WorkCommand::QuantizeCompare));
     step("quantize & compare", took);
     let timings = compare_timings(&h);
     println!(
@@ -330,7 +333,8 @@ fn large_model(folder: &std::path::Path) {
     );
     let out = tempfile::tempdir().expect("a temporary folder");
     let saved = out.path().join("model.int8.onnx");
-    h.state_mut().push(Command::SaveQuantizedDialog);
+    h.state_mut()
+        .push(Command::Work(WorkCommand::SaveQuantizedDialog));
     frame(&mut h);
     if let Some(dialog) = h
         .state_mut()
@@ -340,16 +344,17 @@ fn large_model(folder: &std::path::Path) {
         dialog.path = saved.display().to_string();
         dialog.external_data = true;
     }
-    let (_, took) = run_task(&mut h, Command::SaveQuantized);
+    let (_, took) = run_task(&mut h, Command::Work(WorkCommand::SaveQuantized));
     assert!(saved.exists(), "the studio saved nothing");
     step("save", took);
     // Another recipe: the float reference, activations and latency are reused.
-    h.state_mut().push(Command::SetOpType {
-        op_type: "Add".to_owned(),
-        quantize: false,
-    });
+    h.state_mut()
+        .push(Command::Recipe(RecipeCommand::SetOpType {
+            op_type: "Add".to_owned(),
+            quantize: false,
+        }));
     frame(&mut h);
-    let (_, took) = run_task(&mut h, Command::QuantizeCompare);
+    let (_, took) = run_task(&mut h, Command::Work(WorkCommand::QuantizeCompare));
     step("quantize & compare again, Add excluded", took);
     if missed > 0 {
         std::process::exit(1);
@@ -428,7 +433,7 @@ fn main() {
             &format!("synthetic {nodes}, a recipe change (re-plan, restyle) per frame"),
             &recipe_changes(&mut h, 20),
         );
-        h.state_mut().apply(Command::Fit);
+        h.state_mut().apply(Command::View(ViewCommand::Fit));
         frame(&mut h);
         let zoom = h.state().document().map_or(0.0, |d| d.canvas.zoom());
         report(

@@ -18,9 +18,30 @@ pub enum SelectMode {
     Toggle,
 }
 
-/// One user action.
+/// One user action, by kind: each kind goes to the code that carries it out, and the compiler
+/// checks that every command of a kind is handled there.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// The application: open a model, save and load recipes, the recent list, its own
+    /// windows and theme, quitting and the unsaved-changes question.
+    App(AppCommand),
+    /// A setting of the open model's recipe: op types, target, mode, techniques (undoable).
+    Recipe(RecipeCommand),
+    /// An edit of the nodes' choices in the recipe (exclusions, precisions, the subgraph),
+    /// and undo and redo.
+    Edit(EditCommand),
+    /// Quantization work on the open model and its results: calibrate, compare, scans and
+    /// searches, statistics and saves, the data and the float model.
+    Work(WorkCommand),
+    /// What the graph shows: the selection, search, side by side and the camera; nothing
+    /// here changes the recipe.
+    View(ViewCommand),
+}
+
+/// The application: open a model, save and load recipes, the recent list, its own windows
+/// and theme, quitting and the unsaved-changes question.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppCommand {
     /// File ▸ Open…: the native dialog (or the path field when none is available).
     OpenDialog,
     /// File ▸ Open model folder…: a folder holding a model (onnxruntime-genai's, named by its
@@ -32,10 +53,6 @@ pub enum Command {
     Open(PathBuf),
     /// Open the bundled sample.
     OpenSample,
-    /// Pick the float model an open quantized model is compared against (native dialog).
-    ChooseFloatModel,
-    /// Compare the open quantized model against this float model.
-    SetFloatModel(PathBuf),
     /// File ▸ Save recipe…
     SaveRecipeDialog,
     /// Save the recipe to this file.
@@ -44,6 +61,35 @@ pub enum Command {
     LoadRecipeDialog,
     /// Load the recipe in this file.
     LoadRecipe(PathBuf),
+    /// File ▸ Recent ▸ Clear recent.
+    ClearRecent,
+    /// Stop opening the model being opened (the one open stays).
+    CancelOpen,
+    /// Close the window (asks first when there is unsaved work).
+    Quit,
+    /// The unsaved-work question: go on without saving (quit, or open the model asked for).
+    Discard,
+    /// The unsaved-work question: save the quantized model, then go on.
+    SaveThenGoOn,
+    /// The unsaved-work question: stay.
+    KeepWorking,
+    /// Help ▸ Keyboard shortcuts.
+    ShowShortcuts,
+    /// Help ▸ About.
+    ShowAbout,
+    /// View ▸ Theme.
+    SetTheme(egui::ThemePreference),
+}
+
+impl From<AppCommand> for Command {
+    fn from(command: AppCommand) -> Self {
+        Command::App(command)
+    }
+}
+
+/// A setting of the open model's recipe: op types, target, mode, techniques (undoable).
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecipeCommand {
     /// Check (quantize) or uncheck (exclude) an op type.
     SetOpType {
         /// The op type.
@@ -83,12 +129,18 @@ pub enum Command {
     SetPerChannel(bool),
     /// Weight ranges of least squared error (on) or the weights' extremes (off).
     SetMseWeightRanges(bool),
-    /// Select a node.
-    Select(NodeId, SelectMode),
-    /// Select exactly these nodes.
-    SelectNodes(Vec<NodeId>),
-    /// Clear the selection.
-    ClearSelection,
+}
+
+impl From<RecipeCommand> for Command {
+    fn from(command: RecipeCommand) -> Self {
+        Command::Recipe(command)
+    }
+}
+
+/// An edit of the nodes' choices in the recipe (exclusions, precisions, the subgraph), and
+/// undo and redo.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EditCommand {
     /// X: exclude the selected nodes, or include them again when all are excluded.
     ToggleExclusion,
     /// Exclude (`true`) or include (`false`) nodes by name.
@@ -108,46 +160,18 @@ pub enum Command {
     Undo,
     /// Redo it.
     Redo,
-    /// Ctrl+F: show the search bar.
-    OpenSearch,
-    /// Search for this text.
-    Search(String),
-    /// Next match.
-    SearchNext,
-    /// Previous match.
-    SearchPrevious,
-    /// Escape: close the search bar, else clear the selection.
-    Escape,
-    /// Show the whole graph.
-    Fit,
-    /// Zoom to the selection.
-    ZoomToSelection,
-    /// Show or hide the other model of the float/QDQ pair beside the graph.
-    ToggleSideBySide,
-    /// Zoom in.
-    ZoomIn,
-    /// Zoom out.
-    ZoomOut,
-    /// Pan the view by this many points.
-    Pan(egui::Vec2),
-    /// Help ▸ Keyboard shortcuts.
-    ShowShortcuts,
-    /// Help ▸ About.
-    ShowAbout,
-    /// View ▸ Theme.
-    SetTheme(egui::ThemePreference),
-    /// File ▸ Recent ▸ Clear recent.
-    ClearRecent,
-    /// Stop opening the model being opened (the one open stays).
-    CancelOpen,
-    /// Close the window (asks first when there is unsaved work).
-    Quit,
-    /// The unsaved-work question: go on without saving (quit, or open the model asked for).
-    Discard,
-    /// The unsaved-work question: save the quantized model, then go on.
-    SaveThenGoOn,
-    /// The unsaved-work question: stay.
-    KeepWorking,
+}
+
+impl From<EditCommand> for Command {
+    fn from(command: EditCommand) -> Self {
+        Command::Edit(command)
+    }
+}
+
+/// Quantization work on the open model and its results: calibrate, compare, scans and
+/// searches, statistics and saves, the data and the float model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkCommand {
     /// Calibrate with the panel's settings.
     Calibrate,
     /// Build the QDQ model from the cached statistics and compare it with the float one.
@@ -223,42 +247,55 @@ pub enum Command {
         /// The file or folder.
         path: PathBuf,
     },
+    /// Pick the float model an open quantized model is compared against (native dialog).
+    ChooseFloatModel,
+    /// Compare the open quantized model against this float model.
+    SetFloatModel(PathBuf),
 }
 
-impl Command {
-    /// True for the commands the studio's work actions carry out
-    /// ([`crate::app::Studio::apply_work`]).
-    pub fn is_work(&self) -> bool {
-        matches!(
-            self,
-            Command::Calibrate
-                | Command::QuantizeCompare
-                | Command::ShowSample(_)
-                | Command::ScanSensitivity
-                | Command::AutoExclude
-                | Command::ChooseWeightRanges
-                | Command::TuneLatency
-                | Command::ApplyAlternative(_)
-                | Command::CancelTask
-                | Command::SaveStatisticsDialog
-                | Command::SaveStatistics(_)
-                | Command::LoadStatisticsDialog
-                | Command::LoadStatistics(_)
-                | Command::SaveQuantizedDialog
-                | Command::SaveQuantized
-                | Command::CloseSaveWindow
-                | Command::SetHeatMap { .. }
-                | Command::SetOutputKind { .. }
-                | Command::InstallRuntime(_)
-                | Command::SetMethod(_)
-                | Command::SetTensorOverride(..)
-                | Command::ShowHistogram(_)
-                | Command::RevealNodes(_)
-                | Command::BrowseData { .. }
-                | Command::SetDataPath { .. }
-                | Command::ChooseFloatModel
-                | Command::SetFloatModel(_)
-        )
+impl From<WorkCommand> for Command {
+    fn from(command: WorkCommand) -> Self {
+        Command::Work(command)
+    }
+}
+
+/// What the graph shows: the selection, search, side by side and the camera; nothing here
+/// changes the recipe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ViewCommand {
+    /// Select a node.
+    Select(NodeId, SelectMode),
+    /// Select exactly these nodes.
+    SelectNodes(Vec<NodeId>),
+    /// Clear the selection.
+    ClearSelection,
+    /// Ctrl+F: show the search bar.
+    OpenSearch,
+    /// Search for this text.
+    Search(String),
+    /// Next match.
+    SearchNext,
+    /// Previous match.
+    SearchPrevious,
+    /// Escape: close the search bar, else clear the selection.
+    Escape,
+    /// Show the whole graph.
+    Fit,
+    /// Zoom to the selection.
+    ZoomToSelection,
+    /// Show or hide the other model of the float/QDQ pair beside the graph.
+    ToggleSideBySide,
+    /// Zoom in.
+    ZoomIn,
+    /// Zoom out.
+    ZoomOut,
+    /// Pan the view by this many points.
+    Pan(egui::Vec2),
+}
+
+impl From<ViewCommand> for Command {
+    fn from(command: ViewCommand) -> Self {
+        Command::View(command)
     }
 }
 
@@ -306,73 +343,95 @@ pub const SHORTCUTS: &[Shortcut] = &[
         Key::O,
         "Open a model by typing its path",
         true,
-        || Command::OpenPathPrompt,
+        || Command::App(AppCommand::OpenPathPrompt),
     ),
-    shortcut(CTRL, Key::O, "Open a model", true, || Command::OpenDialog),
+    shortcut(CTRL, Key::O, "Open a model", true, || {
+        Command::App(AppCommand::OpenDialog)
+    }),
     shortcut(CTRL_SHIFT, Key::S, "Save the quantized model", true, || {
-        Command::SaveQuantizedDialog
+        Command::Work(WorkCommand::SaveQuantizedDialog)
     }),
     shortcut(CTRL, Key::S, "Save the recipe", true, || {
-        Command::SaveRecipeDialog
+        Command::App(AppCommand::SaveRecipeDialog)
     }),
     shortcut(CTRL, Key::L, "Load a recipe", true, || {
-        Command::LoadRecipeDialog
+        Command::App(AppCommand::LoadRecipeDialog)
     }),
-    shortcut(CTRL_SHIFT, Key::Z, "Redo", false, || Command::Redo),
-    shortcut(CTRL, Key::Y, "Redo", false, || Command::Redo),
-    shortcut(CTRL, Key::Z, "Undo", false, || Command::Undo),
+    shortcut(CTRL_SHIFT, Key::Z, "Redo", false, || {
+        Command::Edit(EditCommand::Redo)
+    }),
+    shortcut(CTRL, Key::Y, "Redo", false, || {
+        Command::Edit(EditCommand::Redo)
+    }),
+    shortcut(CTRL, Key::Z, "Undo", false, || {
+        Command::Edit(EditCommand::Undo)
+    }),
     shortcut(
         CTRL,
         Key::F,
         "Find a node by name, op type or tensor",
         true,
-        || Command::OpenSearch,
+        || Command::View(ViewCommand::OpenSearch),
     ),
     shortcut(SHIFT, Key::F3, "Previous match", true, || {
-        Command::SearchPrevious
+        Command::View(ViewCommand::SearchPrevious)
     }),
-    shortcut(NONE, Key::F3, "Next match", true, || Command::SearchNext),
+    shortcut(NONE, Key::F3, "Next match", true, || {
+        Command::View(ViewCommand::SearchNext)
+    }),
     shortcut(
         NONE,
         Key::X,
         "Exclude / include the selected nodes",
         false,
-        || Command::ToggleExclusion,
+        || Command::Edit(EditCommand::ToggleExclusion),
     ),
-    shortcut(NONE, Key::F, "Fit the whole graph", false, || Command::Fit),
-    shortcut(NONE, Key::Z, "Zoom to the selection", false, || {
-        Command::ZoomToSelection
+    shortcut(NONE, Key::F, "Fit the whole graph", false, || {
+        Command::View(ViewCommand::Fit)
     }),
-    shortcut(NONE, Key::Plus, "Zoom in", false, || Command::ZoomIn),
-    shortcut(NONE, Key::Equals, "Zoom in", false, || Command::ZoomIn),
-    shortcut(NONE, Key::Minus, "Zoom out", false, || Command::ZoomOut),
+    shortcut(NONE, Key::Z, "Zoom to the selection", false, || {
+        Command::View(ViewCommand::ZoomToSelection)
+    }),
+    shortcut(NONE, Key::Plus, "Zoom in", false, || {
+        Command::View(ViewCommand::ZoomIn)
+    }),
+    shortcut(NONE, Key::Equals, "Zoom in", false, || {
+        Command::View(ViewCommand::ZoomIn)
+    }),
+    shortcut(NONE, Key::Minus, "Zoom out", false, || {
+        Command::View(ViewCommand::ZoomOut)
+    }),
     shortcut(NONE, Key::ArrowUp, "Pan up", false, || {
-        Command::Pan(egui::vec2(0.0, 80.0))
+        Command::View(ViewCommand::Pan(egui::vec2(0.0, 80.0)))
     }),
     shortcut(NONE, Key::ArrowDown, "Pan down", false, || {
-        Command::Pan(egui::vec2(0.0, -80.0))
+        Command::View(ViewCommand::Pan(egui::vec2(0.0, -80.0)))
     }),
     shortcut(NONE, Key::ArrowLeft, "Pan left", false, || {
-        Command::Pan(egui::vec2(80.0, 0.0))
+        Command::View(ViewCommand::Pan(egui::vec2(80.0, 0.0)))
     }),
     shortcut(NONE, Key::ArrowRight, "Pan right", false, || {
-        Command::Pan(egui::vec2(-80.0, 0.0))
+        Command::View(ViewCommand::Pan(egui::vec2(-80.0, 0.0)))
     }),
     shortcut(
         NONE,
         Key::Escape,
         "Close the search, else clear the selection",
         true,
-        || Command::Escape,
+        || Command::View(ViewCommand::Escape),
     ),
-    shortcut(CTRL, Key::R, "Calibrate", true, || Command::Calibrate),
+    shortcut(CTRL, Key::R, "Calibrate", true, || {
+        Command::Work(WorkCommand::Calibrate)
+    }),
     shortcut(NONE, Key::F5, "Quantize & compare", true, || {
-        Command::QuantizeCompare
+        Command::Work(WorkCommand::QuantizeCompare)
     }),
     shortcut(NONE, Key::F1, "Keyboard shortcuts", true, || {
-        Command::ShowShortcuts
+        Command::App(AppCommand::ShowShortcuts)
     }),
-    shortcut(CTRL, Key::Q, "Quit", true, || Command::Quit),
+    shortcut(CTRL, Key::Q, "Quit", true, || {
+        Command::App(AppCommand::Quit)
+    }),
 ];
 
 /// The shortcuts pressed this frame, consumed from `input`. While a text field has the
@@ -414,7 +473,10 @@ mod tests {
             modifiers: CTRL_SHIFT,
         });
         input.modifiers = CTRL_SHIFT;
-        assert_eq!(pressed(&mut input, false), vec![Command::Redo]);
+        assert_eq!(
+            pressed(&mut input, false),
+            vec![Command::Edit(EditCommand::Redo)]
+        );
 
         let mut input = egui::InputState::default();
         input.events.push(egui::Event::Key {
@@ -425,13 +487,16 @@ mod tests {
             modifiers: NONE,
         });
         assert!(pressed(&mut input.clone(), true).is_empty(), "typing an x");
-        assert_eq!(pressed(&mut input, false), vec![Command::ToggleExclusion]);
+        assert_eq!(
+            pressed(&mut input, false),
+            vec![Command::Edit(EditCommand::ToggleExclusion)]
+        );
     }
 
     #[test]
     fn every_menu_command_shows_its_shortcut() {
         assert_eq!(
-            for_command(&Command::Undo).map(|k| label(&k)),
+            for_command(&Command::Edit(EditCommand::Undo)).map(|k| label(&k)),
             Some("Ctrl+Z".to_owned())
         );
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use egui::{RichText, Ui};
 
 use crate::app::command::{self, Command, SHORTCUTS};
+use crate::app::command::{AppCommand, WorkCommand};
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::window::{Notice, PathPrompt, PathPurpose, WindowState};
 use crate::runtime::EpState;
@@ -119,20 +120,20 @@ fn path_prompt(ctx: &egui::Context, open: &mut Option<PathPrompt>, commands: &mu
     *open = None;
     if let Some(path) = result {
         commands.push(match purpose {
-            PathPurpose::OpenModel => Command::Open(path),
-            PathPurpose::SaveRecipe => Command::SaveRecipe(path),
-            PathPurpose::LoadRecipe => Command::LoadRecipe(path),
-            PathPurpose::SaveStatistics => Command::SaveStatistics(path),
-            PathPurpose::LoadStatistics => Command::LoadStatistics(path),
-            PathPurpose::CalibrationData => Command::SetDataPath {
+            PathPurpose::OpenModel => Command::App(AppCommand::Open(path)),
+            PathPurpose::SaveRecipe => Command::App(AppCommand::SaveRecipe(path)),
+            PathPurpose::LoadRecipe => Command::App(AppCommand::LoadRecipe(path)),
+            PathPurpose::SaveStatistics => Command::Work(WorkCommand::SaveStatistics(path)),
+            PathPurpose::LoadStatistics => Command::Work(WorkCommand::LoadStatistics(path)),
+            PathPurpose::CalibrationData => Command::Work(WorkCommand::SetDataPath {
                 evaluation: false,
                 path,
-            },
-            PathPurpose::EvaluationData => Command::SetDataPath {
+            }),
+            PathPurpose::EvaluationData => Command::Work(WorkCommand::SetDataPath {
                 evaluation: true,
                 path,
-            },
-            PathPurpose::FloatModel => Command::SetFloatModel(path),
+            }),
+            PathPurpose::FloatModel => Command::Work(WorkCommand::SetFloatModel(path)),
         });
     }
 }

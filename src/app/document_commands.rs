@@ -1,9 +1,9 @@
-//! The commands that act on the open document, by kind: recipe settings, edits of the
-//! selection and of the nodes' choices, and changes of view. Each function carries out the
-//! commands of its kind and gives any other back, so [`super::studio`] routes a command to
-//! the first that takes it.
+//! The commands that act on the open document, one function per kind: recipe settings,
+//! edits of the nodes' choices, and changes of view. [`super::studio`] hands each kind to its
+//! function, and each function's match covers its kind whole (the compiler checks both).
 
-use crate::app::command::{Command, SelectMode};
+use crate::app::command::SelectMode;
+use crate::app::command::{EditCommand, RecipeCommand, ViewCommand};
 use crate::app::document::Document;
 use crate::app::window::WindowState;
 use crate::recipe::{NodePrecision, Target, WeightRange};
@@ -17,10 +17,10 @@ pub enum Applied {
 }
 
 /// A setting of the recipe (op types, target, mode, techniques): the status bar's text.
-pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, Command> {
+pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
     let mut status = None;
     match command {
-        Command::SetOpType { op_type, quantize } => {
+        RecipeCommand::SetOpType { op_type, quantize } => {
             let types: Vec<&str> = doc.plan.op_types.keys().map(String::as_str).collect();
             doc.editor.set_op_type(&op_type, quantize, &types);
             status = Some(format!(
@@ -28,14 +28,14 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 if quantize { "quantized" } else { "excluded" }
             ));
         }
-        Command::SetAutoPrecision(on) => {
+        RecipeCommand::SetAutoPrecision(on) => {
             doc.editor.set_auto_precision(on);
             status = Some(format!(
                 "Automatic precision {}",
                 if on { "on" } else { "off" }
             ));
         }
-        Command::SetSaturationGuard(on) => {
+        RecipeCommand::SetSaturationGuard(on) => {
             doc.editor.change(|r| r.set_saturation_guard(on));
             let state = if on { "on" } else { "off" };
             status = Some(match doc.recipe().target {
@@ -46,11 +46,11 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 _ => format!("7-bit weights against saturation {state}"),
             });
         }
-        Command::SetTarget(target) => {
+        RecipeCommand::SetTarget(target) => {
             doc.editor.change(|r| r.set_target(target));
             status = Some(format!("Target: {} - {}", target.name(), target.describe()));
         }
-        Command::FollowEp(from, to) => {
+        RecipeCommand::FollowEp(from, to) => {
             let mut followed = false;
             doc.editor
                 .change(|r| followed = r.follow_execution_provider(&from, &to));
@@ -61,18 +61,18 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 ));
             }
         }
-        Command::SetOutlierRows(on) => {
+        RecipeCommand::SetOutlierRows(on) => {
             doc.editor.change(|r| r.preprocessing.outlier_rows = on);
             status = Some(format!(
                 "Outlier rows in float {}",
                 if on { "on" } else { "off" }
             ));
         }
-        Command::SetMode(mode) => {
+        RecipeCommand::SetMode(mode) => {
             doc.editor.change(|r| r.set_mode(mode));
             status = Some(format!("Mode: {}", crate::app::panels::mode_name(mode)));
         }
-        Command::SetInt4Method(method) => {
+        RecipeCommand::SetInt4Method(method) => {
             doc.editor.change(|r| {
                 r.int4_method = method;
                 // rtn keeps float weights: MatMulNBits needs stored int4 ones.
@@ -82,21 +82,21 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
             });
             status = Some(format!("Int4 method: {}", method.name()));
         }
-        Command::SetSmoothQuant(on) => {
+        RecipeCommand::SetSmoothQuant(on) => {
             doc.editor.change(|r| r.smoothquant = on);
             status = Some(format!(
                 "SmoothQuant {}: calibrate again for its ranges",
                 if on { "on" } else { "off" }
             ));
         }
-        Command::SetEqualize(on) => {
+        RecipeCommand::SetEqualize(on) => {
             doc.editor.change(|r| r.preprocessing.equalize = on);
             status = Some(format!(
                 "Cross-layer equalization {}: calibrate again for the equalized ranges",
                 if on { "on" } else { "off" }
             ));
         }
-        Command::SetBiasCorrection(on) => {
+        RecipeCommand::SetBiasCorrection(on) => {
             doc.editor.change(|r| r.bias_correction = on);
             status = Some(technique_status(
                 "Bias correction",
@@ -104,7 +104,7 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 "the layers' mean inputs",
             ));
         }
-        Command::SetGptq(on) => {
+        RecipeCommand::SetGptq(on) => {
             doc.editor.change(|r| r.gptq = on);
             status = Some(technique_status(
                 "GPTQ rounding",
@@ -112,7 +112,7 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 "the layers' input Hessians",
             ));
         }
-        Command::SetLayerwiseRange(on) => {
+        RecipeCommand::SetLayerwiseRange(on) => {
             doc.editor.change(|r| r.layerwise_range = on);
             status = Some(technique_status(
                 "Layer-wise ranges",
@@ -120,14 +120,14 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 "each activation's range methods",
             ));
         }
-        Command::SetPerChannel(on) => {
+        RecipeCommand::SetPerChannel(on) => {
             doc.editor.change(|r| r.per_channel = on);
             status = Some(format!(
                 "Weights: {}",
                 crate::app::panels::granularity_name(on)
             ));
         }
-        Command::SetMseWeightRanges(on) => {
+        RecipeCommand::SetMseWeightRanges(on) => {
             let range = if on {
                 WeightRange::Mse
             } else {
@@ -143,33 +143,22 @@ pub fn recipe_setting(doc: &mut Document, command: Command) -> Result<Applied, C
                 }
             ));
         }
-        Command::SetInt4Output(form) => {
+        RecipeCommand::SetInt4Output(form) => {
             doc.editor.change(|r| r.int4_output = form);
             status = Some(format!(
                 "Int4 output: {}",
                 crate::app::panels::output_name(form)
             ));
         }
-        other => return Err(other),
     }
-    Ok(Applied::Status(status))
+    Applied::Status(status)
 }
 
-/// The selection, the nodes' exclusions and precisions, the subgraph bounds, undo and redo.
-pub fn node_edit(doc: &mut Document, command: Command) -> Result<Applied, Command> {
+/// The nodes' exclusions and precisions, the subgraph bounds, undo and redo.
+pub fn node_edit(doc: &mut Document, command: EditCommand) -> Applied {
     let mut status = None;
     match command {
-        Command::Select(node, SelectMode::Replace) => doc.selection = vec![node],
-        Command::Select(node, SelectMode::Toggle) => {
-            if let Some(at) = doc.selection.iter().position(|n| *n == node) {
-                doc.selection.remove(at);
-            } else {
-                doc.selection.push(node);
-            }
-        }
-        Command::SelectNodes(nodes) => doc.selection = nodes,
-        Command::ClearSelection => doc.selection.clear(),
-        Command::ToggleExclusion => {
+        EditCommand::ToggleExclusion => {
             let names = doc.selected_names();
             if names.is_empty() {
                 status = Some("Select nodes first (click, Shift+click), then press X".to_owned());
@@ -179,7 +168,7 @@ pub fn node_edit(doc: &mut Document, command: Command) -> Result<Applied, Comman
                 status = Some(format!("Toggled exclusion of {} node(s)", names.len()));
             }
         }
-        Command::SetExcluded(nodes, excluded) => {
+        EditCommand::SetExcluded(nodes, excluded) => {
             let names: Vec<String> = nodes
                 .iter()
                 .map(|n| doc.graph.node(*n).name.clone())
@@ -192,7 +181,7 @@ pub fn node_edit(doc: &mut Document, command: Command) -> Result<Applied, Comman
                 names.len()
             ));
         }
-        Command::SetPrecision(nodes, precision) => {
+        EditCommand::SetPrecision(nodes, precision) => {
             let names: Vec<String> = nodes
                 .iter()
                 .filter(|n| precision.is_none() || doc.state(**n).quantized())
@@ -205,76 +194,81 @@ pub fn node_edit(doc: &mut Document, command: Command) -> Result<Applied, Comman
             let what = precision.map_or("8-bit (the recipe's)", NodePrecision::name);
             status = Some(format!("{} node(s) set to {what}", names.len()));
         }
-        Command::ExcludeOpTypeOf(node) => {
+        EditCommand::ExcludeOpTypeOf(node) => {
             let op_type = doc.graph.node(node).op_type.clone();
             doc.editor.set_op_type(&op_type, false, &[]);
             status = Some(format!("Excluded every {op_type}"));
         }
-        Command::ExcludeAfter(node) => {
+        EditCommand::ExcludeAfter(node) => {
             doc.editor.exclude_after(&doc.graph, node);
             status = Some(format!(
                 "Excluded {} and everything after it",
                 doc.graph.node(node).name
             ));
         }
-        Command::SubgraphStart(node) => {
+        EditCommand::SubgraphStart(node) => {
             let name = node.map(|n| doc.graph.node(n).name.clone());
             doc.editor.set_subgraph_start(name.as_deref());
         }
-        Command::SubgraphEnd(node) => {
+        EditCommand::SubgraphEnd(node) => {
             let name = node.map(|n| doc.graph.node(n).name.clone());
             doc.editor.set_subgraph_end(name.as_deref());
         }
-        Command::Undo => {
+        EditCommand::Undo => {
             let undone = doc.editor.undo();
             status = Some(if undone { "Undone" } else { "Nothing to undo" }.to_owned());
         }
-        Command::Redo => {
+        EditCommand::Redo => {
             let redone = doc.editor.redo();
             status = Some(if redone { "Redone" } else { "Nothing to redo" }.to_owned());
         }
-        other => return Err(other),
     }
-    Ok(Applied::Status(status))
+    Applied::Status(status)
 }
 
-/// Search, side by side and the camera.
-pub fn view_change(
-    doc: &mut Document,
-    window: &mut WindowState,
-    command: Command,
-) -> Result<Applied, Command> {
+/// The selection, search, side by side and the camera.
+pub fn view_change(doc: &mut Document, window: &mut WindowState, command: ViewCommand) -> Applied {
     let mut status = None;
     match command {
-        Command::OpenSearch => {
+        ViewCommand::Select(node, SelectMode::Replace) => doc.selection = vec![node],
+        ViewCommand::Select(node, SelectMode::Toggle) => {
+            if let Some(at) = doc.selection.iter().position(|n| *n == node) {
+                doc.selection.remove(at);
+            } else {
+                doc.selection.push(node);
+            }
+        }
+        ViewCommand::SelectNodes(nodes) => doc.selection = nodes,
+        ViewCommand::ClearSelection => doc.selection.clear(),
+        ViewCommand::OpenSearch => {
             doc.search.open = true;
             window.focus_search = true;
         }
-        Command::Search(query) => {
+        ViewCommand::Search(query) => {
             doc.search.open = true;
             doc.search.set_query(&doc.graph, &doc.layout, &query);
             if let Some(node) = doc.search.current() {
                 doc.canvas.centre_on(node);
             }
         }
-        Command::SearchNext => {
+        ViewCommand::SearchNext => {
             if let Some(node) = doc.search.next_match() {
                 doc.canvas.centre_on(node);
             }
         }
-        Command::SearchPrevious => {
+        ViewCommand::SearchPrevious => {
             if let Some(node) = doc.search.previous_match() {
                 doc.canvas.centre_on(node);
             }
         }
-        Command::Escape => {
+        ViewCommand::Escape => {
             if doc.search.open {
                 doc.search.close();
             } else {
                 doc.selection.clear();
             }
         }
-        Command::ToggleSideBySide => {
+        ViewCommand::ToggleSideBySide => {
             doc.panel.side_by_side = !doc.panel.side_by_side;
             if doc.panel.side_by_side && doc.counterpart().is_none() {
                 doc.panel.side_by_side = false;
@@ -285,33 +279,32 @@ pub fn view_change(
                 });
             }
         }
-        Command::Fit => {
+        ViewCommand::Fit => {
             doc.canvas.fit();
-            return Ok(Applied::Camera);
+            return Applied::Camera;
         }
-        Command::ZoomToSelection => {
+        ViewCommand::ZoomToSelection => {
             if doc.selection.is_empty() {
                 doc.canvas.fit();
             } else {
                 doc.canvas.zoom_to(&doc.selection);
             }
-            return Ok(Applied::Camera);
+            return Applied::Camera;
         }
-        Command::ZoomIn => {
+        ViewCommand::ZoomIn => {
             doc.canvas.zoom_by(1.25);
-            return Ok(Applied::Camera);
+            return Applied::Camera;
         }
-        Command::ZoomOut => {
+        ViewCommand::ZoomOut => {
             doc.canvas.zoom_by(0.8);
-            return Ok(Applied::Camera);
+            return Applied::Camera;
         }
-        Command::Pan(delta) => {
+        ViewCommand::Pan(delta) => {
             doc.canvas.pan_by(delta);
-            return Ok(Applied::Camera);
+            return Applied::Camera;
         }
-        other => return Err(other),
     }
-    Ok(Applied::Status(status))
+    Applied::Status(status)
 }
 
 /// The status line after a technique that needs statistics of its own is switched: on, it asks

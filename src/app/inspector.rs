@@ -7,6 +7,7 @@ use egui::{Color32, RichText, Ui};
 
 use crate::app::canvas::state_fill;
 use crate::app::command::Command;
+use crate::app::command::{EditCommand, ViewCommand};
 use crate::app::document::Document;
 use crate::app::states::NodeState;
 use crate::app::weights::{self, WeightSummary};
@@ -74,8 +75,8 @@ fn problems(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
         if nodes.is_empty() {
             ui.label(text);
         } else if ui.link(text).clicked() {
-            commands.push(Command::SelectNodes(nodes));
-            commands.push(Command::ZoomToSelection);
+            commands.push(Command::View(ViewCommand::SelectNodes(nodes)));
+            commands.push(Command::View(ViewCommand::ZoomToSelection));
         }
     }
 }
@@ -219,7 +220,7 @@ fn in_model(ui: &mut Ui, doc: &Document, node: &crate::model::Node, commands: &m
                     .on_hover_text("Find this tensor's producer and consumers")
                     .clicked()
                 {
-                    commands.push(Command::Search(tensor.to_owned()));
+                    commands.push(Command::View(ViewCommand::Search(tensor.to_owned())));
                 }
                 ui.indent(tensor, |ui| {
                     ui.label(format!("{role}: {text}"));
@@ -234,36 +235,36 @@ fn actions(ui: &mut Ui, doc: &Document, id: NodeId, state: NodeState, commands: 
     ui.horizontal_wrapped(|ui| {
         if state == NodeState::ExcludedByNode {
             if ui.button("Include this node").clicked() {
-                commands.push(Command::SetExcluded(vec![id], false));
+                commands.push(Command::Edit(EditCommand::SetExcluded(vec![id], false)));
             }
         } else if ui
             .add_enabled(state.excludable(), egui::Button::new("Exclude this node"))
             .clicked()
         {
-            commands.push(Command::SetExcluded(vec![id], true));
+            commands.push(Command::Edit(EditCommand::SetExcluded(vec![id], true)));
         }
         if ui.button(format!("Exclude all {}", node.op_type)).clicked() {
-            commands.push(Command::ExcludeOpTypeOf(id));
+            commands.push(Command::Edit(EditCommand::ExcludeOpTypeOf(id)));
         }
         if ui
             .button("Exclude everything after")
             .on_hover_text("This node and every node downstream (an output head)")
             .clicked()
         {
-            commands.push(Command::ExcludeAfter(id));
+            commands.push(Command::Edit(EditCommand::ExcludeAfter(id)));
         }
         if ui.button("Subgraph start").clicked() {
-            commands.push(Command::SubgraphStart(Some(id)));
+            commands.push(Command::Edit(EditCommand::SubgraphStart(Some(id))));
         }
         if ui.button("Subgraph end").clicked() {
-            commands.push(Command::SubgraphEnd(Some(id)));
+            commands.push(Command::Edit(EditCommand::SubgraphEnd(Some(id))));
         }
         let recipe = doc.recipe();
         if (!recipe.subgraph_start.is_empty() || !recipe.subgraph_end.is_empty())
             && ui.button("Clear subgraph").clicked()
         {
-            commands.push(Command::SubgraphStart(None));
-            commands.push(Command::SubgraphEnd(None));
+            commands.push(Command::Edit(EditCommand::SubgraphStart(None)));
+            commands.push(Command::Edit(EditCommand::SubgraphEnd(None)));
         }
     });
     if state.quantized() {
@@ -305,7 +306,7 @@ fn precision_row(ui: &mut Ui, doc: &Document, ids: &[NodeId], commands: &mut Vec
                     .add_enabled(takes, egui::Button::selectable(current(precision), label))
                     .on_hover_text(hover);
                 if response.clicked() {
-                    commands.push(Command::SetPrecision(ids.to_vec(), precision));
+                    commands.push(Command::Edit(EditCommand::SetPrecision(ids.to_vec(), precision)));
                 }
             }
         })
@@ -450,7 +451,7 @@ fn tensors(
                         let link = crate::app::names::mono_name(ui, name, width, true)
                             .on_hover_text("Find this tensor's producer and consumers");
                         if link.clicked() {
-                            commands.push(Command::Search(name.clone()));
+                            commands.push(Command::View(ViewCommand::Search(name.clone())));
                         }
                         match info {
                             Some(t) => {
@@ -610,13 +611,19 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
     ui.heading(format!("{} nodes selected", nodes.len()));
     ui.horizontal_wrapped(|ui| {
         if ui.button(format!("Exclude all {}", nodes.len())).clicked() {
-            commands.push(Command::SetExcluded(nodes.to_vec(), true));
+            commands.push(Command::Edit(EditCommand::SetExcluded(
+                nodes.to_vec(),
+                true,
+            )));
         }
         if ui.button(format!("Include all {}", nodes.len())).clicked() {
-            commands.push(Command::SetExcluded(nodes.to_vec(), false));
+            commands.push(Command::Edit(EditCommand::SetExcluded(
+                nodes.to_vec(),
+                false,
+            )));
         }
         if ui.button("Zoom to them").clicked() {
-            commands.push(Command::ZoomToSelection);
+            commands.push(Command::View(ViewCommand::ZoomToSelection));
         }
     });
     if nodes.iter().any(|id| doc.state(*id).quantized()) {
@@ -633,7 +640,7 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
                 crate::app::canvas::shapes::swatch(ui, state_fill(state, ui.visuals().dark_mode));
                 ui.label(&node.op_type);
                 if ui.link(RichText::new(&node.name).monospace()).clicked() {
-                    commands.push(Command::SelectNodes(vec![id]));
+                    commands.push(Command::View(ViewCommand::SelectNodes(vec![id])));
                 }
                 ui.end_row();
             }

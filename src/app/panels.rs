@@ -9,6 +9,7 @@ use egui::{Color32, RichText, Ui};
 use crate::app::canvas::shapes::swatch;
 use crate::app::canvas::{Hover, state_fill};
 use crate::app::command::{self, Command, SelectMode};
+use crate::app::command::{AppCommand, EditCommand, RecipeCommand, ViewCommand, WorkCommand};
 use crate::app::document::Document;
 use crate::app::inspector::{self, InspectorState};
 use crate::app::states::NodeState;
@@ -92,40 +93,58 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                 let idle = menu.has_doc && !menu.busy;
                 let float = idle && !menu.quantized;
                 let ready = float && menu.has_stats;
-                menu_item(ui, commands, "Run calibration", Command::Calibrate, float);
+                menu_item(
+                    ui,
+                    commands,
+                    "Run calibration",
+                    Command::Work(WorkCommand::Calibrate),
+                    float,
+                );
                 let (compare, can_compare) = if menu.quantized {
                     ("Compare with the float model", idle)
                 } else {
                     ("Quantize & compare", ready)
                 };
-                menu_item(ui, commands, compare, Command::QuantizeCompare, can_compare);
+                menu_item(
+                    ui,
+                    commands,
+                    compare,
+                    Command::Work(WorkCommand::QuantizeCompare),
+                    can_compare,
+                );
                 menu_item(
                     ui,
                     commands,
                     "Scan sensitivity",
-                    Command::ScanSensitivity,
+                    Command::Work(WorkCommand::ScanSensitivity),
                     ready,
                 );
-                menu_item(ui, commands, "Auto-exclude", Command::AutoExclude, ready);
+                menu_item(
+                    ui,
+                    commands,
+                    "Auto-exclude",
+                    Command::Work(WorkCommand::AutoExclude),
+                    ready,
+                );
                 menu_item(
                     ui,
                     commands,
                     "Choose weight ranges by the outputs",
-                    Command::ChooseWeightRanges,
+                    Command::Work(WorkCommand::ChooseWeightRanges),
                     ready,
                 );
                 menu_item(
                     ui,
                     commands,
                     "Tune for speed on the provider",
-                    Command::TuneLatency,
+                    Command::Work(WorkCommand::TuneLatency),
                     ready,
                 );
                 menu_item(
                     ui,
                     commands,
                     "Cancel the running task",
-                    Command::CancelTask,
+                    Command::Work(WorkCommand::CancelTask),
                     menu.busy,
                 );
                 ui.separator();
@@ -133,37 +152,55 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                     ui,
                     commands,
                     "Save statistics…",
-                    Command::SaveStatisticsDialog,
+                    Command::Work(WorkCommand::SaveStatisticsDialog),
                     menu.has_doc && menu.has_stats,
                 );
                 menu_item(
                     ui,
                     commands,
                     "Load statistics…",
-                    Command::LoadStatisticsDialog,
+                    Command::Work(WorkCommand::LoadStatisticsDialog),
                     menu.has_doc && !menu.quantized,
                 );
             });
             ui.menu_button("Edit", |ui| {
-                menu_item(ui, commands, "Undo", Command::Undo, menu.can_undo);
-                menu_item(ui, commands, "Redo", Command::Redo, menu.can_redo);
+                menu_item(
+                    ui,
+                    commands,
+                    "Undo",
+                    Command::Edit(EditCommand::Undo),
+                    menu.can_undo,
+                );
+                menu_item(
+                    ui,
+                    commands,
+                    "Redo",
+                    Command::Edit(EditCommand::Redo),
+                    menu.can_redo,
+                );
                 ui.separator();
                 menu_item(
                     ui,
                     commands,
                     "Exclude / include selection",
-                    Command::ToggleExclusion,
+                    Command::Edit(EditCommand::ToggleExclusion),
                     menu.has_selection,
                 );
                 menu_item(
                     ui,
                     commands,
                     "Clear selection",
-                    Command::ClearSelection,
+                    Command::View(ViewCommand::ClearSelection),
                     menu.has_selection,
                 );
                 ui.separator();
-                menu_item(ui, commands, "Find…", Command::OpenSearch, menu.has_doc);
+                menu_item(
+                    ui,
+                    commands,
+                    "Find…",
+                    Command::View(ViewCommand::OpenSearch),
+                    menu.has_doc,
+                );
             });
             ui.menu_button("View", |ui| view_menu(ui, menu, commands));
             ui.menu_button("Help", |ui| {
@@ -171,25 +208,43 @@ pub fn menu_bar(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                     ui,
                     commands,
                     "Keyboard shortcuts",
-                    Command::ShowShortcuts,
+                    Command::App(AppCommand::ShowShortcuts),
                     true,
                 );
-                menu_item(ui, commands, "About qdq-studio", Command::ShowAbout, true);
+                menu_item(
+                    ui,
+                    commands,
+                    "About qdq-studio",
+                    Command::App(AppCommand::ShowAbout),
+                    true,
+                );
             });
         });
     });
 }
 
 fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
-    menu_item(ui, commands, "Open…", Command::OpenDialog, true);
+    menu_item(
+        ui,
+        commands,
+        "Open…",
+        Command::App(AppCommand::OpenDialog),
+        true,
+    );
     menu_item(
         ui,
         commands,
         "Open model folder…",
-        Command::OpenFolderDialog,
+        Command::App(AppCommand::OpenFolderDialog),
         true,
     );
-    menu_item(ui, commands, "Open path…", Command::OpenPathPrompt, true);
+    menu_item(
+        ui,
+        commands,
+        "Open path…",
+        Command::App(AppCommand::OpenPathPrompt),
+        true,
+    );
     ui.menu_button("Recent", |ui| {
         if menu.recent.is_empty() {
             ui.label(RichText::new("No recent models").weak());
@@ -199,13 +254,13 @@ fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
                 .add_enabled(path.exists(), egui::Button::new(path.display().to_string()))
                 .on_disabled_hover_text("The file is no longer there");
             if response.clicked() {
-                commands.push(Command::Open(path.clone()));
+                commands.push(Command::App(AppCommand::Open(path.clone())));
                 ui.close();
             }
         }
         ui.separator();
         if ui.button("Clear recent").clicked() {
-            commands.push(Command::ClearRecent);
+            commands.push(Command::App(AppCommand::ClearRecent));
             ui.close();
         }
     });
@@ -213,7 +268,7 @@ fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
         ui,
         commands,
         "Open bundled sample",
-        Command::OpenSample,
+        Command::App(AppCommand::OpenSample),
         true,
     );
     ui.separator();
@@ -221,14 +276,14 @@ fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
         ui,
         commands,
         "Save recipe…",
-        Command::SaveRecipeDialog,
+        Command::App(AppCommand::SaveRecipeDialog),
         menu.has_doc,
     );
     menu_item(
         ui,
         commands,
         "Load recipe…",
-        Command::LoadRecipeDialog,
+        Command::App(AppCommand::LoadRecipeDialog),
         menu.has_doc,
     );
     ui.separator();
@@ -236,30 +291,48 @@ fn file_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
         ui,
         commands,
         "Save quantized model…",
-        Command::SaveQuantizedDialog,
+        Command::Work(WorkCommand::SaveQuantizedDialog),
         menu.has_doc && !menu.quantized,
     );
     ui.separator();
-    menu_item(ui, commands, "Quit", Command::Quit, true);
+    menu_item(ui, commands, "Quit", Command::App(AppCommand::Quit), true);
 }
 
 fn view_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
     let has_doc = menu.has_doc;
-    menu_item(ui, commands, "Fit graph", Command::Fit, has_doc);
+    menu_item(
+        ui,
+        commands,
+        "Fit graph",
+        Command::View(ViewCommand::Fit),
+        has_doc,
+    );
     menu_item(
         ui,
         commands,
         "Zoom to selection",
-        Command::ZoomToSelection,
+        Command::View(ViewCommand::ZoomToSelection),
         has_doc,
     );
-    menu_item(ui, commands, "Zoom in", Command::ZoomIn, has_doc);
-    menu_item(ui, commands, "Zoom out", Command::ZoomOut, has_doc);
+    menu_item(
+        ui,
+        commands,
+        "Zoom in",
+        Command::View(ViewCommand::ZoomIn),
+        has_doc,
+    );
+    menu_item(
+        ui,
+        commands,
+        "Zoom out",
+        Command::View(ViewCommand::ZoomOut),
+        has_doc,
+    );
     menu_item(
         ui,
         commands,
         "Float and QDQ side by side",
-        Command::ToggleSideBySide,
+        Command::View(ViewCommand::ToggleSideBySide),
         has_doc,
     );
     ui.separator();
@@ -270,7 +343,7 @@ fn view_menu(ui: &mut Ui, menu: &MenuState, commands: &mut Vec<Command>) {
         (egui::ThemePreference::Dark, "Dark"),
     ] {
         if ui.radio(menu.theme == theme, label).clicked() {
-            commands.push(Command::SetTheme(theme));
+            commands.push(Command::App(AppCommand::SetTheme(theme)));
             ui.close();
         }
     }
@@ -493,22 +566,22 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     );
     ui.horizontal(|ui| {
         if ui.button("Save…").clicked() {
-            commands.push(Command::SaveRecipeDialog);
+            commands.push(Command::App(AppCommand::SaveRecipeDialog));
         }
         if ui.button("Load…").clicked() {
-            commands.push(Command::LoadRecipeDialog);
+            commands.push(Command::App(AppCommand::LoadRecipeDialog));
         }
         if ui
             .add_enabled(doc.editor.can_undo(), egui::Button::new("Undo"))
             .clicked()
         {
-            commands.push(Command::Undo);
+            commands.push(Command::Edit(EditCommand::Undo));
         }
         if ui
             .add_enabled(doc.editor.can_redo(), egui::Button::new("Redo"))
             .clicked()
         {
-            commands.push(Command::Redo);
+            commands.push(Command::Edit(EditCommand::Redo));
         }
     });
 }
@@ -567,7 +640,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         ("Equalization", "even out weight channel ranges"),
         "Cross-layer equalization: rescales Conv/Gemm/MatMul pairs (through Relu or nothing) so each channel's weights span the same range; float outputs unchanged, per-tensor weights gain most; needs a new calibration",
         recipe.preprocessing.equalize,
-        Command::SetEqualize,
+        RecipeCommand::SetEqualize,
         commands,
     );
     switch_row(
@@ -575,7 +648,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         ("Bias correction", "remove the weights' mean error"),
         "Subtracts each layer's mean output shift from weight quantization, measured on the calibration data, from its bias (adds a bias where there is none); needs a new calibration",
         recipe.bias_correction,
-        Command::SetBiasCorrection,
+        RecipeCommand::SetBiasCorrection,
         commands,
     );
     gptq_row(ui, recipe, commands);
@@ -584,7 +657,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         ("Layer-wise ranges", "a range method per tensor"),
         "Tries MinMax and two percentiles on every activation and keeps, for each, the one whose quantization disturbs the outputs of the nodes reading it least, measured on the calibration data; needs a new calibration",
         recipe.layerwise_range,
-        Command::SetLayerwiseRange,
+        RecipeCommand::SetLayerwiseRange,
         commands,
     );
     switch_row(
@@ -592,7 +665,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         ("MSE weight ranges", "clip weight outliers"),
         "Quantizes each weight (or weight channel) over the clipped range whose rounding and clipping error is least, so one outlier no longer sets the step of every other weight; per-tensor weights gain most (a transformer's output projections); no calibration needed",
         recipe.weight_range == crate::recipe::WeightRange::Mse,
-        Command::SetMseWeightRanges,
+        RecipeCommand::SetMseWeightRanges,
         commands,
     );
     ui.label("");
@@ -600,7 +673,7 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         "Gives each weight the other range choice in turn, and the other bit width (7 or 8) where this CPU's u8×s8 kernels read it (all such weights at once first), and keeps each where the worst output SQNR on the evaluation data rises (a real run per weight): clipping helps a transformer's output projections and hurts most convolutions; the choice is saved in the recipe; needs statistics",
     );
     if choose.clicked() {
-        commands.push(Command::ChooseWeightRanges);
+        commands.push(Command::Work(WorkCommand::ChooseWeightRanges));
     }
     ui.end_row();
 }
@@ -612,7 +685,7 @@ fn gptq_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Comm
         ("GPTQ", "round weights against inputs"),
         "GPTQ: rounds each Conv/Gemm/MatMul weight input by input, spreading each rounding error over the inputs not yet rounded so the layer's output on the calibration data moves least (how far it trusts the data is chosen on held-out calibration samples); same scales, other integers; needs a new calibration",
         recipe.gptq,
-        Command::SetGptq,
+        RecipeCommand::SetGptq,
         commands,
     );
 }
@@ -624,12 +697,12 @@ fn switch_row(
     (name, does): (&str, &str),
     hover: &str,
     mut on: bool,
-    command: fn(bool) -> Command,
+    command: fn(bool) -> RecipeCommand,
     commands: &mut Vec<Command>,
 ) {
     ui.label(name);
     if ui.checkbox(&mut on, does).on_hover_text(hover).changed() {
-        commands.push(command(on));
+        commands.push(command(on).into());
     }
     ui.end_row();
 }
@@ -650,7 +723,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                             .clicked()
                             && recipe.mode != mode
                         {
-                            commands.push(Command::SetMode(mode));
+                            commands.push(Command::Recipe(RecipeCommand::SetMode(mode)));
                         }
                     }
                 });
@@ -669,7 +742,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                                 .clicked()
                                 && recipe.per_channel != per_channel
                             {
-                                commands.push(Command::SetPerChannel(per_channel));
+                                commands.push(Command::Recipe(RecipeCommand::SetPerChannel(per_channel)));
                             }
                         }
                     })
@@ -689,7 +762,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                     )
                     .changed()
                 {
-                    commands.push(Command::SetSmoothQuant(on));
+                    commands.push(Command::Recipe(RecipeCommand::SetSmoothQuant(on)));
                 }
                 ui.end_row();
             }
@@ -708,7 +781,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                             .clicked()
                             && recipe.int4_method != method
                         {
-                            commands.push(Command::SetInt4Method(method));
+                            commands.push(Command::Recipe(RecipeCommand::SetInt4Method(method)));
                         }
                     }
                 })
@@ -733,7 +806,7 @@ fn mode_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Com
                             .clicked()
                             && recipe.int4_output != form
                         {
-                            commands.push(Command::SetInt4Output(form));
+                            commands.push(Command::Recipe(RecipeCommand::SetInt4Output(form)));
                         }
                     }
                 });
@@ -771,7 +844,7 @@ fn target_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Co
                     .clicked()
                     && recipe.target != Some(target)
                 {
-                    commands.push(Command::SetTarget(target));
+                    commands.push(Command::Recipe(RecipeCommand::SetTarget(target)));
                 }
             }
         })
@@ -799,7 +872,7 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
     .collect::<Vec<_>>()
     .join("\n\n");
     if ui.checkbox(&mut on, label).on_hover_text(hover).changed() {
-        commands.push(Command::SetAutoPrecision(on));
+        commands.push(Command::Recipe(RecipeCommand::SetAutoPrecision(on)));
     }
     if on {
         saturation_guard_row(ui, doc, commands);
@@ -828,7 +901,7 @@ fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
                  Exact in float; 8-bit weights only.";
     ui.indent("outlier_rows", |ui| {
         if ui.checkbox(&mut on, label).on_hover_text(hover).changed() {
-            commands.push(Command::SetOutlierRows(on));
+            commands.push(Command::Recipe(RecipeCommand::SetOutlierRows(on)));
         }
     });
 }
@@ -866,7 +939,7 @@ fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>
             ))
             .changed()
         {
-            commands.push(Command::SetSaturationGuard(guard));
+            commands.push(Command::Recipe(RecipeCommand::SetSaturationGuard(guard)));
         }
     });
 }
@@ -890,10 +963,10 @@ fn op_type_row(
                 "The recipe's placement has no quantized form for this op type: it stays float",
             );
         if response.changed() {
-            commands.push(Command::SetOpType {
+            commands.push(Command::Recipe(RecipeCommand::SetOpType {
                 op_type: op_type.to_owned(),
                 quantize: value,
-            });
+            }));
         }
         if plan.selected && plan.quantized < plan.count {
             ui.label(RichText::new(format!("{} quantized", plan.quantized)).weak())
@@ -949,14 +1022,17 @@ pub fn central(
                 } else {
                     SelectMode::Replace
                 };
-                commands.push(Command::Select(node, mode));
+                commands.push(Command::View(ViewCommand::Select(node, mode)));
             }
             if events.clicked_empty {
-                commands.push(Command::ClearSelection);
+                commands.push(Command::View(ViewCommand::ClearSelection));
             }
             if let Some(node) = events.double_clicked {
-                commands.push(Command::ZoomToSelection);
-                commands.push(Command::Select(node, SelectMode::Replace));
+                commands.push(Command::View(ViewCommand::ZoomToSelection));
+                commands.push(Command::View(ViewCommand::Select(
+                    node,
+                    SelectMode::Replace,
+                )));
             }
             let response = events.response.clone();
             match &events.hovered {
@@ -1007,11 +1083,11 @@ pub fn central(
                     node_menu(ui, doc, id, commands);
                 } else {
                     if ui.button("Fit graph").clicked() {
-                        commands.push(Command::Fit);
+                        commands.push(Command::View(ViewCommand::Fit));
                         ui.close();
                     }
                     if ui.button("Clear selection").clicked() {
-                        commands.push(Command::ClearSelection);
+                        commands.push(Command::View(ViewCommand::ClearSelection));
                         ui.close();
                     }
                 }
@@ -1036,7 +1112,7 @@ pub fn central(
         if let Some(opening) = opening
             && progress_overlay(ui, opening)
         {
-            commands.push(Command::CancelOpen);
+            commands.push(Command::App(AppCommand::CancelOpen));
         }
         if hovering_files {
             let rect = ui.max_rect();
@@ -1105,12 +1181,12 @@ fn graph_views(
             SelectMode::Replace
         };
         match to_doc(node) {
-            Some(id) => commands.push(Command::Select(id, mode)),
-            None => commands.push(Command::ClearSelection),
+            Some(id) => commands.push(Command::View(ViewCommand::Select(id, mode))),
+            None => commands.push(Command::View(ViewCommand::ClearSelection)),
         }
     }
     if side_events.clicked_empty {
-        commands.push(Command::ClearSelection);
+        commands.push(Command::View(ViewCommand::ClearSelection));
     }
     if let Some(Hover::Node(id)) = side_events.hovered {
         let node = side.graph.node(id);
@@ -1166,13 +1242,13 @@ fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focu
                     response.request_focus();
                 }
                 if response.changed() {
-                    commands.push(Command::Search(query));
+                    commands.push(Command::View(ViewCommand::Search(query)));
                 }
                 if response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
                     if ui.input(|i| i.modifiers.shift) {
-                        commands.push(Command::SearchPrevious);
+                        commands.push(Command::View(ViewCommand::SearchPrevious));
                     } else {
-                        commands.push(Command::SearchNext);
+                        commands.push(Command::View(ViewCommand::SearchNext));
                     }
                     response.request_focus();
                 }
@@ -1189,23 +1265,25 @@ fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focu
                     .on_hover_text("Previous (Shift+F3)")
                     .clicked()
                 {
-                    commands.push(Command::SearchPrevious);
+                    commands.push(Command::View(ViewCommand::SearchPrevious));
                 }
                 if ui
                     .add_enabled(n > 0, egui::Button::new("▶"))
                     .on_hover_text("Next (F3, Enter)")
                     .clicked()
                 {
-                    commands.push(Command::SearchNext);
+                    commands.push(Command::View(ViewCommand::SearchNext));
                 }
                 if ui
                     .add_enabled(n > 0, egui::Button::new("Select all"))
                     .clicked()
                 {
-                    commands.push(Command::SelectNodes(doc.search.matches.clone()));
+                    commands.push(Command::View(ViewCommand::SelectNodes(
+                        doc.search.matches.clone(),
+                    )));
                 }
                 if ui.button("Close").on_hover_text("Close (Esc)").clicked() {
-                    commands.push(Command::Escape);
+                    commands.push(Command::View(ViewCommand::Escape));
                 }
             });
         });
@@ -1237,43 +1315,47 @@ pub fn node_menu(
         item(
             ui,
             format!("Include {} node(s)", selected.len()),
-            Command::SetExcluded(selected, false),
+            Command::Edit(EditCommand::SetExcluded(selected, false)),
         );
     } else {
         item(
             ui,
             format!("Exclude {} node(s)", selected.len()),
-            Command::SetExcluded(selected, true),
+            Command::Edit(EditCommand::SetExcluded(selected, true)),
         );
     }
     item(
         ui,
         format!("Exclude every {}", node.op_type),
-        Command::ExcludeOpTypeOf(id),
+        Command::Edit(EditCommand::ExcludeOpTypeOf(id)),
     );
     item(
         ui,
         "Exclude this and everything after".to_owned(),
-        Command::ExcludeAfter(id),
+        Command::Edit(EditCommand::ExcludeAfter(id)),
     );
     ui.separator();
     item(
         ui,
         "Set as subgraph start".to_owned(),
-        Command::SubgraphStart(Some(id)),
+        Command::Edit(EditCommand::SubgraphStart(Some(id))),
     );
     item(
         ui,
         "Set as subgraph end".to_owned(),
-        Command::SubgraphEnd(Some(id)),
+        Command::Edit(EditCommand::SubgraphEnd(Some(id))),
     );
     ui.separator();
     item(
         ui,
         "Select".to_owned(),
-        Command::Select(id, SelectMode::Replace),
+        Command::View(ViewCommand::Select(id, SelectMode::Replace)),
     );
-    item(ui, "Zoom to".to_owned(), Command::SelectNodes(vec![id]));
+    item(
+        ui,
+        "Zoom to".to_owned(),
+        Command::View(ViewCommand::SelectNodes(vec![id])),
+    );
 }
 
 /// What the graph's legend explains.
@@ -1401,10 +1483,10 @@ fn empty_state(ui: &mut Ui, commands: &mut Vec<Command>) {
         ui.label("Open an ONNX model to choose what to quantize.");
         ui.add_space(12.0);
         if ui.button("Open a model…  (Ctrl+O)").clicked() {
-            commands.push(Command::OpenDialog);
+            commands.push(Command::App(AppCommand::OpenDialog));
         }
         if ui.button("Open the bundled sample").clicked() {
-            commands.push(Command::OpenSample);
+            commands.push(Command::App(AppCommand::OpenSample));
         }
         ui.add_space(8.0);
         ui.label(RichText::new("or drop a .onnx file on this window").weak());

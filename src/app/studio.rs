@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::app::command::{self, Command};
+use crate::app::command::{AppCommand, ViewCommand, WorkCommand};
 use crate::app::document::{self, Document, OpenError, Source};
 use crate::app::document_commands::{self, Applied};
 use crate::app::inspector::InspectorState;
@@ -288,7 +289,8 @@ impl Studio {
                 if let Some(float) =
                     (data.float_model.clone()).filter(|float| doc.is_quantized() && float.is_file())
                 {
-                    self.queue.push(Command::SetFloatModel(float));
+                    self.queue
+                        .push(Command::Work(WorkCommand::SetFloatModel(float)));
                 }
             }
         }
@@ -314,25 +316,49 @@ impl Studio {
         self.timing.opened_at = Some(started);
     }
 
-    /// Carries out one command.
+    /// Carries out one command: each kind goes to the code for that kind.
     pub fn apply(&mut self, command: Command) {
         match command {
-            Command::OpenDialog => self.open_dialog(),
-            Command::OpenFolderDialog => self.open_folder_dialog(),
-            Command::OpenPathPrompt => self.ask_path(PathPurpose::OpenModel, None),
-            Command::Open(path) => self.open_asking(Source::File(path)),
-            Command::OpenSample => self.open_asking(Source::Sample),
-            Command::SaveRecipeDialog => self.save_recipe_dialog(),
-            Command::SaveRecipe(path) => self.save_recipe(&path),
-            Command::LoadRecipeDialog => self.load_recipe_dialog(),
-            Command::LoadRecipe(path) => self.load_recipe(&path),
-            Command::ShowShortcuts => self.window.show_shortcuts = true,
-            Command::ShowAbout => self.window.show_about = true,
-            Command::SetTheme(theme) => self.settings.theme = theme,
-            Command::ClearRecent => self.settings.recent.clear(),
-            Command::CancelOpen => self.cancel_open(),
-            Command::Quit => self.request_quit(),
-            Command::Discard => {
+            Command::App(command) => self.apply_app(command),
+            Command::Work(command) => self.apply_work(command),
+            Command::Recipe(command) => {
+                self.apply_to_document(|doc, _| document_commands::recipe_setting(doc, command))
+            }
+            Command::Edit(command) => {
+                self.apply_to_document(|doc, _| document_commands::node_edit(doc, command))
+            }
+            // Escape closes the shortcuts and About windows before it reaches the graph.
+            Command::View(ViewCommand::Escape)
+                if self.window.show_shortcuts || self.window.show_about =>
+            {
+                self.window.show_shortcuts = false;
+                self.window.show_about = false;
+            }
+            Command::View(command) => self.apply_to_document(|doc, window| {
+                document_commands::view_change(doc, window, command)
+            }),
+        }
+    }
+
+    /// Files, the application's windows and theme, quitting.
+    fn apply_app(&mut self, command: AppCommand) {
+        match command {
+            AppCommand::OpenDialog => self.open_dialog(),
+            AppCommand::OpenFolderDialog => self.open_folder_dialog(),
+            AppCommand::OpenPathPrompt => self.ask_path(PathPurpose::OpenModel, None),
+            AppCommand::Open(path) => self.open_asking(Source::File(path)),
+            AppCommand::OpenSample => self.open_asking(Source::Sample),
+            AppCommand::SaveRecipeDialog => self.save_recipe_dialog(),
+            AppCommand::SaveRecipe(path) => self.save_recipe(&path),
+            AppCommand::LoadRecipeDialog => self.load_recipe_dialog(),
+            AppCommand::LoadRecipe(path) => self.load_recipe(&path),
+            AppCommand::ShowShortcuts => self.window.show_shortcuts = true,
+            AppCommand::ShowAbout => self.window.show_about = true,
+            AppCommand::SetTheme(theme) => self.settings.theme = theme,
+            AppCommand::ClearRecent => self.settings.recent.clear(),
+            AppCommand::CancelOpen => self.cancel_open(),
+            AppCommand::Quit => self.request_quit(),
+            AppCommand::Discard => {
                 self.exit.ask_unsaved = false;
                 match self.exit.open_after.take() {
                     Some(source) => self.open(source),
@@ -342,35 +368,28 @@ impl Studio {
                     }
                 }
             }
-            Command::SaveThenGoOn => self.save_then_go_on(),
-            Command::KeepWorking => {
+            AppCommand::SaveThenGoOn => self.save_then_go_on(),
+            AppCommand::KeepWorking => {
                 self.exit.ask_unsaved = false;
                 self.exit.open_after = None;
             }
-            // Escape closes the shortcuts and About windows before it reaches the graph.
-            Command::Escape if self.window.show_shortcuts || self.window.show_about => {
-                self.window.show_shortcuts = false;
-                self.window.show_about = false;
-            }
-            other if other.is_work() => self.apply_work(other),
-            other => self.apply_to_document(other),
         }
     }
 
-    /// Carries out a command on the open document, by kind: a recipe setting, an edit of
-    /// the selection or the nodes' choices, or a change of view ([`document_commands`]).
-    fn apply_to_document(&mut self, command: Command) {
+    /// Carries out `change` on the open document (nothing without one), then shows its status,
+    /// says why an edit the recipe's target does not allow was taken back, and restyles the
+    /// graph unless only the camera moved.
+    fn apply_to_document(
+        &mut self,
+        change: impl FnOnce(&mut Document, &mut WindowState) -> Applied,
+    ) {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
-        let status = match document_commands::recipe_setting(doc, command)
-            .or_else(|command| document_commands::node_edit(doc, command))
-            .or_else(|command| document_commands::view_change(doc, &mut self.window, command))
-        {
-            Ok(Applied::Status(status)) => status,
+        let status = match change(doc, &mut self.window) {
+            Applied::Status(status) => status,
             // Camera moves change nothing the boxes show: no restyle.
-            Ok(Applied::Camera) => return,
-            Err(_) => None,
+            Applied::Camera => return,
         };
         if let Some(status) = status {
             self.window.status = status;
@@ -561,10 +580,10 @@ impl Studio {
                 "toml" if self.doc.is_some() => self.load_recipe(&path),
                 "npz" | "npy" if self.doc.is_some() => {
                     self.window.status = format!("Calibration data: {}", path.display());
-                    self.apply(Command::SetDataPath {
+                    self.apply(Command::Work(WorkCommand::SetDataPath {
                         evaluation: false,
                         path,
-                    });
+                    }));
                 }
                 _ => self.fail(
                     format!("{} is not an ONNX model", path.display()),

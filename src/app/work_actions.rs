@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::app::command::Command;
+use crate::app::command::WorkCommand;
 use crate::app::document::Document;
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::studio::Studio;
@@ -74,8 +75,8 @@ fn start(work: &mut Work, kind: TaskKind, body: TaskWork) -> Result<(), Failure>
 
 impl Studio {
     /// Carries out one quantization command.
-    pub(crate) fn apply_work(&mut self, command: Command) {
-        if let Command::InstallRuntime(flavor) = command {
+    pub(crate) fn apply_work(&mut self, command: WorkCommand) {
+        if let WorkCommand::InstallRuntime(flavor) = command {
             return self.install_runtime(flavor);
         }
         if self.doc.is_none() {
@@ -83,43 +84,53 @@ impl Studio {
             return;
         }
         let result = match command {
-            Command::Calibrate => self.calibrate(),
-            Command::QuantizeCompare => self.quantize_compare(),
-            Command::ShowSample(sample) => self.show_sample(sample),
-            Command::ScanSensitivity => self.scan_sensitivity(),
-            Command::AutoExclude => self.auto_exclude(),
-            Command::ChooseWeightRanges => self.choose_weight_ranges(),
-            Command::TuneLatency => self.tune_latency(),
-            Command::CancelTask => {
+            WorkCommand::Calibrate => self.calibrate(),
+            WorkCommand::QuantizeCompare => self.quantize_compare(),
+            WorkCommand::ShowSample(sample) => self.show_sample(sample),
+            WorkCommand::ScanSensitivity => self.scan_sensitivity(),
+            WorkCommand::AutoExclude => self.auto_exclude(),
+            WorkCommand::ChooseWeightRanges => self.choose_weight_ranges(),
+            WorkCommand::TuneLatency => self.tune_latency(),
+            WorkCommand::CancelTask => {
                 if let Some(doc) = self.doc.as_ref() {
                     doc.work.task.cancel();
                 }
                 self.window.status = "Cancelling…".to_owned();
                 Ok(())
             }
-            Command::SaveStatisticsDialog => {
+            WorkCommand::SaveStatisticsDialog => {
                 self.statistics_dialog(true);
                 Ok(())
             }
-            Command::LoadStatisticsDialog => {
+            WorkCommand::LoadStatisticsDialog => {
                 self.statistics_dialog(false);
                 Ok(())
             }
-            Command::SaveStatistics(path) => self.save_statistics(&path),
-            Command::LoadStatistics(path) => self.load_statistics(&path),
-            Command::SaveQuantizedDialog => self.open_save_window(false),
-            Command::SaveQuantized => self.save_quantized(),
-            Command::BrowseData { evaluation, folder } => {
+            WorkCommand::SaveStatistics(path) => self.save_statistics(&path),
+            WorkCommand::LoadStatistics(path) => self.load_statistics(&path),
+            WorkCommand::SaveQuantizedDialog => self.open_save_window(false),
+            WorkCommand::SaveQuantized => self.save_quantized(),
+            WorkCommand::BrowseData { evaluation, folder } => {
                 self.browse_data(evaluation, folder);
                 Ok(())
             }
-            Command::ChooseFloatModel => {
+            WorkCommand::ChooseFloatModel => {
                 self.choose_float_model();
                 Ok(())
             }
-            Command::SetFloatModel(path) => self.set_float_model(path),
-            other => {
-                self.edit_work(other);
+            WorkCommand::SetFloatModel(path) => self.set_float_model(path),
+            // Taken above, before a model is needed.
+            WorkCommand::InstallRuntime(_) => Ok(()),
+            edit @ (WorkCommand::ApplyAlternative(_)
+            | WorkCommand::SetMethod(_)
+            | WorkCommand::SetTensorOverride(..)
+            | WorkCommand::ShowHistogram(_)
+            | WorkCommand::RevealNodes(_)
+            | WorkCommand::SetDataPath { .. }
+            | WorkCommand::SetHeatMap { .. }
+            | WorkCommand::SetOutputKind { .. }
+            | WorkCommand::CloseSaveWindow) => {
+                self.edit_work(edit);
                 Ok(())
             }
         };
@@ -131,18 +142,19 @@ impl Studio {
         }
     }
 
-    /// The commands that only change the open model's state (recipe, panel, data paths).
-    fn edit_work(&mut self, command: Command) {
+    /// The commands that only change the open model's state (recipe, panel, data paths);
+    /// [`Studio::apply_work`] hands over these alone.
+    fn edit_work(&mut self, command: WorkCommand) {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
         let status = match command {
-            Command::ApplyAlternative(index) => apply_alternative(doc, index),
-            Command::SetMethod(method) => {
+            WorkCommand::ApplyAlternative(index) => apply_alternative(doc, index),
+            WorkCommand::SetMethod(method) => {
                 doc.editor.change(|r| r.calibration_method = method);
                 Some(format!("Calibration method: {}", method.name()))
             }
-            Command::SetTensorOverride(tensor, value) => {
+            WorkCommand::SetTensorOverride(tensor, value) => {
                 let cleared = value.is_none();
                 doc.editor.change(|r| match value {
                     Some(v) => {
@@ -158,12 +170,12 @@ impl Studio {
                     format!("{tensor}: override set (in the recipe)")
                 })
             }
-            Command::ShowHistogram(tensor) => {
+            WorkCommand::ShowHistogram(tensor) => {
                 doc.panel.histogram_tensor = Some(tensor);
                 doc.panel.tab = WorkTab::Histogram;
                 None
             }
-            Command::RevealNodes(names) => {
+            WorkCommand::RevealNodes(names) => {
                 let ids: Vec<_> = names
                     .iter()
                     .filter_map(|n| doc.graph.node_by_name(n).map(|node| node.id))
@@ -174,7 +186,7 @@ impl Studio {
                 doc.selection = ids;
                 None
             }
-            Command::SetDataPath { evaluation, path } => {
+            WorkCommand::SetDataPath { evaluation, path } => {
                 let settings = &mut doc.work.settings;
                 let choice = if evaluation {
                     settings.evaluate_on_calibration = false;
@@ -188,7 +200,7 @@ impl Studio {
                 }
                 None
             }
-            Command::SetHeatMap {
+            WorkCommand::SetHeatMap {
                 shown,
                 kind,
                 threshold_db,
@@ -201,7 +213,7 @@ impl Studio {
                 }
                 None
             }
-            Command::SetOutputKind { output, kind } => {
+            WorkCommand::SetOutputKind { output, kind } => {
                 let kinds = &mut doc.work.settings.task.kinds;
                 let said = match kind {
                     Some(kind) => {
@@ -217,11 +229,12 @@ impl Studio {
                     "Output {output} is read as {said}: Quantize & compare (F5) measures it so."
                 ))
             }
-            Command::CloseSaveWindow => {
+            WorkCommand::CloseSaveWindow => {
                 doc.panel.save_dialog = None;
                 self.exit.after_save = false;
                 None
             }
+            // Carried out by `apply_work` itself.
             _ => None,
         };
         if let Some(status) = status {
@@ -459,9 +472,9 @@ impl Studio {
         });
         if let Some(path) = picked {
             self.push(if save {
-                Command::SaveStatistics(path)
+                Command::Work(WorkCommand::SaveStatistics(path))
             } else {
-                Command::LoadStatistics(path)
+                Command::Work(WorkCommand::LoadStatistics(path))
             });
         }
     }
@@ -561,7 +574,7 @@ impl Studio {
             }
         });
         if let Some(path) = picked {
-            self.push(Command::SetDataPath { evaluation, path });
+            self.push(Command::Work(WorkCommand::SetDataPath { evaluation, path }));
         }
     }
 
@@ -573,7 +586,7 @@ impl Studio {
                 .pick_file()
         });
         if let Some(path) = picked {
-            self.push(Command::SetFloatModel(path));
+            self.push(Command::Work(WorkCommand::SetFloatModel(path)));
         }
     }
 

@@ -4,6 +4,7 @@
 use egui::{Color32, RichText, Ui};
 
 use crate::app::command::Command;
+use crate::app::command::{RecipeCommand, WorkCommand};
 use crate::app::document::Document;
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::work::Work;
@@ -77,7 +78,7 @@ pub(super) fn show(
         let before = settings.ep.clone();
         ep_list(ui, &mut settings.ep, runtime, commands);
         if settings.ep != before {
-            commands.push(Command::FollowEp(before, settings.ep.clone()));
+            commands.push(Command::Recipe(RecipeCommand::FollowEp(before, settings.ep.clone())));
         }
 
         let ui = &mut columns[3];
@@ -165,7 +166,7 @@ fn run_column(ui: &mut Ui, work: &mut Work, method: &RangeMethod, commands: &mut
             .on_hover_text("Ctrl+R")
             .clicked()
         {
-            commands.push(Command::Calibrate);
+            commands.push(Command::Work(WorkCommand::Calibrate));
         }
     });
     let results = &work.results;
@@ -200,14 +201,14 @@ fn run_column(ui: &mut Ui, work: &mut Work, method: &RangeMethod, commands: &mut
             .add_enabled(results.stats.is_some(), egui::Button::new("Save statistics…"))
             .clicked()
         {
-            commands.push(Command::SaveStatisticsDialog);
+            commands.push(Command::Work(WorkCommand::SaveStatisticsDialog));
         }
         if ui
             .button("Load statistics…")
             .on_hover_text("qdq-studio statistics, an onnxruntime calibration cache (JSON) or a TensorRT calibration cache")
             .clicked()
         {
-            commands.push(Command::LoadStatisticsDialog);
+            commands.push(Command::Work(WorkCommand::LoadStatisticsDialog));
         }
     });
 }
@@ -236,10 +237,10 @@ fn data_editor(
             )
             .labelled_by(label.id);
             if ui.button("Browse…").clicked() {
-                commands.push(Command::BrowseData {
+                commands.push(Command::Work(WorkCommand::BrowseData {
                     evaluation,
                     folder: choice.kind != DataKind::File,
-                });
+                }));
             }
         });
     }
@@ -367,7 +368,7 @@ fn ep_list(ui: &mut Ui, chosen: &mut EpSpec, runtime: &RuntimeStatus, commands: 
             )
             .clicked()
         {
-            commands.push(Command::InstallRuntime(Flavor::Cpu));
+            commands.push(Command::Work(WorkCommand::InstallRuntime(Flavor::Cpu)));
         }
         return;
     }
@@ -427,7 +428,7 @@ fn ep_list(ui: &mut Ui, chosen: &mut EpSpec, runtime: &RuntimeStatus, commands: 
             )
             .clicked()
         {
-            commands.push(Command::InstallRuntime(flavor));
+            commands.push(Command::Work(WorkCommand::InstallRuntime(flavor)));
         }
     }
 }
@@ -443,7 +444,7 @@ fn method_editor(ui: &mut Ui, method: &RangeMethod, commands: &mut Vec<Command>)
                         .clicked()
                         && m.name() != method.name()
                     {
-                        commands.push(Command::SetMethod(m));
+                        commands.push(Command::Work(WorkCommand::SetMethod(m)));
                     }
                 }
             });
@@ -464,10 +465,12 @@ fn method_editor(ui: &mut Ui, method: &RangeMethod, commands: &mut Vec<Command>)
                 });
                 ui.checkbox(&mut s, "Symmetric (|x|)");
                 if (p, s) != (*percentile, *symmetric) {
-                    commands.push(Command::SetMethod(RangeMethod::Percentile {
-                        percentile: p,
-                        symmetric: s,
-                    }));
+                    commands.push(Command::Work(WorkCommand::SetMethod(
+                        RangeMethod::Percentile {
+                            percentile: p,
+                            symmetric: s,
+                        },
+                    )));
                 }
             }
             RangeMethod::Entropy { num_quantized_bins } => {
@@ -477,18 +480,20 @@ fn method_editor(ui: &mut Ui, method: &RangeMethod, commands: &mut Vec<Command>)
                     ui.add(egui::DragValue::new(&mut bins).range(2..=65536));
                 });
                 if bins != *num_quantized_bins {
-                    commands.push(Command::SetMethod(RangeMethod::Entropy {
-                        num_quantized_bins: bins,
-                    }));
+                    commands.push(Command::Work(WorkCommand::SetMethod(
+                        RangeMethod::Entropy {
+                            num_quantized_bins: bins,
+                        },
+                    )));
                 }
             }
             RangeMethod::MinMax { moving_average } => {
                 let mut m = *moving_average;
                 ui.checkbox(&mut m, "Moving average of batch extremes");
                 if m != *moving_average {
-                    commands.push(Command::SetMethod(RangeMethod::MinMax {
+                    commands.push(Command::Work(WorkCommand::SetMethod(RangeMethod::MinMax {
                         moving_average: m,
-                    }));
+                    })));
                 }
             }
             RangeMethod::Mse | RangeMethod::PowerOfTwoNonOverflow | RangeMethod::PowerOfTwoMse => {}
@@ -516,7 +521,9 @@ fn non_finite_line(
             ),
         );
         if ui.link(format!("Show {first}")).clicked() {
-            commands.push(Command::ShowHistogram((*first).to_owned()));
+            commands.push(Command::Work(WorkCommand::ShowHistogram(
+                (*first).to_owned(),
+            )));
         }
     });
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use egui::{Color32, Pos2, Rect, RichText, Sense, Stroke, Ui, pos2, vec2};
 
 use crate::app::command::Command;
+use crate::app::command::WorkCommand;
 use crate::app::document::Document;
 use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
 use crate::calib::{CalibrationStats, TensorStats};
@@ -145,7 +146,7 @@ fn tensor_list(
             .selectable_label(current.as_deref() == Some(name), text)
             .clicked()
         {
-            commands.push(Command::ShowHistogram(name.to_owned()));
+            commands.push(Command::Work(WorkCommand::ShowHistogram(name.to_owned())));
         }
     };
     if let Some(node) = doc.selection.first().map(|id| doc.graph.node(*id)) {
@@ -293,10 +294,10 @@ fn plan_line(
             method: None,
             ..o
         });
-        commands.push(Command::SetTensorOverride(
+        commands.push(Command::Work(WorkCommand::SetTensorOverride(
             owner,
             rest.filter(|o| *o != TensorOverride::default()),
-        ));
+        )));
     }
 }
 
@@ -488,13 +489,13 @@ fn range_handles(
             // A range must hold zero (the zero point must be exact).
             let (a, b) = (a.min(b).min(0.0), a.max(b).max(0.0));
             let (owner, over) = view.override_entry(Some(planned));
-            commands.push(Command::SetTensorOverride(
+            commands.push(Command::Work(WorkCommand::SetTensorOverride(
                 owner,
                 Some(TensorOverride {
                     range: Some([a, b]),
                     ..over.unwrap_or_default()
                 }),
-            ));
+            )));
         }
         painter.line_segment(
             [pos2(x, rect.top()), pos2(x, rect.bottom())],
@@ -575,7 +576,7 @@ fn methods_table(
             .link(format!("Show {owner}, whose range it takes"))
             .clicked()
     {
-        commands.push(Command::ShowHistogram(owner.to_owned()));
+        commands.push(Command::Work(WorkCommand::ShowHistogram(owner.to_owned())));
     }
 }
 
@@ -597,14 +598,14 @@ fn use_method(
             .unwrap_or(recipe_method)
     };
     let (owner, over) = view.override_entry(planned);
-    commands.push(Command::SetTensorOverride(
+    commands.push(Command::Work(WorkCommand::SetTensorOverride(
         owner,
         Some(TensorOverride {
             method: Some(method),
             range: None,
             ..over.unwrap_or_default()
         }),
-    ));
+    )));
 }
 
 /// How the plan quantizes weight `name` of `node`: the axis its channel ranges run along and

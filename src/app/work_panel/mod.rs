@@ -11,6 +11,7 @@ mod sensitivity;
 use egui::{RichText, Ui};
 
 use crate::app::command::Command;
+use crate::app::command::{AppCommand, WorkCommand};
 use crate::app::document::Document;
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::work::task::Task;
@@ -69,7 +70,7 @@ fn quick_actions(ui: &mut Ui, commands: &mut Vec<Command>) {
             "Calibrate",
             "Ctrl+R: calibrate with the settings of the Calibration tab",
         ),
-        Command::Calibrate,
+        Command::Work(WorkCommand::Calibrate),
         commands,
     );
     action_button(
@@ -78,7 +79,7 @@ fn quick_actions(ui: &mut Ui, commands: &mut Vec<Command>) {
             "Quantize & compare",
             "F5: build the QDQ model from the cached statistics and compare it",
         ),
-        Command::QuantizeCompare,
+        Command::Work(WorkCommand::QuantizeCompare),
         commands,
     );
 }
@@ -91,7 +92,7 @@ fn compare_action(ui: &mut Ui, commands: &mut Vec<Command>) {
             "Compare with the float model",
             "F5: measure this model against its float model (Results ▸ Float model…)",
         ),
-        Command::QuantizeCompare,
+        Command::Work(WorkCommand::QuantizeCompare),
         commands,
     );
 }
@@ -143,7 +144,7 @@ fn task_progress(ui: &mut Ui, task: &Task, commands: &mut Vec<Command>) {
         }
     }
     if ui.button("Cancel").clicked() {
-        commands.push(Command::CancelTask);
+        commands.push(Command::Work(WorkCommand::CancelTask));
     }
 }
 
@@ -205,10 +206,10 @@ pub fn save_window(
             );
             ui.horizontal(|ui| {
                 if ui.button("Save").clicked() {
-                    commands.push(Command::SaveQuantized);
+                    commands.push(Command::Work(WorkCommand::SaveQuantized));
                 }
                 if ui.button("Cancel").clicked() {
-                    commands.push(Command::CloseSaveWindow);
+                    commands.push(Command::Work(WorkCommand::CloseSaveWindow));
                 }
             });
         });
@@ -256,13 +257,13 @@ pub fn unsaved_prompt(
             }
             ui.horizontal(|ui| {
                 if ui.button("Save quantized model…").clicked() {
-                    commands.push(Command::SaveThenGoOn);
+                    commands.push(Command::App(AppCommand::SaveThenGoOn));
                 }
                 if ui.button(discard).clicked() {
-                    commands.push(Command::Discard);
+                    commands.push(Command::App(AppCommand::Discard));
                 }
                 if ui.button("Stay").clicked() {
-                    commands.push(Command::KeepWorking);
+                    commands.push(Command::App(AppCommand::KeepWorking));
                 }
             });
         });

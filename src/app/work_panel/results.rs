@@ -2,6 +2,7 @@
 //! latency beside it), the worst tensors, and one sample's outputs side by side: both maps and
 //! their difference as images for image-like outputs, the largest values otherwise.
 
+use crate::app::command::{ViewCommand, WorkCommand};
 use crate::eval::tensor_error::tensors::{ErrorKind, TensorErrors};
 use egui::{Color32, ColorImage, RichText, TextureOptions, Ui};
 use ndarray::{ArrayD, Axis};
@@ -188,7 +189,7 @@ fn float_model_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             .on_hover_text("The float model this quantized model was made from")
             .clicked()
         {
-            commands.push(Command::ChooseFloatModel);
+            commands.push(Command::Work(WorkCommand::ChooseFloatModel));
         }
     });
     ui.separator();
@@ -249,20 +250,20 @@ fn output_kinds(
                 ))
                 .show_ui(ui, |ui| {
                     if ui.selectable_label(chosen.is_none(), "Detected").clicked() {
-                        commands.push(Command::SetOutputKind {
+                        commands.push(Command::Work(WorkCommand::SetOutputKind {
                             output: m.name.clone(),
                             kind: None,
-                        });
+                        }));
                     }
                     for kind in OutputKind::ALL {
                         if ui
                             .selectable_label(chosen == Some(kind), kind.label())
                             .clicked()
                         {
-                            commands.push(Command::SetOutputKind {
+                            commands.push(Command::Work(WorkCommand::SetOutputKind {
                                 output: m.name.clone(),
                                 kind: Some(kind),
-                            });
+                            }));
                         }
                     }
                 });
@@ -363,11 +364,11 @@ fn heat_controls(
         .add(egui::Slider::new(&mut threshold_db, 0.0..=60.0).text("threshold dB"))
         .changed();
     if changed {
-        commands.push(Command::SetHeatMap {
+        commands.push(Command::Work(WorkCommand::SetHeatMap {
             shown,
             kind,
             threshold_db,
-        });
+        }));
     }
     let below = heat
         .map(|h| heat::below(h, f64::from(threshold_db)))
@@ -381,7 +382,7 @@ fn heat_controls(
         .on_hover_text("Then X leaves them in float")
         .clicked()
     {
-        commands.push(Command::SelectNodes(below.clone()));
+        commands.push(Command::View(ViewCommand::SelectNodes(below.clone())));
     }
     ui.add_space(4.0);
     worst_layers(ui, &comparison.tensors, commands);
@@ -461,8 +462,8 @@ fn worst_tensors(
                 ui.label(RichText::new(format!("{other:6.2} dB")).weak());
             }
             if crate::app::names::name_link(ui, tensor).clicked() {
-                commands.push(Command::ShowHistogram(tensor.to_owned()));
-                commands.push(Command::Search(tensor.to_owned()));
+                commands.push(Command::Work(WorkCommand::ShowHistogram(tensor.to_owned())));
+                commands.push(Command::View(ViewCommand::Search(tensor.to_owned())));
             }
         });
     }
@@ -484,7 +485,7 @@ fn worst_layers(ui: &mut Ui, tensors: &TensorErrors, commands: &mut Vec<Command>
                 ui.label(RichText::new(format!("weight {:.2} dB", w.sqnr_db)).weak());
             }
             if crate::app::names::name_link(ui, &layer.node).clicked() {
-                commands.push(Command::Search(layer.node.clone()));
+                commands.push(Command::View(ViewCommand::Search(layer.node.clone())));
             }
         });
     }
@@ -513,7 +514,7 @@ fn side_by_side(
             ui.add(egui::DragValue::new(&mut wanted).range(0..=samples.saturating_sub(1)));
         if response.changed() && wanted != *shown {
             *sample = wanted;
-            commands.push(Command::ShowSample(wanted));
+            commands.push(Command::Work(WorkCommand::ShowSample(wanted)));
         }
         if !pairs.is_empty() {
             *output_index = (*output_index).min(pairs.len() - 1);

@@ -5,6 +5,7 @@
 use egui::{RichText, Ui};
 
 use crate::app::command::Command;
+use crate::app::command::WorkCommand;
 use crate::app::document::Document;
 use crate::app::work::settings::RunSettings;
 use crate::eval::search::evaluator::TargetKind;
@@ -80,7 +81,7 @@ fn controls(
             .on_hover_text("Quantizes the model once per node left in float, and once with only that node quantized, on the evaluation data")
             .clicked()
         {
-            commands.push(Command::ScanSensitivity);
+            commands.push(Command::Work(WorkCommand::ScanSensitivity));
         }
         ui.separator();
         ui.label("Auto-exclude until the");
@@ -112,7 +113,7 @@ fn controls(
             .on_hover_text("Gives the most harmful nodes 16-bit activations or leaves them in float, one at a time, each step checked by a real run; Ctrl+Z undoes")
             .clicked()
         {
-            commands.push(Command::AutoExclude);
+            commands.push(Command::Work(WorkCommand::AutoExclude));
         }
     });
 }
@@ -139,7 +140,9 @@ fn ranking(
             ui.end_row();
             for n in s.nodes.iter().take(200) {
                 if ui.link(&n.node).clicked() {
-                    commands.push(Command::RevealNodes(vec![n.node.clone()]));
+                    commands.push(Command::Work(WorkCommand::RevealNodes(vec![
+                        n.node.clone(),
+                    ])));
                 }
                 let op = graph
                     .node_by_name(&n.node)
@@ -202,7 +205,7 @@ fn alternatives(
                     .on_hover_text("Puts this change into the recipe (Ctrl+Z undoes)")
                     .clicked()
                 {
-                    commands.push(Command::ApplyAlternative(index));
+                    commands.push(Command::Work(WorkCommand::ApplyAlternative(index)));
                 }
                 ui.end_row();
             }
