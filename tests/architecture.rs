@@ -421,3 +421,116 @@ fn absolute(path: &str, module: &[String], children: &[&str]) -> Option<Vec<Stri
     base.extend(rest.iter().map(|s| s.to_string()));
     Some(base)
 }
+
+/// ONNX op types a matching might name, beside every name of the op table.
+const MORE_OP_TYPES: &str = "Abs Acos Acosh And ArgMax ArgMin Asin Atan AveragePool \
+    BatchNormalization BitShift Cast Ceil Celu Clip Compress Concat Constant ConstantOfShape \
+    Conv ConvInteger ConvTranspose Cos CumSum DepthToSpace DequantizeLinear Det Div Dropout \
+    Einsum Elu Equal Erf Exp Expand EyeLike Flatten Floor GRU Gather GatherElements GatherND \
+    Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GridSample \
+    GroupNormalization HardSigmoid HardSwish Hardmax Identity If InstanceNormalization IsInf \
+    IsNaN LRN LSTM LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax Loop \
+    LpNormalization MatMul MatMulInteger Max MaxPool Mean Min Mish Mod Mul Neg \
+    NonMaxSuppression NonZero Not OneHot Or PRelu Pad Pow QLinearConv QLinearMatMul \
+    QuantizeLinear RNN Range Reciprocal ReduceL1 ReduceL2 ReduceLogSum ReduceMax ReduceMean \
+    ReduceMin ReduceProd ReduceSum ReduceSumSquare Relu Reshape Resize Round ScatterElements \
+    ScatterND Selu Shape Sigmoid Sign Sin Sinh Size Slice Softmax Softplus Softsign \
+    SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh Tile TopK Transpose Trilu Unsqueeze \
+    Upsample Where Xor Scan ReduceLogSumExp";
+
+/// The op type names the scan looks for: the op table's and [`MORE_OP_TYPES`].
+fn op_type_names() -> Vec<String> {
+    let names = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/model/ops/names.rs");
+    let text = std::fs::read_to_string(names).unwrap();
+    let mut found: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            l.split("= \"")
+                .nth(1)?
+                .strip_suffix("\";")
+                .map(String::from)
+        })
+        .collect();
+    assert!(found.len() > 50, "the op table's names were not read");
+    found.extend(MORE_OP_TYPES.split_whitespace().map(String::from));
+    found
+}
+
+/// The quoted words of `code` that name op types.
+fn op_literals<'a>(code: &'a str, names: &[String]) -> Vec<&'a str> {
+    code.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|word| names.iter().any(|n| n == word))
+        .collect()
+}
+
+/// The lines of `code` where an op type is matched by its name: compared (`==`, `!=`), a
+/// pattern (`"Conv" =>`, `"A" | "B"`, `matches!`) or an entry of a constant list. Building a
+/// node names its op, and is no match.
+fn op_name_matches(code: &str, names: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut in_list = false;
+    for line in code.lines() {
+        let code = line.split("//").next().unwrap_or("").trim();
+        if op_literals(code, names).is_empty() {
+            in_list = in_list && !code.starts_with(']');
+            if code.starts_with("const ") || code.starts_with("pub const ") {
+                in_list = code.ends_with('[');
+            }
+            continue;
+        }
+        let constant = ["const ", "pub const ", "pub(crate) const ", "static "]
+            .iter()
+            .any(|p| code.starts_with(p));
+        let compared = code.contains("==") || code.contains("!=");
+        let pattern = code.split("=>").count() > 1
+            && !op_literals(code.split("=>").next().unwrap_or(""), names).is_empty();
+        let alternative =
+            code.starts_with('|') || code.contains("\" |") || code.contains("matches!(");
+        if in_list || constant || compared || pattern || alternative {
+            found.push(code.to_owned());
+        }
+        if constant {
+            in_list = code.ends_with('[');
+        }
+    }
+    found
+}
+
+#[test]
+fn op_types_are_matched_through_the_op_table_only() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let names = op_type_names();
+    let mut matched = Vec::new();
+    for file in sources(&src) {
+        if file.starts_with(src.join("model/ops")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text
+            .find("#[cfg(test)]\nmod tests")
+            .map_or(text.as_str(), |end| &text[..end]);
+        for line in op_name_matches(code, &names) {
+            matched.push(format!("{}: {line}", file.display()));
+        }
+    }
+    assert!(
+        matched.is_empty(),
+        "op types matched by name outside src/model/ops (name them with model::ops' \
+         constants, or look their facts up in its table): {matched:#?}"
+    );
+}
+
+#[test]
+fn the_op_name_scan_finds_matches_and_passes_builders() {
+    let names = op_type_names();
+    let code = "if node.op_type == \"Conv\" {}\n\
+        \"Gemm\" if trans_b => 1,\n\
+        const LIST: &[&str] = &[\n    \"Relu\",\n];\n\
+        matches!(op, \"Add\" | \"Sub\")\n\
+        b.node(\"MatMul\", &[\"x\", \"w\"], &[\"y\"]);\n\
+        let label = \"Conv\";";
+    let found = op_name_matches(code, &names);
+    assert_eq!(found.len(), 4, "{found:#?}");
+}

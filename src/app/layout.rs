@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::model::ops;
 use crate::model::qdq::QdqStructure;
 use crate::model::{Graph, NodeId};
 
@@ -574,7 +575,7 @@ fn rightmost_in(row: &[(f32, f32)], band: (f32, f32)) -> Option<f32> {
 /// True when `node` is not drawn as a box: a Constant (folded into its consumers) or a node of
 /// a folded Q/DQ pair.
 pub fn is_folded(graph: &Graph, qdq: &QdqStructure, node: NodeId) -> bool {
-    graph.node(node).op_type == "Constant" || qdq.is_folded(node)
+    graph.node(node).op_type == ops::CONSTANT || qdq.is_folded(node)
 }
 
 /// Index from node id to its neighbours in the layout, for emphasising a selection.

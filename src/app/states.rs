@@ -3,6 +3,7 @@
 //! are read off the plan.
 
 use crate::model::Graph;
+use crate::model::ops;
 use crate::model::qdq::QdqStructure;
 use crate::quant::explain::{Explanation, NodeDecision};
 use crate::quant::plan::Exclusion;
@@ -155,7 +156,7 @@ impl Counts {
         for (state, _) in states
             .iter()
             .zip(graph.nodes())
-            .filter(|(_, n)| n.op_type != "Constant" && !qdq.is_folded(n.id))
+            .filter(|(_, n)| n.op_type != ops::CONSTANT && !qdq.is_folded(n.id))
         {
             match state {
                 s if s.quantized() || *s == NodeState::QuantizedInModel => c.quantized += 1,

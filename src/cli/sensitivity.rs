@@ -1,6 +1,7 @@
 //! `qdq-studio sensitivity`: rank the quantized nodes by how much they cost the outputs, and
 //! optionally auto-exclude the worst until a target output SQNR is met.
 
+use qdq_studio::model::ops::{self, Family};
 use qdq_studio::workflow::model_folder::resolve_model_path;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -285,7 +286,12 @@ fn print_scan(result: &Sensitivity, seconds: f64) {
 
 /// Auto-exclude's result and the recipe-wide changes it measured.
 fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
-    let count = |op: &str| fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
+    let compute: Vec<String> = ops::of_family(Family::Compute)
+        .map(|op| {
+            let n = fixed.quantized_by_op_type.get(op).copied().unwrap_or(0);
+            format!("{n} {op}")
+        })
+        .collect();
     let promoted = match fixed.promoted.len() {
         0 => String::new(),
         n => format!(
@@ -294,7 +300,7 @@ fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
         ),
     };
     println!(
-        "auto-exclude: {promoted}{} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {} Conv, {} MatMul, {} Gemm; {} tries measured at once",
+        "auto-exclude: {promoted}{} node(s) kept in float ({}); score {}, output SQNR {:.2} dB; target {} {}; still quantized: {}; {} tries measured at once",
         fixed.excluded.len(),
         fixed.excluded.join(", "),
         target.format_score(fixed.score),
@@ -305,9 +311,7 @@ fn print_auto_exclude(fixed: &AutoExclude, target: Target) {
         } else {
             "NOT reached"
         },
-        count("Conv"),
-        count("MatMul"),
-        count("Gemm"),
+        compute.join(", "),
         fixed.workers,
     );
     if fixed.alternatives.is_empty() {

@@ -4,12 +4,13 @@ use ndarray::{ArrayD, IxDyn};
 
 use super::proto::{NodeProto, TensorProto};
 use super::tensor::TensorArray;
+use crate::model::ops;
 
 /// The tensor a Constant node outputs, from its `value`, `value_float`, `value_floats`,
 /// `value_int` or `value_ints` attribute, named after the node's output. `None` for other
 /// attributes (strings, sparse tensors) and for nodes that are not Constants.
 pub fn constant_tensor(node: &NodeProto) -> Option<TensorProto> {
-    if node.op_type() != "Constant" {
+    if node.op_type() != ops::CONSTANT {
         return None;
     }
     let name = node.output.first()?.clone();
@@ -37,7 +38,7 @@ pub fn constant_tensor(node: &NodeProto) -> Option<TensorProto> {
 /// The element type code and dims of the tensor a Constant node outputs, read from its
 /// attribute without copying the values; `None` where [`constant_tensor`] gives none.
 pub fn constant_type_and_dims(node: &NodeProto) -> Option<(i32, Vec<i64>)> {
-    if node.op_type() != "Constant" {
+    if node.op_type() != ops::CONSTANT {
         return None;
     }
     let attribute = node.attribute.first()?;

@@ -20,6 +20,7 @@ use super::proto::{
     GraphProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, attribute_proto::AttributeType,
     type_proto,
 };
+use crate::model::ops;
 
 /// A node's stable id: its index in `graph.node`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -443,7 +444,7 @@ impl Graph {
             }
         }
         for (i, proto) in graph.node.iter().enumerate() {
-            let kind = if proto.op_type() == "Constant" && proto.domain().is_empty() {
+            let kind = if proto.op_type() == ops::CONSTANT && proto.domain().is_empty() {
                 // A Constant node's tensor is a weight like any initializer.
                 if let Some(value) = proto
                     .attribute

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use super::proto::NodeProto;
 use super::proto::attribute_proto::AttributeType;
 use super::{DataType, Graph, Model};
+use crate::model::ops;
 
 /// The ONNX codes used below.
 const FLOAT: i32 = 1;
@@ -21,32 +22,38 @@ const BOOL: i32 = 9;
 const UINT8: i32 = 2;
 
 /// Ops whose every output is an int64 index or count.
-const INT64_OPS: &[&str] = &["Shape", "Size", "NonZero", "ArgMax", "ArgMin"];
+const INT64_OPS: &[&str] = &[
+    ops::SHAPE,
+    ops::SIZE,
+    ops::NON_ZERO,
+    ops::ARG_MAX,
+    ops::ARG_MIN,
+];
 /// Ops whose output is a boolean mask.
 const BOOL_OPS: &[&str] = &[
-    "Equal",
-    "Less",
-    "Greater",
-    "LessOrEqual",
-    "GreaterOrEqual",
-    "Not",
-    "And",
-    "Or",
-    "Xor",
-    "IsNaN",
-    "IsInf",
+    ops::EQUAL,
+    ops::LESS,
+    ops::GREATER,
+    ops::LESS_OR_EQUAL,
+    ops::GREATER_OR_EQUAL,
+    ops::NOT,
+    ops::AND,
+    ops::OR,
+    ops::XOR,
+    ops::IS_NAN,
+    ops::IS_INF,
 ];
 /// Ops whose second and later outputs are int64 indices (TopK's, MaxPool's, Unique's).
-const INDEX_OUTPUT_OPS: &[&str] = &["TopK", "MaxPool", "Unique"];
+const INDEX_OUTPUT_OPS: &[&str] = &[ops::TOP_K, ops::MAX_POOL, "Unique"];
 /// Ops whose output takes the type of input 1 (Where's x, CastLike's target).
-const SECOND_INPUT_OPS: &[&str] = &["Where", "CastLike"];
+const SECOND_INPUT_OPS: &[&str] = &[ops::WHERE, "CastLike"];
 /// Integer-only compute ops (int32 accumulators).
-const INT32_OPS: &[&str] = &["MatMulInteger", "ConvInteger"];
+const INT32_OPS: &[&str] = &[ops::MAT_MUL_INTEGER, ops::CONV_INTEGER];
 /// Ops with no inputs whose type is the `dtype` attribute (float by default).
 const DTYPE_OPS: &[&str] = &[
     "RandomNormal",
     "RandomUniform",
-    "EyeLike",
+    ops::EYE_LIKE,
     "RandomNormalLike",
     "RandomUniformLike",
 ];
@@ -106,21 +113,21 @@ fn output_type(node: &NodeProto, k: usize, types: &HashMap<String, i32>) -> Opti
     let op = node.op_type();
     let first = || (0..node.input.len()).find_map(|i| input_type(node, i, types));
     match op {
-        "Constant" => constant_type(node),
-        "ConstantOfShape" => constant_type(node).or(Some(FLOAT)),
-        "Cast" => int_attribute(node, "to").map(|t| t as i32),
-        "QuantizeLinear" => int_attribute(node, "output_dtype")
+        ops::CONSTANT => constant_type(node),
+        ops::CONSTANT_OF_SHAPE => constant_type(node).or(Some(FLOAT)),
+        ops::CAST => int_attribute(node, "to").map(|t| t as i32),
+        ops::QUANTIZE_LINEAR => int_attribute(node, "output_dtype")
             .map(|t| t as i32)
             .filter(|&t| t != 0)
             .or_else(|| input_type(node, 2, types))
             .or(Some(UINT8)),
-        "DequantizeLinear" => input_type(node, 1, types),
-        "DynamicQuantizeLinear" => Some(if k == 1 { FLOAT } else { UINT8 }),
-        "OneHot" => input_type(node, 2, types),
+        ops::DEQUANTIZE_LINEAR => input_type(node, 1, types),
+        ops::DYNAMIC_QUANTIZE_LINEAR => Some(if k == 1 { FLOAT } else { UINT8 }),
+        ops::ONE_HOT => input_type(node, 2, types),
         "Multinomial" => int_attribute(node, "dtype")
             .map(|t| t as i32)
             .or(Some(INT32)),
-        "If" | "Loop" | "Scan" => None,
+        ops::IF | ops::LOOP | ops::SCAN => None,
         _ if INT64_OPS.contains(&op) => Some(INT64),
         _ if BOOL_OPS.contains(&op) => Some(BOOL),
         _ if INT32_OPS.contains(&op) => Some(INT32),

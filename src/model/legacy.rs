@@ -26,6 +26,7 @@ use super::graph::overridable_initializers;
 use super::proto::attribute_proto::AttributeType;
 use super::proto::type_proto::Value;
 use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use crate::model::ops;
 
 /// The oldest default-domain opset ONNX Runtime runs in full.
 pub const RUNNABLE_OPSET: i64 = 7;
@@ -68,7 +69,17 @@ impl LegacyOpset {
 
 /// The broadcasting ops whose `broadcast`/`axis` attributes went away at opset 7.
 const BROADCASTING: &[&str] = &[
-    "Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less",
+    ops::ADD,
+    ops::SUB,
+    ops::MUL,
+    ops::DIV,
+    ops::POW,
+    ops::AND,
+    ops::OR,
+    ops::XOR,
+    ops::EQUAL,
+    ops::GREATER,
+    ops::LESS,
 ];
 
 /// Brings `proto` to opset 7 when its default-domain opset is older: `None` when it needs
@@ -115,43 +126,43 @@ pub fn default_opset(proto: &ModelProto) -> Option<i64> {
 
 /// Ops whose first output has the rank of their first input.
 const RANK_KEEPING: &[&str] = &[
-    "Abs",
-    "AveragePool",
-    "BatchNormalization",
-    "Cast",
-    "Ceil",
-    "Clip",
-    "Concat",
-    "Conv",
-    "ConvTranspose",
-    "Dropout",
-    "Elu",
-    "Exp",
-    "Floor",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "HardSigmoid",
-    "Identity",
-    "InstanceNormalization",
-    "LeakyRelu",
-    "Log",
-    "LogSoftmax",
-    "LRN",
-    "MaxPool",
-    "Neg",
-    "Not",
-    "Pad",
-    "PRelu",
-    "Reciprocal",
-    "Relu",
-    "Selu",
-    "Sigmoid",
-    "Softmax",
-    "Softplus",
-    "Softsign",
-    "Sqrt",
-    "Tanh",
-    "Transpose",
+    ops::ABS,
+    ops::AVERAGE_POOL,
+    ops::BATCH_NORMALIZATION,
+    ops::CAST,
+    ops::CEIL,
+    ops::CLIP,
+    ops::CONCAT,
+    ops::CONV,
+    ops::CONV_TRANSPOSE,
+    ops::DROPOUT,
+    ops::ELU,
+    ops::EXP,
+    ops::FLOOR,
+    ops::GLOBAL_AVERAGE_POOL,
+    ops::GLOBAL_MAX_POOL,
+    ops::HARD_SIGMOID,
+    ops::IDENTITY,
+    ops::INSTANCE_NORMALIZATION,
+    ops::LEAKY_RELU,
+    ops::LOG,
+    ops::LOG_SOFTMAX,
+    ops::LRN,
+    ops::MAX_POOL,
+    ops::NEG,
+    ops::NOT,
+    ops::PAD,
+    ops::P_RELU,
+    ops::RECIPROCAL,
+    ops::RELU,
+    ops::SELU,
+    ops::SIGMOID,
+    ops::SOFTMAX,
+    ops::SOFTPLUS,
+    ops::SOFTSIGN,
+    ops::SQRT,
+    ops::TANH,
+    ops::TRANSPOSE,
 ];
 
 /// Declared shapes (dims unknown as `None`), ranks found so far and the names already taken.
@@ -242,15 +253,15 @@ impl Upgrader {
         let op = node.op_type().to_owned();
         match op.as_str() {
             op if BROADCASTING.contains(&op) => return self.broadcasting(node, graph),
-            "Gemm" => {
+            ops::GEMM => {
                 remove(node, "broadcast");
             }
-            "PRelu" => return self.prelu(node, graph),
-            "BatchNormalization" | "Dropout" => {
+            ops::P_RELU => return self.prelu(node, graph),
+            ops::BATCH_NORMALIZATION | ops::DROPOUT => {
                 remove(node, "is_test");
             }
-            "Upsample" => return Err("Upsample before opset 7 has no opset-7 form".to_owned()),
-            "RNN" | "GRU" | "LSTM" if has(node, "output_sequence") => {
+            ops::UPSAMPLE => return Err("Upsample before opset 7 has no opset-7 form".to_owned()),
+            ops::RNN | ops::GRU | ops::LSTM if has(node, "output_sequence") => {
                 return Err("output_sequence was removed at opset 7".to_owned());
             }
             "Cast"
@@ -261,17 +272,17 @@ impl Upgrader {
             {
                 return Err("its target type is a string (Cast before opset 6)".to_owned());
             }
-            "Tile" if self.from < 6 && node.input.len() > 2 => {
+            ops::TILE if self.from < 6 && node.input.len() > 2 => {
                 return Err("Tile before opset 6 took tiles and axis inputs".to_owned());
             }
-            "Split" if self.from < 2 && node.input.len() > 1 => {
+            ops::SPLIT if self.from < 2 && node.input.len() > 1 => {
                 return Err("Split before opset 2 took split sizes as an input".to_owned());
             }
-            "Reshape" if self.from < 5 => self.reshape(node),
-            "Concat" if self.from < 4 && !has(node, "axis") => {
+            ops::RESHAPE if self.from < 5 => self.reshape(node),
+            ops::CONCAT if self.from < 4 && !has(node, "axis") => {
                 node.attribute.push(int_attribute("axis", 1));
             }
-            "Pad" if self.from < 2 => {
+            ops::PAD if self.from < 2 => {
                 for a in node.attribute.iter_mut().filter(|a| a.name() == "paddings") {
                     a.name = Some("pads".to_owned());
                 }
@@ -396,9 +407,9 @@ impl Upgrader {
                 _ => None,
             },
             _ if RANK_KEEPING.contains(&op) => rank_of(0),
-            "Gemm" | "Flatten" => Some(2),
-            "MatMul" => rank_of(0).zip(rank_of(1)).map(|(a, b)| a.max(b)),
-            "Reshape" => match ints(node, "shape") {
+            ops::GEMM | ops::FLATTEN => Some(2),
+            ops::MAT_MUL => rank_of(0).zip(rank_of(1)).map(|(a, b)| a.max(b)),
+            ops::RESHAPE => match ints(node, "shape") {
                 Some(shape) => Some(shape.len()),
                 None => node
                     .input
@@ -407,8 +418,8 @@ impl Upgrader {
                     .and_then(|s| s.first().copied().flatten())
                     .map(|n| n as usize),
             },
-            "Unsqueeze" => rank_of(0).zip(ints(node, "axes")).map(|(r, a)| r + a.len()),
-            "Squeeze" => rank_of(0)
+            ops::UNSQUEEZE => rank_of(0).zip(ints(node, "axes")).map(|(r, a)| r + a.len()),
+            ops::SQUEEZE => rank_of(0)
                 .zip(ints(node, "axes"))
                 .map(|(r, a)| r.saturating_sub(a.len())),
             _ => None,

@@ -12,6 +12,7 @@ pub mod graph;
 pub mod infer;
 pub mod legacy;
 mod onnx_model;
+pub mod ops;
 pub mod pinned;
 pub mod proto;
 pub mod qdq;

@@ -22,6 +22,7 @@ use super::proto::{GraphProto, ModelProto, TensorProto};
 use super::session_model::SessionModel;
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
+use crate::model::ops;
 
 /// An ONNX model in memory, with the external data it references.
 #[derive(Debug, Clone)]
@@ -230,7 +231,7 @@ impl Model {
             return self.tensor_array(init).map(Some);
         }
         let constant = graph.node.iter().find(|n| {
-            n.op_type() == "Constant"
+            n.op_type() == ops::CONSTANT
                 && n.domain().is_empty()
                 && n.output.first().is_some_and(|o| o == name)
         });

@@ -10,11 +10,12 @@
 use std::collections::HashMap;
 
 use super::{DataType, Graph, Model, Node, NodeId};
+use crate::model::ops;
 
 /// Ops whose integer form (QLinearAdd, QLinearMul, QLinearConcat) reads every input quantized:
 /// with one input float, ONNX Runtime runs them in float (TensorRT's residual Add, whose
 /// residual input is float by design, runs in its convolution's epilogue).
-const ALL_INPUTS_QUANTIZED: &[&str] = &["Add", "Mul", "Concat"];
+const ALL_INPUTS_QUANTIZED: &[&str] = &[ops::ADD, ops::MUL, ops::CONCAT];
 
 /// How one tensor is quantized: read off its DequantizeLinear.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +139,10 @@ fn is_integer_op(node: &Node) -> bool {
     node.op_type.starts_with("QLinear")
         || matches!(
             node.op_type.as_str(),
-            "ConvInteger" | "MatMulInteger" | "MatMulNBits" | "DynamicQuantizeLinear"
+            ops::CONV_INTEGER
+                | ops::MAT_MUL_INTEGER
+                | ops::MAT_MUL_N_BITS
+                | ops::DYNAMIC_QUANTIZE_LINEAR
         )
 }
 
@@ -147,8 +151,10 @@ fn is_integer_op(node: &Node) -> bool {
 pub fn quantized_op_counts(graph: &Graph) -> std::collections::BTreeMap<String, usize> {
     let mut counts = std::collections::BTreeMap::new();
     for node in graph.nodes() {
-        let qdq = matches!(node.op_type.as_str(), "QuantizeLinear" | "DequantizeLinear")
-            && qdq_domain(&node.domain);
+        let qdq = matches!(
+            node.op_type.as_str(),
+            ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR
+        ) && qdq_domain(&node.domain);
         if qdq || is_integer_op(node) {
             *counts.entry(node.op_type.clone()).or_insert(0) += 1;
         }
@@ -181,7 +187,7 @@ impl QdqStructure {
         for dq in graph
             .nodes()
             .iter()
-            .filter(|n| n.op_type == "DequantizeLinear" && qdq_domain(&n.domain))
+            .filter(|n| n.op_type == ops::DEQUANTIZE_LINEAR && qdq_domain(&n.domain))
         {
             let (Some(input), Some(output)) = (dq.inputs.first(), dq.outputs.first()) else {
                 continue;
@@ -314,8 +320,8 @@ fn chain(graph: &Graph, dq: &Node, input: &str) -> Option<(String, Vec<NodeId>)>
     let only_dequantized = info
         .consumers
         .iter()
-        .all(|&c| graph.node(c).op_type == "DequantizeLinear");
-    if q.op_type != "QuantizeLinear"
+        .all(|&c| graph.node(c).op_type == ops::DEQUANTIZE_LINEAR);
+    if q.op_type != ops::QUANTIZE_LINEAR
         || !qdq_domain(&q.domain)
         || info.is_output
         || !only_dequantized

@@ -18,6 +18,7 @@ use super::precision::KeptReason;
 use super::prepare::Prepared;
 use crate::calib::range::Range;
 use crate::calib::stats::CalibrationStats;
+use crate::model::ops;
 use crate::model::{Graph, Model};
 use crate::recipe::Recipe;
 
@@ -307,7 +308,7 @@ fn node_decisions(
         }
         let folded = if batchnorms.contains(node.name.as_str()) {
             Folded::BatchNorm
-        } else if node.op_type == "Constant" {
+        } else if node.op_type == ops::CONSTANT {
             Folded::Constant
         } else {
             Folded::Identity

@@ -12,6 +12,7 @@ use std::collections::HashSet;
 
 use crate::model::attributes;
 use crate::model::graph::{free_name, overridable_initializers, put_initializer};
+use crate::model::ops;
 use crate::model::proto::NodeProto;
 use crate::model::{Graph, Model, ModelError, TensorArray};
 
@@ -51,7 +52,7 @@ fn change(
     let Some(weight) = node.input.get(1) else {
         return Ok(None);
     };
-    if node.op_type() != "Gemm"
+    if node.op_type() != ops::GEMM
         || !node.domain().is_empty()
         || !graph.is_private_initializer(weight)
         || overridable.contains(weight.as_str())

@@ -4,6 +4,7 @@
 
 use crate::calib::input_means::{Geometry, MeanSpec, Padding};
 use crate::model::attributes;
+use crate::model::ops;
 use crate::model::proto::NodeProto;
 use crate::model::{Graph, Model, NodeId};
 use crate::quant::plan::{Plan, TensorRole};
@@ -57,15 +58,15 @@ pub fn layers(graph: &Graph, model: &Model, plan: &Plan) -> Vec<Layer> {
                 return None;
             }
             let kind = match node.op_type.as_str() {
-                "Conv" => Kind::Conv {
+                ops::CONV => Kind::Conv {
                     group: node.int_attribute("group").unwrap_or(1).max(1) as usize,
                 },
-                "Gemm" if node.int_attribute("transA").unwrap_or(0) == 0 => Kind::Gemm {
+                ops::GEMM if node.int_attribute("transA").unwrap_or(0) == 0 => Kind::Gemm {
                     trans_b: node.int_attribute("transB").unwrap_or(0) == 1,
                     alpha: attributes::float(proto, "alpha").unwrap_or(1.0),
                     beta: attributes::float(proto, "beta").unwrap_or(1.0),
                 },
-                "MatMul" => Kind::MatMul,
+                ops::MAT_MUL => Kind::MatMul,
                 _ => return None,
             };
             Some(Layer {

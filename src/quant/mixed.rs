@@ -52,7 +52,7 @@ pub fn with_node_precision(prepared: &Prepared, recipe: &Recipe) -> Recipe {
 /// not a Conv/Gemm/MatMul's constant weight and bias (a MatMul of two activations takes 16
 /// bits on both).
 fn sixteen_bit_tensors<'g>(prepared: &'g Prepared, node: &'g Node) -> Vec<&'g str> {
-    let weighted = node_precision::WEIGHTED_OPS.contains(&node.op_type.as_str());
+    let weighted = crate::model::ops::is_compute(&node.op_type);
     let inputs = node
         .inputs
         .iter()

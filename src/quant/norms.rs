@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use crate::model::ops;
 use crate::model::{Graph, TensorKind};
 
 /// Whether the graph normalizes anything (a LayerNorm/RMSNorm, as one op or in primitives):
@@ -14,15 +15,15 @@ pub fn has_normalization(graph: &Graph) -> bool {
 
 /// Normalizations: their data input (and a Skip variant's skip input) is normalized.
 const NORM_OPS: &[(&str, &[usize])] = &[
-    ("LayerNormalization", &[0]),
-    ("RMSNormalization", &[0]),
-    ("SimplifiedLayerNormalization", &[0]),
-    ("SkipLayerNormalization", &[0, 1]),
-    ("SkipSimplifiedLayerNormalization", &[0, 1]),
+    (ops::LAYER_NORMALIZATION, &[0]),
+    (ops::RMS_NORMALIZATION, &[0]),
+    (ops::SIMPLIFIED_LAYER_NORMALIZATION, &[0]),
+    (ops::SKIP_LAYER_NORMALIZATION, &[0, 1]),
+    (ops::SKIP_SIMPLIFIED_LAYER_NORMALIZATION, &[0, 1]),
 ];
 
 /// Ops whose output is a sum of their inputs: the residual stream runs through them.
-const SUM_OPS: &[&str] = &["Add", "Sub"];
+const SUM_OPS: &[&str] = &[ops::ADD, ops::SUB];
 
 /// Every tensor that flows into a normalization through sums: the norm's input, and, behind
 /// each Add/Sub on the way, its activation inputs (stopping at other norms' outputs, which are
@@ -97,22 +98,22 @@ fn is_decomposed_norm_input(graph: &Graph, name: &str) -> bool {
         graph.tensor(output).is_some_and(|t| {
             t.consumers
                 .iter()
-                .any(|&c| graph.node(c).op_type == "ReduceMean")
+                .any(|&c| graph.node(c).op_type == ops::REDUCE_MEAN)
         })
     };
     info.consumers.iter().any(|&c| {
         let node = graph.node(c);
         let squares = match node.op_type.as_str() {
-            "Pow" => node.inputs.first().is_some_and(|i| i == name),
-            "Mul" => node.inputs.len() == 2 && node.inputs.iter().all(|i| i == name),
+            ops::POW => node.inputs.first().is_some_and(|i| i == name),
+            ops::MUL => node.inputs.len() == 2 && node.inputs.iter().all(|i| i == name),
             _ => false,
         };
-        let centred = node.op_type == "ReduceMean"
+        let centred = node.op_type == ops::REDUCE_MEAN
             && node.outputs.first().is_some_and(|mean| {
                 graph.tensor(mean).is_some_and(|t| {
                     t.consumers.iter().any(|&s| {
                         let sub = graph.node(s);
-                        sub.op_type == "Sub" && sub.inputs.iter().any(|i| i == name)
+                        sub.op_type == ops::SUB && sub.inputs.iter().any(|i| i == name)
                     })
                 })
             });

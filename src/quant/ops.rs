@@ -1,49 +1,14 @@
-//! The op types each placement policy quantizes by default.
+//! Which op types onnxruntime quantizes by default (the lists per placement are in the op
+//! table, [`crate::model::ops`]), and the Q/DQ structure of a model counted that way.
 
-/// Op types onnxruntime's `quantize_static` quantizes when no list is given: the union of its
-/// `QLinearOpsRegistry` and `QDQRegistry` (onnxruntime 1.31.1). Default ONNX domain only.
-pub const ORT_DEFAULT_OP_TYPES: &[&str] = &[
-    "ArgMax",
-    "AveragePool",
-    "BatchNormalization",
-    "Clip",
-    "Concat",
-    "Conv",
-    "ConvTranspose",
-    "CumSum",
-    "EmbedLayerNormalization",
-    "Flatten",
-    "Gather",
-    "GatherElements",
-    "Gemm",
-    "GlobalAveragePool",
-    "InstanceNormalization",
-    "LayerNormalization",
-    "LeakyRelu",
-    "MatMul",
-    "MaxPool",
-    "Mul",
-    "Add",
-    "Pad",
-    "Relu",
-    "Reshape",
-    "Resize",
-    "Sigmoid",
-    "Slice",
-    "Softmax",
-    "Split",
-    "Squeeze",
-    "TopK",
-    "Transpose",
-    "Unsqueeze",
-    "Where",
-];
+use crate::model::ops;
+use crate::model::ops::ORT_DEFAULT_OP_TYPES;
 
 /// True when onnxruntime quantizes this op type by default. `EmbedLayerNormalization` lives
 /// in the `com.microsoft` domain; every other entry is a default-domain op.
 pub fn is_quantizable_by_default(domain: &str, op_type: &str) -> bool {
     let default_domain = domain.is_empty() || domain == "ai.onnx";
-    let contrib = domain == "com.microsoft" && op_type == "EmbedLayerNormalization";
+    let contrib = domain == "com.microsoft" && op_type == ops::EMBED_LAYER_NORMALIZATION;
     (default_domain || contrib) && ORT_DEFAULT_OP_TYPES.contains(&op_type)
 }
 

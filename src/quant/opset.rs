@@ -6,6 +6,7 @@
 //! instead (per-channel on opset < 13).
 
 use super::QuantError;
+use crate::model::ops;
 use crate::model::{DataType, Dim, Graph, TensorKind};
 
 /// Op types whose signature changed at a version: (op, version, attribute that moved to an
@@ -15,104 +16,109 @@ use crate::model::{DataType, Dim, Graph, TensorKind};
 /// input, exactly what the newer version expects); the others block the raise.
 const CHANGES: &[(&str, i64, Option<&str>, &str)] = &[
     (
-        "Squeeze",
+        ops::SQUEEZE,
         13,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "Unsqueeze",
+        ops::UNSQUEEZE,
         13,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceSum",
+        ops::REDUCE_SUM,
         13,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "Split",
+        ops::SPLIT,
         13,
         Some("split"),
         "split moved from an attribute to an input",
     ),
     (
-        "ReduceMean",
+        ops::REDUCE_MEAN,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceMax",
+        ops::REDUCE_MAX,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceMin",
+        ops::REDUCE_MIN,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceProd",
+        ops::REDUCE_PROD,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceL1",
+        ops::REDUCE_L1,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceL2",
+        ops::REDUCE_L2,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceLogSum",
+        ops::REDUCE_LOG_SUM,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceLogSumExp",
+        ops::REDUCE_LOG_SUM_EXP,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
     (
-        "ReduceSumSquare",
+        ops::REDUCE_SUM_SQUARE,
         18,
         Some("axes"),
         "axes moved from an attribute to an input",
     ),
-    ("Upsample", 10, None, "removed in favour of Resize"),
+    (ops::UPSAMPLE, 10, None, "removed in favour of Resize"),
     (
-        "Slice",
+        ops::SLICE,
         10,
         None,
         "starts, ends and axes moved from attributes to inputs",
     ),
-    ("TopK", 10, None, "k moved from an attribute to an input"),
     (
-        "Pad",
+        ops::TOP_K,
+        10,
+        None,
+        "k moved from an attribute to an input",
+    ),
+    (
+        ops::PAD,
         11,
         None,
         "pads and value moved from attributes to inputs",
     ),
     (
-        "Resize",
+        ops::RESIZE,
         11,
         None,
         "coordinate transformation modes were added and its default behaviour changed",
     ),
-    ("Scan", 9, None, "scan_input_axes semantics changed"),
+    (ops::SCAN, 9, None, "scan_input_axes semantics changed"),
     (
         "DFT",
         20,
@@ -120,13 +126,13 @@ const CHANGES: &[(&str, i64, Option<&str>, &str)] = &[
         "axis moved from an attribute to an input with another default",
     ),
     (
-        "GridSample",
+        ops::GRID_SAMPLE,
         20,
         None,
         "its mode values were renamed (bilinear became linear, bicubic cubic)",
     ),
     (
-        "GroupNormalization",
+        ops::GROUP_NORMALIZATION,
         21,
         None,
         "scale and bias went from one value per group to one per channel",
@@ -142,7 +148,7 @@ const FLOAT_ATTRIBUTES_MOVED: &[(&str, i64, &[&str])] =
 /// The float type `node`'s moved attributes take as inputs: float32 for Dropout's ratio, the
 /// data's type for a Clip's bounds (from the index, or the model's only float type).
 fn moved_attribute_type(graph: &Graph, node: &crate::model::Node) -> Option<DataType> {
-    if node.op_type == "Dropout" {
+    if node.op_type == ops::DROPOUT {
         return Some(DataType::Float32);
     }
     if let Some(own) = node
@@ -177,7 +183,7 @@ fn only_float_type(graph: &Graph) -> Option<DataType> {
 }
 
 /// Softmax-family axis semantics changed at 13: safe only when the axis is the last one.
-const SOFTMAX_LIKE: &[&str] = &["Softmax", "LogSoftmax", "Hardmax"];
+const SOFTMAX_LIKE: &[&str] = &[ops::SOFTMAX, ops::LOG_SOFTMAX, ops::HARDMAX];
 
 /// The default-domain opset of a model (`None` when it does not import it).
 pub fn default_opset(proto: &crate::model::proto::ModelProto) -> Option<i64> {
@@ -366,7 +372,7 @@ fn move_float_attributes_to_inputs(
     for node in &mut g.node {
         let float_type = match types.get(node.name()) {
             Some(&t) => t,
-            None if node.op_type() == "Dropout" => DataType::Float32,
+            None if node.op_type() == ops::DROPOUT => DataType::Float32,
             None => match fallback {
                 Some(t) => t,
                 None => continue,

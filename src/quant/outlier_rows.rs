@@ -37,6 +37,7 @@ use super::plan::FloatPath;
 use super::rewrite::{int_attr, node};
 use crate::model::attributes;
 use crate::model::graph::{free_name, put_initializer};
+use crate::model::ops;
 use crate::model::{Graph, Model, ModelError, NodeId, TensorArray};
 use crate::recipe::OutlierRowsOf;
 
@@ -178,8 +179,8 @@ struct Split {
 fn layout(model: &Model, id: NodeId, op_type: &str, of: OutlierRowsOf) -> Option<(bool, f32)> {
     let proto = model.graph().node.get(id.0)?;
     match op_type {
-        "MatMul" if of.matmul => Some((false, 1.0)),
-        "Gemm" if of.gemm && attributes::int(proto, "transA").unwrap_or(0) == 0 => Some((
+        ops::MAT_MUL if of.matmul => Some((false, 1.0)),
+        ops::GEMM if of.gemm && attributes::int(proto, "transA").unwrap_or(0) == 0 => Some((
             attributes::int(proto, "transB").unwrap_or(0) != 0,
             attributes::float(proto, "alpha").unwrap_or(1.0),
         )),

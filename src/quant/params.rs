@@ -12,6 +12,7 @@ use super::plan::TensorRole;
 use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
 use crate::calib::stats::CalibrationStats;
 use crate::model::Graph;
+use crate::model::ops;
 use crate::recipe::{QuantMode, QuantType, Recipe, WeightRange};
 
 /// The integer grid an activation of `qtype` is quantized to (what its range is chosen for).
@@ -65,7 +66,7 @@ pub fn softmax_outputs(graph: &Graph) -> HashSet<String> {
     graph
         .nodes()
         .iter()
-        .filter(|n| n.op_type == "Softmax")
+        .filter(|n| n.op_type == ops::SOFTMAX)
         .flat_map(|n| n.outputs.first().cloned())
         .collect()
 }

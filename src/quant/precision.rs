@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::norms::normalized_streams;
 use super::prepare::Prepared;
 use crate::calib::stats::CalibrationStats;
+use crate::model::ops;
 use crate::model::{DataType, Graph, TensorKind};
 use crate::recipe::{QuantMode, Recipe};
 
@@ -151,19 +152,16 @@ pub fn with_kept(recipe: &Recipe, kept: &BTreeMap<String, KeptReason>) -> Recipe
     effective
 }
 
-/// Ops whose activation input is the reason to quantize at all.
-const COMPUTE_OPS: &[&str] = &["MatMul", "Gemm", "Conv", "ConvTranspose"];
-
 fn feeds_compute(graph: &Graph, name: &str) -> bool {
     graph.tensor(name).is_some_and(|t| {
         t.consumers
             .iter()
-            .any(|&c| COMPUTE_OPS.contains(&graph.node(c).op_type.as_str()))
+            .any(|&c| crate::model::ops::is_compute(&graph.node(c).op_type))
     })
 }
 
 /// Ops whose output depends on their input's shape only, never on its values.
-const SHAPE_OPS: &[&str] = &["Shape", "Size"];
+const SHAPE_OPS: &[&str] = &[ops::SHAPE, ops::SIZE];
 
 /// Tensors that nodes compute from a tensor's shape (through `Shape`/`Size`) and constants,
 /// never from a graph input's values. In a transformer these are the position ids, the rotary
@@ -206,7 +204,7 @@ fn softmax_inputs(graph: &Graph) -> Vec<String> {
     graph
         .nodes()
         .iter()
-        .filter(|n| n.op_type == "Softmax")
+        .filter(|n| n.op_type == ops::SOFTMAX)
         .filter_map(|n| n.inputs.first().filter(|i| !i.is_empty()).cloned())
         .collect()
 }
@@ -282,21 +280,21 @@ const SENTINEL_MAGNITUDE: f32 = 1e4;
 
 /// Ops a mask passes through on its way to the scores: elementwise arithmetic and layout.
 const MASK_PATH_OPS: &[&str] = &[
-    "Mul",
-    "Add",
-    "Sub",
-    "Neg",
-    "Where",
-    "Min",
-    "Max",
-    "Cast",
-    "Expand",
-    "Unsqueeze",
-    "Squeeze",
-    "Reshape",
-    "Concat",
-    "Slice",
-    "Tile",
+    ops::MUL,
+    ops::ADD,
+    ops::SUB,
+    ops::NEG,
+    ops::WHERE,
+    ops::MIN,
+    ops::MAX,
+    ops::CAST,
+    ops::EXPAND,
+    ops::UNSQUEEZE,
+    ops::SQUEEZE,
+    ops::RESHAPE,
+    ops::CONCAT,
+    ops::SLICE,
+    ops::TILE,
 ];
 
 /// The tensors carrying a sentinel constant to a Softmax: from each small float constant
@@ -322,7 +320,7 @@ fn sentinel_paths(
             };
             for &c in &info.consumers {
                 let node = graph.node(c);
-                reaches_softmax |= node.op_type == "Softmax";
+                reaches_softmax |= node.op_type == ops::SOFTMAX;
                 if MASK_PATH_OPS.contains(&node.op_type.as_str()) {
                     for out in &node.outputs {
                         if !path.contains(out) {

@@ -12,6 +12,7 @@ use ndarray::{ArrayD, Axis};
 use crate::model::attributes;
 use crate::model::constant::constant_tensor;
 use crate::model::graph::{overridable_initializers, put_initializer};
+use crate::model::ops;
 use crate::model::proto::{GraphProto, NodeProto};
 use crate::model::{DataType, Model, ModelError, TensorArray};
 use crate::recipe::Preprocessing;
@@ -118,7 +119,7 @@ fn constants_to_initializers(model: &mut Model) -> usize {
     let mut moved = 0;
     let mut kept = Vec::with_capacity(graph.node.len());
     for node in std::mem::take(&mut graph.node) {
-        let is_constant = node.op_type() == "Constant" && node.domain().is_empty();
+        let is_constant = node.op_type() == ops::CONSTANT && node.domain().is_empty();
         match constant_tensor(&node).filter(|_| is_constant) {
             Some(tensor) => {
                 graph.initializer.push(tensor);
@@ -151,7 +152,7 @@ fn drop_identities(model: &mut Model) -> usize {
     let mut index = 0;
     while index < graph.node.len() {
         let node = &graph.node[index];
-        let droppable = matches!(node.op_type(), "Identity" | "Dropout")
+        let droppable = matches!(node.op_type(), ops::IDENTITY | ops::DROPOUT)
             && node.domain().is_empty()
             && node.input.first().is_some_and(|i| !i.is_empty())
             && node.output.first().is_some_and(|o| !outputs.contains(o))
@@ -234,7 +235,7 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
     let mut remove = HashSet::new();
     let mut folds: Vec<Fold> = Vec::new();
     for (bn_index, bn) in graph.node.iter().enumerate() {
-        if bn.op_type() != "BatchNormalization"
+        if bn.op_type() != ops::BATCH_NORMALIZATION
             || !bn.domain().is_empty()
             || bn.input.len() < 5
             || bn.output.len() != 1
@@ -247,10 +248,10 @@ fn fold_batchnorms(model: &mut Model) -> Result<Vec<String>, ModelError> {
         let conv = &graph.node[p];
         let kind = conv.op_type();
         let channel_axis = match kind {
-            "Conv" => 0,
-            "ConvTranspose" if attr_i(conv, "group", 1) == 1 => 1,
-            "Gemm" if attr_i(conv, "transB", 0) == 1 && attr_f(conv, "beta", 1.0) == 1.0 => 0,
-            "Gemm" if attr_f(conv, "beta", 1.0) == 1.0 => 1,
+            ops::CONV => 0,
+            ops::CONV_TRANSPOSE if attr_i(conv, "group", 1) == 1 => 1,
+            ops::GEMM if attr_i(conv, "transB", 0) == 1 && attr_f(conv, "beta", 1.0) == 1.0 => 0,
+            ops::GEMM if attr_f(conv, "beta", 1.0) == 1.0 => 1,
             _ => continue,
         };
         let single_use = |name: &str| consumers.get(name).copied().unwrap_or(0) == 1;

@@ -72,6 +72,7 @@ use super::kernel_pairs::Reduction;
 use super::params::weight_quant;
 use super::plan::{Plan, TensorRole};
 use super::prepare::Prepared;
+use crate::model::ops;
 use crate::model::{Dim, Graph, Node};
 use crate::recipe::{GuardScope, Placement, QuantMode, QuantType, Recipe};
 
@@ -184,10 +185,10 @@ fn pairs_saturate(
 /// How `node`'s integer kernel lays out its weight's reduction.
 fn reduction_of(node: &Node) -> Option<Reduction> {
     match node.op_type.as_str() {
-        "Conv" => Some(Reduction::ConvTaps),
-        "MatMul" => Some(Reduction::Rows),
-        "Gemm" if node.int_attribute("transB").unwrap_or(0) != 0 => Some(Reduction::Columns),
-        "Gemm" => Some(Reduction::Rows),
+        ops::CONV => Some(Reduction::ConvTaps),
+        ops::MAT_MUL => Some(Reduction::Rows),
+        ops::GEMM if node.int_attribute("transB").unwrap_or(0) != 0 => Some(Reduction::Columns),
+        ops::GEMM => Some(Reduction::Rows),
         _ => None,
     }
 }
@@ -197,7 +198,7 @@ fn feeds_linear(graph: &Graph, name: &str) -> bool {
     graph.tensor(name).is_some_and(|t| {
         t.consumers
             .iter()
-            .any(|&c| matches!(graph.node(c).op_type.as_str(), "MatMul" | "Gemm"))
+            .any(|&c| matches!(graph.node(c).op_type.as_str(), ops::MAT_MUL | ops::GEMM))
     })
 }
 
@@ -222,7 +223,7 @@ fn integer_kernel_readers<'a>(
         .iter()
         .map(|&c| graph.node(c))
         .filter(move |node| {
-            matches!(node.op_type.as_str(), "Conv" | "MatMul" | "Gemm")
+            matches!(node.op_type.as_str(), ops::CONV | ops::MAT_MUL | ops::GEMM)
                 && node.inputs.get(1).is_some_and(|w| w == weight)
                 && node
                     .inputs
@@ -250,7 +251,7 @@ fn pairs_nothing(graph: &Graph, node: &Node, weight: &str) -> bool {
         .tensor(weight)
         .and_then(|t| t.shape.as_ref())
         .and_then(|s| s.get(1).cloned());
-    node.op_type == "Conv"
+    node.op_type == ops::CONV
         && node.int_attribute("group").unwrap_or(1) > 1
         && channels_per_group == Some(Dim::Fixed(1))
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{QuantMode, QuantType, Recipe};
 use crate::model::Graph;
+use crate::model::ops::{self, Family};
 
 /// A node's precision other than the recipe's 8-bit weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -47,7 +48,7 @@ impl NodePrecision {
     pub fn applies_to(self, op_type: &str) -> bool {
         match self {
             NodePrecision::W8a16 => true,
-            NodePrecision::W4a8 => WEIGHTED_OPS.contains(&op_type),
+            NodePrecision::W4a8 => ops::is_compute(op_type),
         }
     }
 
@@ -58,9 +59,6 @@ impl NodePrecision {
             && (self != NodePrecision::W4a8 || weight_of(graph, node).is_some())
     }
 }
-
-/// The ops whose weight (input 1) `w4a8` quantizes with 4 bits.
-pub const WEIGHTED_OPS: [&str; 4] = ["Conv", "ConvTranspose", "Gemm", "MatMul"];
 
 /// The 16-bit activation type of the same signedness as `activation`.
 pub fn wide_activation(activation: QuantType) -> QuantType {
@@ -122,7 +120,9 @@ pub(super) fn graph_problems(recipe: &Recipe, graph: &Graph) -> Vec<String> {
                 "node_precision: '{name}' is a {} node; {} is for {} nodes",
                 node.op_type,
                 precision.name(),
-                WEIGHTED_OPS.join("/")
+                ops::of_family(Family::Compute)
+                    .collect::<Vec<_>>()
+                    .join("/")
             )
         });
     }

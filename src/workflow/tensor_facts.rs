@@ -7,6 +7,7 @@
 use crate::calib::CalibrationStats;
 use crate::model::dtype::onnx_type_name;
 use crate::model::graph::{Dim, Graph, format_shape};
+use crate::model::ops;
 
 /// Where a shape comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,24 +54,24 @@ fn complete(dims: &[Dim]) -> bool {
 /// them a shape known on one side is known on the other. Batch normalization is the case that
 /// matters: pre-processing folds it, so a Conv's output before it is never calibrated.
 const SHAPE_KEEPING: &[&str] = &[
-    "BatchNormalization",
-    "Relu",
-    "LeakyRelu",
-    "PRelu",
-    "Clip",
-    "Sigmoid",
-    "HardSigmoid",
-    "HardSwish",
-    "Tanh",
-    "Elu",
-    "Selu",
-    "Softplus",
-    "Identity",
-    "Dropout",
-    "Cast",
-    "Neg",
-    "Abs",
-    "Erf",
+    ops::BATCH_NORMALIZATION,
+    ops::RELU,
+    ops::LEAKY_RELU,
+    ops::P_RELU,
+    ops::CLIP,
+    ops::SIGMOID,
+    ops::HARD_SIGMOID,
+    ops::HARD_SWISH,
+    ops::TANH,
+    ops::ELU,
+    ops::SELU,
+    ops::SOFTPLUS,
+    ops::IDENTITY,
+    ops::DROPOUT,
+    ops::CAST,
+    ops::NEG,
+    ops::ABS,
+    ops::ERF,
 ];
 
 /// How many shape-keeping ops a shape is carried across, at most.

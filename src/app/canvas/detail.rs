@@ -2,6 +2,7 @@
 //! shape, strides and groups, a pooling window, an axis, a permutation, a target type, a
 //! Reshape's target shape. Read from the file once when the model opens.
 
+use crate::model::ops;
 use crate::model::proto::NodeProto;
 use crate::model::qdq::QdqStructure;
 use crate::model::{Dim, Graph, Model, Node, attributes};
@@ -89,22 +90,28 @@ fn detail(
 ) -> Option<String> {
     let axis = || attributes::int(proto, "axis").map(|a| format!("axis {a}"));
     let text = match node.op_type.as_str() {
-        "Conv" | "ConvTranspose" | "ConvInteger" | "QLinearConv" => {
-            let weight = if node.op_type == "QLinearConv" { 3 } else { 1 };
+        ops::CONV | ops::CONV_TRANSPOSE | ops::CONV_INTEGER | ops::Q_LINEAR_CONV => {
+            let weight = if node.op_type == ops::Q_LINEAR_CONV {
+                3
+            } else {
+                1
+            };
             let mut facts: Vec<String> = constant_shape(graph, qdq, node, weight)
                 .into_iter()
                 .collect();
             facts.extend(window_facts(proto));
             (!facts.is_empty()).then(|| facts.join(" "))
         }
-        "MatMul" | "Gemm" | "MatMulInteger" | "MatMulNBits" => (0..node.inputs.len())
-            .find_map(|i| constant_shape(graph, qdq, node, i))
-            .or_else(|| {
-                let k = attributes::int(proto, "K")?;
-                let n = attributes::int(proto, "N")?;
-                Some(format!("{k}×{n}"))
-            }),
-        "MaxPool" | "AveragePool" | "LpPool" => {
+        ops::MAT_MUL | ops::GEMM | ops::MAT_MUL_INTEGER | ops::MAT_MUL_N_BITS => {
+            (0..node.inputs.len())
+                .find_map(|i| constant_shape(graph, qdq, node, i))
+                .or_else(|| {
+                    let k = attributes::int(proto, "K")?;
+                    let n = attributes::int(proto, "N")?;
+                    Some(format!("{k}×{n}"))
+                })
+        }
+        ops::MAX_POOL | ops::AVERAGE_POOL | "LpPool" => {
             let mut facts: Vec<String> = attributes::ints(proto, "kernel_shape")
                 .map(dims_text)
                 .into_iter()
@@ -112,16 +119,30 @@ fn detail(
             facts.extend(window_facts(proto));
             (!facts.is_empty()).then(|| facts.join(" "))
         }
-        "Transpose" => attributes::ints(proto, "perm").map(|p| format!("perm {}", list(p))),
-        "Cast" => attributes::int(proto, "to").map(|t| format!("to {}", type_name(t))),
-        "Reshape" => reshape_target(model, qdq, node),
-        "Resize" | "Upsample" => attributes::string(proto, "mode"),
-        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL2"
-        | "ReduceSumSquare" => attributes::ints(proto, "axes")
+        ops::TRANSPOSE => attributes::ints(proto, "perm").map(|p| format!("perm {}", list(p))),
+        ops::CAST => attributes::int(proto, "to").map(|t| format!("to {}", type_name(t))),
+        ops::RESHAPE => reshape_target(model, qdq, node),
+        ops::RESIZE | ops::UPSAMPLE => attributes::string(proto, "mode"),
+        ops::REDUCE_MEAN
+        | ops::REDUCE_SUM
+        | ops::REDUCE_MAX
+        | ops::REDUCE_MIN
+        | ops::REDUCE_PROD
+        | ops::REDUCE_L2
+        | ops::REDUCE_SUM_SQUARE => attributes::ints(proto, "axes")
             .map(|a| format!("axes {}", list(a)))
             .or_else(axis),
-        "Concat" | "Softmax" | "LogSoftmax" | "Gather" | "Split" | "Flatten"
-        | "LayerNormalization" | "ArgMax" | "ArgMin" | "CumSum" | "Hardmax" => axis(),
+        ops::CONCAT
+        | ops::SOFTMAX
+        | ops::LOG_SOFTMAX
+        | ops::GATHER
+        | ops::SPLIT
+        | ops::FLATTEN
+        | ops::LAYER_NORMALIZATION
+        | ops::ARG_MAX
+        | ops::ARG_MIN
+        | ops::CUM_SUM
+        | ops::HARDMAX => axis(),
         _ => None,
     }?;
     Some(elide(&text))

@@ -10,6 +10,7 @@
 //! attention's query (divided by the heads, and for a packed QKV projection by the heads of
 //! all three), or the declared shape of what an exporter's Concat appends the past to.
 
+use crate::model::ops;
 use crate::model::{Dim, Graph, Node};
 
 /// What the graph tells of a past input's axes besides the batch and the sequence.
@@ -67,9 +68,9 @@ fn kv_layout(graph: &Graph, name: &str) -> KvLayout {
     for &id in &info.consumers {
         let node = graph.node(id);
         let layout = match node.op_type.as_str() {
-            "GroupQueryAttention" => grouped_query(graph, node),
-            "MultiHeadAttention" => multi_head(graph, node),
-            "Concat" => appended_to(graph, node, name),
+            ops::GROUP_QUERY_ATTENTION => grouped_query(graph, node),
+            ops::MULTI_HEAD_ATTENTION => multi_head(graph, node),
+            ops::CONCAT => appended_to(graph, node, name),
             _ => KvLayout::default(),
         };
         if layout != KvLayout::default() {
@@ -142,14 +143,14 @@ fn projection_width(graph: &Graph, tensor: &str) -> Option<usize> {
         return Some(*v as usize);
     }
     let mut producer = graph.producer_of(tensor)?;
-    if producer.op_type == "Add" {
+    if producer.op_type == ops::ADD {
         producer = producer
             .inputs
             .iter()
             .filter_map(|i| graph.producer_of(i))
-            .find(|p| p.op_type == "MatMul")?;
+            .find(|p| p.op_type == ops::MAT_MUL)?;
     }
-    if producer.op_type != "MatMul" {
+    if producer.op_type != ops::MAT_MUL {
         return None;
     }
     let weight = graph.tensor(producer.inputs.get(1)?)?;

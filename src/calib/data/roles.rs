@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::ops;
 use crate::model::{DataType, Dim, Graph, NodeId};
 
 /// What one model input carries, for generating data it accepts.
@@ -138,7 +139,13 @@ pub fn sequence_length(roles: &[(InputRole, Option<&[Dim]>)]) -> usize {
 }
 
 /// Ops an id tensor passes through unchanged in value on its way to the embedding Gather.
-const ID_PASSTHROUGH: &[&str] = &["Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten"];
+const ID_PASSTHROUGH: &[&str] = &[
+    ops::CAST,
+    ops::RESHAPE,
+    ops::UNSQUEEZE,
+    ops::SQUEEZE,
+    ops::FLATTEN,
+];
 
 /// Rows of the table that input `name` indexes in a Gather (axis 0, the table an initializer
 /// or constant), following value-preserving ops; `None` when it indexes none.
@@ -169,7 +176,7 @@ fn embedding_rows(graph: &Graph, name: &str) -> Option<usize> {
 /// `indices` and whose table is a weight.
 fn gather_table_rows(graph: &Graph, id: NodeId, indices: &str) -> Option<usize> {
     let node = graph.node(id);
-    if node.op_type != "Gather" || node.inputs.get(1).map(String::as_str) != Some(indices) {
+    if node.op_type != ops::GATHER || node.inputs.get(1).map(String::as_str) != Some(indices) {
         return None;
     }
     if node.int_attribute("axis").unwrap_or(0) != 0 {

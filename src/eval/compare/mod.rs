@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::calib::data::{BatchSource, DataError, choose_batch, model_inputs, validate_source};
 use crate::jobs::{CancelToken, JobContext, RateMeter};
+use crate::model::ops;
 use crate::model::{Graph, Model, ModelError};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::{float_output, owned_inputs, session_inputs};
@@ -261,7 +262,7 @@ pub fn check_comparable(float: &Model, quant: &Model, quant_label: &str) -> Resu
     let has_qdq = qg.nodes().iter().any(|n| {
         matches!(
             n.op_type.as_str(),
-            "QuantizeLinear" | "DequantizeLinear" | "MatMulNBits"
+            ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR | ops::MAT_MUL_N_BITS
         )
     });
     if !has_qdq {

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::Graph;
+use crate::model::ops;
 
 /// The kind of a model output, which decides the task metrics shown beside the fidelity ones
 /// (SQNR, cosine, MSE and largest error are shown for every output).
@@ -95,13 +96,13 @@ impl OutputKind {
 
 /// Ops that only move or relabel values: the kind is that of what they carry.
 const PASS_THROUGH: [&str; 7] = [
-    "Identity",
-    "Reshape",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Cast",
-    "Transpose",
+    ops::IDENTITY,
+    ops::RESHAPE,
+    ops::FLATTEN,
+    ops::SQUEEZE,
+    ops::UNSQUEEZE,
+    ops::CAST,
+    ops::TRANSPOSE,
 ];
 
 /// The op that really produced `tensor`: its producer, looked through [`PASS_THROUGH`] ops.
@@ -110,7 +111,7 @@ fn producing_op(graph: &Graph, tensor: &str) -> Option<String> {
     for _ in 0..16 {
         let node = graph.node(graph.tensor(&name)?.producer?);
         // A Concat of one input (PyTorch exports end sentence-transformers so) passes it on.
-        let single_concat = node.op_type == "Concat" && node.inputs.len() == 1;
+        let single_concat = node.op_type == ops::CONCAT && node.inputs.len() == 1;
         if !PASS_THROUGH.contains(&node.op_type.as_str()) && !single_concat {
             return Some(node.op_type.clone());
         }
@@ -132,7 +133,7 @@ pub fn detect(graph: &Graph, output: &str, rank: Option<usize>) -> OutputKind {
     let op = producing_op(graph, output).unwrap_or_default();
     let name = output.to_ascii_lowercase();
     let named_logits = name.contains("logit");
-    let softmax = matches!(op.as_str(), "Softmax" | "LogSoftmax");
+    let softmax = matches!(op.as_str(), ops::SOFTMAX | ops::LOG_SOFTMAX);
     match rank {
         2 if softmax || named_logits => OutputKind::Classifier,
         2 if is_pooling(&op) || name.contains("embed") || name.contains("pool") => {
@@ -152,13 +153,13 @@ fn is_pooling(op: &str) -> bool {
     matches!(
         op,
         "ReduceMean"
-            | "ReduceSum"
-            | "ReduceMax"
-            | "GlobalAveragePool"
-            | "GlobalMaxPool"
-            | "LpNormalization"
-            | "Div"
-            | "Tanh"
+            | ops::REDUCE_SUM
+            | ops::REDUCE_MAX
+            | ops::GLOBAL_AVERAGE_POOL
+            | ops::GLOBAL_MAX_POOL
+            | ops::LP_NORMALIZATION
+            | ops::DIV
+            | ops::TANH
     )
 }
 

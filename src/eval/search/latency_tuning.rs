@@ -29,7 +29,7 @@
 use crate::calib::data::BatchSource;
 use crate::eval::compare::EvalError;
 use crate::eval::compare::latency::kernel_costs::{SlowerInInt8, slower_in_int8};
-use crate::eval::compare::latency::kernels::{COMPUTE_OPS, KernelTime, quantized_compute};
+use crate::eval::compare::latency::kernels::{KernelTime, quantized_compute};
 use crate::eval::compare::latency::{measure_latency, profile_kernels};
 use crate::eval::search::evaluator::{Evaluator, exact, quant_error};
 use crate::jobs::{JobContext, RateMeter};
@@ -420,7 +420,7 @@ fn candidates(
     let mut others: Vec<(String, usize)> = untuned
         .quantized_by_op_type(&Graph::build(float))
         .into_iter()
-        .filter(|(op, _)| !COMPUTE_OPS.contains(&op.as_str()))
+        .filter(|(op, _)| !crate::model::ops::is_compute(op))
         .collect();
     others.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     if others.len() > 1 {

@@ -39,11 +39,9 @@ use crate::eval::search::evaluator::{Evaluator, Target, quant_error};
 use crate::eval::search::greedy::{Greedy, Measured, Pass, Scorer, take_in_order};
 use crate::jobs::JobContext;
 use crate::model::Graph;
+use crate::model::ops;
 use crate::quant;
 use crate::recipe::{QuantType, Recipe, TensorOverride, WeightRange};
-
-/// Op types whose second input is the weight the search tries.
-const WEIGHTED: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
 
 /// What the search found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -247,7 +245,7 @@ fn candidates(
     let (mut tries, mut seen) = (Vec::new(), HashSet::new());
     let (mut seven, mut eight) = (Vec::new(), Vec::new());
     for node in graph.nodes() {
-        if !WEIGHTED.contains(&node.op_type.as_str()) {
+        if !ops::is_compute(&node.op_type) {
             continue;
         }
         let Some(weight) = node.inputs.get(1) else {

@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::eval::compare::EvalError;
 use crate::model::builder::value_info;
 use crate::model::infer::elem_types;
+use crate::model::ops;
 use crate::model::pinned::pin_sample_shapes;
 use crate::model::proto::{ModelProto, NodeProto, OperatorSetIdProto, TensorProto};
 use crate::model::{DataType, Graph, Model, NodeId, SessionModel, TensorKind};
@@ -110,7 +111,7 @@ pub struct LocalModel {
 
 /// True for the ops that make up a Q/DQ chain.
 fn is_qdq(op: &str) -> bool {
-    matches!(op, "QuantizeLinear" | "DequantizeLinear")
+    matches!(op, ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR)
 }
 
 /// A node of the default domain with one output and no attributes.
@@ -495,7 +496,7 @@ fn fuse_quantizers(
 ) {
     let mut quantizers: HashMap<&[String], usize> = HashMap::new();
     for (i, q) in copies.iter().enumerate() {
-        let plain = q.op_type() == "QuantizeLinear"
+        let plain = q.op_type() == ops::QUANTIZE_LINEAR
             && q.domain().is_empty()
             && q.attribute.is_empty()
             && (2..=3).contains(&q.input.len())

@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 
 use crate::model::Graph;
+use crate::model::ops;
 
 /// The tensor `tensor` quantizes: traced back through its DequantizeLinear and QuantizeLinear.
 pub(crate) fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
     while let Some(node) = qg.producer_of(tensor) {
         match (node.op_type.as_str(), node.inputs.first()) {
-            ("QuantizeLinear" | "DequantizeLinear", Some(input)) => tensor = input,
+            (ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR, Some(input)) => tensor = input,
             _ => break,
         }
     }

@@ -26,6 +26,7 @@ use crate::eval::tensor_error::tensor_pass::{FloatSide, Outputs, Views, observin
 pub use crate::eval::tensor_error::weight_error::WeightError;
 use crate::eval::tensor_error::weight_error::{input_channel_fit, weight_errors};
 use crate::jobs::{JobContext, RateMeter};
+use crate::model::ops;
 use crate::model::{Graph, Model, Node, NodeId};
 use crate::quant::rescaled::{ChannelFactors, factors_in, rescaled_in};
 use crate::runtime::value::owned_inputs;
@@ -184,12 +185,12 @@ fn weight_only_layers(
     let dequantized = |t: &str, constant: bool| {
         quant
             .producer_of(t)
-            .filter(|n| n.op_type == "DequantizeLinear")
+            .filter(|n| n.op_type == ops::DEQUANTIZE_LINEAR)
             .is_some_and(|dq| {
                 let source = quant.tensor(&dq.inputs[0]);
                 let from_constant = source.is_some_and(|s| {
                     s.producer
-                        .is_none_or(|p| quant.node(p).op_type == "QuantizeLinear")
+                        .is_none_or(|p| quant.node(p).op_type == ops::QUANTIZE_LINEAR)
                         && !matches!(s.kind, crate::model::TensorKind::Input)
                 });
                 from_constant == constant
@@ -199,8 +200,8 @@ fn weight_only_layers(
         .nodes()
         .iter()
         .filter(|n| {
-            n.op_type == "MatMulNBits"
-                || (matches!(n.op_type.as_str(), "MatMul" | "Gemm" | "Conv")
+            n.op_type == ops::MAT_MUL_N_BITS
+                || (matches!(n.op_type.as_str(), ops::MAT_MUL | ops::GEMM | ops::CONV)
                     && n.inputs.iter().skip(1).any(|t| dequantized(t, true))
                     && !n.inputs.first().is_some_and(|t| dequantized(t, false)))
         })
@@ -234,7 +235,7 @@ fn layer_output<'g>(quant: &Graph, float: &'g Graph, n: &Node) -> Option<&'g Str
     let gemm_output = float.node_by_name(&n.name)?.outputs.first()?;
     quant
         .producer_of(gemm_output)
-        .is_some_and(|add| add.op_type == "Add" && add.inputs.contains(out))
+        .is_some_and(|add| add.op_type == ops::ADD && add.inputs.contains(out))
         .then_some(gemm_output)
 }
 
@@ -286,7 +287,7 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
     for q in quant
         .nodes()
         .iter()
-        .filter(|n| n.op_type == "QuantizeLinear")
+        .filter(|n| n.op_type == ops::QUANTIZE_LINEAR)
     {
         let pre = q.inputs[0].clone();
         if quant.tensor(&pre).is_some_and(|t| {
@@ -302,7 +303,7 @@ fn pairs(quant_model: &Model, quant: &Graph, float: &Graph) -> (Vec<Pair>, Vec<S
             .consumers
             .iter()
             .map(|&id| quant.node(id))
-            .find(|n| n.op_type == "DequantizeLinear")
+            .find(|n| n.op_type == ops::DEQUANTIZE_LINEAR)
         else {
             continue;
         };

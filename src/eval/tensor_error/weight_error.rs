@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::eval::compare::EvalError;
+use crate::model::ops;
 use crate::model::{DataType, Graph, Model, Node};
 use crate::quant::rescaled::ChannelFactors;
 use crate::recipe::Preprocessing;
@@ -110,7 +111,11 @@ pub fn weight_errors(
     // Quantizers fold BatchNormalization into the preceding Conv before quantizing (ours and
     // onnxruntime's pre-processing both do): the weight they quantized is the folded one, so
     // compare against the float model folded the same way, not against the raw weight.
-    let has_bn = |g: &Graph| g.nodes().iter().any(|n| n.op_type == "BatchNormalization");
+    let has_bn = |g: &Graph| {
+        g.nodes()
+            .iter()
+            .any(|n| n.op_type == ops::BATCH_NORMALIZATION)
+    };
     let folded;
     let float = if has_bn(fg) && !has_bn(qg) {
         folded = crate::quant::preprocess::preprocess(float, &Preprocessing::default())?.0;
@@ -121,8 +126,8 @@ pub fn weight_errors(
     let mut out = Vec::new();
     for node in qg.topological_order().iter().map(|&id| qg.node(id)) {
         let found = match node.op_type.as_str() {
-            "DequantizeLinear" => dequantized_weight(quant, qg, node)?,
-            "MatMulNBits" => nbits_weight(quant, node, fg)?,
+            ops::DEQUANTIZE_LINEAR => dequantized_weight(quant, qg, node)?,
+            ops::MAT_MUL_N_BITS => nbits_weight(quant, node, fg)?,
             _ => None,
         };
         let Some((base, dequantized)) = found else {
@@ -239,16 +244,16 @@ impl WeightLayout {
         let trans_b = reader.int_attribute("transB").unwrap_or(0) != 0;
         match (reader.op_type.as_str(), slot, shape.len()) {
             (_, _, 1) => Some(WeightLayout::Bias),
-            ("Conv", 1, rank) if rank >= 3 => {
+            (ops::CONV, 1, rank) if rank >= 3 => {
                 let group = reader.int_attribute("group").unwrap_or(1).max(1);
                 Some(WeightLayout::Conv {
                     group: usize::try_from(group).ok()?,
                 })
             }
-            ("MatMul" | "MatMulNBits", 1, 2) | ("Gemm", 1, 2) if !trans_b => {
+            (ops::MAT_MUL | ops::MAT_MUL_N_BITS, 1, 2) | (ops::GEMM, 1, 2) if !trans_b => {
                 Some(WeightLayout::KByN)
             }
-            ("Gemm", 1, 2) => Some(WeightLayout::NByK),
+            (ops::GEMM, 1, 2) => Some(WeightLayout::NByK),
             _ => None,
         }
     }
@@ -275,7 +280,7 @@ impl WeightLayout {
 /// The node of the QDQ model that reads the weight `node` gives (a DequantizeLinear's first
 /// reader), and at which input; a MatMulNBits reads its weight itself (input 1).
 fn weight_reader<'g>(qg: &'g Graph, node: &'g Node) -> Option<(&'g Node, usize)> {
-    if node.op_type == "MatMulNBits" {
+    if node.op_type == ops::MAT_MUL_N_BITS {
         return Some((node, 1));
     }
     let weight = node.outputs.first()?;
@@ -293,11 +298,11 @@ fn stored_transposed(fg: &Graph, qg: &Graph, weight: &str, node: &Node) -> bool 
     let float_reader = fg.tensor(weight).and_then(|t| t.consumers.first());
     let float_n_by_k = float_reader.is_some_and(|&r| {
         let r = fg.node(r);
-        r.op_type == "Gemm" && trans_b(r)
+        r.op_type == ops::GEMM && trans_b(r)
     });
     let quant_k_by_n = weight_reader(qg, node).is_some_and(|(r, _)| match r.op_type.as_str() {
-        "MatMul" | "MatMulNBits" => true,
-        "Gemm" => !trans_b(r),
+        ops::MAT_MUL | ops::MAT_MUL_N_BITS => true,
+        ops::GEMM => !trans_b(r),
         _ => false,
     });
     float_n_by_k && quant_k_by_n
@@ -320,12 +325,12 @@ pub(crate) fn input_channel_fit(
     // 4-bit weights are too coarse to fit a factor from (MatMulNBits, int4 DQ): AWQ's own
     // range search moves them off `s · w` by more than a per-row fit can average out.
     let (found, through) = match reader.op_type.as_str() {
-        "MatMul" | "Gemm" => {
+        ops::MAT_MUL | ops::GEMM => {
             let dq = reader
                 .inputs
                 .get(1)
                 .and_then(|w| qg.producer_of(w))
-                .filter(|n| n.op_type == "DequantizeLinear");
+                .filter(|n| n.op_type == ops::DEQUANTIZE_LINEAR);
             let eight_bits = |dq: &Node| {
                 let codes = dq.inputs.first().and_then(|c| qg.tensor(c)?.elem_type);
                 let codes = codes.and_then(|c| DataType::from_onnx(c).ok());
@@ -428,7 +433,7 @@ fn weight_codes(
     }
     let Some(q) = graph
         .producer_of(input)
-        .filter(|n| n.op_type == "QuantizeLinear")
+        .filter(|n| n.op_type == ops::QUANTIZE_LINEAR)
     else {
         return Ok(None);
     };
@@ -530,7 +535,7 @@ fn nbits_weight(
     let b_name = node.inputs[1].as_str();
     let base = fg
         .node_by_name(&node.name)
-        .filter(|f| matches!(f.op_type.as_str(), "MatMul" | "Gemm"))
+        .filter(|f| matches!(f.op_type.as_str(), ops::MAT_MUL | ops::GEMM))
         .and_then(|f| f.inputs.get(1).cloned())
         .unwrap_or_else(|| {
             ["_MatMulNBits_B", "_Q4", "_Q8"]

@@ -25,6 +25,7 @@ use super::rewrite::rounding_error;
 use crate::calib::input_means::MeanSpec;
 use crate::calib::stats::CalibrationStats;
 use crate::model::graph::put_initializer;
+use crate::model::ops;
 use crate::model::{DataType, Model, TensorArray};
 use crate::recipe::Recipe;
 
@@ -343,7 +344,7 @@ fn following_add_constant(prepared: &Prepared, layer: &Layer) -> Option<String> 
         output = add.outputs.first()?;
         add = graph.node(graph.sole_consumer(output)?);
     }
-    if add.op_type != "Add" || !add.domain.is_empty() {
+    if add.op_type != ops::ADD || !add.domain.is_empty() {
         return None;
     }
     let other = add.inputs.iter().find(|i| *i != output)?;

@@ -6,6 +6,7 @@
 
 use super::channels::ChannelMap;
 use crate::model::attributes;
+use crate::model::ops;
 use crate::model::{DataType, Graph, Model, Node, NodeId};
 
 /// Where a layer's channels sit in the activations it reads and writes.
@@ -158,7 +159,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
             .map(|b| private_weight(graph, model, b).then(|| b.clone()))
     };
     let (outputs, inputs, family, bias) = match node.op_type.as_str() {
-        "Conv" if shape.len() >= 3 => {
+        ops::CONV if shape.len() >= 3 => {
             let group = node.int_attribute("group").unwrap_or(1).max(1) as usize;
             (
                 ChannelMap::axis(&shape, 0)?,
@@ -167,7 +168,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
                 own_bias(),
             )
         }
-        "Gemm" if shape.len() == 2 => {
+        ops::GEMM if shape.len() == 2 => {
             let trans_b = node.int_attribute("transB").unwrap_or(0) == 1;
             let trans_a = node.int_attribute("transA").unwrap_or(0) == 1;
             let (out_axis, in_axis) = if trans_b { (0, 1) } else { (1, 0) };
@@ -180,7 +181,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
                 own_bias(),
             )
         }
-        "MatMul" if shape.len() == 2 => (
+        ops::MAT_MUL if shape.len() == 2 => (
             ChannelMap::axis(&shape, 1)?,
             ChannelMap::axis(&shape, 0),
             Family::Dense,
@@ -208,7 +209,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
             Family::Dense => 0,
         },
     };
-    if node.op_type == "MatMul"
+    if node.op_type == ops::MAT_MUL
         && let Some((add_output, bias)) = bias_add(graph, model, &layer.output)
     {
         layer.output = add_output;
@@ -221,7 +222,7 @@ fn layer(model: &Model, graph: &Graph, node: &Node) -> Option<Layer> {
 /// that initializer.
 fn bias_add(graph: &Graph, model: &Model, tensor: &str) -> Option<(String, String)> {
     let add = graph.node(graph.sole_consumer(tensor)?);
-    if add.op_type != "Add" || !add.domain.is_empty() || add.inputs.len() != 2 {
+    if add.op_type != ops::ADD || !add.domain.is_empty() || add.inputs.len() != 2 {
         return None;
     }
     let other = add.inputs.iter().find(|i| *i != tensor)?;
@@ -243,7 +244,7 @@ struct Follower {
 /// Nodes a path between two layers may pass through besides one activation: per-channel
 /// pooling, for which `pool(x / s) = pool(x) / s` with `s > 0` per channel (a Conv → Relu →
 /// MaxPool → Conv chain, as in VGG and ResNet stems).
-const POOLS: &[&str] = &["MaxPool", "AveragePool"];
+const POOLS: &[&str] = &[ops::MAX_POOL, ops::AVERAGE_POOL];
 
 /// Most nodes between two layers (one activation and pooling).
 const MOST_BETWEEN: usize = 3;
@@ -258,9 +259,9 @@ fn follower(model: &Model, graph: &Graph, tensor: &str) -> Option<Follower> {
         if next.inputs.first() != Some(&at) {
             return None;
         }
-        if matches!(next.op_type.as_str(), "Conv" | "Gemm" | "MatMul") {
+        if matches!(next.op_type.as_str(), ops::CONV | ops::GEMM | ops::MAT_MUL) {
             let pooled = ops.iter().any(|op: &String| POOLS.contains(&op.as_str()));
-            if pooled && next.op_type != "Conv" {
+            if pooled && next.op_type != ops::CONV {
                 return None;
             }
             return Some(Follower {
@@ -309,9 +310,9 @@ fn passage(model: &Model, node: &Node) -> Option<Passage> {
         return None;
     }
     match node.op_type.as_str() {
-        "Relu" | "LeakyRelu" => Some(Passage::Homogeneous),
+        ops::RELU | ops::LEAKY_RELU => Some(Passage::Homogeneous),
         // The slope is per channel (or one), not per value: it does not scale.
-        "PRelu" => node
+        ops::P_RELU => node
             .inputs
             .get(1)
             .is_some_and(|s| {
@@ -322,7 +323,7 @@ fn passage(model: &Model, node: &Node) -> Option<Passage> {
                     .any(|t| t.name() == s.as_str())
             })
             .then_some(Passage::Homogeneous),
-        "Clip" => match clip_bounds(model, node)? {
+        ops::CLIP => match clip_bounds(model, node)? {
             (Some(0.0), None) => Some(Passage::Homogeneous),
             (Some(min), Some(max)) if min == 0.0 && max == f32::INFINITY => {
                 Some(Passage::Homogeneous)

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::model::ops;
 use crate::model::proto::{NodeProto, TensorProto};
 use crate::model::tensor::array;
 use crate::model::{DataType, Dim, Graph, Node, NodeId, TensorArray, TensorKind};
@@ -40,10 +41,10 @@ impl ScaleSite {
 /// Input indices of the per-channel scale and bias of a normalisation's output 0.
 fn norm_constants(op: &str) -> Option<&'static [usize]> {
     Some(match op {
-        "LayerNormalization" => &[1, 2],
-        "SimplifiedLayerNormalization" | "RMSNormalization" => &[1],
-        "SkipLayerNormalization" => &[2, 3],
-        "SkipSimplifiedLayerNormalization" => &[2],
+        ops::LAYER_NORMALIZATION => &[1, 2],
+        ops::SIMPLIFIED_LAYER_NORMALIZATION | ops::RMS_NORMALIZATION => &[1],
+        ops::SKIP_LAYER_NORMALIZATION => &[2, 3],
+        ops::SKIP_SIMPLIFIED_LAYER_NORMALIZATION => &[2],
         _ => return None,
     })
 }
@@ -92,7 +93,7 @@ pub fn site(graph: &Graph, activation: &str, channels: usize, readers: &[NodeId]
         };
     }
     match producer.op_type.as_str() {
-        "Mul" => {
+        ops::MUL => {
             let constants: Vec<&String> = producer
                 .inputs
                 .iter()
@@ -103,7 +104,7 @@ pub fn site(graph: &Graph, activation: &str, channels: usize, readers: &[NodeId]
                 _ => ScaleSite::Mul,
             }
         }
-        "MatMul" => match input(1) {
+        ops::MAT_MUL => match input(1) {
             Some(w) if weight_with_columns(graph, producer, w, channels) => {
                 ScaleSite::ProducerWeight(w.clone())
             }

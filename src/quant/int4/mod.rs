@@ -23,6 +23,7 @@ use super::prepare::Prepared;
 use crate::calib::channels::ChannelStats;
 use crate::calib::stats::CalibrationStats;
 use crate::jobs::{JobContext, RateMeter};
+use crate::model::ops;
 use crate::model::{Graph, NodeId};
 use crate::recipe::{Int4Method, QuantMode, Recipe};
 use blocks::BlockSpec;
@@ -48,11 +49,11 @@ fn searchable(graph: &Graph, weight: &str) -> Option<(String, NodeId)> {
         return None;
     };
     let node = graph.node(*reader);
-    let plain_gemm = node.op_type == "Gemm"
+    let plain_gemm = node.op_type == ops::GEMM
         && node.int_attribute("transA").unwrap_or(0) == 0
         && node.int_attribute("transB").unwrap_or(0) == 0;
     let rhs = node.inputs.get(1).is_some_and(|w| w == weight);
-    (node.domain.is_empty() && (node.op_type == "MatMul" || plain_gemm) && rhs)
+    (node.domain.is_empty() && (node.op_type == ops::MAT_MUL || plain_gemm) && rhs)
         .then(|| (node.inputs[0].clone(), *reader))
 }
 

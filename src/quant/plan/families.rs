@@ -1,73 +1,19 @@
-//! The op families and what each does to a quantized node's tensors, per placement policy
-//! and mode. Every op type the planner treats specially is listed in a table here; the rest
-//! follow their policy's generic rule.
+//! What each op family ([`crate::model::ops`]) does to a quantized node's tensors, per
+//! placement policy and mode. Every op type the planner treats specially has its row in the op
+//! table; the rest follow their policy's generic rule.
 
 use super::{Exclusion, Planner, TensorRole};
 use crate::model::Node;
+use crate::model::ops::{self, Family};
 use crate::recipe::{Placement, QuantMode, Recipe};
-
-/// Ops with a weight (input 1) and bias (input 2).
-pub const WEIGHTED_OPS: &[&str] = &["Conv", "ConvTranspose", "Gemm"];
-
-/// Ops whose output reuses the input's scale and zero point (onnxruntime's "direct 8-bit"
-/// ops): they move or select values without changing them.
-pub const SHARED_SCALE_OPS: &[&str] = &[
-    "Reshape",
-    "Transpose",
-    "Squeeze",
-    "Unsqueeze",
-    "Flatten",
-    "Slice",
-    "MaxPool",
-    "Resize",
-    "Pad",
-    "Split",
-    "Gather",
-    "GatherElements",
-    "TopK",
-    "AveragePool",
-    "Where",
-];
-
-/// Activations with a floor at zero, which a range starting at zero makes exact: removable.
-pub const FLOOR_ACTIVATIONS: &[&str] = &["Relu", "Clip"];
-
-/// Normalisations whose scale is quantized as a weight and bias as int32.
-pub const NORM_OPS: &[&str] = &[
-    "BatchNormalization",
-    "LayerNormalization",
-    "InstanceNormalization",
-];
-
-/// TensorRT explicit quantization: compute ops whose inputs get Q/DQ (ModelOpt's default
-/// int8 set).
-pub const TENSORRT_OP_TYPES: &[&str] = &[
-    "Conv",
-    "ConvTranspose",
-    "Gemm",
-    "MatMul",
-    "Add",
-    "AveragePool",
-    "GlobalAveragePool",
-    "MaxPool",
-    "BatchNormalization",
-    "Mul",
-    "Clip",
-];
-
-/// Op types quantized weight-only in int4 mode.
-pub const INT4_OP_TYPES: &[&str] = &["MatMul", "Gemm"];
-
-/// Op types quantized in fp8 mode.
-pub const FP8_OP_TYPES: &[&str] = &["Conv", "Gemm", "MatMul"];
 
 /// The op types `recipe` quantizes by default under its placement and mode.
 pub fn default_op_types(recipe: &Recipe) -> Vec<&'static str> {
     match (recipe.mode, recipe.placement) {
-        (QuantMode::Int4, _) => INT4_OP_TYPES.to_vec(),
-        (QuantMode::Fp8, _) => FP8_OP_TYPES.to_vec(),
-        (_, Placement::Ort) => super::super::ops::ORT_DEFAULT_OP_TYPES.to_vec(),
-        (_, Placement::Tensorrt) => TENSORRT_OP_TYPES.to_vec(),
+        (QuantMode::Int4, _) => ops::INT4_OP_TYPES.to_vec(),
+        (QuantMode::Fp8, _) => ops::FP8_OP_TYPES.to_vec(),
+        (_, Placement::Ort) => ops::ORT_DEFAULT_OP_TYPES.to_vec(),
+        (_, Placement::Tensorrt) => ops::TENSORRT_OP_TYPES.to_vec(),
     }
 }
 
@@ -85,15 +31,13 @@ pub fn listed_op_types(recipe: &Recipe) -> Vec<&str> {
     }
 }
 
-/// The output-channel axis of a weighted op's weight: per-channel scales run along it.
+/// The output-channel axis of a compute node's weight (per-channel scales run along it; see
+/// [`ops::channel_axis`]).
 pub fn weight_axis(node: &Node) -> usize {
-    match node.op_type.as_str() {
-        "Conv" => 0,
-        "ConvTranspose" => 1,
-        "Gemm" => usize::from(node.int_attribute("transB").unwrap_or(0) == 0),
-        // MatMul: x[.., K] · w[K, N], channels are the N columns.
-        _ => 1,
-    }
+    ops::channel_axis(
+        &node.op_type,
+        node.int_attribute("transB").unwrap_or(0) != 0,
+    )
 }
 
 /// What a selected node does to its tensors.
@@ -120,15 +64,13 @@ pub(super) fn rule(recipe: &Recipe, op: &str) -> Rule {
     if recipe.mode == QuantMode::Int4 {
         return Rule::WeightOnly;
     }
-    if WEIGHTED_OPS.contains(&op) || op == "MatMul" {
-        return Rule::Weighted;
-    }
-    match recipe.placement {
-        Placement::Ort if SHARED_SCALE_OPS.contains(&op) => Rule::SharedScale,
-        Placement::Ort if FLOOR_ACTIVATIONS.contains(&op) => Rule::FloorActivation,
-        Placement::Ort => Rule::Inputs,
-        Placement::Tensorrt if op == "Add" => Rule::TensorrtAdd,
-        Placement::Tensorrt => Rule::TensorrtInputs,
+    match (recipe.placement, ops::family(op)) {
+        (_, Family::Compute) => Rule::Weighted,
+        (Placement::Ort, Family::SharedScale) => Rule::SharedScale,
+        (Placement::Ort, Family::FloorActivation) => Rule::FloorActivation,
+        (Placement::Ort, _) => Rule::Inputs,
+        (Placement::Tensorrt, _) if op == ops::ADD => Rule::TensorrtAdd,
+        (Placement::Tensorrt, _) => Rule::TensorrtInputs,
     }
 }
 
@@ -195,17 +137,19 @@ impl Planner<'_> {
 
     fn weighted(&mut self, node: &Node) {
         let op = node.op_type.as_str();
+        let row = ops::info(op);
         let (x, w) = (input(node, 0), input(node, 1));
         self.set(&x, TensorRole::Activation);
         if self.is_weight(&w) {
             // A batched (rank > 2) MatMul weight goes per tensor: ONNX Runtime's integer
             // MatMul takes per-column parameters only for a 2-d weight (it refuses others at
             // run time), and onnxruntime's axis 1 would run along the reduced dimension.
-            let axis =
-                Some(weight_axis(node)).filter(|_| op != "MatMul" || self.rank(&w) == Some(2));
+            let batched = row.is_some_and(|r| r.batched_weight) && self.rank(&w) != Some(2);
+            let axis = Some(weight_axis(node)).filter(|_| !batched);
             self.set(&w, TensorRole::Weight { axis });
-            let b = input(node, 2);
-            if WEIGHTED_OPS.contains(&op) && self.is_weight(&b) && self.mode() == QuantMode::Int8 {
+            let bias = row.and_then(|r| r.bias);
+            let b = bias.map(|i| input(node, i)).unwrap_or_default();
+            if bias.is_some() && self.is_weight(&b) && self.mode() == QuantMode::Int8 {
                 self.set(
                     &b,
                     TensorRole::Bias {
@@ -223,11 +167,7 @@ impl Planner<'_> {
     }
 
     fn shared_scale(&mut self, node: &Node) -> Result<(), Exclusion> {
-        let data = if node.op_type == "Where" {
-            input(node, 1)
-        } else {
-            input(node, 0)
-        };
+        let data = input(node, ops::info(&node.op_type).map_or(0, |o| o.data_input));
         if !self.plan.roles.contains_key(&data) {
             return Err(Exclusion::OpTypeNotQuantized);
         }
@@ -243,7 +183,7 @@ impl Planner<'_> {
         // Dropping the node is exact when the quantized range of its input starts at zero
         // with the zero point at qmin: asymmetric activations of a Relu, or a Clip whose
         // minimum is 0 (never the symmetric-range trap that deletes a Relu).
-        let floor_is_zero = node.op_type == "Relu" || (self.clip_min)(node.id) == Some(0.0);
+        let floor_is_zero = node.op_type == ops::RELU || (self.clip_min)(node.id) == Some(0.0);
         let graph = self.graph();
         let removable = floor_is_zero
             && !self.recipe().symmetric_activations
@@ -307,7 +247,7 @@ impl Planner<'_> {
     }
 
     fn inputs_and_output(&mut self, node: &Node) {
-        let norm = NORM_OPS.contains(&node.op_type.as_str());
+        let norm = ops::family(&node.op_type) == Family::Normalization;
         for (i, x) in (0..node.inputs.len()).map(|i| (i, input(node, i))) {
             let role = if norm && i == 1 && self.is_weight(&x) {
                 TensorRole::Weight { axis: None }

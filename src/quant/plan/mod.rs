@@ -11,13 +11,11 @@ mod select;
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::model::ops;
 use crate::model::{Graph, Node, NodeId};
 use crate::recipe::{Placement, QuantMode, Recipe};
 
-pub use families::{
-    FLOOR_ACTIVATIONS, NORM_OPS, SHARED_SCALE_OPS, TENSORRT_OP_TYPES, WEIGHTED_OPS,
-    default_op_types, listed_op_types, weight_axis,
-};
+pub use families::{default_op_types, listed_op_types, weight_axis};
 
 /// What happens to one tensor.
 #[derive(Debug, Clone, PartialEq)]
@@ -255,15 +253,16 @@ fn compute_only(graph: &Graph, recipe: &Recipe) -> bool {
 /// what makes it fast (0.80x float speed with the MatMul-only placement, 1.16x with ONNX
 /// Runtime's).
 fn is_transformer(graph: &Graph) -> bool {
-    let count = |ops: &[&str]| {
-        graph
-            .nodes()
-            .iter()
-            .filter(|n| ops.contains(&n.op_type.as_str()))
-            .count()
-    };
-    count(&["MatMul", "Gemm"]) > count(&["Conv", "ConvTranspose"])
-        && crate::quant::norms::has_normalization(graph)
+    // Dense compute ops (MatMul, Gemm) against convolutions.
+    let (mut dense, mut convolutions) = (0, 0);
+    for node in graph.nodes() {
+        match ops::info(&node.op_type) {
+            Some(o) if o.family == ops::Family::Compute && o.convolution => convolutions += 1,
+            Some(o) if o.family == ops::Family::Compute => dense += 1,
+            _ => {}
+        }
+    }
+    dense > convolutions && crate::quant::norms::has_normalization(graph)
 }
 
 /// Decides, node by node in topological order, what gets quantized.

@@ -10,6 +10,7 @@ use super::weights::QuantizedWeight;
 use super::{Rewriter, TensorParams};
 use crate::model::NodeId;
 use crate::model::TensorArray;
+use crate::model::ops;
 use crate::model::proto::AttributeProto;
 use crate::model::tensor::array;
 use crate::quant::QuantError;
@@ -49,7 +50,7 @@ impl Rewriter<'_> {
         let readers = &self.graph.tensor(weight)?.consumers;
         let all_matmul = readers.iter().all(|&id| {
             let n = self.graph.node(id);
-            n.op_type == "MatMul"
+            n.op_type == ops::MAT_MUL
                 && n.domain.is_empty()
                 && n.inputs.get(1).is_some_and(|w| w == weight)
                 && n.inputs.first().is_some_and(|a| a != weight)

@@ -16,23 +16,24 @@
 
 use std::collections::BTreeMap;
 
-use crate::eval::compare::latency::kernels::{COMPUTE_KERNELS, KernelTime};
+use crate::eval::compare::latency::kernels::KernelTime;
+use crate::model::ops;
 use crate::model::{Graph, Node};
 
 /// Ops that ONNX Runtime's CPU provider fuses into the compute kernel before them (their
 /// output names the fused kernel).
 const FUSED_AFTER_COMPUTE: [&str; 11] = [
-    "Relu",
-    "Clip",
-    "HardSigmoid",
-    "HardSwish",
-    "Sigmoid",
-    "LeakyRelu",
-    "Tanh",
-    "BatchNormalization",
-    "Add",
-    "Sum",
-    "Mul",
+    ops::RELU,
+    ops::CLIP,
+    ops::HARD_SIGMOID,
+    ops::HARD_SWISH,
+    ops::SIGMOID,
+    ops::LEAKY_RELU,
+    ops::TANH,
+    ops::BATCH_NORMALIZATION,
+    ops::ADD,
+    ops::SUM,
+    ops::MUL,
 ];
 
 /// How far back a fused kernel's output is traced to its compute node.
@@ -81,8 +82,7 @@ pub fn segment_costs(graph: &Graph, times: &[KernelTime]) -> BTreeMap<String, f6
     let mut current: Option<String> = None;
     let mut leading = 0.0;
     for kernel in times {
-        let node = COMPUTE_KERNELS
-            .contains(&kernel.op.as_str())
+        let node = ops::is_compute_kernel(&kernel.op)
             .then(|| compute_node(graph, &kernel.node))
             .flatten();
         if let Some(node) = node {
@@ -150,7 +150,7 @@ fn traced_back<'g>(graph: &'g Graph, tensor: &str) -> Option<&'g Node> {
 
 /// True for the model's Conv/ConvTranspose/MatMul/Gemm nodes.
 fn is_compute(node: &Node) -> bool {
-    crate::eval::compare::latency::kernels::COMPUTE_OPS.contains(&node.op_type.as_str())
+    ops::is_compute(&node.op_type)
 }
 
 #[cfg(test)]

@@ -11,23 +11,19 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::model::Graph;
-
-/// Ops whose float kernel inside a Q/DQ group means the group was not fused: the compute ops
-/// whose integer kernels are what quantizing buys.
-pub(crate) const COMPUTE_OPS: [&str; 4] = ["Conv", "ConvTranspose", "MatMul", "Gemm"];
+use crate::model::{Graph, ops};
 
 /// Integer kernels that fused Q/DQ groups become (besides every `QLinear*` op).
 const INTEGER_OPS: [&str; 10] = [
-    "ConvInteger",
-    "MatMulInteger",
-    "MatMulIntegerToFloat",
-    "DynamicQuantizeMatMul",
-    "QGemm",
-    "MatMulNBits",
-    "QAttention",
-    "QOrderedMatMul",
-    "NhwcQLinearConv",
+    ops::CONV_INTEGER,
+    ops::MAT_MUL_INTEGER,
+    ops::MAT_MUL_INTEGER_TO_FLOAT,
+    ops::DYNAMIC_QUANTIZE_MAT_MUL,
+    ops::Q_GEMM,
+    ops::MAT_MUL_N_BITS,
+    ops::Q_ATTENTION,
+    ops::Q_ORDERED_MAT_MUL,
+    ops::NHWC_Q_LINEAR_CONV,
     "QEmbedLayerNormalization",
 ];
 
@@ -94,27 +90,6 @@ pub struct KernelReport {
 #[derive(Debug, thiserror::Error)]
 #[error("ONNX Runtime's profile cannot be read: {0}")]
 pub struct ProfileError(String);
-
-/// Kernels that run a compute op (a Conv, MatMul or Gemm of the model, fused or not, float or
-/// integer): each starts a segment of the run in [`crate::eval::compare::latency::kernel_costs`].
-pub(crate) const COMPUTE_KERNELS: [&str; 16] = [
-    "Conv",
-    "FusedConv",
-    "NhwcFusedConv",
-    "ConvTranspose",
-    "MatMul",
-    "FusedMatMul",
-    "Gemm",
-    "FusedGemm",
-    "QLinearConv",
-    "NhwcQLinearConv",
-    "QLinearMatMul",
-    "QGemm",
-    "MatMulInteger",
-    "MatMulIntegerToFloat",
-    "DynamicQuantizeMatMul",
-    "ConvInteger",
-];
 
 /// One kernel's time in a run, from a profile of several runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,12 +162,12 @@ pub(crate) fn quantized_compute(graph: &Graph) -> BTreeSet<String> {
     graph
         .nodes()
         .iter()
-        .filter(|n| COMPUTE_OPS.contains(&n.op_type.as_str()))
+        .filter(|n| ops::is_compute(&n.op_type))
         .filter(|n| {
             n.inputs.iter().any(|i| {
                 graph
                     .producer_of(i)
-                    .is_some_and(|p| p.op_type == "DequantizeLinear")
+                    .is_some_and(|p| p.op_type == ops::DEQUANTIZE_LINEAR)
             })
         })
         .map(|n| n.name.clone())
@@ -225,7 +200,7 @@ pub fn read_profile(
     kernels.sort_by(|a, b| b.count.cmp(&a.count).then(a.op.cmp(&b.op)));
     let float_compute: BTreeSet<String> = runs
         .iter()
-        .filter(|r| COMPUTE_OPS.contains(&r.op.as_str()) && compute.contains(&r.node))
+        .filter(|r| ops::is_compute(&r.op) && compute.contains(&r.node))
         .map(|r| r.node.clone())
         .collect();
     let mut report = KernelReport {
@@ -235,7 +210,7 @@ pub fn read_profile(
         float_compute: float_compute.into_iter().collect(),
         standalone_qdq: runs
             .iter()
-            .filter(|r| matches!(r.op.as_str(), "QuantizeLinear" | "DequantizeLinear"))
+            .filter(|r| matches!(r.op.as_str(), ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR))
             .count(),
         tensorrt: runs.iter().filter(|r| r.provider == TENSORRT).count(),
         compiled: compiled_subgraphs(&runs),

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::EvalError;
 use crate::calib::data::{BatchSource, DataError, choose_batch, model_inputs};
+use crate::model::ops;
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
 use crate::runtime::value::{owned_inputs, session_inputs};
@@ -51,10 +52,12 @@ pub fn measure_latency(
         samples,
         owned,
     } = first_batch(model, source, batch_size)?;
-    let quantized = graph
-        .nodes()
-        .iter()
-        .any(|n| matches!(n.op_type.as_str(), "DequantizeLinear" | "MatMulNBits"));
+    let quantized = graph.nodes().iter().any(|n| {
+        matches!(
+            n.op_type.as_str(),
+            ops::DEQUANTIZE_LINEAR | ops::MAT_MUL_N_BITS
+        )
+    });
     // A float model's CPU options are the defaults; a QDQ model's follow its types.
     let options = cpu_session_options(model);
     let session_model = model.to_session_model()?;

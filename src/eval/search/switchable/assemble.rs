@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::eval::search::switchable::units::{Form, FormKey, PREFIX, Slot, Written, is_internal};
 use crate::eval::search::switchable::{Choices, Gating};
 use crate::model::builder::value_info;
+use crate::model::ops;
 use crate::model::proto::attribute_proto::AttributeType;
 use crate::model::proto::{
     AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto, ValueInfoProto, type_proto,
@@ -242,7 +243,7 @@ impl Placer<'_> {
             _ => {
                 let mut nest = self.tests(&choice.alternatives, default, &outputs);
                 match nest.node.pop() {
-                    Some(mut top) if top.op_type() == "If" => {
+                    Some(mut top) if top.op_type() == ops::IF => {
                         top.output = names;
                         top
                     }

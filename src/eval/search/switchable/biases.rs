@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use ndarray::ArrayD;
 
 use crate::model::TensorArray;
+use crate::model::ops;
 use crate::model::proto::{GraphProto, NodeProto, TensorProto};
 
 /// Replaces every `DequantizeLinear` of an int32 initializer with a zero (or no) zero point
@@ -48,7 +49,7 @@ pub(super) fn fold_int32_dequantization(graph: &mut GraphProto) {
 /// The output of `node` as a float initializer, when it dequantizes an int32 initializer
 /// with a zero point of 0 by a scale that is one value or one per element of a vector.
 fn dequantized(node: &NodeProto, constants: &HashMap<&str, &TensorProto>) -> Option<TensorProto> {
-    if node.op_type() != "DequantizeLinear" || !node.domain().is_empty() {
+    if node.op_type() != ops::DEQUANTIZE_LINEAR || !node.domain().is_empty() {
         return None;
     }
     let read = |at: usize| -> Option<TensorArray> {

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use crate::eval::search::switchable::assemble::{PLACEHOLDER, gate_name, reads};
 use crate::eval::search::switchable::units::PREFIX;
 use crate::model::builder::any_shape_info;
+use crate::model::ops;
 use crate::model::proto::tensor_shape_proto::{Dimension, dimension::Value as DimValue};
 use crate::model::proto::{
     GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto, type_proto,
@@ -189,10 +190,10 @@ fn resolved(node: NodeProto, fixed: &Fixed<'_>) -> (Vec<NodeProto>, Vec<TensorPr
 /// is reshaped by [`OPAQUE`], whose length inference cannot know. No variant of the suffix
 /// reads it (the forms a variant selects write what its other forms read).
 fn resolve(node: &NodeProto, fixed: &Fixed<'_>) -> Option<(Vec<NodeProto>, Vec<TensorProto>)> {
-    if node.op_type() == "Where" {
+    if node.op_type() == ops::WHERE {
         return Some((vec![picked(node, fixed)?], Vec::new()));
     }
-    if node.op_type() != "If" {
+    if node.op_type() != ops::IF {
         return None;
     }
     let on = fixed(switch_of(node.input.first()?)?)?;
@@ -207,12 +208,12 @@ fn resolve(node: &NodeProto, fixed: &Fixed<'_>) -> Option<(Vec<NodeProto>, Vec<T
     let mut nodes = Vec::new();
     let mut initializers = branch.initializer.clone();
     for inner in &branch.node {
-        if inner.op_type() == "Constant" && inner.name().starts_with(&filler) {
+        if inner.op_type() == ops::CONSTANT && inner.name().starts_with(&filler) {
             nodes.extend(opaque_scalar(inner));
             continue;
         }
         match inner.op_type() {
-            "If" => {
+            ops::IF => {
                 let (more, inits) = resolve(inner, fixed)?;
                 nodes.extend(more);
                 initializers.extend(inits);

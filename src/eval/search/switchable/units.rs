@@ -18,6 +18,7 @@ use std::hash::{Hash, Hasher};
 use prost::Message;
 
 use crate::eval::search::switchable::NotSwitchable;
+use crate::model::ops;
 use crate::model::proto::{NodeProto, TensorProto};
 use crate::model::{DataType, Graph, Model};
 
@@ -167,12 +168,12 @@ impl Base {
 /// Activations ONNX Runtime fuses into the Conv or Gemm before them (its `FusedConv`, the
 /// blocked-layout Conv's activation, `FusedGemm`).
 const FUSED_ACTIVATIONS: [&str; 6] = [
-    "Relu",
-    "Clip",
-    "HardSigmoid",
-    "Sigmoid",
-    "Tanh",
-    "LeakyRelu",
+    ops::RELU,
+    ops::CLIP,
+    ops::HARD_SIGMOID,
+    ops::SIGMOID,
+    ops::TANH,
+    ops::LEAKY_RELU,
 ];
 
 /// The node leading each node's unit: a Conv takes the Add that alone reads it (ONNX
@@ -192,8 +193,8 @@ fn fusion_groups(graph: &Graph) -> Vec<usize> {
     };
     for node in graph.nodes() {
         let adds: &[&str] = match node.op_type.as_str() {
-            "Conv" | "MatMul" => &["Add", "Sum"],
-            "Gemm" => &[],
+            ops::CONV | ops::MAT_MUL => &[ops::ADD, ops::SUM],
+            ops::GEMM => &[],
             _ => continue,
         };
         let mut last = node;
@@ -228,16 +229,18 @@ fn constant_nodes(graph: &Graph) -> Vec<bool> {
 
 /// Whether a node is a Q/DQ node the quantizer wrote.
 fn is_qdq(node: &NodeProto) -> bool {
-    matches!(node.op_type(), "QuantizeLinear" | "DequantizeLinear")
-        && matches!(node.domain(), "" | "ai.onnx" | "com.microsoft")
+    matches!(
+        node.op_type(),
+        ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR
+    ) && matches!(node.domain(), "" | "ai.onnx" | "com.microsoft")
 }
 
 fn is_q(node: &NodeProto) -> bool {
-    is_qdq(node) && node.op_type() == "QuantizeLinear"
+    is_qdq(node) && node.op_type() == ops::QUANTIZE_LINEAR
 }
 
 fn is_dq(node: &NodeProto) -> bool {
-    is_qdq(node) && node.op_type() == "DequantizeLinear"
+    is_qdq(node) && node.op_type() == ops::DEQUANTIZE_LINEAR
 }
 
 /// A variant's producers, consumers, initializers and outputs by name.
