@@ -65,7 +65,7 @@ fn click_node(h: &mut Harness<'_, Studio>, node: NodeId, modifiers: Modifiers) {
     let rect = h
         .state()
         .document()
-        .and_then(|d| d.canvas.screen_rect_of(node))
+        .and_then(|d| d.view.canvas.screen_rect_of(node))
         .expect("the node is laid out");
     let pos = rect.center();
     h.event(Event::PointerMoved(pos));
@@ -93,35 +93,37 @@ fn click_node(h: &mut Harness<'_, Studio>, node: NodeId, modifiers: Modifiers) {
 /// A Conv node whose box is on screen in the opening view (the top of the graph).
 fn visible_conv(h: &Harness<'_, Studio>, skip: usize) -> NodeId {
     let doc = h.state().document().unwrap();
-    doc.graph
+    doc.opened
+        .graph
         .topological_order()
         .iter()
         .copied()
-        .filter(|id| doc.graph.node(*id).op_type == "Conv")
+        .filter(|id| doc.opened.graph.node(*id).op_type == "Conv")
         .filter(|id| {
-            doc.canvas.screen_rect_of(*id).is_some_and(|r| {
+            doc.view.canvas.screen_rect_of(*id).is_some_and(|r| {
                 r.min.x > 300.0 && r.max.x < 1000.0 && r.min.y > 60.0 && r.max.y < 800.0
             })
         })
         .nth(skip)
         .unwrap_or_else(|| {
             let rects: Vec<_> = doc
+                .opened
                 .graph
                 .topological_order()
                 .iter()
-                .filter(|id| doc.graph.node(**id).op_type != "Constant")
+                .filter(|id| doc.opened.graph.node(**id).op_type != "Constant")
                 .take(12)
                 .map(|id| {
                     (
-                        doc.graph.node(*id).op_type.clone(),
-                        doc.canvas.screen_rect_of(*id),
+                        doc.opened.graph.node(*id).op_type.clone(),
+                        doc.view.canvas.screen_rect_of(*id),
                     )
                 })
                 .collect();
             panic!(
                 "no Conv on screen; view {:?} zoom {} first nodes {rects:?}",
-                doc.canvas.view_rect(),
-                doc.canvas.zoom()
+                doc.view.canvas.view_rect(),
+                doc.view.canvas.zoom()
             )
         })
 }
@@ -136,8 +138,12 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
     open(&mut h, Source::Sample);
     {
         let doc = h.state().document().expect("the sample opened");
-        assert_eq!(doc.graph.nodes().len(), 566);
-        assert!(doc.canvas.node_count() > 200, "{}", doc.canvas.node_count());
+        assert_eq!(doc.opened.graph.nodes().len(), 566);
+        assert!(
+            doc.view.canvas.node_count() > 200,
+            "{}",
+            doc.view.canvas.node_count()
+        );
         assert_eq!(recipe(&h), Recipe::for_target(Target::Cpu));
     }
     // An idle window settles: nothing asks for frames when nothing happens.
@@ -157,9 +163,17 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
 
     // Select a node by clicking it, exclude it with the inspector's button.
     let first = visible_conv(&h, 0);
-    let first_name = h.state().document().unwrap().graph.node(first).name.clone();
+    let first_name = h
+        .state()
+        .document()
+        .unwrap()
+        .opened
+        .graph
+        .node(first)
+        .name
+        .clone();
     click_node(&mut h, first, Modifiers::NONE);
-    assert_eq!(h.state().document().unwrap().selection, [first]);
+    assert_eq!(h.state().document().unwrap().view.selection, [first]);
     h.get_by_label("Exclude this node").click();
     h.run_steps(2);
     assert_eq!(
@@ -186,7 +200,10 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
     let second = visible_conv(&h, 1);
     click_node(&mut h, first, Modifiers::NONE);
     click_node(&mut h, second, Modifiers::SHIFT);
-    assert_eq!(h.state().document().unwrap().selection, [first, second]);
+    assert_eq!(
+        h.state().document().unwrap().view.selection,
+        [first, second]
+    );
     h.key_press(Key::X);
     h.run_steps(2);
     assert_eq!(recipe(&h).nodes_to_exclude.len(), 2);
@@ -206,7 +223,7 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
 
     // Search with Ctrl+F for a node by name: the view centres on it.
     let (target, target_name) = {
-        let graph = &h.state().document().unwrap().graph;
+        let graph = &h.state().document().unwrap().opened.graph;
         let id = graph
             .topological_order()
             .iter()
@@ -222,15 +239,15 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
     h.run_steps(3);
     {
         let doc = h.state().document().unwrap();
-        assert!(doc.search.open);
-        assert_eq!(doc.search.current(), Some(target), "{target_name}");
-        let rect = doc.canvas.screen_rect_of(target).unwrap();
+        assert!(doc.view.search.open);
+        assert_eq!(doc.view.search.current(), Some(target), "{target_name}");
+        let rect = doc.view.canvas.screen_rect_of(target).unwrap();
         let view = egui::Rect::from_min_max(Pos2::new(250.0, 0.0), Pos2::new(1070.0, 900.0));
         assert!(view.contains(rect.center()), "centred: {rect:?}");
     }
     h.key_press(Key::Escape);
     h.run_steps(2);
-    assert!(!h.state().document().unwrap().search.open);
+    assert!(!h.state().document().unwrap().view.search.open);
 
     // Save the recipe through File ▸ Save recipe (the path field: no native dialog here).
     let dir = tempfile::tempdir().unwrap();
@@ -293,7 +310,7 @@ fn bad_files_show_an_error_and_the_open_model_stays() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(studio());
     open(&mut h, Source::Sample);
-    let nodes = h.state().document().unwrap().graph.nodes().len();
+    let nodes = h.state().document().unwrap().opened.graph.nodes().len();
 
     // A truncated model.
     let truncated = dir.path().join("truncated.onnx");
@@ -307,7 +324,7 @@ fn bad_files_show_an_error_and_the_open_model_stays() {
         h.state().notices()
     );
     assert_eq!(
-        h.state().document().unwrap().graph.nodes().len(),
+        h.state().document().unwrap().opened.graph.nodes().len(),
         nodes,
         "the sample is still open"
     );
@@ -336,7 +353,10 @@ fn bad_files_show_an_error_and_the_open_model_stays() {
         "{:?}",
         h.state().notices()
     );
-    assert_eq!(h.state().document().unwrap().graph.nodes().len(), nodes);
+    assert_eq!(
+        h.state().document().unwrap().opened.graph.nodes().len(),
+        nodes
+    );
 }
 
 #[test]
@@ -353,9 +373,10 @@ fn a_broken_graph_opens_with_its_problems_flagged() {
     open(&mut h, Source::File(path.clone()));
     assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
     let doc = h.state().document().unwrap();
-    let add = doc.graph.node_by_name("reads_a_ghost").unwrap().id;
-    assert!(doc.flagged.contains(&add));
+    let add = doc.opened.graph.node_by_name("reads_a_ghost").unwrap().id;
+    assert!(doc.opened.flagged.contains(&add));
     let relu = doc
+        .opened
         .graph
         .nodes()
         .iter()
@@ -378,13 +399,13 @@ fn a_broken_graph_opens_with_its_problems_flagged() {
     // The inspector lists the problem; its link selects the node.
     h.get_by_label_contains("which nothing produces").click();
     h.run_steps(2);
-    assert_eq!(h.state().document().unwrap().selection, [add]);
+    assert_eq!(h.state().document().unwrap().view.selection, [add]);
 }
 
 /// The id of node `name` of the open document.
 fn doc_node(h: &Harness<'_, Studio>, name: &str) -> qdq_studio::model::NodeId {
     let doc = h.state().document().unwrap();
-    doc.graph.node_by_name(name).unwrap().id
+    doc.opened.graph.node_by_name(name).unwrap().id
 }
 
 /// A post-norm residual block: LayerNormalization → MatMul → bias Add → residual Add →
@@ -419,13 +440,15 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     residual_block(&path);
     let mut h = harness(studio());
     open(&mut h, Source::File(path));
-    let kept = |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.kept_float.len();
+    let kept =
+        |h: &Harness<'_, Studio>| h.state().document().unwrap().planned.plan.kept_float.len();
     // A transformer under its target: the MatMuls' inputs alone are quantized, nothing needs
     // keeping, and the Adds show unselected. Selecting Add lists the op types: onnxruntime's
     // placement, which automatic precision then guards.
     assert_eq!(kept(&h), 0);
-    let add_type =
-        |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.op_types["Add"].selected;
+    let add_type = |h: &Harness<'_, Studio>| {
+        h.state().document().unwrap().planned.plan.op_types["Add"].selected
+    };
     assert!(!add_type(&h));
     h.state_mut()
         .push(qdq_studio::app::command::Command::Recipe(
@@ -440,16 +463,16 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     // Add has nothing left to quantize and shows as kept in float.
     assert_eq!(kept(&h), 4);
     let doc = h.state().document().unwrap();
-    let add = doc.graph.node_by_name("bias_add").unwrap().id;
+    let add = doc.opened.graph.node_by_name("bias_add").unwrap().id;
     assert_eq!(
-        qdq_studio::app::states::NodeState::of(doc.plan.node("bias_add"), None),
+        qdq_studio::app::states::NodeState::of(doc.planned.plan.node("bias_add"), None),
         qdq_studio::app::states::NodeState::KeptFloat
     );
     // With the bias Add, the residual Add and both LayerNorms: each reads a kept tensor, so no
     // runtime fuses it and it stays float whole.
     h.get_by_label_contains("Kept in float: 4");
     // The inspector tells why.
-    h.state_mut().document_mut().unwrap().selection = vec![add];
+    h.state_mut().document_mut().unwrap().view.selection = vec![add];
     h.run_steps(2);
     // Its input and output, each with the reason.
     assert_eq!(
@@ -463,7 +486,7 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     assert_eq!(recipe(&h).target, Some(Target::Cpu));
     assert!(!recipe(&h).saturation_guard);
     let dense = doc_node(&h, "dense");
-    h.state_mut().document_mut().unwrap().selection = vec![dense];
+    h.state_mut().document_mut().unwrap().view.selection = vec![dense];
     h.run_steps(2);
     assert_eq!(
         h.query_all_by_label_contains("int8 (7-bit) symmetric")
@@ -476,7 +499,13 @@ fn automatic_precision_is_shown_with_its_reason_and_can_be_switched_off() {
     assert!(recipe(&h).saturation_guard);
     assert_eq!(recipe(&h).target, Some(Target::CpuAvx2));
     assert_eq!(
-        h.state().document().unwrap().plan.seven_bit_weights.len(),
+        h.state()
+            .document()
+            .unwrap()
+            .planned
+            .plan
+            .seven_bit_weights
+            .len(),
         1
     );
     h.get_by_label_contains("int8 (7-bit) symmetric");
@@ -518,18 +547,27 @@ fn outlier_rows_in_float_are_counted_and_switched_off_as_one_recipe_change() {
     outlier_row_matmul(&path);
     let mut h = harness(studio());
     open(&mut h, Source::File(path));
-    let split = |h: &Harness<'_, Studio>| h.state().document().unwrap().plan.outlier_rows.len();
+    let split = |h: &Harness<'_, Studio>| {
+        h.state()
+            .document()
+            .unwrap()
+            .planned
+            .plan
+            .outlier_rows
+            .len()
+    };
     assert_eq!(split(&h), 1);
     // The float path is the quantizer's own: the graph shows the model as opened.
     let doc = h.state().document().unwrap();
     assert!(
-        doc.graph
+        doc.opened
+            .graph
             .node_by_name("dense/outlier_rows/MatMul")
             .is_none()
     );
     // The inspector says which rows of the selected layer's weight stay float.
     let dense = doc_node(&h, "dense");
-    h.state_mut().document_mut().unwrap().selection = vec![dense];
+    h.state_mut().document_mut().unwrap().view.selection = vec![dense];
     h.run_steps(2);
     h.get_by_label_contains("Outlier rows in float: 1 of 256 (rows 3)");
     h.get_by_label_contains("Outlier rows in float (1 row(s), 1 weight(s))")
@@ -558,7 +596,10 @@ fn the_mode_choice_offers_the_int4_methods_and_output_forms() {
     assert_eq!(r.mode, qdq_studio::recipe::QuantMode::Int4);
     assert_eq!(r.weight_type, qdq_studio::recipe::QuantType::Int4);
     // The plan is the int4 one: both MatMul weights, nothing else.
-    assert_eq!(h.state().document().unwrap().plan.quantized_count(), 2);
+    assert_eq!(
+        h.state().document().unwrap().planned.plan.quantized_count(),
+        2
+    );
     h.get_by_value("awq_lite").click();
     h.run_steps(2);
     h.get_by_label("awq_clip").click();
@@ -612,7 +653,7 @@ fn a_small_window_keeps_the_graph_visible_and_every_panel_within_the_window() {
         h.query_by_label("will be quantized").is_none(),
         "folded again: {:?} {:?}",
         h.query_by_label("Legend").is_some(),
-        h.state().document().unwrap().panel.legend_open
+        h.state().document().unwrap().view.panel.legend_open
     );
     // The op types are reached by scrolling the left panel, not pushed off it.
     h.get_by_label("Conv (53)").scroll_to_me();
@@ -633,20 +674,35 @@ fn a_small_window_keeps_the_graph_visible_and_every_panel_within_the_window() {
     b.build().save(&path, &Default::default()).unwrap();
     open(&mut h, Source::File(path));
     h.run_steps(4);
-    let view_before = h.state().document().unwrap().canvas.view_rect().unwrap();
+    let view_before = h
+        .state()
+        .document()
+        .unwrap()
+        .view
+        .canvas
+        .view_rect()
+        .unwrap();
     let node = h
         .state()
         .document()
         .unwrap()
+        .opened
         .graph
         .node_by_name("relu")
         .unwrap()
         .id;
-    h.state_mut().document_mut().unwrap().selection = vec![node];
+    h.state_mut().document_mut().unwrap().view.selection = vec![node];
     h.state_mut().document_mut().unwrap().refresh();
     h.run_steps(4);
     assert!(h.query_by_label(long).is_some(), "the inspector lists it");
-    let view_after = h.state().document().unwrap().canvas.view_rect().unwrap();
+    let view_after = h
+        .state()
+        .document()
+        .unwrap()
+        .view
+        .canvas
+        .view_rect()
+        .unwrap();
     assert!(
         (view_after.width() - view_before.width()).abs() < 1.0 && view_after.width() > 250.0,
         "graph view {view_before:?} -> {view_after:?}"
@@ -662,13 +718,20 @@ fn a_user_paints_nodes_by_precision_in_the_inspector() {
     let first = visible_conv(&h, 0);
     let second = visible_conv(&h, 1);
     let name = |h: &Harness<'_, Studio>, id: NodeId| {
-        h.state().document().unwrap().graph.node(id).name.clone()
+        h.state()
+            .document()
+            .unwrap()
+            .opened
+            .graph
+            .node(id)
+            .name
+            .clone()
     };
     let state = |h: &Harness<'_, Studio>, id: NodeId| h.state().document().unwrap().state(id);
     let (first_name, second_name) = (name(&h, first), name(&h, second));
 
     // One node: 16-bit activations, painted as such, still counted as quantized.
-    let quantized_before = h.state().document().unwrap().counts.quantized;
+    let quantized_before = h.state().document().unwrap().planned.counts.quantized;
     click_node(&mut h, first, Modifiers::NONE);
     h.get_by_label("w8a16").click();
     h.run_steps(3);
@@ -678,7 +741,7 @@ fn a_user_paints_nodes_by_precision_in_the_inspector() {
     );
     assert_eq!(state(&h, first), NodeState::Quantized16);
     assert_eq!(
-        h.state().document().unwrap().counts.quantized,
+        h.state().document().unwrap().planned.counts.quantized,
         quantized_before
     );
     assert!(
@@ -726,7 +789,11 @@ fn a_model_folder_opens_its_model() {
     open(&mut h, Source::File(folder.clone()));
     assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
     assert_eq!(
-        h.state().document().expect("the folder's model").source,
+        h.state()
+            .document()
+            .expect("the folder's model")
+            .opened
+            .source,
         Source::File(model)
     );
 

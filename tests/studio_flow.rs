@@ -202,13 +202,23 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     no_notices(&h);
     let stats = statistics(&h);
     assert_eq!(stats.info.samples, 32);
-    assert_eq!(h.state().document().unwrap().panel.tab, WorkTab::Histogram);
+    assert_eq!(
+        h.state().document().unwrap().view.panel.tab,
+        WorkTab::Histogram
+    );
 
     // Pick a tensor from the searchable list and read its ranges.
     // One the quantizer's plan quantizes with its own range (not a folded Relu's input or a
     // shared scale: overrides of those go on the tensor whose range they take).
-    let shown = h.state().document().unwrap().panel.histogram_tensor.clone();
-    let plan = h.state().document().unwrap().plan.clone();
+    let shown = h
+        .state()
+        .document()
+        .unwrap()
+        .view
+        .panel
+        .histogram_tensor
+        .clone();
+    let plan = h.state().document().unwrap().planned.plan.clone();
     let tensor = stats
         .tensors
         .iter()
@@ -226,6 +236,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
         h.state()
             .document()
             .unwrap()
+            .view
             .panel
             .histogram_tensor
             .as_ref(),
@@ -266,18 +277,21 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
         let comparison = doc.work.results.comparison.as_ref().expect("a comparison");
         assert_eq!(comparison.recipe, *doc.recipe());
         assert_eq!(
-            doc.counts.quantized,
+            doc.planned.counts.quantized,
             comparison.quantized_nodes.len(),
             "the recipe panel and Results count the same quantized nodes"
         );
-        assert!(doc.panel.heat_map, "the graph shows the heat map");
-        let heat = doc.heat.as_ref().expect("per-node SQNR");
+        assert!(doc.view.panel.heat_map, "the graph shows the heat map");
+        let heat = doc.view.heat.as_ref().expect("per-node SQNR");
         assert!(heat.iter().flatten().count() > 20, "measured nodes");
         assert!(comparison.latency.is_some(), "latency beside accuracy");
         assert_eq!(comparison.outputs.len(), 1);
         comparison.outputs[0].sqnr_db
     };
-    assert_eq!(h.state().document().unwrap().panel.tab, WorkTab::Results);
+    assert_eq!(
+        h.state().document().unwrap().view.panel.tab,
+        WorkTab::Results
+    );
     assert!(h.query_by_label("SQNR dB").is_some(), "the outputs table");
     // The speed, called a speed-up only when the runs allow it.
     let verdict = comparison_latency_verdict(&h);
@@ -292,12 +306,12 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     assert!(h.state().metrics().compare_to_heat_map.is_some());
 
     // The heat map switched to local error: each node's own quantization, the legend says so.
-    let cumulative = h.state().document().unwrap().heat.clone().unwrap();
+    let cumulative = h.state().document().unwrap().view.heat.clone().unwrap();
     press(&mut h, "Local");
     {
         let doc = h.state().document().unwrap();
-        assert_eq!(doc.panel.heat_kind, ErrorKind::Local);
-        let local = doc.heat.as_ref().expect("per-node local SQNR");
+        assert_eq!(doc.view.panel.heat_kind, ErrorKind::Local);
+        let local = doc.view.heat.as_ref().expect("per-node local SQNR");
         assert_eq!(local.len(), cumulative.len());
         assert!(local.iter().flatten().count() > 20, "measured nodes");
         assert_ne!(
@@ -324,7 +338,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     );
     press(&mut h, "Cumulative");
     assert_eq!(
-        h.state().document().unwrap().heat.as_ref(),
+        h.state().document().unwrap().view.heat.as_ref(),
         Some(&cumulative)
     );
 
@@ -407,7 +421,7 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     // Every indicator agrees: the recipe panel names the recipe file, and the statistics,
     // which quitting no longer asks about, say the saved model holds their ranges.
     assert_eq!(
-        h.state().document().unwrap().recipe_path.as_deref(),
+        h.state().document().unwrap().planned.recipe_path.as_deref(),
         Some(recipe_file.as_path())
     );
     assert!(
@@ -435,7 +449,10 @@ fn a_user_calibrates_compares_auto_excludes_and_saves_the_sample() {
     );
     // The recipe panel's count is the saved model's.
     let quantized = expected.quantized_nodes.len();
-    assert_eq!(h.state().document().unwrap().counts.quantized, quantized);
+    assert_eq!(
+        h.state().document().unwrap().planned.counts.quantized,
+        quantized
+    );
     assert!(
         h.query_by_label(&format!("Quantized: {quantized}"))
             .is_some(),
@@ -680,21 +697,26 @@ fn the_studio_loads_onnxruntime_and_tensorrt_calibration_caches() {
     let stats = doc.work.results.stats.clone().expect("statistics loaded");
     assert_eq!(stats.tensors.len(), ranges.len());
     assert!(
-        doc.plan.from_statistics,
+        doc.planned.plan.from_statistics,
         "the plan follows the loaded statistics"
     );
     // A tensor quantized with its own range (MinMax) gets the cache's range exactly.
     let (tensor, r) = ranges
         .iter()
-        .find(|(t, _)| doc.plan.range_tensor(t).as_deref() == Some(t.as_str()))
+        .find(|(t, _)| doc.planned.plan.range_tensor(t).as_deref() == Some(t.as_str()))
         .expect("a tensor with its own range");
-    let planned = doc.plan.range(tensor, Some(&stats)).unwrap().unwrap();
+    let planned = doc
+        .planned
+        .plan
+        .range(tensor, Some(&stats))
+        .unwrap()
+        .unwrap();
     assert_eq!((planned.lo, planned.hi), (r.lo.min(0.0), r.hi.max(0.0)));
 
     // Quantize & compare runs from them. (Per-tensor weights: caches hold no shapes, and
     // without the Softmax input's rank the opset-13 raise per-channel weights need is refused.)
     let doc = h.state_mut().document_mut().unwrap();
-    doc.editor.change(|r| r.per_channel = false);
+    doc.planned.editor.change(|r| r.per_channel = false);
     doc.refresh();
     quantize_and_compare(&mut h, "quantize & compare");
     no_notices(&h);
@@ -775,19 +797,19 @@ fn int4_layers_show_their_error_in_the_results_heat_map_and_inspector() {
     let layers = &comparison.tensors.layers;
     assert_eq!(layers.len(), 2, "{layers:?}");
     // Both MatMuls are coloured on the heat map, by their output's error.
-    let heat = doc.heat.as_ref().expect("per-node SQNR");
+    let heat = doc.view.heat.as_ref().expect("per-node SQNR");
     for name in ["up", "down"] {
-        let id = doc.graph.node_by_name(name).unwrap().id;
+        let id = doc.opened.graph.node_by_name(name).unwrap().id;
         let layer = layers.iter().find(|l| l.node == name).unwrap();
         assert_eq!(heat[id.0], Some(layer.sqnr_db), "{name}");
     }
-    let down = doc.graph.node_by_name("down").unwrap().id;
+    let down = doc.opened.graph.node_by_name("down").unwrap().id;
     assert!(
         h.query_by_label_contains("Worst layers").is_some(),
         "the Results tab lists the layers"
     );
     // The inspector shows the selected layer's output and weight error.
-    h.state_mut().document_mut().unwrap().selection = vec![down];
+    h.state_mut().document_mut().unwrap().view.selection = vec![down];
     h.run_steps(3);
     assert!(
         h.query_by_label("Quantization error (last comparison)")
@@ -948,7 +970,7 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     assert!(h.query_by_label("Open without saving").is_none());
     let doc = h.state().document().unwrap();
     assert!(doc.work.results.stats.is_some(), "the work is still there");
-    assert_eq!(doc.source, Source::Sample);
+    assert_eq!(doc.opened.source, Source::Sample);
     // Asked again, "Open without saving" opens it.
     h.state_mut()
         .push(Command::App(AppCommand::Open(other.clone())));
@@ -956,7 +978,7 @@ fn unsaved_work_is_asked_about_before_another_model_replaces_it() {
     press(&mut h, "Open without saving");
     settle(&mut h, "opening the other model");
     let doc = h.state().document().unwrap();
-    assert_eq!(doc.source, Source::File(other));
+    assert_eq!(doc.opened.source, Source::File(other));
     assert!(doc.work.results.stats.is_none());
     no_notices(&h);
 
@@ -1039,6 +1061,7 @@ fn nan_met_in_calibration_is_said_beside_the_statistics() {
         h.state()
             .document()
             .unwrap()
+            .view
             .panel
             .histogram_tensor
             .as_deref(),
@@ -1073,6 +1096,7 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
         .state()
         .document()
         .unwrap()
+        .planned
         .prepared
         .as_ref()
         .ok()
@@ -1260,13 +1284,21 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
     let conv = {
         let doc = h.state().document().unwrap();
         let node = doc
+            .opened
             .graph
             .nodes()
             .iter()
             .find(|n| n.op_type == "BatchNormalization")
             .unwrap();
         let output = node.outputs[0].clone();
-        assert!(doc.graph.tensor(&output).unwrap().elem_type.is_none());
+        assert!(
+            doc.opened
+                .graph
+                .tensor(&output)
+                .unwrap()
+                .elem_type
+                .is_none()
+        );
         assert_eq!(doc.tensor_type(&output), "float32");
         assert_eq!(doc.tensor_shape(&output), None);
         let scale = doc
@@ -1296,7 +1328,7 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
     let before = h.state().document().unwrap().tensor_shape(&conv_output);
     assert_eq!(before, Some(shape.clone()), "{conv_output}");
     // The inspector shows it.
-    h.state_mut().document_mut().unwrap().selection = vec![id];
+    h.state_mut().document_mut().unwrap().view.selection = vec![id];
     h.run_steps(3);
     assert_eq!(
         h.query_all_by_label(&shape.dims_text()).count(),
@@ -1330,11 +1362,11 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     {
         let doc = h.state().document().unwrap();
         assert!(doc.is_quantized());
-        let graph = &doc.graph;
+        let graph = &doc.opened.graph;
         // Every Q/DQ pair is folded: no QuantizeLinear/DequantizeLinear box is drawn, and
         // every other node is.
         for node in graph.nodes() {
-            let drawn = doc.layout.positions[node.id.0].is_some();
+            let drawn = doc.opened.layout.positions[node.id.0].is_some();
             let qdq = matches!(
                 node.op_type.as_str(),
                 "QuantizeLinear" | "DequantizeLinear" | "Constant"
@@ -1343,11 +1375,11 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
         }
         // Each activation pair is a u8 tag on an edge from the float tensor's producer to the
         // consumer of the DequantizeLinear.
-        let tags = doc.canvas.edge_tags();
+        let tags = doc.view.canvas.edge_tags();
         assert!(tags.len() >= 150, "{} tags", tags.len());
         assert!(tags.iter().all(|(_, t)| t == "u8"), "{tags:?}");
-        for edge in &doc.layout.edges {
-            let source = doc.qdq.source_of(&edge.tensor);
+        for edge in &doc.opened.layout.edges {
+            let source = doc.opened.qdq.source_of(&edge.tensor);
             assert_eq!(
                 graph.tensor(source).and_then(|t| t.producer),
                 Some(edge.from),
@@ -1357,11 +1389,11 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
         }
         // Each Conv shows its int8 per-tensor weight on its box, and runs quantized.
         let conv = graph.nodes().iter().find(|n| n.op_type == "Conv").unwrap();
-        assert_eq!(doc.canvas.node_tag(conv.id).as_deref(), Some("W i8"));
-        let counts = doc.counts;
+        assert_eq!(doc.view.canvas.node_tag(conv.id).as_deref(), Some("W i8"));
+        let counts = doc.planned.counts;
         assert_eq!(
             counts.quantized + counts.not_quantizable,
-            doc.canvas.node_count()
+            doc.view.canvas.node_count()
         );
         // 137: the 18 Reshapes of constants and the MaxPool that read float and only write a
         // tensor their consumers quantize compute in float.
@@ -1376,12 +1408,14 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     let (conv, weight_text) = {
         let doc = h.state().document().unwrap();
         let conv = doc
+            .opened
             .graph
             .nodes()
             .iter()
             .find(|n| n.op_type == "Conv")
             .unwrap();
         let (_, weight) = doc
+            .opened
             .qdq
             .quantized_inputs(conv)
             .find(|(_, r)| r.constant)
@@ -1389,7 +1423,7 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
         (conv.id, weight.params.describe())
     };
     assert!(weight_text.starts_with("int8 · scale "), "{weight_text}");
-    h.state_mut().document_mut().unwrap().selection = vec![conv];
+    h.state_mut().document_mut().unwrap().view.selection = vec![conv];
     h.run_steps(3);
     assert!(h.query_by_label("Quantization in this model").is_some());
     let weight_row = format!("constant: {weight_text}");
@@ -1415,9 +1449,12 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
         comparison.tensors.unmatched
     );
     assert!(comparison.tensors.activations.len() >= 150);
-    assert_eq!(comparison.quantized_nodes.len(), doc.counts.quantized);
+    assert_eq!(
+        comparison.quantized_nodes.len(),
+        doc.planned.counts.quantized
+    );
     // The heat map colours the QDQ model's own nodes.
-    let heat = doc.heat.as_ref().expect("a heat map");
+    let heat = doc.view.heat.as_ref().expect("a heat map");
     let coloured = heat.iter().filter(|h| h.is_some()).count();
     assert!(coloured >= 100, "{coloured} nodes coloured");
     assert!(heat[conv.0].is_some(), "the Conv's output was measured");
@@ -1429,26 +1466,26 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
     h.run_steps(3);
     let (side_conv, conv_rect) = {
         let doc = h.state().document().unwrap();
-        let side = doc.side.as_ref().expect("the side view");
+        let side = doc.view.side.as_ref().expect("the side view");
         assert!(side.label.starts_with("float model"), "{}", side.label);
-        let name = &doc.graph.node(conv).name;
+        let name = &doc.opened.graph.node(conv).name;
         let side_conv = side.graph.node_by_name(name).unwrap().id;
         assert_eq!(side.to_doc[side_conv.0], Some(conv));
-        (side_conv, doc.canvas.screen_rect_of(conv).unwrap())
+        (side_conv, doc.view.canvas.screen_rect_of(conv).unwrap())
     };
     h.state_mut()
         .push(qdq_studio::app::command::Command::View(ViewCommand::ZoomIn));
     h.run_steps(3);
     let doc = h.state().document().unwrap();
-    let side = doc.side.as_ref().unwrap();
-    assert_eq!(side.canvas.camera(), doc.canvas.camera(), "one camera");
+    let side = doc.view.side.as_ref().unwrap();
+    assert_eq!(side.canvas.camera(), doc.view.canvas.camera(), "one camera");
     let (main_rect, side_rect) = (
-        doc.canvas.screen_rect_of(conv).unwrap(),
+        doc.view.canvas.screen_rect_of(conv).unwrap(),
         side.canvas.screen_rect_of(side_conv).unwrap(),
     );
     assert!(main_rect.width() > conv_rect.width(), "zoomed in");
     assert!((main_rect.width() - side_rect.width()).abs() < 0.5);
-    let offset = side.canvas.view_rect().unwrap().min - doc.canvas.view_rect().unwrap().min;
+    let offset = side.canvas.view_rect().unwrap().min - doc.view.canvas.view_rect().unwrap().min;
     assert!(
         ((side_rect.min - main_rect.min) - offset).length() < 0.5,
         "same place in each half"
@@ -1464,7 +1501,7 @@ fn an_onnxruntime_qdq_model_reads_as_a_quantized_graph_and_compares_against_its_
         });
     }
     h.run_steps(3);
-    assert_eq!(h.state().document().unwrap().selection, [conv]);
+    assert_eq!(h.state().document().unwrap().view.selection, [conv]);
 }
 
 #[test]
@@ -1541,13 +1578,13 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
             .nodes()
             .iter()
             .find(|n| n.op_type == "Reshape" && wrapped(n) == surrounded)
-            .map(|n| doc.graph.node_by_name(&n.name).unwrap().id)
+            .map(|n| doc.opened.graph.node_by_name(&n.name).unwrap().id)
             .unwrap()
     };
     let (surrounded, plain) = (pick(true), pick(false));
     let note = "Excluded, yet its neighbours quantize every tensor it reads and writes";
     for (node, expected) in [(surrounded, true), (plain, false)] {
-        h.state_mut().document_mut().unwrap().selection = vec![node];
+        h.state_mut().document_mut().unwrap().view.selection = vec![node];
         h.run_steps(3);
         assert_eq!(
             h.query_by_label_contains(note).is_some(),
@@ -1557,15 +1594,18 @@ fn on_a_trained_transformer_every_count_is_the_saved_models() {
     }
     let doc = h.state().document().unwrap();
     let comparison = doc.work.results.comparison.as_ref().unwrap();
-    assert!(doc.graph.nodes().iter().all(|n| {
+    assert!(doc.opened.graph.nodes().iter().all(|n| {
         n.op_type != "Reshape" || doc.state(n.id) != qdq_studio::app::states::NodeState::Quantized
     }));
-    assert_eq!(doc.counts.quantized, comparison.quantized_nodes.len());
+    assert_eq!(
+        doc.planned.counts.quantized,
+        comparison.quantized_nodes.len()
+    );
     assert!(
-        doc.counts.quantized < before.len(),
+        doc.planned.counts.quantized < before.len(),
         "{} -> {}",
         before.len(),
-        doc.counts.quantized
+        doc.planned.counts.quantized
     );
 }
 
@@ -1576,7 +1616,8 @@ fn results_fit_the_window(h: &mut Harness<'_, Studio>) {
     let node = {
         let doc = h.state().document().unwrap();
         let measured = &doc.work.results.comparison.as_ref().unwrap().tensors;
-        doc.graph
+        doc.opened
+            .graph
             .nodes()
             .iter()
             .find(|n| {
@@ -1589,7 +1630,7 @@ fn results_fit_the_window(h: &mut Harness<'_, Studio>) {
             .expect("a node with a long, measured output")
             .id
     };
-    h.state_mut().document_mut().unwrap().selection = vec![node];
+    h.state_mut().document_mut().unwrap().view.selection = vec![node];
     for size in [egui::vec2(1024.0, 700.0), egui::vec2(1600.0, 1000.0)] {
         h.set_size(size);
         h.run_steps(4);
@@ -1642,6 +1683,7 @@ fn counts_are_the_saved_models(h: &Harness<'_, Studio>) -> Vec<String> {
         .map(|n| n.name.as_str())
         .collect();
     let shown: std::collections::BTreeSet<&str> = doc
+        .opened
         .graph
         .nodes()
         .iter()
@@ -1659,7 +1701,7 @@ fn counts_are_the_saved_models(h: &Harness<'_, Studio>) -> Vec<String> {
         "quantized in the saved model, not shown so"
     );
     assert_eq!(
-        doc.counts.quantized,
+        doc.planned.counts.quantized,
         runs_quantized.len(),
         "the recipe panel"
     );
@@ -1675,7 +1717,7 @@ fn counts_are_the_saved_models(h: &Harness<'_, Studio>) -> Vec<String> {
     );
     assert!(
         shown.iter().all(|n| {
-            let id = doc.graph.node_by_name(n).unwrap().id;
+            let id = doc.opened.graph.node_by_name(n).unwrap().id;
             doc.state(id).excludable()
         }),
         "every quantized node can be excluded"
@@ -1718,8 +1760,8 @@ fn a_model_with_static_inputs_shows_its_shapes_before_any_calibration() {
     assert_eq!(shape.dims_text(), "[2, 4, 3, 3]");
     assert_eq!(doc.tensor_shape("c").unwrap().dims_text(), "[2, 4, 3, 3]");
     // The inspector shows it.
-    let id = doc.graph.node_by_name("relu").unwrap().id;
-    h.state_mut().document_mut().unwrap().selection = vec![id];
+    let id = doc.opened.graph.node_by_name("relu").unwrap().id;
+    h.state_mut().document_mut().unwrap().view.selection = vec![id];
     h.run_steps(3);
     assert_eq!(
         h.query_all_by_label("[2, 4, 3, 3]").count(),

@@ -238,7 +238,7 @@ fn recipe_changes(h: &mut Harness<'_, Studio>, frames: usize) -> Stats {
     let op_type = h
         .state()
         .document()
-        .and_then(|d| d.plan.op_types.keys().next().cloned())
+        .and_then(|d| d.planned.plan.op_types.keys().next().cloned())
         .unwrap_or_default();
     let times = (0..frames)
         .map(|i| {
@@ -339,7 +339,7 @@ fn large_model(folder: &std::path::Path) {
     if let Some(dialog) = h
         .state_mut()
         .document_mut()
-        .and_then(|d| d.panel.save_dialog.as_mut())
+        .and_then(|d| d.view.panel.save_dialog.as_mut())
     {
         dialog.path = saved.display().to_string();
         dialog.external_data = true;
@@ -394,12 +394,12 @@ fn main() {
             let doc = h.state().document().expect("det opened");
             println!(
                 "PP-OCR det ({} nodes, {} drawn): open to first frame {:.0} ms (read {:.0} ms, index {:.0} ms, layout {:.0} ms); slowest frame during the job {:.1} ms",
-                doc.graph.nodes().len(),
-                doc.canvas.node_count(),
+                doc.opened.graph.nodes().len(),
+                doc.view.canvas.node_count(),
                 first.as_secs_f64() * 1e3,
-                doc.timings.read.as_secs_f64() * 1e3,
-                doc.timings.index.as_secs_f64() * 1e3,
-                doc.timings.layout.as_secs_f64() * 1e3,
+                doc.opened.timings.read.as_secs_f64() * 1e3,
+                doc.opened.timings.index.as_secs_f64() * 1e3,
+                doc.opened.timings.layout.as_secs_f64() * 1e3,
                 slowest.as_secs_f64() * 1e3
             );
             report("PP-OCR det, panning", &pan(&mut h, 120));
@@ -415,10 +415,10 @@ fn main() {
         let doc = h.state().document().expect("opened");
         println!(
             "synthetic {} nodes: open to first frame {:.0} ms (layout {:.0} ms{}), slowest frame while the job ran {:.1} ms",
-            doc.canvas.node_count(),
+            doc.view.canvas.node_count(),
             first.as_secs_f64() * 1e3,
-            doc.timings.layout.as_secs_f64() * 1e3,
-            if doc.layout.simplified {
+            doc.opened.timings.layout.as_secs_f64() * 1e3,
+            if doc.opened.layout.simplified {
                 ", simplified"
             } else {
                 ""
@@ -435,7 +435,7 @@ fn main() {
         );
         h.state_mut().apply(Command::View(ViewCommand::Fit));
         frame(&mut h);
-        let zoom = h.state().document().map_or(0.0, |d| d.canvas.zoom());
+        let zoom = h.state().document().map_or(0.0, |d| d.view.canvas.zoom());
         report(
             &format!("synthetic {nodes}, panning with the whole graph in view (zoom {zoom:.3})"),
             &pan(&mut h, 120),

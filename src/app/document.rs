@@ -4,13 +4,14 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::workflow::tensor_facts::{KnownShape, known_shape};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::calib::CalibrationStats;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::app::canvas::{Emphasis, GraphCanvas, NodeLook, state_fill, state_text, text_on};
+use crate::app::document_parts::{DocParts, Opened, Planned, Shown};
+pub use crate::app::document_parts::{OpenTimings, Source};
 use crate::app::edit::RecipeEditor;
 use crate::app::layout::{self, GraphLayout, LayoutError};
 use crate::app::panel_state::PanelState;
@@ -25,36 +26,6 @@ use crate::quant::{Explanation, Prepared, explain_prepared};
 use crate::recipe::{Preprocessing, Recipe};
 use crate::workflow::outputs::RunFiles;
 
-/// Where a model came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// A file on disk.
-    File(PathBuf),
-    /// The sample bundled with the app.
-    Sample,
-}
-
-impl Source {
-    /// A short name for titles and the status bar.
-    pub fn label(&self) -> String {
-        match self {
-            Source::File(path) => path.file_name().map_or_else(
-                || path.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            ),
-            Source::Sample => crate::sample::SAMPLE_NAME.to_owned(),
-        }
-    }
-
-    /// The file, if any.
-    pub fn path(&self) -> Option<&Path> {
-        match self {
-            Source::File(path) => Some(path),
-            Source::Sample => None,
-        }
-    }
-}
-
 /// Why a model could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -67,17 +38,6 @@ pub enum OpenError {
     /// The user opened something else.
     #[error("cancelled")]
     Cancelled(#[from] Cancelled),
-}
-
-/// How long each step of opening took.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OpenTimings {
-    /// Reading and decoding the file.
-    pub read: Duration,
-    /// Building the graph index.
-    pub index: Duration,
-    /// Laying the graph out.
-    pub layout: Duration,
 }
 
 /// A model read, indexed and laid out, ready to become a [`Document`].
@@ -187,65 +147,25 @@ fn probe(prepared: &Prepared, ctx: &JobContext) -> Option<Arc<CalibrationStats>>
     }
 }
 
-/// An open model and everything the user did to it.
+/// An open model and everything the user did to it, in three parts: what is fixed once it is
+/// open, the recipe with the plan that follows it, and what is shown of it; with the
+/// quantization work. Views read the first two and change only their own state.
 pub struct Document {
-    /// Where it came from.
-    pub source: Source,
-    /// The model.
-    pub model: Model,
-    /// Its graph index.
-    pub graph: Graph,
-    /// Every tensor's element type, declared or inferred.
-    pub types: HashMap<String, i32>,
-    /// Shapes seen in one run on one sample when the model opened.
-    pub probed: Option<Arc<CalibrationStats>>,
-    /// Its Q/DQ structure: for a model that is quantized already, what every view draws in
-    /// place of the recipe's plan.
-    pub qdq: QdqStructure,
-    /// Its layout.
-    pub layout: GraphLayout,
-    /// The recipe being edited.
-    pub editor: RecipeEditor,
-    /// The model as the quantizer sees it under the recipe's pre-processing, or why it
-    /// cannot be prepared.
-    pub prepared: Result<Prepared, String>,
-    /// The quantizer's plan for the current recipe and statistics: what every view shows.
-    pub plan: Explanation,
-    /// The recipe and statistics `plan` was made for.
-    planned_for: Option<(Recipe, Option<usize>)>,
-    /// Each node's state under the current recipe (by node id).
-    pub states: Vec<NodeState>,
-    /// Counts of `states`.
-    pub counts: Counts,
-    /// Selected nodes, in the order they were picked.
-    pub selection: Vec<NodeId>,
-    /// The graph view.
-    pub canvas: GraphCanvas,
-    /// The search bar's state.
-    pub search: Search,
-    /// The file the recipe was last saved to or loaded from.
-    pub recipe_path: Option<PathBuf>,
-    /// Nodes with a structural problem.
-    pub flagged: HashSet<NodeId>,
-    /// How long opening took.
-    pub timings: OpenTimings,
+    /// What is fixed once the model is open.
+    pub opened: Opened,
+    /// The recipe being edited and the quantizer's plan that follows it.
+    pub planned: Planned,
+    /// What is shown of it.
+    pub view: Shown,
     /// Calibration, comparison and the rest of the quantization work.
     pub work: Work,
-    /// The work panel's widget state (tab, histogram choices, heat map, save window).
-    pub panel: PanelState,
-    /// Each node's SQNR in the last comparison (by node id), for the heat map.
-    pub heat: Option<Vec<Option<f64>>>,
-    /// The other model of the float/QDQ pair, drawn beside the graph when asked.
-    pub side: Option<SideView>,
-    neighbours: HashMap<NodeId, Vec<NodeId>>,
-    dark: bool,
 }
 
 impl std::fmt::Debug for Document {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Document")
-            .field("source", &self.source)
-            .field("selection", &self.selection)
+            .field("source", &self.opened.source)
+            .field("selection", &self.view.selection)
             .finish_non_exhaustive()
     }
 }
@@ -271,35 +191,41 @@ impl Document {
         let data = sample_files(&loaded.source).map(|f| (f.calibration, f.evaluation));
         let work = Work::new(&loaded.graph, data);
         let mut doc = Document {
-            source: loaded.source,
-            model: loaded.model,
-            graph: loaded.graph,
-            layout: loaded.layout,
-            editor: RecipeEditor::new(recipe),
-            prepared: loaded.prepared,
-            types: loaded.types,
-            probed: loaded.probed,
-            qdq: loaded.qdq,
-            plan: Explanation::default(),
-            planned_for: None,
-            states: Vec::new(),
-            counts: Counts::default(),
-            selection: Vec::new(),
-            canvas,
-            search: Search::default(),
-            recipe_path: None,
-            flagged,
-            timings: loaded.timings,
+            opened: Opened {
+                source: loaded.source,
+                model: loaded.model,
+                graph: loaded.graph,
+                types: loaded.types,
+                probed: loaded.probed,
+                qdq: loaded.qdq,
+                layout: loaded.layout,
+                flagged,
+                timings: loaded.timings,
+                neighbours,
+            },
+            planned: Planned {
+                editor: RecipeEditor::new(recipe),
+                prepared: loaded.prepared,
+                plan: Explanation::default(),
+                planned_for: None,
+                states: Vec::new(),
+                counts: Counts::default(),
+                recipe_path: None,
+            },
+            view: Shown {
+                selection: Vec::new(),
+                canvas,
+                search: Search::default(),
+                panel: PanelState::default(),
+                heat: None,
+                side: None,
+                dark,
+            },
             work,
-            panel: PanelState::default(),
-            heat: None,
-            side: None,
-            neighbours,
-            dark,
         };
         if doc.is_quantized() {
             // Its float model is chosen there: the first thing to do with it.
-            doc.panel.tab = crate::app::panel_state::WorkTab::Results;
+            doc.view.panel.tab = crate::app::panel_state::WorkTab::Results;
         }
         doc.refresh();
         doc
@@ -307,82 +233,114 @@ impl Document {
 
     /// The recipe as it stands.
     pub fn recipe(&self) -> &Recipe {
-        self.editor.recipe()
+        self.planned.recipe()
     }
 
-    /// `tensor`'s element type as the views show it: declared, else inferred.
+    /// What the recipe does to `node` ([`Planned::state`]).
+    pub fn state(&self, node: NodeId) -> NodeState {
+        self.planned.state(node)
+    }
+
+    /// True when the open model is quantized already ([`Opened::is_quantized`]).
+    pub fn is_quantized(&self) -> bool {
+        self.opened.is_quantized()
+    }
+
+    /// `tensor`'s element type as the views show it ([`Opened::tensor_type`]).
     pub fn tensor_type(&self, tensor: &str) -> String {
-        crate::workflow::tensor_facts::type_text(
-            &self.graph,
-            self.types.get(tensor).copied(),
-            tensor,
-        )
+        self.opened.tensor_type(tensor)
+    }
+
+    /// The parts of the document a view gets for a frame: the model and its plan to read, its
+    /// own state and the quantization work to change.
+    pub fn parts(&mut self) -> DocParts<'_> {
+        let Document {
+            opened,
+            planned,
+            view,
+            work,
+        } = self;
+        DocParts {
+            opened,
+            planned,
+            view,
+            work,
+        }
     }
 
     /// `tensor`'s shape as the views show it: declared, else seen in calibration; see
     /// [`crate::workflow::tensor_facts`].
     pub fn tensor_shape(&self, tensor: &str) -> Option<KnownShape> {
         let stats = self.work.results.stats.as_deref();
-        known_shape(&self.graph, stats, self.probed.as_deref(), tensor)
+        known_shape(
+            &self.opened.graph,
+            stats,
+            self.opened.probed.as_deref(),
+            tensor,
+        )
     }
 
     /// Re-plans when the recipe or the statistics changed since the last plan: the model is
     /// prepared again if the pre-processing changed, then the quantizer's plan is explained
     /// and the node states read off it.
     fn replan(&mut self) {
-        let recipe = self.editor.recipe();
+        let recipe = self.planned.editor.recipe();
         let stats = self.work.results.stats.as_ref();
         let key = (
             recipe.clone(),
             stats.map(|s| std::sync::Arc::as_ptr(s) as usize),
         );
-        if self.planned_for.as_ref() == Some(&key) {
+        if self.planned.planned_for.as_ref() == Some(&key) {
             return;
         }
         let stale = self
+            .planned
             .prepared
             .as_ref()
             .is_ok_and(|p| p.options != recipe.prepared_options());
         if stale {
-            self.prepared =
-                Prepared::new(&self.model, &recipe.prepared_options()).map_err(|e| e.to_string());
+            self.planned.prepared = Prepared::new(&self.opened.model, &recipe.prepared_options())
+                .map_err(|e| e.to_string());
         }
         // A model that is quantized already is not quantized again: no recipe plan for it.
-        self.plan = match &self.prepared {
-            Ok(prepared) if !self.qdq.is_quantized() => {
-                explain_prepared(&self.graph, prepared, recipe, stats.map(|s| &**s))
+        self.planned.plan = match &self.planned.prepared {
+            Ok(prepared) if !self.opened.qdq.is_quantized() => {
+                explain_prepared(&self.opened.graph, prepared, recipe, stats.map(|s| &**s))
             }
             _ => Explanation::default(),
         };
-        self.states = if self.qdq.is_quantized() {
-            quantized_states(&self.graph, &self.qdq)
+        self.planned.states = if self.opened.qdq.is_quantized() {
+            quantized_states(&self.opened.graph, &self.opened.qdq)
         } else {
-            node_states(&self.graph, &self.plan)
+            node_states(&self.opened.graph, &self.planned.plan)
         };
-        self.counts = Counts::of(&self.states, &self.graph, &self.qdq);
-        self.planned_for = Some(key);
+        self.planned.counts =
+            Counts::of(&self.planned.states, &self.opened.graph, &self.opened.qdq);
+        self.planned.planned_for = Some(key);
     }
 
     /// Recomputes the plan (when the recipe or statistics changed) and every box's look after
     /// a change of recipe, statistics, selection, search or theme.
     pub fn refresh(&mut self) {
         self.replan();
-        let selected: HashSet<NodeId> = self.selection.iter().copied().collect();
+        let selected: HashSet<NodeId> = self.view.selection.iter().copied().collect();
         let neighbours: HashSet<NodeId> = self
+            .view
             .selection
             .iter()
-            .flat_map(|n| self.neighbours.get(n).into_iter().flatten().copied())
+            .flat_map(|n| self.opened.neighbours.get(n).into_iter().flatten().copied())
             .collect();
-        let matches: HashSet<NodeId> = self.search.matches.iter().copied().collect();
-        let current = self.search.current();
-        let accent = if self.dark {
+        let matches: HashSet<NodeId> = self.view.search.matches.iter().copied().collect();
+        let current = self.view.search.current();
+        let accent = if self.view.dark {
             egui::Color32::from_rgb(120, 180, 255)
         } else {
             egui::Color32::from_rgb(20, 90, 200)
         };
-        let heat = self.heat.as_ref().filter(|_| self.panel.heat_map);
-        let threshold = f64::from(self.panel.heat_threshold_db);
+        let heat = self.view.heat.as_ref().filter(|_| self.view.panel.heat_map);
+        let threshold = f64::from(self.view.panel.heat_threshold_db);
         let looks: Vec<NodeLook> = self
+            .planned
             .states
             .iter()
             .enumerate()
@@ -395,11 +353,14 @@ impl Document {
                             (fill, text_on(fill))
                         }
                         None => (
-                            state_fill(NodeState::NotQuantizable, self.dark),
-                            state_text(NodeState::NotQuantizable, self.dark),
+                            state_fill(NodeState::NotQuantizable, self.view.dark),
+                            state_text(NodeState::NotQuantizable, self.view.dark),
                         ),
                     },
-                    None => (state_fill(state, self.dark), state_text(state, self.dark)),
+                    None => (
+                        state_fill(state, self.view.dark),
+                        state_text(state, self.view.dark),
+                    ),
                 };
                 let emphasis = if current == Some(id) {
                     Emphasis::CurrentMatch
@@ -417,16 +378,16 @@ impl Document {
                     text,
                     accent,
                     emphasis,
-                    flagged: self.flagged.contains(&id),
+                    flagged: self.opened.flagged.contains(&id),
                 }
             })
             .collect();
-        self.canvas.restyle(&looks, &selected);
+        self.view.canvas.restyle(&looks, &selected);
         self.update_side();
-        if let Some(side) = self.side.as_mut() {
+        if let Some(side) = self.view.side.as_mut() {
             let plain = NodeLook {
-                fill: state_fill(NodeState::NotQuantizable, self.dark),
-                text: state_text(NodeState::NotQuantizable, self.dark),
+                fill: state_fill(NodeState::NotQuantizable, self.view.dark),
+                text: state_text(NodeState::NotQuantizable, self.view.dark),
                 accent,
                 ..NodeLook::default()
             };
@@ -452,47 +413,40 @@ impl Document {
 
     /// Builds the side view when it is asked for and its model changed; drops it otherwise.
     fn update_side(&mut self) {
-        if !self.panel.side_by_side {
-            self.side = None;
+        if !self.view.panel.side_by_side {
+            self.view.side = None;
             return;
         }
         let Some((model, label, key)) = self.counterpart() else {
-            self.side = None;
+            self.view.side = None;
             return;
         };
-        if self.side.as_ref().is_some_and(|s| s.source == key) {
+        if self.view.side.as_ref().is_some_and(|s| s.source == key) {
             return;
         }
-        self.side = Some(SideView::build(
+        self.view.side = Some(SideView::build(
             model,
             label,
             key,
-            &self.graph,
-            &self.layout,
+            &self.opened.graph,
+            &self.opened.layout,
         ));
     }
 
     /// Follows the window's theme.
     pub fn set_dark(&mut self, dark: bool) {
-        if self.dark != dark {
-            self.dark = dark;
+        if self.view.dark != dark {
+            self.view.dark = dark;
             self.refresh();
         }
     }
 
-    /// What the recipe does to `node` (`NotQuantizable` for an unknown id).
-    pub fn state(&self, node: NodeId) -> NodeState {
-        self.states
-            .get(node.0)
-            .copied()
-            .unwrap_or(NodeState::NotQuantizable)
-    }
-
     /// Names of the selected nodes.
     pub fn selected_names(&self) -> Vec<String> {
-        self.selection
+        self.view
+            .selection
             .iter()
-            .map(|id| self.graph.node(*id).name.clone())
+            .map(|id| self.opened.graph.node(*id).name.clone())
             .collect()
     }
 
@@ -500,7 +454,7 @@ impl Document {
     /// evaluation data), against which every save is checked.
     pub fn run_files(&self) -> RunFiles {
         let settings = &self.work.settings;
-        let mut files = RunFiles::new().model("the input model", &self.model);
+        let mut files = RunFiles::new().model("the input model", &self.opened.model);
         if let Ok(spec) = settings.calibration.spec() {
             files = files.data("the calibration data", &spec);
         }
@@ -508,30 +462,6 @@ impl Document {
             files = files.data("the evaluation data", &spec);
         }
         files
-    }
-
-    /// True when pre-processing removed `tensor` (a Conv output a BatchNormalization was
-    /// folded into, an Identity's output): the quantizer never sees it.
-    pub fn folded_away(&self, tensor: &str) -> bool {
-        self.prepared
-            .as_ref()
-            .is_ok_and(|p| p.graph.tensor(tensor).is_none())
-    }
-
-    /// The ai.onnx opset the model imports.
-    pub fn opset(&self) -> Option<i64> {
-        crate::model::legacy::default_opset(self.model.proto())
-    }
-
-    /// Number of nodes the view folds into edges and boxes (Constants, Q/DQ pairs).
-    pub fn folded_nodes(&self) -> usize {
-        self.layout.positions.iter().filter(|p| p.is_none()).count()
-    }
-
-    /// True when the open model is quantized already (Q/DQ pairs or integer ops): the views
-    /// then show what it does rather than what a recipe would do to it.
-    pub fn is_quantized(&self) -> bool {
-        self.qdq.is_quantized()
     }
 }
 

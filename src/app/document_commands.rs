@@ -21,22 +21,28 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
     let mut status = None;
     match command {
         RecipeCommand::SetOpType { op_type, quantize } => {
-            let types: Vec<&str> = doc.plan.op_types.keys().map(String::as_str).collect();
-            doc.editor.set_op_type(&op_type, quantize, &types);
+            let types: Vec<&str> = doc
+                .planned
+                .plan
+                .op_types
+                .keys()
+                .map(String::as_str)
+                .collect();
+            doc.planned.editor.set_op_type(&op_type, quantize, &types);
             status = Some(format!(
                 "{op_type}: {}",
                 if quantize { "quantized" } else { "excluded" }
             ));
         }
         RecipeCommand::SetAutoPrecision(on) => {
-            doc.editor.set_auto_precision(on);
+            doc.planned.editor.set_auto_precision(on);
             status = Some(format!(
                 "Automatic precision {}",
                 if on { "on" } else { "off" }
             ));
         }
         RecipeCommand::SetSaturationGuard(on) => {
-            doc.editor.change(|r| r.set_saturation_guard(on));
+            doc.planned.editor.change(|r| r.set_saturation_guard(on));
             let state = if on { "on" } else { "off" };
             status = Some(match doc.recipe().target {
                 Some(target @ (Target::Cpu | Target::CpuAvx2)) => format!(
@@ -47,12 +53,13 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             });
         }
         RecipeCommand::SetTarget(target) => {
-            doc.editor.change(|r| r.set_target(target));
+            doc.planned.editor.change(|r| r.set_target(target));
             status = Some(format!("Target: {} - {}", target.name(), target.describe()));
         }
         RecipeCommand::FollowEp(from, to) => {
             let mut followed = false;
-            doc.editor
+            doc.planned
+                .editor
                 .change(|r| followed = r.follow_execution_provider(&from, &to));
             if let Some(target) = doc.recipe().target.filter(|_| followed) {
                 status = Some(format!(
@@ -62,18 +69,20 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             }
         }
         RecipeCommand::SetOutlierRows(on) => {
-            doc.editor.change(|r| r.preprocessing.outlier_rows = on);
+            doc.planned
+                .editor
+                .change(|r| r.preprocessing.outlier_rows = on);
             status = Some(format!(
                 "Outlier rows in float {}",
                 if on { "on" } else { "off" }
             ));
         }
         RecipeCommand::SetMode(mode) => {
-            doc.editor.change(|r| r.set_mode(mode));
+            doc.planned.editor.change(|r| r.set_mode(mode));
             status = Some(format!("Mode: {}", crate::app::panels::mode_name(mode)));
         }
         RecipeCommand::SetInt4Method(method) => {
-            doc.editor.change(|r| {
+            doc.planned.editor.change(|r| {
                 r.int4_method = method;
                 // rtn keeps float weights: MatMulNBits needs stored int4 ones.
                 if method == crate::recipe::Int4Method::Rtn {
@@ -83,21 +92,21 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             status = Some(format!("Int4 method: {}", method.name()));
         }
         RecipeCommand::SetSmoothQuant(on) => {
-            doc.editor.change(|r| r.smoothquant = on);
+            doc.planned.editor.change(|r| r.smoothquant = on);
             status = Some(format!(
                 "SmoothQuant {}: calibrate again for its ranges",
                 if on { "on" } else { "off" }
             ));
         }
         RecipeCommand::SetEqualize(on) => {
-            doc.editor.change(|r| r.preprocessing.equalize = on);
+            doc.planned.editor.change(|r| r.preprocessing.equalize = on);
             status = Some(format!(
                 "Cross-layer equalization {}: calibrate again for the equalized ranges",
                 if on { "on" } else { "off" }
             ));
         }
         RecipeCommand::SetBiasCorrection(on) => {
-            doc.editor.change(|r| r.bias_correction = on);
+            doc.planned.editor.change(|r| r.bias_correction = on);
             status = Some(technique_status(
                 "Bias correction",
                 on,
@@ -105,7 +114,7 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             ));
         }
         RecipeCommand::SetGptq(on) => {
-            doc.editor.change(|r| r.gptq = on);
+            doc.planned.editor.change(|r| r.gptq = on);
             status = Some(technique_status(
                 "GPTQ rounding",
                 on,
@@ -113,7 +122,7 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             ));
         }
         RecipeCommand::SetLayerwiseRange(on) => {
-            doc.editor.change(|r| r.layerwise_range = on);
+            doc.planned.editor.change(|r| r.layerwise_range = on);
             status = Some(technique_status(
                 "Layer-wise ranges",
                 on,
@@ -121,7 +130,7 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             ));
         }
         RecipeCommand::SetPerChannel(on) => {
-            doc.editor.change(|r| r.per_channel = on);
+            doc.planned.editor.change(|r| r.per_channel = on);
             status = Some(format!(
                 "Weights: {}",
                 crate::app::panels::granularity_name(on)
@@ -133,7 +142,7 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             } else {
                 WeightRange::Minmax
             };
-            doc.editor.change(|r| r.weight_range = range);
+            doc.planned.editor.change(|r| r.weight_range = range);
             status = Some(format!(
                 "Weight ranges: {} (no new calibration needed)",
                 if on {
@@ -144,7 +153,7 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
             ));
         }
         RecipeCommand::SetInt4Output(form) => {
-            doc.editor.change(|r| r.int4_output = form);
+            doc.planned.editor.change(|r| r.int4_output = form);
             status = Some(format!(
                 "Int4 output: {}",
                 crate::app::panels::output_name(form)
@@ -164,17 +173,17 @@ pub fn node_edit(doc: &mut Document, command: EditCommand) -> Applied {
                 status = Some("Select nodes first (click, Shift+click), then press X".to_owned());
             } else {
                 let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                doc.editor.toggle_nodes(&refs);
+                doc.planned.editor.toggle_nodes(&refs);
                 status = Some(format!("Toggled exclusion of {} node(s)", names.len()));
             }
         }
         EditCommand::SetExcluded(nodes, excluded) => {
             let names: Vec<String> = nodes
                 .iter()
-                .map(|n| doc.graph.node(*n).name.clone())
+                .map(|n| doc.opened.graph.node(*n).name.clone())
                 .collect();
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            doc.editor.set_nodes_excluded(&refs, excluded);
+            doc.planned.editor.set_nodes_excluded(&refs, excluded);
             status = Some(format!(
                 "{} {} node(s)",
                 if excluded { "Excluded" } else { "Included" },
@@ -185,41 +194,41 @@ pub fn node_edit(doc: &mut Document, command: EditCommand) -> Applied {
             let names: Vec<String> = nodes
                 .iter()
                 .filter(|n| precision.is_none() || doc.state(**n).quantized())
-                .map(|n| doc.graph.node(*n))
-                .filter(|n| precision.is_none_or(|p| p.takes(&doc.graph, n)))
+                .map(|n| doc.opened.graph.node(*n))
+                .filter(|n| precision.is_none_or(|p| p.takes(&doc.opened.graph, n)))
                 .map(|n| n.name.clone())
                 .collect();
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            doc.editor.set_nodes_precision(&refs, precision);
+            doc.planned.editor.set_nodes_precision(&refs, precision);
             let what = precision.map_or("8-bit (the recipe's)", NodePrecision::name);
             status = Some(format!("{} node(s) set to {what}", names.len()));
         }
         EditCommand::ExcludeOpTypeOf(node) => {
-            let op_type = doc.graph.node(node).op_type.clone();
-            doc.editor.set_op_type(&op_type, false, &[]);
+            let op_type = doc.opened.graph.node(node).op_type.clone();
+            doc.planned.editor.set_op_type(&op_type, false, &[]);
             status = Some(format!("Excluded every {op_type}"));
         }
         EditCommand::ExcludeAfter(node) => {
-            doc.editor.exclude_after(&doc.graph, node);
+            doc.planned.editor.exclude_after(&doc.opened.graph, node);
             status = Some(format!(
                 "Excluded {} and everything after it",
-                doc.graph.node(node).name
+                doc.opened.graph.node(node).name
             ));
         }
         EditCommand::SubgraphStart(node) => {
-            let name = node.map(|n| doc.graph.node(n).name.clone());
-            doc.editor.set_subgraph_start(name.as_deref());
+            let name = node.map(|n| doc.opened.graph.node(n).name.clone());
+            doc.planned.editor.set_subgraph_start(name.as_deref());
         }
         EditCommand::SubgraphEnd(node) => {
-            let name = node.map(|n| doc.graph.node(n).name.clone());
-            doc.editor.set_subgraph_end(name.as_deref());
+            let name = node.map(|n| doc.opened.graph.node(n).name.clone());
+            doc.planned.editor.set_subgraph_end(name.as_deref());
         }
         EditCommand::Undo => {
-            let undone = doc.editor.undo();
+            let undone = doc.planned.editor.undo();
             status = Some(if undone { "Undone" } else { "Nothing to undo" }.to_owned());
         }
         EditCommand::Redo => {
-            let redone = doc.editor.redo();
+            let redone = doc.planned.editor.redo();
             status = Some(if redone { "Redone" } else { "Nothing to redo" }.to_owned());
         }
     }
@@ -230,48 +239,50 @@ pub fn node_edit(doc: &mut Document, command: EditCommand) -> Applied {
 pub fn view_change(doc: &mut Document, window: &mut WindowState, command: ViewCommand) -> Applied {
     let mut status = None;
     match command {
-        ViewCommand::Select(node, SelectMode::Replace) => doc.selection = vec![node],
+        ViewCommand::Select(node, SelectMode::Replace) => doc.view.selection = vec![node],
         ViewCommand::Select(node, SelectMode::Toggle) => {
-            if let Some(at) = doc.selection.iter().position(|n| *n == node) {
-                doc.selection.remove(at);
+            if let Some(at) = doc.view.selection.iter().position(|n| *n == node) {
+                doc.view.selection.remove(at);
             } else {
-                doc.selection.push(node);
+                doc.view.selection.push(node);
             }
         }
-        ViewCommand::SelectNodes(nodes) => doc.selection = nodes,
-        ViewCommand::ClearSelection => doc.selection.clear(),
+        ViewCommand::SelectNodes(nodes) => doc.view.selection = nodes,
+        ViewCommand::ClearSelection => doc.view.selection.clear(),
         ViewCommand::OpenSearch => {
-            doc.search.open = true;
+            doc.view.search.open = true;
             window.focus_search = true;
         }
         ViewCommand::Search(query) => {
-            doc.search.open = true;
-            doc.search.set_query(&doc.graph, &doc.layout, &query);
-            if let Some(node) = doc.search.current() {
-                doc.canvas.centre_on(node);
+            doc.view.search.open = true;
+            doc.view
+                .search
+                .set_query(&doc.opened.graph, &doc.opened.layout, &query);
+            if let Some(node) = doc.view.search.current() {
+                doc.view.canvas.centre_on(node);
             }
         }
         ViewCommand::SearchNext => {
-            if let Some(node) = doc.search.next_match() {
-                doc.canvas.centre_on(node);
+            if let Some(node) = doc.view.search.next_match() {
+                doc.view.canvas.centre_on(node);
             }
         }
         ViewCommand::SearchPrevious => {
-            if let Some(node) = doc.search.previous_match() {
-                doc.canvas.centre_on(node);
+            if let Some(node) = doc.view.search.previous_match() {
+                doc.view.canvas.centre_on(node);
             }
         }
         ViewCommand::Escape => {
-            if doc.search.open {
-                doc.search.close();
+            if doc.view.search.open {
+                doc.view.search.close();
             } else {
-                doc.selection.clear();
+                doc.view.selection.clear();
             }
         }
         ViewCommand::ToggleSideBySide => {
-            doc.panel.side_by_side = !doc.panel.side_by_side;
-            if doc.panel.side_by_side && doc.counterpart().is_none() {
-                doc.panel.side_by_side = false;
+            doc.view.panel.side_by_side = !doc.view.panel.side_by_side;
+            if doc.view.panel.side_by_side && doc.counterpart().is_none() {
+                doc.view.panel.side_by_side = false;
                 status = Some(if doc.is_quantized() {
                     "Side by side needs the float model: choose it in Results".to_owned()
                 } else {
@@ -280,27 +291,27 @@ pub fn view_change(doc: &mut Document, window: &mut WindowState, command: ViewCo
             }
         }
         ViewCommand::Fit => {
-            doc.canvas.fit();
+            doc.view.canvas.fit();
             return Applied::Camera;
         }
         ViewCommand::ZoomToSelection => {
-            if doc.selection.is_empty() {
-                doc.canvas.fit();
+            if doc.view.selection.is_empty() {
+                doc.view.canvas.fit();
             } else {
-                doc.canvas.zoom_to(&doc.selection);
+                doc.view.canvas.zoom_to(&doc.view.selection);
             }
             return Applied::Camera;
         }
         ViewCommand::ZoomIn => {
-            doc.canvas.zoom_by(1.25);
+            doc.view.canvas.zoom_by(1.25);
             return Applied::Camera;
         }
         ViewCommand::ZoomOut => {
-            doc.canvas.zoom_by(0.8);
+            doc.view.canvas.zoom_by(0.8);
             return Applied::Camera;
         }
         ViewCommand::Pan(delta) => {
-            doc.canvas.pan_by(delta);
+            doc.view.canvas.pan_by(delta);
             return Applied::Camera;
         }
     }

@@ -45,7 +45,7 @@ pub(crate) fn show(
     commands: &mut Vec<Command>,
 ) {
     let cache = &mut state.weights;
-    match doc.selection.as_slice() {
+    match doc.view.selection.as_slice() {
         [] => {
             ui.heading("Inspector");
             ui.label("Click a node to see it here.");
@@ -60,7 +60,7 @@ pub(crate) fn show(
 }
 
 fn problems(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
-    let problems = doc.graph.problems();
+    let problems = doc.opened.graph.problems();
     if problems.is_empty() {
         return;
     }
@@ -71,7 +71,7 @@ fn problems(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     );
     for p in problems {
         let nodes = p.nodes();
-        let text = p.describe(&doc.graph);
+        let text = p.describe(&doc.opened.graph);
         if nodes.is_empty() {
             ui.label(text);
         } else if ui.link(text).clicked() {
@@ -91,7 +91,8 @@ fn surrounded(doc: &Document, node: &crate::model::Node, state: NodeState) -> bo
         return false;
     }
     let float = |t: &str| {
-        doc.types
+        doc.opened
+            .types
             .get(t)
             .and_then(|&c| crate::model::DataType::from_onnx(c).ok())
             .is_some_and(crate::model::DataType::is_float)
@@ -99,6 +100,7 @@ fn surrounded(doc: &Document, node: &crate::model::Node, state: NodeState) -> bo
     let activation = |t: &&String| {
         float(t)
             && doc
+                .opened
                 .graph
                 .tensor(t)
                 .is_some_and(|info| !info.kind.is_constant())
@@ -109,7 +111,7 @@ fn surrounded(doc: &Document, node: &crate::model::Node, state: NodeState) -> bo
         .filter(activation)
         .chain(node.outputs.iter().filter(|t| float(t)))
         .peekable();
-    tensors.peek().is_some() && tensors.all(|t| doc.plan.tensor(t).is_some())
+    tensors.peek().is_some() && tensors.all(|t| doc.planned.plan.tensor(t).is_some())
 }
 
 fn state_chip(ui: &mut Ui, state: NodeState) {
@@ -135,7 +137,7 @@ fn node(
     cache: &mut HashMap<String, WeightView>,
     commands: &mut Vec<Command>,
 ) {
-    let node = doc.graph.node(id);
+    let node = doc.opened.graph.node(id);
     let state = doc.state(id);
     ui.heading(&node.op_type);
     ui.add(egui::Label::new(RichText::new(&node.name).monospace()).wrap());
@@ -159,7 +161,7 @@ fn node(
             .color(ui.visuals().warn_fg_color),
         );
     }
-    if doc.flagged.contains(&id) {
+    if doc.opened.flagged.contains(&id) {
         ui.colored_label(
             Color32::from_rgb(220, 40, 40),
             "Structural problem: an input nothing produces, or a cycle.",
@@ -178,8 +180,8 @@ fn node(
     let weights: Vec<&str> = node
         .inputs
         .iter()
-        .map(|t| doc.qdq.source_of(t))
-        .filter(|t| doc.graph.is_constant(t))
+        .map(|t| doc.opened.qdq.source_of(t))
+        .filter(|t| doc.opened.graph.is_constant(t))
         .collect();
     for name in weights {
         weight(ui, doc, name, cache);
@@ -190,6 +192,7 @@ fn node(
 /// (the Q/DQ pairs the graph folds into tags).
 fn in_model(ui: &mut Ui, doc: &Document, node: &crate::model::Node, commands: &mut Vec<Command>) {
     let inputs: Vec<(&str, &str, String)> = doc
+        .opened
         .qdq
         .quantized_inputs(node)
         .map(|(_, read)| {
@@ -201,7 +204,7 @@ fn in_model(ui: &mut Ui, doc: &Document, node: &crate::model::Node, commands: &m
         .outputs
         .iter()
         .filter_map(|t| {
-            let params = doc.qdq.quantization_of(t)?;
+            let params = doc.opened.qdq.quantization_of(t)?;
             Some((t.as_str(), "output", params.describe()))
         })
         .collect();
@@ -231,7 +234,7 @@ fn in_model(ui: &mut Ui, doc: &Document, node: &crate::model::Node, commands: &m
 
 /// The buttons that change what the recipe does to the node.
 fn actions(ui: &mut Ui, doc: &Document, id: NodeId, state: NodeState, commands: &mut Vec<Command>) {
-    let node = doc.graph.node(id);
+    let node = doc.opened.graph.node(id);
     ui.horizontal_wrapped(|ui| {
         if state == NodeState::ExcludedByNode {
             if ui.button("Include this node").clicked() {
@@ -278,7 +281,7 @@ fn actions(ui: &mut Ui, doc: &Document, id: NodeId, state: NodeState, commands: 
 fn precision_row(ui: &mut Ui, doc: &Document, ids: &[NodeId], commands: &mut Vec<Command>) {
     let recipe = doc.recipe();
     let problem = node_precision::cannot_mix(recipe);
-    let nodes: Vec<&crate::model::Node> = ids.iter().map(|id| doc.graph.node(*id)).collect();
+    let nodes: Vec<&crate::model::Node> = ids.iter().map(|id| doc.opened.graph.node(*id)).collect();
     let current = |p: Option<NodePrecision>| {
         nodes
             .iter()
@@ -301,7 +304,7 @@ fn precision_row(ui: &mut Ui, doc: &Document, ids: &[NodeId], commands: &mut Vec
                 ),
             ];
             for (precision, label, hover) in choices {
-                let takes = precision.is_none_or(|p| nodes.iter().any(|n| p.takes(&doc.graph, n)));
+                let takes = precision.is_none_or(|p| nodes.iter().any(|n| p.takes(&doc.opened.graph, n)));
                 let response = ui
                     .add_enabled(takes, egui::Button::selectable(current(precision), label))
                     .on_hover_text(hover);
@@ -317,7 +320,7 @@ fn precision_row(ui: &mut Ui, doc: &Document, ids: &[NodeId], commands: &mut Vec
 
 /// The node's domain, subgraphs and attributes.
 fn facts(ui: &mut Ui, doc: &Document, id: NodeId) {
-    let node = doc.graph.node(id);
+    let node = doc.opened.graph.node(id);
     ui.separator();
     egui::Grid::new("node_facts")
         .num_columns(2)
@@ -344,7 +347,7 @@ fn facts(ui: &mut Ui, doc: &Document, id: NodeId) {
                     .num_columns(2)
                     .striped(true)
                     .show(ui, |ui| {
-                        let proto = doc.model.graph().node.get(id.0);
+                        let proto = doc.opened.model.graph().node.get(id.0);
                         for attribute in proto.map_or(&[][..], |p| &p.attribute[..]) {
                             ui.label(attribute.name.as_deref().unwrap_or("?"));
                             ui.add(
@@ -445,7 +448,7 @@ fn tensors(
                             ui.end_row();
                             continue;
                         }
-                        let info = doc.graph.tensor(name);
+                        let info = doc.opened.graph.tensor(name);
                         // At most half the panel: its type, shape and plan stay in view.
                         let width = ui.clip_rect().width() * NAME_SHARE;
                         let link = crate::app::names::mono_name(ui, name, width, true)
@@ -472,7 +475,7 @@ fn tensors(
                         if doc.is_quantized() {
                             // What the model does is in "Quantization in this model": no
                             // recipe applies to a model that is quantized already.
-                            match doc.qdq.read_of(name) {
+                            match doc.opened.qdq.read_of(name) {
                                 Some(read) => ui.label(format!(
                                     "{} of {}",
                                     read.params.short_type(),
@@ -483,8 +486,8 @@ fn tensors(
                             ui.end_row();
                             continue;
                         }
-                        let kept = doc.plan.kept_float.get(name);
-                        match (doc.plan.tensor(name), kept) {
+                        let kept = doc.planned.plan.kept_float.get(name);
+                        match (doc.planned.plan.tensor(name), kept) {
                             // Elided at the panel's edge (whole on hover): a long plan
                             // would otherwise widen the panel over the graph.
                             (Some(planned), _) => {
@@ -501,7 +504,7 @@ fn tensors(
                                      tensor an override.",
                                     reason.describe()
                                 )),
-                            (None, None) if doc.folded_away(name) => {
+                            (None, None) if doc.planned.folded_away(name) => {
                                 ui.label(RichText::new("removed by pre-processing").weak())
                             }
                             (None, None) => ui.label(RichText::new("float").weak()),
@@ -515,7 +518,7 @@ fn tensors(
 
 fn weight(ui: &mut Ui, doc: &Document, name: &str, cache: &mut HashMap<String, WeightView>) {
     let view = cache.entry(name.to_owned()).or_insert_with(|| WeightView {
-        summary: weights::summarize(&doc.model, name).map_err(|e| e.to_string()),
+        summary: weights::summarize(&doc.opened.model, name).map_err(|e| e.to_string()),
         texture: None,
     });
     egui::CollapsingHeader::new(format!("Weight {name}"))
@@ -587,7 +590,13 @@ fn weight(ui: &mut Ui, doc: &Document, name: &str, cache: &mut HashMap<String, W
 /// What automatic precision does with the weight's outlier rows, when the plan splits them
 /// off to a float path.
 fn outlier_rows(ui: &mut Ui, doc: &Document, name: &str) {
-    let Some(split) = doc.plan.outlier_rows.iter().find(|s| s.weight == name) else {
+    let Some(split) = doc
+        .planned
+        .plan
+        .outlier_rows
+        .iter()
+        .find(|s| s.weight == name)
+    else {
         return;
     };
     let rows: Vec<String> = split.rows.iter().map(usize::to_string).collect();
@@ -635,7 +644,7 @@ fn several(ui: &mut Ui, doc: &Document, nodes: &[NodeId], commands: &mut Vec<Com
         .striped(true)
         .show(ui, |ui| {
             for &id in nodes {
-                let node = doc.graph.node(id);
+                let node = doc.opened.graph.node(id);
                 let state = doc.state(id);
                 crate::app::canvas::shapes::swatch(ui, state_fill(state, ui.visuals().dark_mode));
                 ui.label(&node.op_type);

@@ -12,6 +12,7 @@ pub mod command;
 pub mod dialogs;
 pub mod document;
 mod document_commands;
+pub mod document_parts;
 pub mod edit;
 pub mod inspector;
 pub mod layout;

@@ -11,6 +11,7 @@ use crate::app::canvas::{Hover, state_fill};
 use crate::app::command::{self, Command, SelectMode};
 use crate::app::command::{AppCommand, EditCommand, RecipeCommand, ViewCommand, WorkCommand};
 use crate::app::document::Document;
+use crate::app::document_parts::{DocParts, Shown};
 use crate::app::inspector::{self, InspectorState};
 use crate::app::states::NodeState;
 use crate::model::legacy::LegacyOpset;
@@ -356,7 +357,9 @@ pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &s
         // never pushed off), then the model's facts, cut first from the end.
         ui.horizontal(|ui| {
             if let Some(doc) = doc {
-                ui.add(egui::Label::new(RichText::new(doc.source.label()).strong()).truncate());
+                ui.add(
+                    egui::Label::new(RichText::new(doc.opened.source.label()).strong()).truncate(),
+                );
                 ui.separator();
             }
             let share = (ui.available_width() * 0.4).max(160.0);
@@ -375,10 +378,10 @@ pub fn status_bar(ui: &mut Ui, doc: Option<&Document>, runtime: &str, status: &s
 
 /// The status bar's facts about the open model: zoom, opset, node counts, plan counts.
 fn model_facts(ui: &mut Ui, doc: &Document) {
-    ui.label(format!("{:.0}%", doc.canvas.zoom() * 100.0));
+    ui.label(format!("{:.0}%", doc.view.canvas.zoom() * 100.0));
     ui.separator();
-    let opset = doc.opset().map_or("?".to_owned(), |v| v.to_string());
-    match doc.model.legacy_opset() {
+    let opset = doc.opened.opset().map_or("?".to_owned(), |v| v.to_string());
+    match doc.opened.model.legacy_opset() {
         Some(legacy @ LegacyOpset::Upgraded { from, .. }) => {
             ui.add(egui::Label::new(format!("opset {opset} (from {from})")).truncate())
                 .on_hover_text(legacy.describe());
@@ -401,14 +404,14 @@ fn model_facts(ui: &mut Ui, doc: &Document) {
     ui.add(
         egui::Label::new(format!(
             "{} nodes ({} drawn, {} {folded} folded)",
-            doc.graph.nodes().len(),
-            doc.canvas.node_count(),
-            doc.folded_nodes()
+            doc.opened.graph.nodes().len(),
+            doc.view.canvas.node_count(),
+            doc.opened.folded_nodes()
         ))
         .truncate(),
     );
     ui.separator();
-    let c = doc.counts;
+    let c = doc.planned.counts;
     let mut counts = if doc.is_quantized() {
         format!(
             "{} quantized · {} float (in this model)",
@@ -451,7 +454,7 @@ pub fn left_panel(ui: &mut Ui, doc: &Document, filter: &mut String, commands: &m
                             .desired_width(f32::INFINITY),
                     );
                     let needle = filter.to_lowercase();
-                    for (op_type, plan) in &doc.plan.op_types {
+                    for (op_type, plan) in &doc.planned.plan.op_types {
                         if needle.is_empty() || op_type.to_lowercase().contains(&needle) {
                             op_type_row(ui, op_type, plan, commands);
                         }
@@ -464,7 +467,7 @@ pub fn left_panel(ui: &mut Ui, doc: &Document, filter: &mut String, commands: &m
 /// measure it.
 fn quantized_summary(ui: &mut Ui, doc: &Document) {
     ui.heading("Quantized model");
-    let c = doc.counts;
+    let c = doc.planned.counts;
     egui::Grid::new("quantized_counts")
         .num_columns(2)
         .show(ui, |ui| {
@@ -480,8 +483,8 @@ fn quantized_summary(ui: &mut Ui, doc: &Document) {
     ui.label(format!(
         "{} quantized activation(s) and {} quantized constant(s): each Q/DQ pair is a tag on \
          the edge it sits on; a quantized weight, a tag on its node.",
-        doc.qdq.activation_pairs(),
-        doc.qdq.quantized_constants()
+        doc.opened.qdq.activation_pairs(),
+        doc.opened.qdq.quantized_constants()
     ));
     ui.add_space(6.0);
     ui.label(
@@ -524,7 +527,7 @@ fn precision_counts(ui: &mut Ui, plan: &crate::quant::Explanation) {
 /// The recipe's counts (from the plan), its file, and its buttons.
 fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     ui.heading("Recipe");
-    let c = doc.counts;
+    let c = doc.planned.counts;
     egui::Grid::new("recipe_counts")
         .num_columns(2)
         .show(ui, |ui| {
@@ -556,9 +559,9 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             recipe.nodes_to_exclude.len()
         ));
     }
-    precision_counts(ui, &doc.plan);
+    precision_counts(ui, &doc.planned.plan);
     ui.label(
-        RichText::new(match &doc.recipe_path {
+        RichText::new(match &doc.planned.recipe_path {
             Some(p) => format!("File: {}", p.display()),
             None => "Not saved yet".to_owned(),
         })
@@ -572,13 +575,13 @@ fn recipe_summary(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
             commands.push(Command::App(AppCommand::LoadRecipeDialog));
         }
         if ui
-            .add_enabled(doc.editor.can_undo(), egui::Button::new("Undo"))
+            .add_enabled(doc.planned.editor.can_undo(), egui::Button::new("Undo"))
             .clicked()
         {
             commands.push(Command::Edit(EditCommand::Undo));
         }
         if ui
-            .add_enabled(doc.editor.can_redo(), egui::Button::new("Redo"))
+            .add_enabled(doc.planned.editor.can_redo(), egui::Button::new("Redo"))
             .clicked()
         {
             commands.push(Command::Edit(EditCommand::Redo));
@@ -856,7 +859,7 @@ fn target_row(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Co
 /// The automatic-precision switch, with what it keeps in float under the current plan.
 fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     let mut on = doc.recipe().auto_precision;
-    let kept = &doc.plan.kept_float;
+    let kept = &doc.planned.plan.kept_float;
     let label = if on && !kept.is_empty() {
         format!("Automatic precision ({} tensor(s) kept float)", kept.len())
     } else {
@@ -884,7 +887,7 @@ fn auto_precision_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) 
 /// weights the current plan computes in float.
 fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     let mut on = doc.recipe().preprocessing.outlier_rows;
-    let split = &doc.plan.outlier_rows;
+    let split = &doc.planned.plan.outlier_rows;
     let rows = crate::quant::outlier_rows::total_rows(split);
     let label = if on && !split.is_empty() {
         format!(
@@ -910,7 +913,7 @@ fn outlier_rows_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
 /// gives 7 bits under the current plan.
 fn saturation_guard_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
     let mut guard = doc.recipe().saturation_guard;
-    let count = doc.plan.seven_bit_weights.len();
+    let count = doc.planned.plan.seven_bit_weights.len();
     let label = if guard && count > 0 {
         format!("7-bit weights against saturation ({count})")
     } else {
@@ -1012,10 +1015,10 @@ pub fn central(
     egui::CentralPanel::no_frame().show(ui, |ui| {
         let hovering_files = ui.input(|i| !i.raw.hovered_files.is_empty());
         if let Some(doc) = doc {
-            if doc.search.open {
-                search_bar(ui, doc, commands, focus_search);
+            if doc.view.search.open {
+                search_bar(ui, &mut doc.parts(), commands, focus_search);
             }
-            let events = graph_views(ui, doc, commands);
+            let events = graph_views(ui, &mut doc.parts(), commands);
             if let Some((node, modifiers)) = events.clicked {
                 let mode = if modifiers.shift || modifiers.command {
                     SelectMode::Toggle
@@ -1037,8 +1040,8 @@ pub fn central(
             let response = events.response.clone();
             match &events.hovered {
                 Some(Hover::Node(id)) => {
-                    let node = doc.graph.node(*id);
-                    let state = doc.states.get(id.0).copied();
+                    let node = doc.opened.graph.node(*id);
+                    let state = doc.planned.states.get(id.0).copied();
                     response.clone().on_hover_ui_at_pointer(|ui| {
                         ui.label(RichText::new(&node.op_type).strong());
                         ui.label(&node.name);
@@ -1046,13 +1049,14 @@ pub fn central(
                             ui.label(state.label());
                         }
                         if let Some(db) = doc
+                            .view
                             .heat
                             .as_ref()
                             .and_then(|h| h.get(id.0).copied().flatten())
                         {
                             ui.label(format!("output SQNR {db:.2} dB (float vs QDQ)"));
                         }
-                        if doc.flagged.contains(id) {
+                        if doc.opened.flagged.contains(id) {
                             ui.colored_label(
                                 Color32::from_rgb(220, 40, 40),
                                 "structural problem: see the inspector",
@@ -1077,7 +1081,7 @@ pub fn central(
                 }
                 None => {}
             }
-            let context_node = doc.canvas.context_node();
+            let context_node = doc.view.canvas.context_node();
             response.context_menu(|ui| {
                 if let Some(id) = context_node {
                     node_menu(ui, doc, id, commands);
@@ -1092,8 +1096,8 @@ pub fn central(
                     }
                 }
             });
-            let heat = (doc.panel.heat_map && doc.heat.is_some())
-                .then_some((doc.panel.heat_kind, doc.panel.heat_threshold_db));
+            let heat = (doc.view.panel.heat_map && doc.view.heat.is_some())
+                .then_some((doc.view.panel.heat_kind, doc.view.panel.heat_threshold_db));
             let states: &[NodeState] = if doc.is_quantized() {
                 &QUANTIZED_LEGEND
             } else {
@@ -1101,11 +1105,11 @@ pub fn central(
             };
             let facts = LegendFacts {
                 states,
-                simplified: doc.layout.simplified,
-                flagged: !doc.flagged.is_empty(),
+                simplified: doc.opened.layout.simplified,
+                flagged: !doc.opened.flagged.is_empty(),
                 heat,
             };
-            legend(ui, &facts, &mut doc.panel.legend_open);
+            legend(ui, &facts, &mut doc.view.panel.legend_open);
         } else if opening.is_none() {
             empty_state(ui, commands);
         }
@@ -1134,12 +1138,12 @@ pub fn central(
 /// nodes of the same name. Returns the open model's view events.
 fn graph_views(
     ui: &mut Ui,
-    doc: &mut Document,
+    doc: &mut DocParts<'_>,
     commands: &mut Vec<Command>,
 ) -> crate::app::canvas::CanvasEvents {
-    let Document {
+    let Shown {
         canvas, side, heat, ..
-    } = doc;
+    } = &mut doc.view;
     let Some(side) = side.as_mut() else {
         return canvas.show(ui);
     };
@@ -1207,8 +1211,8 @@ fn graph_views(
 /// What the view knows of `tensor`: its name, type and shape, its role, and for a tensor
 /// quantized on the way, the float tensor it stands for and how it is quantized.
 fn tensor_tooltip(ui: &mut Ui, doc: &Document, tensor: &str, role: Option<&str>) {
-    let read = doc.qdq.read_of(tensor);
-    let shown = doc.qdq.source_of(tensor);
+    let read = doc.opened.qdq.read_of(tensor);
+    let shown = doc.opened.qdq.source_of(tensor);
     let dtype = doc.tensor_type(shown);
     let shape = crate::workflow::tensor_facts::shape_text(doc.tensor_shape(shown).as_ref());
     if let Some(role) = role {
@@ -1218,20 +1222,20 @@ fn tensor_tooltip(ui: &mut Ui, doc: &Document, tensor: &str, role: Option<&str>)
     ui.label(format!("{dtype} {shape}"));
     let quantized = read
         .map(|r| &r.params)
-        .or_else(|| doc.qdq.quantization_of(tensor));
+        .or_else(|| doc.opened.qdq.quantization_of(tensor));
     if let Some(params) = quantized {
         ui.label(format!("quantized: {}", params.describe()));
     }
 }
 
-fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focus: bool) {
+fn search_bar(ui: &mut Ui, doc: &mut DocParts<'_>, commands: &mut Vec<Command>, focus: bool) {
     egui::Frame::new()
         .inner_margin(6.0)
         .fill(ui.visuals().panel_fill)
         .show(ui, |ui| {
             ui.horizontal(|ui| {
                 ui.label("Find");
-                let mut query = doc.search.query.clone();
+                let mut query = doc.view.search.query.clone();
                 let response = ui.add(
                     egui::TextEdit::singleline(&mut query)
                         .id(egui::Id::new("search-field"))
@@ -1252,13 +1256,13 @@ fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focu
                     }
                     response.request_focus();
                 }
-                let n = doc.search.matches.len();
-                if doc.search.query.trim().is_empty() {
+                let n = doc.view.search.matches.len();
+                if doc.view.search.query.trim().is_empty() {
                     ui.label(RichText::new("type to search").weak());
                 } else if n == 0 {
                     ui.colored_label(ui.visuals().warn_fg_color, "no match");
                 } else {
-                    ui.label(format!("{} of {n}", doc.search.position + 1));
+                    ui.label(format!("{} of {n}", doc.view.search.position + 1));
                 }
                 if ui
                     .add_enabled(n > 0, egui::Button::new("◀"))
@@ -1279,7 +1283,7 @@ fn search_bar(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>, focu
                     .clicked()
                 {
                     commands.push(Command::View(ViewCommand::SelectNodes(
-                        doc.search.matches.clone(),
+                        doc.view.search.matches.clone(),
                     )));
                 }
                 if ui.button("Close").on_hover_text("Close (Esc)").clicked() {
@@ -1296,15 +1300,15 @@ pub fn node_menu(
     id: crate::model::NodeId,
     commands: &mut Vec<Command>,
 ) {
-    let node = doc.graph.node(id);
+    let node = doc.opened.graph.node(id);
     ui.label(RichText::new(format!("{} · {}", node.op_type, node.name)).strong());
     ui.separator();
-    let selected = if doc.selection.contains(&id) {
-        doc.selection.clone()
+    let selected = if doc.view.selection.contains(&id) {
+        doc.view.selection.clone()
     } else {
         vec![id]
     };
-    let excluded = doc.states.get(id.0) == Some(&NodeState::ExcludedByNode);
+    let excluded = doc.planned.states.get(id.0) == Some(&NodeState::ExcludedByNode);
     let mut item = |ui: &mut Ui, text: String, command: Command| {
         if ui.button(text).clicked() {
             commands.push(command);

@@ -222,7 +222,7 @@ impl Studio {
         let Some(doc) = self.doc.as_ref() else {
             return;
         };
-        let Source::File(path) = &doc.source else {
+        let Source::File(path) = &doc.opened.source else {
             return;
         };
         let data = model_data(doc, doc.work.float_model.as_ref().map(|f| f.path.clone()));
@@ -239,9 +239,9 @@ impl Studio {
         if doc.is_quantized() {
             return;
         }
-        let float = match &doc.source {
+        let float = match &doc.opened.source {
             Source::File(path) => Some(path.clone()),
-            Source::Sample => document::sample_files(&doc.source).map(|f| f.model),
+            Source::Sample => document::sample_files(&doc.opened.source).map(|f| f.model),
         };
         let data = model_data(doc, float);
         self.settings.remember_saved(saved, data);
@@ -276,7 +276,7 @@ impl Studio {
     }
 
     fn install(&mut self, mut doc: Document, started: Instant) {
-        if let Source::File(path) = &doc.source {
+        if let Source::File(path) = &doc.opened.source {
             self.settings.add_recent(path);
             // The data it was last run on, as it was chosen.
             if let Some(data) = self.settings.data_for(path) {
@@ -294,12 +294,12 @@ impl Studio {
                 }
             }
         }
-        let simplified = doc.layout.simplified;
-        let problems = doc.graph.problems().len();
+        let simplified = doc.opened.layout.simplified;
+        let problems = doc.opened.graph.problems().len();
         let mut status = format!(
             "Opened {} ({} nodes) in {:.0} ms",
-            doc.source.label(),
-            doc.graph.nodes().len(),
+            doc.opened.source.label(),
+            doc.opened.graph.nodes().len(),
             started.elapsed().as_secs_f64() * 1000.0
         );
         if simplified {
@@ -395,7 +395,7 @@ impl Studio {
             self.window.status = status;
         }
         // An edit the recipe's target does not allow was taken back: say why.
-        if let Some(reason) = doc.editor.take_refusal() {
+        if let Some(reason) = doc.planned.editor.take_refusal() {
             self.window.status = format!("Not changed: {reason}");
         }
         doc.refresh();
@@ -477,13 +477,15 @@ impl Studio {
 
     fn default_recipe_path(&self) -> PathBuf {
         match self.doc.as_ref() {
-            Some(doc) => doc
-                .recipe_path
-                .clone()
-                .unwrap_or_else(|| match doc.source.path() {
-                    Some(model) => model.with_extension("recipe.toml"),
-                    None => PathBuf::from("ppocr_cls.recipe.toml"),
-                }),
+            Some(doc) => {
+                doc.planned
+                    .recipe_path
+                    .clone()
+                    .unwrap_or_else(|| match doc.opened.source.path() {
+                        Some(model) => model.with_extension("recipe.toml"),
+                        None => PathBuf::from("ppocr_cls.recipe.toml"),
+                    })
+            }
             None => PathBuf::from("recipe.toml"),
         }
     }
@@ -535,7 +537,7 @@ impl Studio {
         }
         match doc.recipe().save(path) {
             Ok(()) => {
-                doc.recipe_path = Some(path.to_path_buf());
+                doc.planned.recipe_path = Some(path.to_path_buf());
                 self.window.status = format!("Recipe saved to {}", path.display());
             }
             Err(e) => self.fail("The recipe was not saved", e),
@@ -548,9 +550,9 @@ impl Studio {
         };
         match Recipe::load(path) {
             Ok(recipe) => {
-                let warning = recipe.check_against(&doc.graph).err();
-                doc.editor.replace(recipe);
-                doc.recipe_path = Some(path.to_path_buf());
+                let warning = recipe.check_against(&doc.opened.graph).err();
+                doc.planned.editor.replace(recipe);
+                doc.planned.recipe_path = Some(path.to_path_buf());
                 doc.refresh();
                 self.window.status = match warning {
                     None => format!("Recipe loaded from {}", path.display()),
@@ -641,7 +643,7 @@ impl Studio {
         );
         if let Some(doc) = self.doc.as_mut() {
             // The work panel first: it spans the window's width under the side panels.
-            work_panel::show(ui, doc, &self.runtime, &mut commands);
+            work_panel::show(ui, &mut doc.parts(), &self.runtime, &mut commands);
             panels::left_panel(ui, doc, &mut self.window.op_filter, &mut commands);
             panels::inspector_panel(ui, Some(&*doc), &mut self.inspector, &mut commands);
         } else {
@@ -658,7 +660,12 @@ impl Studio {
         );
         dialogs::show(ctx, &mut self.window, &self.runtime, &mut commands);
         if let Some(doc) = self.doc.as_mut() {
-            work_panel::save_window(ctx, doc, self.options.native_dialogs, &mut commands);
+            work_panel::save_window(
+                ctx,
+                &mut doc.parts(),
+                self.options.native_dialogs,
+                &mut commands,
+            );
         }
         let opening = self.exit.open_after.as_ref().map(Source::label);
         work_panel::unsaved_prompt(ctx, self.exit.ask_unsaved, opening, &mut commands);
@@ -672,9 +679,9 @@ impl Studio {
             has_doc: doc.is_some(),
             busy: doc.is_some_and(|d| d.work.busy()),
             has_stats: doc.is_some_and(|d| d.work.results.stats.is_some()),
-            can_undo: doc.is_some_and(|d| d.editor.can_undo()),
-            can_redo: doc.is_some_and(|d| d.editor.can_redo()),
-            has_selection: doc.is_some_and(|d| !d.selection.is_empty()),
+            can_undo: doc.is_some_and(|d| d.planned.editor.can_undo()),
+            can_redo: doc.is_some_and(|d| d.planned.editor.can_redo()),
+            has_selection: doc.is_some_and(|d| !d.view.selection.is_empty()),
             recent: self.settings.recent.clone(),
             theme: self.settings.theme,
             quantized: doc.is_some_and(Document::is_quantized),
@@ -685,7 +692,7 @@ impl Studio {
     fn update_title(&mut self, ctx: &egui::Context) {
         let title = match (&self.doc, &self.opening) {
             (_, Some(o)) => format!("qdq-studio — opening {}", o.label),
-            (Some(doc), None) => format!("qdq-studio — {}", doc.source.label()),
+            (Some(doc), None) => format!("qdq-studio — {}", doc.opened.source.label()),
             (None, None) => "qdq-studio".to_owned(),
         };
         if title != self.window.title {

@@ -35,7 +35,7 @@ fn no_model() -> Failure {
 /// quantized already the float model chosen for it.
 fn float_model(doc: &Document) -> Result<&crate::model::Model, Failure> {
     if !doc.is_quantized() {
-        return Ok(&doc.model);
+        return Ok(&doc.opened.model);
     }
     doc.work
         .float_model
@@ -59,7 +59,7 @@ fn float_only(doc: &Document, what: &str) -> Result<(), Failure> {
             format!(
                 "{} is quantized already. {what} works on the float model: open that one to \
                  quantize it again.",
-                doc.source.label()
+                doc.opened.source.label()
             ),
         ));
     }
@@ -151,12 +151,12 @@ impl Studio {
         let status = match command {
             WorkCommand::ApplyAlternative(index) => apply_alternative(doc, index),
             WorkCommand::SetMethod(method) => {
-                doc.editor.change(|r| r.calibration_method = method);
+                doc.planned.editor.change(|r| r.calibration_method = method);
                 Some(format!("Calibration method: {}", method.name()))
             }
             WorkCommand::SetTensorOverride(tensor, value) => {
                 let cleared = value.is_none();
-                doc.editor.change(|r| match value {
+                doc.planned.editor.change(|r| match value {
                     Some(v) => {
                         r.tensor_overrides.insert(tensor.clone(), v);
                     }
@@ -171,19 +171,19 @@ impl Studio {
                 })
             }
             WorkCommand::ShowHistogram(tensor) => {
-                doc.panel.histogram_tensor = Some(tensor);
-                doc.panel.tab = WorkTab::Histogram;
+                doc.view.panel.histogram_tensor = Some(tensor);
+                doc.view.panel.tab = WorkTab::Histogram;
                 None
             }
             WorkCommand::RevealNodes(names) => {
                 let ids: Vec<_> = names
                     .iter()
-                    .filter_map(|n| doc.graph.node_by_name(n).map(|node| node.id))
+                    .filter_map(|n| doc.opened.graph.node_by_name(n).map(|node| node.id))
                     .collect();
                 if let Some(first) = ids.first() {
-                    doc.canvas.centre_on(*first);
+                    doc.view.canvas.centre_on(*first);
                 }
-                doc.selection = ids;
+                doc.view.selection = ids;
                 None
             }
             WorkCommand::SetDataPath { evaluation, path } => {
@@ -205,11 +205,11 @@ impl Studio {
                 kind,
                 threshold_db,
             } => {
-                doc.panel.heat_map = shown;
-                doc.panel.heat_threshold_db = threshold_db;
-                if doc.panel.heat_kind != kind {
-                    doc.panel.heat_kind = kind;
-                    doc.heat = node_heat(doc);
+                doc.view.panel.heat_map = shown;
+                doc.view.panel.heat_threshold_db = threshold_db;
+                if doc.view.panel.heat_kind != kind {
+                    doc.view.panel.heat_kind = kind;
+                    doc.view.heat = node_heat(doc);
                 }
                 None
             }
@@ -230,7 +230,7 @@ impl Studio {
                 ))
             }
             WorkCommand::CloseSaveWindow => {
-                doc.panel.save_dialog = None;
+                doc.view.panel.save_dialog = None;
                 self.exit.after_save = false;
                 None
             }
@@ -246,11 +246,11 @@ impl Studio {
         let ep_problem = self.ep_problem();
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         float_only(doc, "Calibration")?;
-        doc.panel.tab = WorkTab::Calibrate;
+        doc.view.panel.tab = WorkTab::Calibrate;
         if let Some(problem) = ep_problem {
             return Err(("Calibration cannot run on this provider".into(), problem));
         }
-        let prepared = doc.prepared.clone().map_err(|e| {
+        let prepared = doc.planned.prepared.clone().map_err(|e| {
             (
                 "The model cannot be prepared for quantization".to_owned(),
                 e,
@@ -275,7 +275,7 @@ impl Studio {
             ..CalibrationConfig::default()
         };
         let ep = settings.ep.to_string();
-        let body = tasks::calibrate(prepared, doc.editor.recipe().clone(), data, config);
+        let body = tasks::calibrate(prepared, doc.planned.editor.recipe().clone(), data, config);
         start(&mut doc.work, TaskKind::Calibrate, body)?;
         self.window.status = format!("Calibrating on {ep}…");
         self.remember_data();
@@ -305,7 +305,7 @@ impl Studio {
     fn eval_setup(&self) -> Result<EvalSetup, Failure> {
         let doc = self.doc.as_ref().ok_or_else(no_model)?;
         let work = &doc.work;
-        let recipe = doc.editor.recipe().clone();
+        let recipe = doc.planned.editor.recipe().clone();
         let stats = match &work.results.stats {
             Some(stats) => stats.clone(),
             None if !needs_statistics(&recipe) || doc.is_quantized() => {
@@ -354,7 +354,9 @@ impl Studio {
         {
             return Err(("Choose the evaluation data".into(), why.into()));
         }
-        let given = doc.is_quantized().then(|| Arc::new(doc.model.clone()));
+        let given = doc
+            .is_quantized()
+            .then(|| Arc::new(doc.opened.model.clone()));
         self.window.status = match given {
             Some(_) => "Comparing the quantized model with its float model…",
             None => "Quantizing from the cached statistics and comparing…",
@@ -363,7 +365,7 @@ impl Studio {
         let request = CompareRequest {
             setup,
             latency: doc.work.settings.measure_latency.then_some(STUDIO_LATENCY),
-            sample: doc.panel.sample,
+            sample: doc.view.panel.sample,
             given,
         };
         let body = tasks::quantize_and_compare(request);
@@ -375,7 +377,7 @@ impl Studio {
 
     fn show_sample(&mut self, sample: usize) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        doc.panel.sample = sample;
+        doc.view.panel.sample = sample;
         let Some(comparison) = doc.work.results.comparison.as_ref() else {
             return Ok(());
         };
@@ -398,7 +400,7 @@ impl Studio {
         )?;
         let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        doc.panel.tab = WorkTab::Sensitivity;
+        doc.view.panel.tab = WorkTab::Sensitivity;
         start(&mut doc.work, TaskKind::Sensitivity, tasks::scan(setup))
     }
 
@@ -406,7 +408,7 @@ impl Studio {
         float_only(self.doc.as_ref().ok_or_else(no_model)?, "Auto-exclude")?;
         let setup = self.eval_setup()?;
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        doc.panel.tab = WorkTab::Sensitivity;
+        doc.view.panel.tab = WorkTab::Sensitivity;
         let work = &mut doc.work;
         let body = tasks::auto_exclude(setup, work.results.scanned.clone(), work.settings.goal());
         start(work, TaskKind::AutoExclude, body)
@@ -441,7 +443,12 @@ impl Studio {
         let default = self
             .doc
             .as_ref()
-            .and_then(|d| d.source.path().map(|p| p.with_extension("stats.json")))
+            .and_then(|d| {
+                d.opened
+                    .source
+                    .path()
+                    .map(|p| p.with_extension("stats.json"))
+            })
             .unwrap_or_else(|| std::path::PathBuf::from(format!("{SAMPLE_STEM}.stats.json")));
         let purpose = if save {
             PathPurpose::SaveStatistics
@@ -506,7 +513,7 @@ impl Studio {
             ("The statistics could not be loaded".to_owned(), e.chain())
         };
         let (stats, format) = statistics::load(path).map_err(failed)?;
-        statistics::check_for(&stats, &doc.graph, path).map_err(|e| {
+        statistics::check_for(&stats, &doc.opened.graph, path).map_err(|e| {
             (
                 "These statistics are for another model".to_owned(),
                 e.chain(),
@@ -530,8 +537,8 @@ impl Studio {
             .results
             .saved_model
             .clone()
-            .unwrap_or_else(|| default_output(doc.source.path(), SAMPLE_STEM));
-        doc.panel.save_dialog = Some(SaveDialog {
+            .unwrap_or_else(|| default_output(doc.opened.source.path(), SAMPLE_STEM));
+        doc.view.panel.save_dialog = Some(SaveDialog {
             path: path.display().to_string(),
             external_data: false,
             companions: true,
@@ -542,12 +549,12 @@ impl Studio {
 
     fn save_quantized(&mut self) -> Result<(), Failure> {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
-        let Some(dialog) = doc.panel.save_dialog.clone() else {
+        let Some(dialog) = doc.view.panel.save_dialog.clone() else {
             return Ok(());
         };
         let request = save_request(doc, &dialog)?;
         start(&mut doc.work, TaskKind::Save, tasks::save(request))?;
-        doc.panel.save_dialog = None;
+        doc.view.panel.save_dialog = None;
         self.exit.after_save = dialog.then_quit;
         Ok(())
     }
@@ -596,12 +603,16 @@ impl Studio {
         let doc = self.doc.as_mut().ok_or_else(no_model)?;
         let refused = |e: String| ("This float model cannot be used".to_owned(), e);
         let model = crate::model::Model::load(&path).map_err(|e| refused(e.to_string()))?;
-        crate::eval::compare::check_comparable(&model, &doc.model, &doc.source.label())
-            .map_err(|e| refused(e.to_string()))?;
+        crate::eval::compare::check_comparable(
+            &model,
+            &doc.opened.model,
+            &doc.opened.source.label(),
+        )
+        .map_err(|e| refused(e.to_string()))?;
         let label = crate::app::document::Source::File(path.clone()).label();
         doc.work.float_model = Some(FloatModel { path, model });
         doc.work.results.comparison = None;
-        doc.heat = None;
+        doc.view.heat = None;
         self.window.status = format!("{label} is the float model: compare with F5");
         Ok(())
     }
@@ -657,10 +668,10 @@ impl Studio {
                 let status = calibrated_status(&stats);
                 doc.work.results.statistics_replaced(*stats, false);
                 doc.refresh();
-                if doc.panel.histogram_tensor.is_none() {
-                    doc.panel.histogram_tensor = first_tensor(doc);
+                if doc.view.panel.histogram_tensor.is_none() {
+                    doc.view.panel.histogram_tensor = first_tensor(doc);
                 }
-                doc.panel.tab = WorkTab::Histogram;
+                doc.view.panel.tab = WorkTab::Histogram;
                 status
             }
             TaskOutput::Compared(comparison) => {
@@ -680,10 +691,10 @@ impl Studio {
                     comparison.timings.total_ms
                 );
                 doc.work.results.comparison = Some(*comparison);
-                doc.heat = node_heat(doc);
-                doc.panel.heat_map = true;
-                doc.panel.tab = WorkTab::Results;
-                doc.panel.output_images = None;
+                doc.view.heat = node_heat(doc);
+                doc.view.panel.heat_map = true;
+                doc.view.panel.tab = WorkTab::Results;
+                doc.view.panel.output_images = None;
                 doc.refresh();
                 self.heat_map_installed();
                 status
@@ -692,7 +703,7 @@ impl Studio {
                 if let Some(c) = doc.work.results.comparison.as_mut() {
                     c.sample = (sample, pairs);
                 }
-                doc.panel.output_images = None;
+                doc.view.panel.output_images = None;
                 return;
             }
             TaskOutput::Scanned(scanned) => {
@@ -715,7 +726,7 @@ impl Studio {
                     crate::app::work::auto_exclude_summary(&result)
                 );
                 doc.work.results.scanned = Some(scanned);
-                doc.editor.replace(result.recipe.clone());
+                doc.planned.editor.replace(result.recipe.clone());
                 doc.work.results.auto_excluded = Some(result);
                 doc.refresh();
                 status
@@ -728,7 +739,7 @@ impl Studio {
             }
             TaskOutput::WeightRanges(chosen) => {
                 let status = format!("Weight ranges: {} (Ctrl+Z undoes)", chosen.summary());
-                doc.editor.replace(chosen.recipe.clone());
+                doc.planned.editor.replace(chosen.recipe.clone());
                 doc.refresh();
                 status
             }
@@ -737,7 +748,7 @@ impl Studio {
             }
             TaskOutput::LatencyTuning(tuned) => {
                 let status = format!("{} (Ctrl+Z undoes)", tuned.summary());
-                doc.editor.replace(tuned.recipe.clone());
+                doc.planned.editor.replace(tuned.recipe.clone());
                 doc.refresh();
                 status
             }
@@ -748,7 +759,7 @@ impl Studio {
                 doc.work.results.saved_recipe = Some(saved.recipe.clone());
                 if saved.recipe_file.is_some() {
                     // The recipe panel names the file the recipe now lives in.
-                    doc.recipe_path.clone_from(&saved.recipe_file);
+                    doc.planned.recipe_path.clone_from(&saved.recipe_file);
                 }
                 if std::mem::take(&mut self.exit.after_save) {
                     match self.exit.open_after.take() {
@@ -798,9 +809,11 @@ impl Studio {
 
     /// True when quitting would lose work.
     pub fn has_unsaved_work(&self) -> bool {
-        self.doc
-            .as_ref()
-            .is_some_and(|d| d.work.results.unsaved(d.editor.recipe(), d.editor.edited()))
+        self.doc.as_ref().is_some_and(|d| {
+            d.work
+                .results
+                .unsaved(d.planned.editor.recipe(), d.planned.editor.edited())
+        })
     }
 
     /// The window's close button: cancelled and asked about when there is unsaved work;
@@ -839,7 +852,7 @@ fn apply_alternative(doc: &mut Document, index: usize) -> Option<String> {
         .as_ref()
         .and_then(|r| r.alternatives.get(index))?;
     let change = alternative.change.clone();
-    doc.editor.replace(alternative.recipe.clone());
+    doc.planned.editor.replace(alternative.recipe.clone());
     Some(format!("Recipe: {change} (Ctrl+Z undoes)"))
 }
 
@@ -859,10 +872,10 @@ fn save_request(doc: &Document, dialog: &SaveDialog) -> Result<SaveRequest, Fail
             "the report",
             dialog.companions.then_some(report_path.as_path()),
         )
-        .folder_outputs(&doc.model, &path)
+        .folder_outputs(&doc.opened.model, &path)
         .check()
         .map_err(|e| ("The quantized model was not saved".to_owned(), e.chain()))?;
-    let recipe = doc.editor.recipe().clone();
+    let recipe = doc.planned.editor.recipe().clone();
     let stats = doc.work.results.stats.clone();
     if stats.is_none() && needs_statistics(&recipe) {
         return Err((
@@ -872,11 +885,11 @@ fn save_request(doc: &Document, dialog: &SaveDialog) -> Result<SaveRequest, Fail
     }
     let fresh = doc.work.results.fresh_comparison(&recipe);
     let report_to = fresh.filter(|_| dialog.companions).map(|c| {
-        let report = c.report(&doc.source.label(), &path.display().to_string());
+        let report = c.report(&doc.opened.source.label(), &path.display().to_string());
         (report_path, report)
     });
     Ok(SaveRequest {
-        model: doc.model.clone(),
+        model: doc.opened.model.clone(),
         stats,
         quantized: fresh.map(|c| c.quantized.clone()),
         recipe_to,
@@ -927,7 +940,11 @@ fn saved_status(saved: &crate::workflow::quantize::Saved) -> String {
 /// and outputs, else the first calibrated tensor.
 fn first_tensor(doc: &Document) -> Option<String> {
     let stats = doc.work.results.stats.as_ref()?;
-    let selected = doc.selection.first().map(|id| doc.graph.node(*id));
+    let selected = doc
+        .view
+        .selection
+        .first()
+        .map(|id| doc.opened.graph.node(*id));
     selected
         .into_iter()
         .flat_map(|n| n.inputs.iter().chain(&n.outputs))
@@ -940,15 +957,15 @@ fn first_tensor(doc: &Document) -> Option<String> {
 fn node_heat(doc: &Document) -> Option<Vec<Option<f64>>> {
     let comparison = doc.work.results.comparison.as_ref()?;
     // A model that is quantized already writes the compared tensors itself (and has no plan).
-    let prepared = match &doc.prepared {
+    let prepared = match &doc.planned.prepared {
         Ok(p) if !doc.is_quantized() => &p.graph,
-        _ => &doc.graph,
+        _ => &doc.opened.graph,
     };
     Some(heat::node_sqnr(
-        &doc.graph,
+        &doc.opened.graph,
         prepared,
         &comparison.tensors,
-        doc.panel.heat_kind,
-        &doc.plan,
+        doc.view.panel.heat_kind,
+        &doc.planned.plan,
     ))
 }

@@ -5,7 +5,7 @@ use egui::{Color32, RichText, Ui};
 
 use crate::app::command::Command;
 use crate::app::command::{RecipeCommand, WorkCommand};
-use crate::app::document::Document;
+use crate::app::document_parts::DocParts;
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::work::Work;
 use crate::app::work::data::{DataCheck, DataChoice, DataKind};
@@ -27,11 +27,11 @@ fn flavor_of(ep: &EpSpec) -> Option<Flavor> {
 
 pub(super) fn show(
     ui: &mut Ui,
-    doc: &mut Document,
+    doc: &mut DocParts<'_>,
     runtime: &RuntimeStatus,
     commands: &mut Vec<Command>,
 ) {
-    let method = doc.editor.recipe().calibration_method;
+    let method = doc.planned.editor.recipe().calibration_method;
     let quantized = doc.is_quantized();
     let work = &mut doc.work;
     ui.columns(4, |columns| {

@@ -15,7 +15,7 @@ use egui::{Color32, Pos2, Rect, RichText, Sense, Stroke, Ui, pos2, vec2};
 
 use crate::app::command::Command;
 use crate::app::command::WorkCommand;
-use crate::app::document::Document;
+use crate::app::document_parts::{DocParts, Planned};
 use crate::calib::range::{self, Range, RangeMethod, RangeTarget};
 use crate::calib::{CalibrationStats, TensorStats};
 use crate::quant::explain::{Explanation, TensorQuant};
@@ -86,7 +86,7 @@ fn target(plan: &Explanation, recipe: &Recipe, tensor: &str) -> RangeTarget {
     }
 }
 
-pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+pub(super) fn show(ui: &mut Ui, doc: &mut DocParts<'_>, commands: &mut Vec<Command>) {
     let Some(stats) = doc.work.results.stats.clone() else {
         ui.label("Run calibration (Ctrl+R) or load statistics to see activation histograms.");
         weights_section(ui, doc);
@@ -99,25 +99,25 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         });
         ui.separator();
         ui.vertical(|ui| {
-            let tensor = doc.panel.histogram_tensor.clone();
+            let tensor = doc.view.panel.histogram_tensor.clone();
             match tensor
                 .as_ref()
                 .and_then(|t| stats.tensors.get(t).map(|s| (t, s)))
             {
                 Some((name, s)) => {
                     let view = TensorView {
-                        recipe: doc.editor.recipe(),
-                        plan: &doc.plan,
+                        recipe: doc.planned.editor.recipe(),
+                        plan: &doc.planned.plan,
                         stats: &stats,
                         name,
                         tensor: s,
-                        float_reason: if doc.folded_away(name) {
+                        float_reason: if doc.planned.folded_away(name) {
                             "Removed by pre-processing: the quantizer never sees this tensor."
                         } else {
                             "Not quantized under this recipe: it stays float."
                         },
                     };
-                    tensor_view(ui, &view, &mut doc.panel.histogram_log, commands);
+                    tensor_view(ui, &view, &mut doc.view.panel.histogram_log, commands);
                 }
                 None => {
                     ui.label("Pick a tensor on the left, or select a node in the graph.");
@@ -130,13 +130,18 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
 
 fn tensor_list(
     ui: &mut Ui,
-    doc: &mut Document,
+    doc: &mut DocParts<'_>,
     stats: &Arc<CalibrationStats>,
     commands: &mut Vec<Command>,
 ) {
-    let current = doc.panel.histogram_tensor.clone();
+    let current = doc.view.panel.histogram_tensor.clone();
     let mut pick = |ui: &mut Ui, name: &str| {
-        let over = doc.editor.recipe().tensor_overrides.contains_key(name);
+        let over = doc
+            .planned
+            .editor
+            .recipe()
+            .tensor_overrides
+            .contains_key(name);
         let text = if over {
             format!("{name} ✎")
         } else {
@@ -149,7 +154,12 @@ fn tensor_list(
             commands.push(Command::Work(WorkCommand::ShowHistogram(name.to_owned())));
         }
     };
-    if let Some(node) = doc.selection.first().map(|id| doc.graph.node(*id)) {
+    if let Some(node) = doc
+        .view
+        .selection
+        .first()
+        .map(|id| doc.opened.graph.node(*id))
+    {
         ui.label(RichText::new(format!("{} ({})", node.name, node.op_type)).strong());
         let mut any = false;
         for (role, list) in [("in", &node.inputs), ("out", &node.outputs)] {
@@ -174,13 +184,13 @@ fn tensor_list(
     ui.horizontal(|ui| {
         let label = ui.label("Find tensor");
         ui.add(
-            egui::TextEdit::singleline(&mut doc.panel.histogram_filter)
+            egui::TextEdit::singleline(&mut doc.view.panel.histogram_filter)
                 .hint_text("name")
                 .desired_width(170.0),
         )
         .labelled_by(label.id);
     });
-    let filter = doc.panel.histogram_filter.to_lowercase();
+    let filter = doc.view.panel.histogram_filter.to_lowercase();
     let names: Vec<&String> = stats
         .tensors
         .keys()
@@ -611,11 +621,11 @@ fn use_method(
 /// How the plan quantizes weight `name` of `node`: the axis its channel ranges run along and
 /// a line saying so.
 fn weight_axis_of(
-    doc: &Document,
+    planned: &Planned,
     node: &crate::model::Node,
     name: &str,
 ) -> (usize, String, Option<WeightQuant>) {
-    match doc.plan.tensor(name).map(|p| (&p.quant, p.describe())) {
+    match planned.plan.tensor(name).map(|p| (&p.quant, p.describe())) {
         Some((TensorQuant::Weight { quant, .. }, text)) => match quant.axis {
             Some(axis) => (axis, text, Some(*quant)),
             None => (
@@ -671,13 +681,22 @@ impl ChannelRanges {
 /// Each channel's range of the selected node's weights, along the axis the quantizer's plan
 /// uses (output channels: axis 0 for Conv, 1 for MatMul, ConvTranspose and Gemm without
 /// transB), from the values it quantizes (batch-norm folded). Cached in egui's memory.
-fn weights_section(ui: &mut Ui, doc: &Document) {
-    let Some(node) = doc.selection.first().map(|id| doc.graph.node(*id)) else {
+fn weights_section(ui: &mut Ui, doc: &DocParts<'_>) {
+    let Some(node) = doc
+        .view
+        .selection
+        .first()
+        .map(|id| doc.opened.graph.node(*id))
+    else {
         return;
     };
-    let model = doc.prepared.as_ref().map_or(&doc.model, |p| &p.model);
+    let model = doc
+        .planned
+        .prepared
+        .as_ref()
+        .map_or(&doc.opened.model, |p| &p.model);
     for name in &node.inputs {
-        let (axis, how, quant) = weight_axis_of(doc, node, name);
+        let (axis, how, quant) = weight_axis_of(doc.planned, node, name);
         let id = egui::Id::new(("channel-ranges", name, axis, &how));
         let cached: Option<Arc<ChannelRanges>> = ui.data(|d| d.get_temp(id));
         let ranges = match cached {
@@ -772,7 +791,7 @@ fn channel_chart(ui: &mut Ui, ranges: &ChannelRanges) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::document::{self, Source};
+    use crate::app::document::{self, Document, Source};
     use crate::calib::stats::CalibrationInfo;
     use crate::jobs::JobContext;
     use crate::model::{DataType, ModelBuilder, TensorArray};
@@ -855,10 +874,11 @@ mod tests {
     fn the_histogram_shows_the_ranges_and_axes_the_quantizer_uses() {
         let (doc, stats) = document_with_stats();
         let quantized =
-            crate::quant::quantize(&doc.model, Some(&stats), doc.editor.recipe()).unwrap();
+            crate::quant::quantize(&doc.opened.model, Some(&stats), doc.planned.editor.recipe())
+                .unwrap();
         let used = |t: &str| quantized.params[t].range;
         let shown = |t: &str| {
-            let p = planned_range(&doc.plan, t, &stats).unwrap();
+            let p = planned_range(&doc.planned.plan, t, &stats).unwrap();
             let r = p.range.unwrap();
             (Some((r.lo, r.hi)), p.source)
         };
@@ -873,17 +893,17 @@ mod tests {
         assert_eq!(range, used("r"));
         assert!(source.contains("relu folded"), "{source}");
         // Overrides of it go on the tensor whose range it takes.
-        let planned = planned_range(&doc.plan, "mm", &stats).unwrap();
+        let planned = planned_range(&doc.planned.plan, "mm", &stats).unwrap();
         assert_eq!(planned.override_tensor, "r");
 
         // Per-channel weight ranges run along the quantizer's axis: 1 for MatMul and for Gemm
         // without transB, with one range per scale the quantizer wrote.
-        let node = |name: &str| doc.graph.node_by_name(name).unwrap();
+        let node = |name: &str| doc.opened.graph.node_by_name(name).unwrap();
         for (op, w) in [("matmul", "w_mm"), ("gemm", "w_g")] {
-            let (axis, how, _) = weight_axis_of(&doc, node(op), w);
+            let (axis, how, _) = weight_axis_of(&doc.planned, node(op), w);
             assert_eq!(Some(axis), quantized.params[w].axis, "{w}: {how}");
             assert_eq!(axis, 1, "{w}");
-            let values = doc.model.weight(w).unwrap().unwrap().to_f32();
+            let values = doc.opened.model.weight(w).unwrap().unwrap().to_f32();
             let channels = channel_extremes(&values, Some(axis)).len();
             assert_eq!(channels, quantized.params[w].params.len(), "{w}");
         }

@@ -12,22 +12,32 @@ use egui::{RichText, Ui};
 
 use crate::app::command::Command;
 use crate::app::command::{AppCommand, WorkCommand};
-use crate::app::document::Document;
+use crate::app::document_parts::DocParts;
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::work::task::Task;
 
 pub use crate::app::panel_state::{OutputImages, PanelState, SaveDialog, WorkTab};
 
 /// Draws the panel for the open model.
-pub fn show(ui: &mut Ui, doc: &mut Document, runtime: &RuntimeStatus, commands: &mut Vec<Command>) {
+pub fn show(
+    ui: &mut Ui,
+    doc: &mut DocParts<'_>,
+    runtime: &RuntimeStatus,
+    commands: &mut Vec<Command>,
+) {
     egui::Panel::bottom("work-panel")
         .resizable(true)
         .default_size(330.0)
         .min_size(160.0)
         .show(ui, |ui| {
             let quantized = doc.is_quantized();
-            if quantized && matches!(doc.panel.tab, WorkTab::Histogram | WorkTab::Sensitivity) {
-                doc.panel.tab = WorkTab::Results;
+            if quantized
+                && matches!(
+                    doc.view.panel.tab,
+                    WorkTab::Histogram | WorkTab::Sensitivity
+                )
+            {
+                doc.view.panel.tab = WorkTab::Results;
             }
             ui.horizontal(|ui| {
                 let tabs: &[(WorkTab, &str)] = if quantized {
@@ -41,7 +51,7 @@ pub fn show(ui: &mut Ui, doc: &mut Document, runtime: &RuntimeStatus, commands: 
                     ]
                 };
                 for &(tab, label) in tabs {
-                    ui.selectable_value(&mut doc.panel.tab, tab, label);
+                    ui.selectable_value(&mut doc.view.panel.tab, tab, label);
                 }
                 ui.separator();
                 match doc.work.task.running() {
@@ -54,7 +64,7 @@ pub fn show(ui: &mut Ui, doc: &mut Document, runtime: &RuntimeStatus, commands: 
             egui::ScrollArea::vertical()
                 .id_salt("work-scroll")
                 .auto_shrink([false, false])
-                .show(ui, |ui| match doc.panel.tab {
+                .show(ui, |ui| match doc.view.panel.tab {
                     WorkTab::Calibrate => calibrate::show(ui, doc, runtime, commands),
                     WorkTab::Histogram => histogram::show(ui, doc, commands),
                     WorkTab::Results => results::show(ui, doc, commands),
@@ -151,7 +161,7 @@ fn task_progress(ui: &mut Ui, task: &Task, commands: &mut Vec<Command>) {
 /// File ▸ Save quantized model: path, external data, companions.
 pub fn save_window(
     ctx: &egui::Context,
-    doc: &mut Document,
+    doc: &mut DocParts<'_>,
     native_dialogs: bool,
     commands: &mut Vec<Command>,
 ) {
@@ -159,9 +169,9 @@ pub fn save_window(
     let fresh = doc
         .work
         .results
-        .fresh_comparison(doc.editor.recipe())
+        .fresh_comparison(doc.planned.editor.recipe())
         .is_some();
-    let Some(dialog) = doc.panel.save_dialog.as_mut() else {
+    let Some(dialog) = doc.view.panel.save_dialog.as_mut() else {
         return;
     };
     egui::Window::new("Save quantized model")

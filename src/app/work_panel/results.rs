@@ -8,7 +8,7 @@ use egui::{Color32, ColorImage, RichText, TextureOptions, Ui};
 use ndarray::{ArrayD, Axis};
 
 use crate::app::command::Command;
-use crate::app::document::Document;
+use crate::app::document_parts::{DocParts, Planned, Shown};
 use crate::app::panel_state::{OutputImages, PanelState};
 use crate::app::work::heat;
 use crate::eval::compare::OutputKind;
@@ -17,16 +17,15 @@ use crate::eval::compare::task::TaskOptions;
 use crate::report::SpeedVerdict;
 use crate::workflow::compare::{Comparison, TENSOR_SAMPLES};
 
-pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+pub(super) fn show(ui: &mut Ui, doc: &mut DocParts<'_>, commands: &mut Vec<Command>) {
     if doc.is_quantized() {
         float_model_row(ui, doc, commands);
     }
     let quantized = doc.is_quantized();
-    let Document {
+    let DocParts {
         work,
-        editor,
-        heat,
-        panel,
+        planned: Planned { editor, .. },
+        view: Shown { heat, panel, .. },
         ..
     } = doc;
     let Some(comparison) = work.results.comparison.as_ref() else {
@@ -173,7 +172,7 @@ const HEAT_COLUMN_WIDTH: f32 = 380.0;
 const SIDE_BY_SIDE_WIDTH: f32 = 440.0;
 
 /// For a model that is quantized already: the float model it is compared against.
-fn float_model_row(ui: &mut Ui, doc: &Document, commands: &mut Vec<Command>) {
+fn float_model_row(ui: &mut Ui, doc: &DocParts<'_>, commands: &mut Vec<Command>) {
     ui.horizontal(|ui| {
         ui.label("Float model");
         match &doc.work.float_model {

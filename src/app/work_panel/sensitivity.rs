@@ -6,11 +6,11 @@ use egui::{RichText, Ui};
 
 use crate::app::command::Command;
 use crate::app::command::WorkCommand;
-use crate::app::document::Document;
+use crate::app::document_parts::DocParts;
 use crate::app::work::settings::RunSettings;
 use crate::eval::search::evaluator::TargetKind;
 
-pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>) {
+pub(super) fn show(ui: &mut Ui, doc: &mut DocParts<'_>, commands: &mut Vec<Command>) {
     let busy = doc.work.busy();
     let has_stats = doc.work.results.stats.is_some();
     controls(ui, &mut doc.work.settings, busy, has_stats, commands);
@@ -44,7 +44,7 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         return;
     };
     let s = &scanned.sensitivity;
-    if &scanned.recipe != doc.editor.recipe() {
+    if &scanned.recipe != doc.planned.editor.recipe() {
         ui.colored_label(
             ui.visuals().warn_fg_color,
             "This ranking is for an earlier recipe.",
@@ -64,7 +64,7 @@ pub(super) fn show(ui: &mut Ui, doc: &mut Document, commands: &mut Vec<Command>)
         );
     }
     ui.label(RichText::new(format!("Measured on {}.", s.method_note())).weak());
-    ranking(ui, s, &doc.graph, commands);
+    ranking(ui, s, &doc.opened.graph, commands);
 }
 
 /// The scan and auto-exclude buttons with the target's kind, value and limit.
