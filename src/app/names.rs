@@ -5,6 +5,16 @@
 
 use egui::{Response, RichText, Sense, Ui, WidgetInfo, WidgetType};
 
+/// `text` cut to at most `max_chars` characters, its end replaced by an ellipsis when it is
+/// longer (a box label or a detail line, where the start says what it is).
+pub fn elide_end(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    format!("{kept}…")
+}
+
 /// The end of `name` that fits in `width` points in `font`, behind an ellipsis; `name` itself
 /// when it fits.
 pub fn elide_start(ui: &Ui, name: &str, font: &egui::FontId, width: f32) -> String {

@@ -26,14 +26,15 @@ fn esc(text: &str) -> String {
 }
 
 // Tables scroll sideways in their own box rather than spilling; numbers never wrap, names
-// wrap anywhere (a transformer's tensor names have no spaces).
+// wrap anywhere (a transformer's tensor names have no spaces; `word-break` for engines that
+// predate `overflow-wrap: anywhere`, as the WebKit of `wkhtmltoimage`).
 const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1280px;color:#222;padding:0 1em}\
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}\
 .verdict{font-size:1.1em;padding:.5em .8em;background:#f4f7fb;border-left:4px solid #4a78b5}\
 .table{overflow-x:auto;max-width:100%}\
 table{border-collapse:collapse;margin:.6em 0;font-size:.92em}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;white-space:nowrap}\
-th{background:#f3f3f3}td.name,th.name{text-align:left;font-family:ui-monospace,monospace;white-space:normal;overflow-wrap:anywhere;min-width:10em}\
-dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0;font-family:ui-monospace,monospace;overflow-wrap:anywhere}\
+th{background:#f3f3f3}td.name,th.name{text-align:left;font-family:ui-monospace,monospace;white-space:normal;overflow-wrap:anywhere;word-break:break-all;min-width:10em}\
+dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}dd{margin:0;font-family:ui-monospace,monospace;overflow-wrap:anywhere;word-break:break-all}\
 figure{margin:1em 0}figcaption{font-size:.9em;color:#555}.grid{display:flex;flex-wrap:wrap;gap:8px}.grid figure{margin:0}\
 .note{color:#666;font-size:.9em}";
 

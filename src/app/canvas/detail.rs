@@ -145,7 +145,7 @@ fn detail(
         | ops::HARDMAX => axis(),
         _ => None,
     }?;
-    Some(elide(&text))
+    Some(crate::app::names::elide_end(&text, MAX_DETAIL_CHARS))
 }
 
 /// A Reshape's target shape when it is a constant: `to 1×-1×12×64`.
@@ -161,14 +161,6 @@ fn reshape_target(model: &Model, qdq: &QdqStructure, node: &Node) -> Option<Stri
 /// An ONNX element type code's name (`float16`), or its number.
 fn type_name(code: i64) -> String {
     i32::try_from(code).map_or_else(|_| code.to_string(), crate::model::dtype::onnx_type_name)
-}
-
-fn elide(text: &str) -> String {
-    if text.chars().count() <= MAX_DETAIL_CHARS {
-        return text.to_owned();
-    }
-    let kept: String = text.chars().take(MAX_DETAIL_CHARS - 1).collect();
-    format!("{kept}…")
 }
 
 #[cfg(test)]

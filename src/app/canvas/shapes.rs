@@ -7,6 +7,7 @@ use egui::{Color32, CornerRadius, FontId, Pos2, Rect, Shape, Stroke, StrokeKind,
 use egui_graphs::{DisplayEdge, DisplayNode, DrawContext, EdgeProps, Node, NodeProps};
 use petgraph::Directed;
 
+use crate::app::names::elide_end;
 use crate::app::states::NodeState;
 use crate::model::NodeId;
 
@@ -187,7 +188,7 @@ impl OpBox {
             let px = 8.0 * zoom;
             let max_chars = (rect.width() / (px * 0.62)).max(4.0) as usize;
             lines.push((
-                elide(&self.name, max_chars),
+                elide_end(&self.name, max_chars),
                 FontId::monospace(px),
                 text.gamma_multiply(0.7),
             ));
@@ -259,15 +260,6 @@ fn tag(ctx: &DrawContext, at: Pos2, text: &str, font_px: f32, alpha: f32) -> Vec
 
 /// Fill of the Q/DQ tags: a violet apart from every state colour.
 pub const TAG_FILL: Color32 = Color32::from_rgb(118, 78, 170);
-
-/// Shortens `text` to about `max_chars` characters with an ellipsis.
-fn elide(text: &str, max_chars: usize) -> String {
-    if text.chars().count() <= max_chars {
-        return text.to_owned();
-    }
-    let keep: String = text.chars().take(max_chars.saturating_sub(1)).collect();
-    format!("{keep}…")
-}
 
 impl DisplayNode<OpNode, TensorEdge, Directed, u32> for OpBox {
     fn closest_boundary_point(&self, dir: Vec2) -> Pos2 {
@@ -549,7 +541,7 @@ pub fn terminal_shapes(ctx: &DrawContext, rect: Rect, name: &str, input: bool) -
         let colour = visuals.strong_text_color();
         ctx.ctx.fonts_mut(|fonts| {
             let galley =
-                fonts.layout_no_wrap(elide(name, max_chars), FontId::monospace(font_px), colour);
+                fonts.layout_no_wrap(elide_end(name, max_chars), FontId::monospace(font_px), colour);
             out.push(Shape::galley(
                 rect.center() - galley.size() / 2.0,
                 galley,
@@ -636,8 +628,8 @@ mod tests {
 
     #[test]
     fn long_names_are_elided_short_ones_kept() {
-        assert_eq!(elide("conv1", 8), "conv1");
-        assert_eq!(elide("backbone.stage3.conv", 8), "backbon…");
+        assert_eq!(elide_end("conv1", 8), "conv1");
+        assert_eq!(elide_end("backbone.stage3.conv", 8), "backbon…");
     }
 
     #[test]

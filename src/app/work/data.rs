@@ -136,14 +136,6 @@ impl DataChoice {
             }
         })
     }
-
-    /// One line naming the source.
-    pub fn describe(&self) -> String {
-        match self.kind {
-            DataKind::Random => format!("{} random samples", self.random_samples),
-            kind => format!("{} {}", kind.label(), self.path.trim()),
-        }
-    }
 }
 
 /// The kind of source a path is (the engine's own rule: a folder of images, a folder of test
