@@ -540,8 +540,11 @@ pub fn terminal_shapes(ctx: &DrawContext, rect: Rect, name: &str, input: bool) -
         let max_chars = crate::app::layout::MAX_TERMINAL_CHARS;
         let colour = visuals.strong_text_color();
         ctx.ctx.fonts_mut(|fonts| {
-            let galley =
-                fonts.layout_no_wrap(elide_end(name, max_chars), FontId::monospace(font_px), colour);
+            let galley = fonts.layout_no_wrap(
+                elide_end(name, max_chars),
+                FontId::monospace(font_px),
+                colour,
+            );
             out.push(Shape::galley(
                 rect.center() - galley.size() / 2.0,
                 galley,
