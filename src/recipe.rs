@@ -23,6 +23,11 @@ pub use target::Target;
 /// The recipe format version written by this build.
 pub const RECIPE_VERSION: u32 = 1;
 
+/// The table of a recipe file that holds the data the studio ran the recipe on (its calibration
+/// and evaluation choices). The recipe itself does not read it: the same file quantizes the
+/// same model whatever data it names.
+pub const DATA_TABLE: &str = "data";
+
 /// What is quantized and to which types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -637,7 +642,8 @@ impl Recipe {
             message: parse_message(text, &e),
         };
         let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
-        let recipe: Recipe = if table.contains_key("target") {
+        let data = table.remove(DATA_TABLE).is_some();
+        let recipe: Recipe = if table.contains_key("target") || data {
             // What the recipe leaves unsaid comes from its target.
             target::fill_from_target(&mut table);
             toml::Value::Table(table)
@@ -679,6 +685,39 @@ impl Recipe {
             reason: e.to_string(),
         })?;
         Self::from_toml(&text, &path.display().to_string())
+    }
+
+    /// Reads a recipe file with the data table beside it, if it has one ([`DATA_TABLE`]).
+    pub fn load_with_data(path: &Path) -> Result<(Recipe, Option<toml::Table>), RecipeError> {
+        let origin = path.display().to_string();
+        let text = crate::util::read_regular_text(path).map_err(|e| RecipeError::Io {
+            path: origin.clone(),
+            reason: e.to_string(),
+        })?;
+        let recipe = Self::from_toml(&text, &origin)?;
+        let data = toml::from_str::<toml::Table>(&text)
+            .ok()
+            .and_then(|mut t| t.remove(DATA_TABLE))
+            .and_then(|d| d.as_table().cloned());
+        Ok((recipe, data))
+    }
+
+    /// Writes the recipe atomically with `data` as its data table ([`DATA_TABLE`]).
+    pub fn save_with_data(&self, path: &Path, data: &toml::Table) -> Result<(), RecipeError> {
+        let mut wrapper = toml::Table::new();
+        wrapper.insert(DATA_TABLE.to_owned(), toml::Value::Table(data.clone()));
+        // Plain data with string keys: serialising cannot fail.
+        let text = format!(
+            "{}\n{}",
+            self.to_toml(),
+            toml::to_string_pretty(&wrapper).unwrap_or_default()
+        );
+        crate::atomic::write(path, text.as_bytes())
+            .map(|_| ())
+            .map_err(|e| RecipeError::Io {
+                path: path.display().to_string(),
+                reason: e.to_string(),
+            })
     }
 
     /// The recipe as TOML.
@@ -959,6 +998,26 @@ impl Recipe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_table_travels_beside_the_recipe_and_changes_nothing_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.toml");
+        let mut recipe = Recipe::default();
+        recipe.nodes_to_exclude.push("head/.*".into());
+        let mut data = toml::Table::new();
+        data.insert(
+            "calibration".into(),
+            toml::Value::String("calib.npz".into()),
+        );
+        recipe.save_with_data(&path, &data).unwrap();
+        let (loaded, read) = Recipe::load_with_data(&path).unwrap();
+        assert_eq!(loaded, recipe);
+        assert_eq!(read, Some(data));
+        assert_eq!(Recipe::load(&path).unwrap(), recipe);
+        recipe.save(&path).unwrap();
+        assert_eq!(Recipe::load_with_data(&path).unwrap(), (recipe, None));
+    }
 
     #[test]
     fn the_default_recipe_round_trips_through_toml() {

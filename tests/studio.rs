@@ -249,13 +249,19 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
     h.run_steps(2);
     assert!(!h.state().document().unwrap().view.search.open);
 
-    // Save the recipe through File ▸ Save recipe (the path field: no native dialog here).
+    recipe_and_data_round_trip_through_a_file(&mut h);
+    assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
+}
+
+/// Saves the recipe through File ▸ Save recipe (the path field: no native dialog here),
+/// changes the recipe and its data, and loads the file back: both come back.
+fn recipe_and_data_round_trip_through_a_file(h: &mut Harness<'_, Studio>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("chosen.recipe.toml");
-    let saved = recipe(&h);
+    let saved = recipe(h);
     h.key_press_modifiers(Modifiers::COMMAND, Key::S);
     h.run_steps(2);
-    type_path(&mut h, &path);
+    type_path(h, &path);
     h.get_by_label("Save").click();
     h.run_steps(2);
     assert_eq!(
@@ -263,18 +269,46 @@ fn a_user_edits_the_sample_recipe_with_clicks_shortcuts_search_and_files() {
         saved,
         "the file holds the recipe"
     );
+    // And the data it runs on, beside it (the sample's bundled files).
+    let calibration = h
+        .state()
+        .document()
+        .unwrap()
+        .work
+        .settings
+        .calibration
+        .clone();
+    assert!(calibration.path.ends_with("calib.npz"), "{calibration:?}");
+    let (_, data) = Recipe::load_with_data(&path).unwrap();
+    let data = data.expect("a data table");
+    assert_eq!(
+        data["calibration"]["path"].as_str(),
+        Some(calibration.path.as_str()),
+        "{data:?}"
+    );
 
-    // Change it, then load the file back through File ▸ Load recipe.
+    // Change it and its data, then load the file back through File ▸ Load recipe.
     h.get_by_label("Conv (53)").click();
     h.run_steps(2);
-    assert_ne!(recipe(&h), saved);
+    assert_ne!(recipe(h), saved);
+    h.state_mut()
+        .document_mut()
+        .unwrap()
+        .work
+        .settings
+        .calibration
+        .path = String::new();
     h.key_press_modifiers(Modifiers::COMMAND, Key::L);
     h.run_steps(2);
-    type_path(&mut h, &path);
+    type_path(h, &path);
     h.get_by_label("Load").click();
     h.run_steps(2);
-    assert_eq!(recipe(&h), saved, "loading restores it");
-    assert!(h.state().notices().is_empty(), "{:?}", h.state().notices());
+    assert_eq!(recipe(h), saved, "loading restores it");
+    assert_eq!(
+        h.state().document().unwrap().work.settings.calibration,
+        calibration,
+        "and the data it was saved with"
+    );
 }
 
 fn regex_escape(name: &str) -> String {

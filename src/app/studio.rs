@@ -13,6 +13,7 @@ use crate::app::panels::{MenuState, OpeningView};
 use crate::app::runtime_status::RuntimeStatus;
 use crate::app::settings::{ModelData, Settings};
 use crate::app::window::{ExitState, Notice, PathPrompt, PathPurpose, WindowState};
+use crate::app::work::settings::RunSettings;
 use crate::app::{dialogs, panels, work_panel};
 use crate::jobs::Job;
 use crate::recipe::{Recipe, Target};
@@ -280,12 +281,7 @@ impl Studio {
             self.settings.add_recent(path);
             // The data it was last run on, as it was chosen.
             if let Some(data) = self.settings.data_for(path) {
-                let settings = &mut doc.work.settings;
-                settings.calibration = data.calibration.clone();
-                settings.evaluation = data.evaluation.clone();
-                settings.evaluate_on_calibration = data.evaluate_on_calibration;
-                // Chosen before, for this model: random data included.
-                settings.random_chosen = true;
+                restore_data(&mut doc.work.settings, data);
                 if let Some(float) =
                     (data.float_model.clone()).filter(|float| doc.is_quantized() && float.is_file())
                 {
@@ -535,7 +531,9 @@ impl Studio {
             self.fail("The recipe was not saved", e.chain());
             return;
         }
-        match doc.recipe().save(path) {
+        // The data it was run on travel with it (a table the recipe itself does not read).
+        let data = toml::Table::try_from(model_data(doc, None)).unwrap_or_default();
+        match doc.recipe().save_with_data(path, &data) {
             Ok(()) => {
                 doc.planned.recipe_path = Some(path.to_path_buf());
                 self.window.status = format!("Recipe saved to {}", path.display());
@@ -548,15 +546,24 @@ impl Studio {
         let Some(doc) = self.doc.as_mut() else {
             return;
         };
-        match Recipe::load(path) {
-            Ok(recipe) => {
+        match Recipe::load_with_data(path) {
+            Ok((recipe, data)) => {
                 let warning = recipe.check_against(&doc.opened.graph).err();
                 doc.planned.editor.replace(recipe);
                 doc.planned.recipe_path = Some(path.to_path_buf());
+                // The data saved with it, when they read as the studio writes them.
+                let data = data.and_then(|d| d.try_into::<ModelData>().ok());
+                if let Some(data) = &data {
+                    restore_data(&mut doc.work.settings, data);
+                }
                 doc.refresh();
+                let with_data = if data.is_some() { " with its data" } else { "" };
                 self.window.status = match warning {
-                    None => format!("Recipe loaded from {}", path.display()),
-                    Some(w) => format!("Recipe loaded from {}; note: {w}", path.display()),
+                    None => format!("Recipe loaded from {}{with_data}", path.display()),
+                    Some(w) => format!(
+                        "Recipe loaded from {}{with_data}; note: {w}",
+                        path.display()
+                    ),
                 };
             }
             Err(e) => self.fail("The recipe could not be loaded", e),
@@ -752,6 +759,14 @@ impl eframe::App for Studio {
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
     }
+}
+
+/// Runs on `data` again, as it was chosen (random data included: chosen before).
+fn restore_data(settings: &mut RunSettings, data: &ModelData) {
+    settings.calibration = data.calibration.clone();
+    settings.evaluation = data.evaluation.clone();
+    settings.evaluate_on_calibration = data.evaluate_on_calibration;
+    settings.random_chosen = true;
 }
 
 /// The data `doc` is run on, with the float model its comparisons measure against.
