@@ -438,82 +438,80 @@ fn tensors(
     egui::CollapsingHeader::new(format!("{title} ({})", names.len()))
         .default_open(true)
         .show(ui, |ui| {
-            egui::Grid::new(title)
-                .num_columns(4)
-                .striped(true)
-                .show(ui, |ui| {
-                    for name in names {
-                        if name.is_empty() {
-                            ui.label(RichText::new("(omitted)").weak());
-                            ui.end_row();
-                            continue;
-                        }
-                        let info = doc.opened.graph.tensor(name);
-                        // At most half the panel: its type, shape and plan stay in view.
-                        let width = ui.clip_rect().width() * NAME_SHARE;
-                        let link = crate::app::names::mono_name(ui, name, width, true)
-                            .on_hover_text("Find this tensor's producer and consumers");
-                        if link.clicked() {
-                            commands.push(Command::View(ViewCommand::Search(name.clone())));
-                        }
-                        match info {
-                            Some(t) => {
-                                ui.label(doc.tensor_type(name));
-                                shape_label(ui, doc.tensor_shape(name).as_ref());
-                                if t.kind == TensorKind::Missing {
-                                    ui.colored_label(
-                                        Color32::from_rgb(220, 40, 40),
-                                        "nothing produces it",
-                                    );
-                                }
-                            }
-                            None => {
-                                ui.label("?");
-                                ui.label("");
-                            }
-                        }
-                        if doc.is_quantized() {
-                            // What the model does is in "Quantization in this model": no
-                            // recipe applies to a model that is quantized already.
-                            match doc.opened.qdq.read_of(name) {
-                                Some(read) => ui.label(format!(
-                                    "{} of {}",
-                                    read.params.short_type(),
-                                    read.source
-                                )),
-                                None => ui.label(""),
-                            };
-                            ui.end_row();
-                            continue;
-                        }
-                        let kept = doc.planned.plan.kept_float.get(name);
-                        match (doc.planned.plan.tensor(name), kept) {
-                            // Elided at the panel's edge (whole on hover): a long plan
-                            // would otherwise widen the panel over the graph.
-                            (Some(planned), _) => {
-                                ui.add(egui::Label::new(planned.describe()).truncate())
-                            }
-                            (None, Some(reason)) => ui
-                                .label(
-                                    RichText::new(format!("float (kept: {})", reason.label()))
-                                        .color(state_fill(NodeState::KeptFloat, true)),
-                                )
-                                .on_hover_text(format!(
-                                    "Automatic precision keeps it in float: {}. Turn it off \
-                                     in the recipe (auto_precision = false) or give this \
-                                     tensor an override.",
-                                    reason.describe()
-                                )),
-                            (None, None) if doc.planned.folded_away(name) => {
-                                ui.label(RichText::new("removed by pre-processing").weak())
-                            }
-                            (None, None) => ui.label(RichText::new("float").weak()),
-                        }
-                        .on_hover_text("What the quantizer does to this tensor under the recipe");
-                        ui.end_row();
-                    }
-                });
+            // One block per tensor: its name, type and shape on a line that wraps, then what
+            // the plan does to it, wrapped to the panel. A grid of four columns grew wider
+            // than the panel and cut its last column (and everything below it) at the edge.
+            for name in names {
+                if name.is_empty() {
+                    ui.label(RichText::new("(omitted)").weak());
+                    continue;
+                }
+                tensor_line(ui, doc, name, commands);
+                tensor_plan(ui, doc, name);
+                ui.add_space(3.0);
+            }
         });
+}
+
+/// A tensor's name (a link to its producer and consumers), element type and shape.
+fn tensor_line(ui: &mut Ui, doc: &Document, name: &str, commands: &mut Vec<Command>) {
+    ui.horizontal_wrapped(|ui| {
+        // At most about half the panel: its type and shape stay beside it.
+        let width = ui.clip_rect().width() * NAME_SHARE;
+        let link = crate::app::names::mono_name(ui, name, width, true)
+            .on_hover_text("Find this tensor's producer and consumers");
+        if link.clicked() {
+            commands.push(Command::View(ViewCommand::Search(name.to_owned())));
+        }
+        match doc.opened.graph.tensor(name) {
+            Some(t) => {
+                ui.label(doc.tensor_type(name));
+                shape_label(ui, doc.tensor_shape(name).as_ref());
+                if t.kind == TensorKind::Missing {
+                    ui.colored_label(Color32::from_rgb(220, 40, 40), "nothing produces it");
+                }
+            }
+            None => {
+                ui.label("?");
+            }
+        }
+    });
+}
+
+/// What the quantizer does to `name` under the recipe (for a model quantized already: what
+/// the model does to it), wrapped to the panel.
+fn tensor_plan(ui: &mut Ui, doc: &Document, name: &str) {
+    if doc.is_quantized() {
+        // No recipe applies to a model that is quantized already.
+        if let Some(read) = doc.opened.qdq.read_of(name) {
+            ui.add(
+                egui::Label::new(format!("{} of {}", read.params.short_type(), read.source)).wrap(),
+            );
+        }
+        return;
+    }
+    let kept = doc.planned.plan.kept_float.get(name);
+    match (doc.planned.plan.tensor(name), kept) {
+        (Some(planned), _) => ui.add(egui::Label::new(planned.describe()).wrap()),
+        (None, Some(reason)) => ui
+            .add(
+                egui::Label::new(
+                    RichText::new(format!("float (kept: {})", reason.label()))
+                        .color(state_fill(NodeState::KeptFloat, true)),
+                )
+                .wrap(),
+            )
+            .on_hover_text(format!(
+                "Automatic precision keeps it in float: {}. Turn it off in the recipe \
+                 (auto_precision = false) or give this tensor an override.",
+                reason.describe()
+            )),
+        (None, None) if doc.planned.folded_away(name) => {
+            ui.label(RichText::new("removed by pre-processing").weak())
+        }
+        (None, None) => ui.label(RichText::new("float").weak()),
+    }
+    .on_hover_text("What the quantizer does to this tensor under the recipe");
 }
 
 fn weight(ui: &mut Ui, doc: &Document, name: &str, cache: &mut HashMap<String, WeightView>) {
