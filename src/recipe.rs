@@ -557,6 +557,16 @@ pub enum RecipeError {
     },
 }
 
+/// Writes a recipe file's `text` atomically.
+fn write_text(path: &Path, text: &str) -> Result<(), RecipeError> {
+    crate::atomic::write(path, text.as_bytes())
+        .map(|_| ())
+        .map_err(|e| RecipeError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+}
+
 /// The TOML parser's message on one line, with where it is (`line 3, column 8: ...`): its own
 /// rendering draws the line and a caret over several lines.
 fn parse_message(text: &str, error: &toml::de::Error) -> String {
@@ -637,13 +647,22 @@ pub fn close_matches<'a>(wanted: &str, candidates: impl Iterator<Item = &'a str>
 impl Recipe {
     /// Parses TOML, refusing unknown keys (with their line).
     pub fn from_toml(text: &str, origin: &str) -> Result<Recipe, RecipeError> {
+        Self::from_toml_with_data(text, origin).map(|(recipe, _)| recipe)
+    }
+
+    /// [`Recipe::from_toml`], with the data table beside the recipe if there is one
+    /// ([`DATA_TABLE`]).
+    fn from_toml_with_data(
+        text: &str,
+        origin: &str,
+    ) -> Result<(Recipe, Option<toml::Table>), RecipeError> {
         let parse_error = |e: toml::de::Error| RecipeError::Parse {
             path: origin.to_owned(),
             message: parse_message(text, &e),
         };
         let mut table: toml::Table = toml::from_str(text).map_err(parse_error)?;
-        let data = table.remove(DATA_TABLE).is_some();
-        let recipe: Recipe = if table.contains_key("target") || data {
+        let data = table.remove(DATA_TABLE);
+        let recipe: Recipe = if table.contains_key("target") || data.is_some() {
             // What the recipe leaves unsaid comes from its target.
             target::fill_from_target(&mut table);
             toml::Value::Table(table)
@@ -675,31 +694,25 @@ impl Recipe {
                     })
                     .collect(),
             })?;
-        Ok(recipe)
+        let data = data.and_then(|d| match d {
+            toml::Value::Table(table) => Some(table),
+            _ => None,
+        });
+        Ok((recipe, data))
     }
 
     /// Reads a recipe file.
     pub fn load(path: &Path) -> Result<Recipe, RecipeError> {
-        let text = crate::util::read_regular_text(path).map_err(|e| RecipeError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        Self::from_toml(&text, &path.display().to_string())
+        Self::load_with_data(path).map(|(recipe, _)| recipe)
     }
 
     /// Reads a recipe file with the data table beside it, if it has one ([`DATA_TABLE`]).
     pub fn load_with_data(path: &Path) -> Result<(Recipe, Option<toml::Table>), RecipeError> {
-        let origin = path.display().to_string();
         let text = crate::util::read_regular_text(path).map_err(|e| RecipeError::Io {
-            path: origin.clone(),
+            path: path.display().to_string(),
             reason: e.to_string(),
         })?;
-        let recipe = Self::from_toml(&text, &origin)?;
-        let data = toml::from_str::<toml::Table>(&text)
-            .ok()
-            .and_then(|mut t| t.remove(DATA_TABLE))
-            .and_then(|d| d.as_table().cloned());
-        Ok((recipe, data))
+        Self::from_toml_with_data(&text, &path.display().to_string())
     }
 
     /// Writes the recipe atomically with `data` as its data table ([`DATA_TABLE`]).
@@ -707,17 +720,8 @@ impl Recipe {
         let mut wrapper = toml::Table::new();
         wrapper.insert(DATA_TABLE.to_owned(), toml::Value::Table(data.clone()));
         // Plain data with string keys: serialising cannot fail.
-        let text = format!(
-            "{}\n{}",
-            self.to_toml(),
-            toml::to_string_pretty(&wrapper).unwrap_or_default()
-        );
-        crate::atomic::write(path, text.as_bytes())
-            .map(|_| ())
-            .map_err(|e| RecipeError::Io {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })
+        let table = toml::to_string_pretty(&wrapper).unwrap_or_default();
+        write_text(path, &format!("{}\n{table}", self.to_toml()))
     }
 
     /// The recipe as TOML.
@@ -728,12 +732,7 @@ impl Recipe {
 
     /// Writes the recipe atomically.
     pub fn save(&self, path: &Path) -> Result<(), RecipeError> {
-        crate::atomic::write(path, self.to_toml().as_bytes())
-            .map(|_| ())
-            .map_err(|e| RecipeError::Io {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })
+        write_text(path, &self.to_toml())
     }
 
     /// Settings that contradict each other, as (key, message).

@@ -708,14 +708,16 @@ fn a_small_window_keeps_the_graph_visible_and_every_panel_within_the_window() {
     b.build().save(&path, &Default::default()).unwrap();
     open(&mut h, Source::File(path));
     h.run_steps(4);
-    let view_before = h
-        .state()
-        .document()
-        .unwrap()
-        .view
-        .canvas
-        .view_rect()
-        .unwrap();
+    let graph_view = |h: &Harness<'_, Studio>| {
+        h.state()
+            .document()
+            .unwrap()
+            .view
+            .canvas
+            .view_rect()
+            .unwrap()
+    };
+    let view_before = graph_view(&h);
     let node = h
         .state()
         .document()
@@ -729,14 +731,7 @@ fn a_small_window_keeps_the_graph_visible_and_every_panel_within_the_window() {
     h.state_mut().document_mut().unwrap().refresh();
     h.run_steps(4);
     assert!(h.query_by_label(long).is_some(), "the inspector lists it");
-    let view_after = h
-        .state()
-        .document()
-        .unwrap()
-        .view
-        .canvas
-        .view_rect()
-        .unwrap();
+    let view_after = graph_view(&h);
     assert!(
         (view_after.width() - view_before.width()).abs() < 1.0 && view_after.width() > 250.0,
         "graph view {view_before:?} -> {view_after:?}"

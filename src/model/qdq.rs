@@ -151,10 +151,7 @@ fn is_integer_op(node: &Node) -> bool {
 pub fn quantized_op_counts(graph: &Graph) -> std::collections::BTreeMap<String, usize> {
     let mut counts = std::collections::BTreeMap::new();
     for node in graph.nodes() {
-        let qdq = matches!(
-            node.op_type.as_str(),
-            ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR
-        ) && qdq_domain(&node.domain);
+        let qdq = ops::is_quantizer(&node.op_type) && qdq_domain(&node.domain);
         if qdq || is_integer_op(node) {
             *counts.entry(node.op_type.clone()).or_insert(0) += 1;
         }

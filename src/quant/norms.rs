@@ -22,9 +22,6 @@ const NORM_OPS: &[(&str, &[usize])] = &[
     (ops::SKIP_SIMPLIFIED_LAYER_NORMALIZATION, &[0, 1]),
 ];
 
-/// Ops whose output is a sum of their inputs: the residual stream runs through them.
-const SUM_OPS: &[&str] = &[ops::ADD, ops::SUB];
-
 /// Every tensor that flows into a normalization through sums: the norm's input, and, behind
 /// each Add/Sub on the way, its activation inputs (stopping at other norms' outputs, which are
 /// already normalized, and after the first tensor that is not a sum).
@@ -39,7 +36,7 @@ pub(crate) fn normalized_streams(graph: &Graph) -> HashSet<String> {
             continue;
         };
         let node = graph.node(producer);
-        if !SUM_OPS.contains(&node.op_type.as_str()) {
+        if !ops::is_sum(&node.op_type) {
             continue;
         }
         for input in &node.inputs {

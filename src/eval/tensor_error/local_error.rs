@@ -111,7 +111,7 @@ pub struct LocalModel {
 
 /// True for the ops that make up a Q/DQ chain.
 fn is_qdq(op: &str) -> bool {
-    matches!(op, ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR)
+    ops::is_quantizer(op)
 }
 
 /// A node of the default domain with one output and no attributes.

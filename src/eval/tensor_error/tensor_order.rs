@@ -9,8 +9,8 @@ use crate::model::ops;
 /// The tensor `tensor` quantizes: traced back through its DequantizeLinear and QuantizeLinear.
 pub(crate) fn unquantized<'a>(qg: &'a Graph, mut tensor: &'a str) -> &'a str {
     while let Some(node) = qg.producer_of(tensor) {
-        match (node.op_type.as_str(), node.inputs.first()) {
-            (ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR, Some(input)) => tensor = input,
+        match node.inputs.first() {
+            Some(input) if ops::is_quantizer(&node.op_type) => tensor = input,
             _ => break,
         }
     }

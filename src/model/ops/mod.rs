@@ -197,9 +197,16 @@ pub const OPS: &[OpInfo] = &[
     row(DEQUANTIZE_LINEAR, Family::Quantizer),
     row(CONV_INTEGER, Family::Integer),
     row(MAT_MUL_INTEGER, Family::Integer),
+    row(MAT_MUL_INTEGER_TO_FLOAT, Family::Integer),
+    row(DYNAMIC_QUANTIZE_MAT_MUL, Family::Integer),
     row(Q_LINEAR_CONV, Family::Integer),
+    row(NHWC_Q_LINEAR_CONV, Family::Integer),
     row(Q_LINEAR_MAT_MUL, Family::Integer),
+    row(Q_GEMM, Family::Integer),
     row(MAT_MUL_N_BITS, Family::Integer),
+    row(Q_ATTENTION, Family::Integer),
+    row(Q_ORDERED_MAT_MUL, Family::Integer),
+    row(Q_EMBED_LAYER_NORMALIZATION, Family::Integer),
 ];
 
 /// Op types onnxruntime's `quantize_static` quantizes when no list is given: the union of its
@@ -273,6 +280,22 @@ pub fn family(op_type: &str) -> Family {
     info(op_type).map_or(Family::Other, |o| o.family)
 }
 
+/// True for a kernel that computes on integers (a fused Q/DQ group, from ONNX Runtime's
+/// profile): every `QLinear*` op and the table's [`Family::Integer`] rows.
+pub fn is_integer_kernel(op_type: &str) -> bool {
+    op_type.starts_with("QLinear") || family(op_type) == Family::Integer
+}
+
+/// True for QuantizeLinear and DequantizeLinear.
+pub fn is_quantizer(op_type: &str) -> bool {
+    family(op_type) == Family::Quantizer
+}
+
+/// True for the sums the residual stream runs through (Add, Sub).
+pub fn is_sum(op_type: &str) -> bool {
+    family(op_type) == Family::Sum
+}
+
 /// True for the compute ops (Conv, ConvTranspose, Gemm, MatMul).
 pub fn is_compute(op_type: &str) -> bool {
     family(op_type) == Family::Compute
@@ -334,5 +357,7 @@ mod tests {
         assert_eq!(compute, ["Conv", "ConvTranspose", "Gemm", "MatMul"]);
         assert!(is_compute_kernel("QLinearConv") && is_compute_kernel("FusedGemm"));
         assert!(!is_compute_kernel("Relu"));
+        assert!(is_integer_kernel("QGemm") && is_integer_kernel("QLinearAdd"));
+        assert!(!is_integer_kernel("Conv"));
     }
 }

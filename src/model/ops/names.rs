@@ -175,6 +175,8 @@ pub const Q_LINEAR_CONV: &str = "QLinearConv";
 pub const Q_LINEAR_MAT_MUL: &str = "QLinearMatMul";
 /// `QOrderedMatMul`.
 pub const Q_ORDERED_MAT_MUL: &str = "QOrderedMatMul";
+/// `QEmbedLayerNormalization`.
+pub const Q_EMBED_LAYER_NORMALIZATION: &str = "QEmbedLayerNormalization";
 /// `QuantizeLinear`.
 pub const QUANTIZE_LINEAR: &str = "QuantizeLinear";
 /// `RMSNormalization`.

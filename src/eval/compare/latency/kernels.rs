@@ -13,20 +13,6 @@ use serde::Serialize;
 
 use crate::model::{Graph, ops};
 
-/// Integer kernels that fused Q/DQ groups become (besides every `QLinear*` op).
-const INTEGER_OPS: [&str; 10] = [
-    ops::CONV_INTEGER,
-    ops::MAT_MUL_INTEGER,
-    ops::MAT_MUL_INTEGER_TO_FLOAT,
-    ops::DYNAMIC_QUANTIZE_MAT_MUL,
-    ops::Q_GEMM,
-    ops::MAT_MUL_N_BITS,
-    ops::Q_ATTENTION,
-    ops::Q_ORDERED_MAT_MUL,
-    ops::NHWC_Q_LINEAR_CONV,
-    "QEmbedLayerNormalization",
-];
-
 /// The provider ONNX Runtime names TensorRT by: nodes it takes run inside its engines.
 const TENSORRT: &str = "TensorrtExecutionProvider";
 
@@ -154,7 +140,7 @@ fn kernel_runs(profile: &str) -> Result<Vec<KernelRun>, ProfileError> {
 
 /// True for a kernel that computes on integers (a fused Q/DQ group).
 fn is_integer(op: &str) -> bool {
-    op.starts_with("QLinear") || INTEGER_OPS.contains(&op)
+    ops::is_integer_kernel(op)
 }
 
 /// The Conv/MatMul/Gemm nodes of `graph` with an input produced by a DequantizeLinear.
@@ -208,10 +194,7 @@ pub fn read_profile(
         quantized_compute: compute.len(),
         integer_kernels: runs.iter().filter(|r| is_integer(&r.op)).count(),
         float_compute: float_compute.into_iter().collect(),
-        standalone_qdq: runs
-            .iter()
-            .filter(|r| matches!(r.op.as_str(), ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR))
-            .count(),
+        standalone_qdq: runs.iter().filter(|r| ops::is_quantizer(&r.op)).count(),
         tensorrt: runs.iter().filter(|r| r.provider == TENSORRT).count(),
         compiled: compiled_subgraphs(&runs),
         nodes_compiled: 0,

@@ -229,10 +229,7 @@ fn constant_nodes(graph: &Graph) -> Vec<bool> {
 
 /// Whether a node is a Q/DQ node the quantizer wrote.
 fn is_qdq(node: &NodeProto) -> bool {
-    matches!(
-        node.op_type(),
-        ops::QUANTIZE_LINEAR | ops::DEQUANTIZE_LINEAR
-    ) && matches!(node.domain(), "" | "ai.onnx" | "com.microsoft")
+    ops::is_quantizer(node.op_type()) && matches!(node.domain(), "" | "ai.onnx" | "com.microsoft")
 }
 
 fn is_q(node: &NodeProto) -> bool {
