@@ -1063,3 +1063,187 @@ fn auto_exclude_takes_an_accuracy_target_against_the_labels() {
     assert!(!ok);
     assert!(text.contains("an accuracy target needs 'labels'"), "{text}");
 }
+
+/// The words of the decoder's text: a word-level tokenizer's vocabulary, id = position (the
+/// 32 classes of [`common::decoder_model`]'s logits; `[UNK]` is 0).
+const WORDS: [&str; 32] = [
+    "[UNK]", "the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are",
+    "with", "as", "he", "be", "at", "by", "this", "had", "not", "but", "from", "or", "have", "an",
+    "they", "which", "one", "you",
+];
+
+/// `tokenizer.json`: whitespace pre-tokenizer, word-level model over [`WORDS`].
+fn word_tokenizer() -> String {
+    let vocab: Vec<String> = WORDS
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("\"{w}\": {i}"))
+        .collect();
+    format!(
+        r#"{{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+"normalizer": null, "pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null,
+"decoder": null, "model": {{"type": "WordLevel", "vocab": {{{}}}, "unk_token": "[UNK]"}}}}"#,
+        vocab.join(", ")
+    )
+}
+
+/// A model folder: the decoder and its tokenizer, and a text of `tokens` seeded words over
+/// lines; returns the model, the text and the text's token ids as the test reads them.
+fn decoder_with_text(dir: &Path, tokens: usize) -> (PathBuf, PathBuf, Vec<i64>) {
+    let model = dir.join("decoder.onnx");
+    common::decoder_model()
+        .save(&model, &Default::default())
+        .unwrap();
+    std::fs::write(dir.join("tokenizer.json"), word_tokenizer()).unwrap();
+    let ids: Vec<i64> = common::seeded_values(tokens, 7, 1.0)
+        .into_iter()
+        .map(|v| 1 + ((v + 1.0) * 15.5) as i64 % 31)
+        .collect();
+    let lines: Vec<String> = ids
+        .chunks(11)
+        .map(|line| {
+            let words: Vec<&str> = line.iter().map(|&id| WORDS[id as usize]).collect();
+            words.join(" ")
+        })
+        .collect();
+    let text = dir.join("text.txt");
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    (model, text, ids)
+}
+
+/// Perplexity of `model` on `sequences` of 64 ids, from its logits: exp of the mean negative
+/// log-softmax of each next token, in f64 (the reference the CLI's figure is checked against).
+fn perplexity_of(model: &Path, sequences: &[&[i64]]) -> f64 {
+    let model = Model::load(model).unwrap();
+    let mut session = runtime()
+        .session_from_bytes(
+            &model.to_bytes().unwrap(),
+            &[EpSpec::Cpu],
+            Default::default(),
+        )
+        .unwrap();
+    let (mut nll, mut count) = (0.0f64, 0usize);
+    for ids in sequences {
+        let input = ndarray::Array2::from_shape_vec((1, ids.len()), ids.to_vec()).unwrap();
+        let outputs = session
+            .run(ort::inputs!["input_ids" => ort::value::Tensor::from_array(input).unwrap()])
+            .unwrap();
+        let logits = outputs["logits"].try_extract_array::<f32>().unwrap();
+        for t in 0..ids.len() - 1 {
+            let row: Vec<f64> = (0..32).map(|c| f64::from(logits[[0, t, c]])).collect();
+            let log_sum: f64 = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+            nll += log_sum - row[ids[t + 1] as usize];
+            count += 1;
+        }
+    }
+    (nll / count as f64).exp()
+}
+
+#[test]
+fn text_is_tokenized_by_the_models_tokenizer_and_gives_the_perplexity_of_both_models() {
+    let dir = tempfile::tempdir().unwrap();
+    // Four sequences of 64 and 20 tokens left over.
+    let (model, text, ids) = decoder_with_text(dir.path(), 4 * 64 + 20);
+    let quant = dir.path().join("out/decoder_int8.onnx");
+    let said = common::run_ok(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(&model)
+            .arg("--calibration_text")
+            .arg(&text)
+            .arg("-o")
+            .arg(&quant),
+    );
+    assert!(said.contains("calibrating on the text"), "{said}");
+    assert!(said.contains("on 4 samples"), "{said}");
+    let json = common::run_json(
+        cli()
+            .args(["compare", "--float"])
+            .arg(&model)
+            .arg("--quant")
+            .arg(&quant)
+            .arg("--eval_text")
+            .arg(&text)
+            .args(["--batch_size", "3", "--latency_runs", "0", "--json"]),
+    );
+    let logits = json["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "logits")
+        .unwrap();
+    let task = logits["task"].as_array().unwrap();
+    let perplexity = task.iter().find(|s| s["metric"] == "perplexity").unwrap();
+    let sequences: Vec<&[i64]> = ids.chunks_exact(64).collect();
+    for (model, reported) in [
+        (&model, &perplexity["float"]),
+        (&quant, &perplexity["quantized"]),
+    ] {
+        let expected = perplexity_of(model, &sequences);
+        let reported = reported.as_f64().unwrap();
+        assert!(
+            (reported / expected - 1.0).abs() < 1e-5,
+            "{}: reported {reported}, from the logits {expected}",
+            model.display()
+        );
+    }
+    // Random weights: near the 32 classes, and the quantized model a little off the float one.
+    let float = perplexity["float"].as_f64().unwrap();
+    assert!((10.0..100.0).contains(&float), "{float}");
+    assert_ne!(perplexity["quantized"].as_f64().unwrap(), float);
+    let accuracy = task
+        .iter()
+        .find(|s| s["metric"] == "next_token_accuracy")
+        .unwrap();
+    assert!(accuracy["float"].as_f64().unwrap() <= 1.0);
+    // The table says both, the change in percent of the float model's.
+    let table = common::run_ok(
+        cli()
+            .args(["compare", "--float"])
+            .arg(&model)
+            .arg("--quant")
+            .arg(&quant)
+            .arg("--eval_text")
+            .arg(&text)
+            .args(["--latency_runs", "0"]),
+    );
+    assert!(
+        table.contains("perplexity") && table.contains(" %)"),
+        "{table}"
+    );
+}
+
+#[test]
+fn text_without_a_tokenizer_or_too_short_for_a_sequence_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, text, _) = decoder_with_text(dir.path(), 40);
+    // Calibration reads the text before anything runs.
+    let calibrate = |extra: &[&str]| {
+        let (ok, said) = common::run_text(
+            cli()
+                .args(["calibrate", "--onnx_path"])
+                .arg(&model)
+                .arg("--calibration_text")
+                .arg(&text)
+                .arg("-o")
+                .arg(dir.path().join("stats.json"))
+                .args(extra),
+        );
+        assert!(!ok, "{said}");
+        said
+    };
+    let said = calibrate(&[]);
+    assert!(
+        said.contains("40 tokens, fewer than one sequence of 64"),
+        "{said}"
+    );
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    std::fs::remove_file(dir.path().join("tokenizer.json")).unwrap();
+    let said = calibrate(&[]);
+    assert!(said.contains("no tokenizer.json beside"), "{said}");
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "{\"model\": 3}").unwrap();
+    let said = calibrate(&["--tokenizer", broken.to_str().unwrap()]);
+    assert!(said.contains("cannot read the tokenizer"), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+}

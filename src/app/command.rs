@@ -237,8 +237,22 @@ pub enum WorkCommand {
     BrowseData {
         /// Which data.
         evaluation: bool,
-        /// A folder (image or test-data folders) rather than a file.
-        folder: bool,
+        /// The kind of source browsed for (a folder for images and test data, a text file,
+        /// else arrays).
+        kind: crate::app::work::data::DataKind,
+    },
+    /// Browse for the tokenizer that tokenizes the calibration (`false`) or evaluation
+    /// (`true`) text.
+    BrowseTokenizer {
+        /// Which data.
+        evaluation: bool,
+    },
+    /// Use this `tokenizer.json` for the calibration or evaluation text.
+    SetTokenizer {
+        /// Which data.
+        evaluation: bool,
+        /// The tokenizer file.
+        path: PathBuf,
     },
     /// Use this path for the calibration or evaluation data.
     SetDataPath {

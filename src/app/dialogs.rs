@@ -77,6 +77,7 @@ fn path_prompt(ctx: &egui::Context, open: &mut Option<PathPrompt>, commands: &mu
         PathPurpose::CalibrationData => ("Calibration data", "Use"),
         PathPurpose::EvaluationData => ("Evaluation data", "Use"),
         PathPurpose::FloatModel => ("The float model to compare against", "Use"),
+        PathPurpose::Tokenizer(_) => ("The model's tokenizer (tokenizer.json)", "Use"),
     };
     let mut done: Option<Option<PathBuf>> = None;
     egui::Window::new(title)
@@ -134,6 +135,9 @@ fn path_prompt(ctx: &egui::Context, open: &mut Option<PathPrompt>, commands: &mu
                 path,
             }),
             PathPurpose::FloatModel => Command::Work(WorkCommand::SetFloatModel(path)),
+            PathPurpose::Tokenizer(evaluation) => {
+                Command::Work(WorkCommand::SetTokenizer { evaluation, path })
+            }
         });
     }
 }

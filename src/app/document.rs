@@ -189,7 +189,10 @@ impl Document {
         );
         let neighbours = layout::neighbours(&loaded.layout);
         let data = sample_files(&loaded.source).map(|f| (f.calibration, f.evaluation));
-        let work = Work::new(&loaded.graph, data);
+        let mut work = Work::new(&loaded.graph, data);
+        if let Source::File(path) = &loaded.source {
+            work.settings.tokenizer_beside(path);
+        }
         let mut doc = Document {
             opened: Opened {
                 source: loaded.source,

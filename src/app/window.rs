@@ -31,6 +31,8 @@ pub enum PathPurpose {
     EvaluationData,
     /// The float model a quantized model is compared against.
     FloatModel,
+    /// The tokenizer of the calibration (`false`) or evaluation (`true`) text.
+    Tokenizer(bool),
 }
 
 /// The path field window (fallback for native dialogs, and File ▸ Open path…).

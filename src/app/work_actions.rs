@@ -110,8 +110,12 @@ impl Studio {
             WorkCommand::LoadStatistics(path) => self.load_statistics(&path),
             WorkCommand::SaveQuantizedDialog => self.open_save_window(false),
             WorkCommand::SaveQuantized => self.save_quantized(),
-            WorkCommand::BrowseData { evaluation, folder } => {
-                self.browse_data(evaluation, folder);
+            WorkCommand::BrowseData { evaluation, kind } => {
+                self.browse_data(evaluation, kind);
+                Ok(())
+            }
+            WorkCommand::BrowseTokenizer { evaluation } => {
+                self.browse_tokenizer(evaluation);
                 Ok(())
             }
             WorkCommand::ChooseFloatModel => {
@@ -127,6 +131,7 @@ impl Studio {
             | WorkCommand::ShowHistogram(_)
             | WorkCommand::RevealNodes(_)
             | WorkCommand::SetDataPath { .. }
+            | WorkCommand::SetTokenizer { .. }
             | WorkCommand::SetHeatMap { .. }
             | WorkCommand::SetOutputKind { .. }
             | WorkCommand::CloseSaveWindow) => {
@@ -198,6 +203,16 @@ impl Studio {
                 if choice.kind == DataKind::Random {
                     choice.kind = crate::app::work::data::kind_of(&path);
                 }
+                None
+            }
+            WorkCommand::SetTokenizer { evaluation, path } => {
+                let settings = &mut doc.work.settings;
+                let choice = if evaluation {
+                    &mut settings.evaluation
+                } else {
+                    &mut settings.calibration
+                };
+                choice.tokenizer = path.display().to_string();
                 None
             }
             WorkCommand::SetHeatMap {
@@ -559,7 +574,7 @@ impl Studio {
         Ok(())
     }
 
-    fn browse_data(&mut self, evaluation: bool, folder: bool) {
+    fn browse_data(&mut self, evaluation: bool, kind: DataKind) {
         let purpose = if evaluation {
             PathPurpose::EvaluationData
         } else {
@@ -571,17 +586,35 @@ impl Studio {
             } else {
                 "Calibration data"
             });
-            if folder {
-                dialog.pick_folder()
-            } else {
-                dialog
+            match kind {
+                DataKind::Images | DataKind::TestData => dialog.pick_folder(),
+                DataKind::Text => dialog
+                    .add_filter("Text", &["txt", "md"])
+                    .add_filter("All files", &["*"])
+                    .pick_file(),
+                DataKind::File | DataKind::Random => dialog
                     .add_filter("NumPy arrays", &["npz", "npy"])
                     .add_filter("All files", &["*"])
-                    .pick_file()
+                    .pick_file(),
             }
         });
         if let Some(path) = picked {
             self.push(Command::Work(WorkCommand::SetDataPath { evaluation, path }));
+        }
+    }
+
+    fn browse_tokenizer(&mut self, evaluation: bool) {
+        let picked = self.native_dialog(PathPurpose::Tokenizer(evaluation), || {
+            rfd::FileDialog::new()
+                .set_title("The model's tokenizer")
+                .add_filter("Tokenizer", &["json"])
+                .pick_file()
+        });
+        if let Some(path) = picked {
+            self.push(Command::Work(WorkCommand::SetTokenizer {
+                evaluation,
+                path,
+            }));
         }
     }
 

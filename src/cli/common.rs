@@ -1,12 +1,12 @@
 //! Pieces the calibrating subcommands share: the EP list and the data source.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use qdq_studio::calib::data::DataSpec;
 use qdq_studio::calib::data::images::{ChannelOrder, Layout, Preprocess};
+use qdq_studio::calib::data::{DataSpec, text};
 use qdq_studio::eval::compare::OutputKind;
 use qdq_studio::eval::compare::task::TaskOptions;
 use qdq_studio::jobs::{CancelToken, JobContext};
@@ -42,16 +42,20 @@ pub fn parse_eps(values: &[String]) -> anyhow::Result<Vec<EpSpec>> {
         .collect::<Result<_, _>>()?)
 }
 
-/// The data source for `model`: the given path (npz/npy, image folder or ONNX
-/// Runtime test data), or random data from the input specs with a warning (and, for a token
-/// model, a line on what each input gets).
+/// The data source for `model`: a text with its tokenizer when given (`text`), else the
+/// given path (npz/npy, image folder or ONNX Runtime test data), or random data from the
+/// input specs with a warning (and, for a token model, a line on what each input gets).
 pub fn data_spec(
+    text: Option<(&Path, &TextArgs)>,
     path: Option<&Path>,
     images: &ImageArgs,
     shapes: Option<&str>,
     random_samples: usize,
     model: &Model,
 ) -> anyhow::Result<DataSpec> {
+    if let Some((text, args)) = text {
+        return args.spec(text, model);
+    }
     let inputs = calibrate::inputs(model);
     let preprocess = images.preprocess(&inputs)?;
     let (spec, random) = calibrate::data_or_random(path, preprocess, shapes, random_samples)?;
@@ -62,6 +66,48 @@ pub fn data_spec(
         }
     }
     Ok(spec)
+}
+
+/// How a text becomes token sequences (`--calibration_text`, `--eval_text`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TextArgs {
+    /// Text data: the model's tokenizer (default: the tokenizer.json beside the model).
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// Text data: tokens per sequence (default: the model's fixed length, else 128).
+    #[arg(long = "seq_len", visible_alias = "seq-len", value_parser = at_least_one)]
+    pub seq_len: Option<usize>,
+    /// Text data: sequences taken at most, from the start of the text.
+    #[arg(
+        long = "text_samples",
+        visible_alias = "text-samples",
+        default_value_t = text::DEFAULT_TEXT_SAMPLES,
+        value_parser = at_least_one
+    )]
+    pub text_samples: usize,
+}
+
+impl TextArgs {
+    /// `text` tokenized by `--tokenizer`, else by the tokenizer beside `model`.
+    pub fn spec(&self, text: &Path, model: &Model) -> anyhow::Result<DataSpec> {
+        let tokenizer = match (&self.tokenizer, model.path()) {
+            (Some(path), _) => path.clone(),
+            (None, Some(model_path)) => text::tokenizer_beside(model_path).with_context(|| {
+                format!(
+                    "no {} beside {}: give the model's tokenizer with --tokenizer FILE",
+                    text::TOKENIZER_FILE,
+                    model_path.display()
+                )
+            })?,
+            (None, None) => anyhow::bail!("give the model's tokenizer with --tokenizer FILE"),
+        };
+        Ok(DataSpec::Text(text::TextSpec {
+            path: text.to_path_buf(),
+            tokenizer,
+            sequence: self.seq_len,
+            max_samples: self.text_samples,
+        }))
+    }
 }
 
 /// How images of an image folder become input tensors.

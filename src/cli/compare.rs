@@ -27,8 +27,20 @@ pub struct CompareArgs {
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// Evaluation data (.npz/.npy, an image folder or ONNX Runtime test data).
-    #[arg(long = "data")]
-    pub data: PathBuf,
+    #[arg(long = "data", required_unless_present = "eval_text")]
+    pub data: Option<PathBuf>,
+    /// Evaluation text for a token model (an LLM): tokenized with the model's tokenizer and
+    /// cut into sequences; a language model's logits are scored by perplexity on it.
+    #[arg(
+        long = "eval_text",
+        visible_alias = "eval-text",
+        value_name = "FILE",
+        conflicts_with = "data"
+    )]
+    pub eval_text: Option<PathBuf>,
+    /// How the text is tokenized.
+    #[command(flatten)]
+    pub text: super::common::TextArgs,
     /// Samples per batch.
     #[arg(
         long = "batch_size",
@@ -116,7 +128,14 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             args.float.display().to_string(),
             args.quant.display().to_string(),
         ),
-        data: super::common::data_spec(Some(&args.data), &args.images, None, 0, &float)?,
+        data: super::common::data_spec(
+            args.eval_text.as_deref().map(|t| (t, &args.text)),
+            args.data.as_deref(),
+            &args.images,
+            None,
+            0,
+            &float,
+        )?,
         eps: Vec::new(),
         batch_size: args.batch_size,
         task: args.task.options()?,

@@ -34,8 +34,20 @@ pub struct SensitivityArgs {
     )]
     pub calibration_cache_path: PathBuf,
     /// Evaluation data.
-    #[arg(long = "data")]
-    pub data: PathBuf,
+    #[arg(long = "data", required_unless_present = "eval_text")]
+    pub data: Option<PathBuf>,
+    /// Evaluation text for a token model (an LLM): tokenized with the model's tokenizer and
+    /// cut into sequences; a language model's logits are scored by perplexity on it.
+    #[arg(
+        long = "eval_text",
+        visible_alias = "eval-text",
+        value_name = "FILE",
+        conflicts_with = "data"
+    )]
+    pub eval_text: Option<PathBuf>,
+    /// How the text is tokenized.
+    #[command(flatten)]
+    pub text: super::common::TextArgs,
     /// The recipe to start from (default: the default recipe).
     #[arg(long)]
     pub recipe: Option<PathBuf>,
@@ -173,7 +185,14 @@ fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
         Some(path) => Recipe::load(path)?,
         None => Recipe::for_target(Deployment::for_execution_providers(&eps)),
     };
-    let data = super::common::data_spec(Some(&args.data), &args.images, None, 0, &model)?;
+    let data = super::common::data_spec(
+        args.eval_text.as_deref().map(|t| (t, &args.text)),
+        args.data.as_deref(),
+        &args.images,
+        None,
+        0,
+        &model,
+    )?;
     RunFiles::new()
         .model("the input model", &model)
         .input("the statistics", &args.calibration_cache_path)

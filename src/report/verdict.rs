@@ -4,7 +4,7 @@
 //! data that was measured.
 
 use super::{CompareReport, LatencyPair};
-use crate::eval::compare::OutputMetrics;
+use crate::eval::compare::{OutputMetrics, TaskScore};
 
 /// An SQNR at or above this is "close to the float model" when nothing better is measured.
 const CLOSE_DB: f64 = 30.0;
@@ -46,16 +46,7 @@ fn fidelity(outputs: &[OutputMetrics]) -> String {
         .flat_map(|m| m.task.iter().map(move |s| (m, s)))
         .min_by(|a, b| a.1.change_points().total_cmp(&b.1.change_points()));
     if let Some((_, score)) = worst_task {
-        let (float, quant) = (score.float * 100.0, score.quantized * 100.0);
-        let label = score.metric.label();
-        return if score.change_points() >= -KEPT_POINTS {
-            format!("keeps the float model's {label} ({float:.1} % → {quant:.1} %)")
-        } else {
-            format!(
-                "loses {:.1} points of {label} ({float:.1} % → {quant:.1} %)",
-                -score.change_points()
-            )
-        };
+        return task_verdict(score);
     }
     let agreement = outputs
         .iter()
@@ -97,6 +88,31 @@ fn fidelity(outputs: &[OutputMetrics]) -> String {
         worst.name,
         super::db(worst.sqnr_db)
     )
+}
+
+/// Whether a task score is kept: within [`KEPT_POINTS`] points of a share, or a perplexity
+/// within that many percent of the float model's.
+fn task_verdict(score: &TaskScore) -> String {
+    let label = score.metric.label();
+    let kept = score.change_points() >= -KEPT_POINTS;
+    if !score.metric.is_share() {
+        let (float, quant) = (score.float, score.quantized);
+        let rise = -score.change_points();
+        return if kept {
+            format!("keeps the float model's {label} ({float:.3} → {quant:.3}, {rise:+.2} %)")
+        } else {
+            format!("raises {label} by {rise:.2} % ({float:.3} → {quant:.3})")
+        };
+    }
+    let (float, quant) = (score.float * 100.0, score.quantized * 100.0);
+    if kept {
+        format!("keeps the float model's {label} ({float:.1} % → {quant:.1} %)")
+    } else {
+        format!(
+            "loses {:.1} points of {label} ({float:.1} % → {quant:.1} %)",
+            -score.change_points()
+        )
+    }
 }
 
 /// An output's agreement with the float model's decisions, the one that fits its kind.
@@ -145,6 +161,32 @@ mod tests {
                 .starts_with("departs from the float model: top-1 agreement 93.8 % on probs (worst output SQNR 12.00 dB)"),
             "{}",
             verdict_line(&classifier)
+        );
+    }
+
+    #[test]
+    fn a_language_models_verdict_reads_its_perplexity_in_percent() {
+        use crate::eval::compare::TaskMetric;
+        let scored = |quantized: f64| {
+            let mut logits = output("logits", 25.0, Some(0.97));
+            logits.task = vec![TaskScore {
+                metric: TaskMetric::Perplexity,
+                float: 10.0,
+                quantized,
+            }];
+            report(vec![logits])
+        };
+        assert!(
+            verdict_line(&scored(10.05))
+                .starts_with("keeps the float model's perplexity (10.000 → 10.050, +0.50 %)"),
+            "{}",
+            verdict_line(&scored(10.05))
+        );
+        assert!(
+            verdict_line(&scored(10.3))
+                .starts_with("raises perplexity by 3.00 % (10.000 → 10.300)"),
+            "{}",
+            verdict_line(&scored(10.3))
         );
     }
 }

@@ -111,12 +111,15 @@ impl RunFiles {
         }
     }
 
-    /// The file or folder data is read from (none for random data).
+    /// The file or folder data is read from (none for random data; a text and its tokenizer).
     pub fn data(self, role: &str, data: &DataSpec) -> Self {
         match data {
             DataSpec::Npz { path }
             | DataSpec::Images { path, .. }
             | DataSpec::PbFolder { path } => self.input(role, path),
+            DataSpec::Text(text) => self
+                .input(role, &text.path)
+                .input("the tokenizer", &text.tokenizer),
             DataSpec::Random { .. } => self,
         }
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::calib::data::images::Preprocess;
 use crate::calib::data::random::suggested_shapes;
+use crate::calib::data::text::TextSpec;
 use crate::calib::data::{DataSpec, InputSpec, parse_shapes};
 use crate::jobs::Job;
 use crate::model::Dim;
@@ -18,16 +19,19 @@ pub enum DataKind {
     Images,
     /// ONNX Runtime test-data folders (`test_data_set_*/input_*.pb`).
     TestData,
+    /// A text file tokenized with the model's tokenizer (token models).
+    Text,
     /// Random values from the input shapes.
     Random,
 }
 
 impl DataKind {
     /// Every kind, in the order the panel lists them.
-    pub const ALL: [DataKind; 4] = [
+    pub const ALL: [DataKind; 5] = [
         DataKind::File,
         DataKind::Images,
         DataKind::TestData,
+        DataKind::Text,
         DataKind::Random,
     ];
 
@@ -37,6 +41,7 @@ impl DataKind {
             DataKind::File => ".npz / .npy file",
             DataKind::Images => "Image folder",
             DataKind::TestData => "ONNX Runtime test data",
+            DataKind::Text => "Text file (tokenized)",
             DataKind::Random => "Random",
         }
     }
@@ -58,6 +63,20 @@ pub struct DataChoice {
     pub shapes: String,
     /// Seed of random data.
     pub seed: u64,
+    /// Text: the `tokenizer.json` (filled from the model's folder when it has one).
+    #[serde(default)]
+    pub tokenizer: String,
+    /// Text: tokens per sequence (0: the model's length).
+    #[serde(default)]
+    pub sequence: usize,
+    /// Text: sequences taken at most.
+    #[serde(default = "default_text_samples")]
+    pub text_samples: usize,
+}
+
+/// Sequences a text gives when the user sets no limit (the engine's default).
+fn default_text_samples() -> usize {
+    crate::calib::data::text::DEFAULT_TEXT_SAMPLES
 }
 
 impl DataChoice {
@@ -100,6 +119,18 @@ impl DataChoice {
             random_samples: 16,
             shapes: shapes.join(","),
             seed: 0,
+            tokenizer: String::new(),
+            sequence: 0,
+            text_samples: default_text_samples(),
+        }
+    }
+
+    /// Sets the tokenizer to the one in `model`'s folder, when it has one and none is set.
+    pub fn tokenizer_beside(&mut self, model: &std::path::Path) {
+        if self.tokenizer.is_empty()
+            && let Some(path) = crate::calib::data::text::tokenizer_beside(model)
+        {
+            self.tokenizer = path.display().to_string();
         }
     }
 
@@ -120,6 +151,7 @@ impl DataChoice {
                 preprocess: self.preprocess.clone(),
             },
             DataKind::TestData => DataSpec::PbFolder { path: path()? },
+            DataKind::Text => DataSpec::Text(self.text_spec(path()?)?),
             DataKind::Random => {
                 if self.random_samples == 0 {
                     return Err("random data needs at least one sample".to_owned());
@@ -138,12 +170,39 @@ impl DataChoice {
     }
 }
 
+impl DataChoice {
+    /// The text source these fields describe at `path`.
+    fn text_spec(&self, path: PathBuf) -> Result<TextSpec, String> {
+        let tokenizer = self.tokenizer.trim();
+        if tokenizer.is_empty() {
+            return Err(format!(
+                "choose the model's {} (none is beside the model)",
+                crate::calib::data::text::TOKENIZER_FILE
+            ));
+        }
+        if self.text_samples == 0 {
+            return Err("text needs at least one sequence".to_owned());
+        }
+        Ok(TextSpec {
+            path,
+            tokenizer: PathBuf::from(tokenizer),
+            sequence: (self.sequence > 0).then_some(self.sequence),
+            max_samples: self.text_samples,
+        })
+    }
+}
+
 /// The kind of source a path is (the engine's own rule: a folder of images, a folder of test
-/// data, else a file).
+/// data, a text file, else a `.npz`/`.npy` file).
 pub fn kind_of(path: &std::path::Path) -> DataKind {
+    let text = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("txt"));
     match DataSpec::from_path(path, Preprocess::default()) {
         DataSpec::Images { .. } => DataKind::Images,
         DataSpec::PbFolder { .. } => DataKind::TestData,
+        DataSpec::Npz { .. } if text => DataKind::Text,
+        DataSpec::Text(_) => DataKind::Text,
         DataSpec::Npz { .. } | DataSpec::Random { .. } => DataKind::File,
     }
 }

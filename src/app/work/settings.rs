@@ -104,6 +104,13 @@ impl RunSettings {
         }
     }
 
+    /// Gives both data choices the tokenizer in `model`'s folder, where they have none, so
+    /// that text data needs only the text.
+    pub fn tokenizer_beside(&mut self, model: &std::path::Path) {
+        self.calibration.tokenizer_beside(model);
+        self.evaluation.tokenizer_beside(model);
+    }
+
     /// Auto-exclude's target.
     pub fn target(&self) -> Target {
         self.target_kind.target(self.target_value)

@@ -239,13 +239,14 @@ fn data_editor(
             if ui.button("Browse…").clicked() {
                 commands.push(Command::Work(WorkCommand::BrowseData {
                     evaluation,
-                    folder: choice.kind != DataKind::File,
+                    kind: choice.kind,
                 }));
             }
         });
     }
     match choice.kind {
         DataKind::Images => images_editor(ui, id, choice),
+        DataKind::Text => text_editor(ui, id, choice, evaluation, commands),
         DataKind::Random => {
             egui::Grid::new((id, "random"))
                 .num_columns(2)
@@ -273,6 +274,42 @@ fn data_editor(
         }
         DataKind::File | DataKind::TestData => {}
     }
+}
+
+/// The tokenizer, the sequence length and the sequence count of text data.
+fn text_editor(
+    ui: &mut Ui,
+    id: &str,
+    choice: &mut DataChoice,
+    evaluation: bool,
+    commands: &mut Vec<Command>,
+) {
+    ui.horizontal(|ui| {
+        let label = ui.label("Tokenizer");
+        ui.add(
+            egui::TextEdit::singleline(&mut choice.tokenizer)
+                .desired_width(ui.available_width() - 80.0)
+                .hint_text("tokenizer.json"),
+        )
+        .labelled_by(label.id);
+        if ui.button("Browse…").clicked() {
+            commands.push(Command::Work(WorkCommand::BrowseTokenizer { evaluation }));
+        }
+    });
+    egui::Grid::new((id, "text")).num_columns(2).show(ui, |ui| {
+        ui.label("Tokens per sequence (0: the model's)");
+        ui.add(egui::DragValue::new(&mut choice.sequence).range(0..=1_000_000));
+        ui.end_row();
+        ui.label("Sequences at most");
+        ui.add(egui::DragValue::new(&mut choice.text_samples).range(1..=100_000));
+        ui.end_row();
+    });
+    ui.label(
+        RichText::new(
+            "The text is tokenized whole and cut into sequences; a language model's comparison reads perplexity off it.",
+        )
+        .weak(),
+    );
 }
 
 fn images_editor(ui: &mut Ui, id: &str, choice: &mut DataChoice) {

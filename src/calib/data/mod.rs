@@ -13,6 +13,7 @@ pub mod past;
 pub mod pb_folder;
 pub mod random;
 pub mod roles;
+pub mod text;
 pub mod truth;
 
 use std::collections::BTreeMap;
@@ -79,6 +80,26 @@ pub enum DataError {
         key: String,
         /// What the data does hold beside the inputs, in words.
         available: String,
+    },
+    /// A tokenizer file could not be read or could not tokenize the text.
+    #[error("cannot read the tokenizer {path}: {reason}")]
+    Tokenizer {
+        /// The `tokenizer.json`.
+        path: PathBuf,
+        /// Why, as the tokenizers crate says it.
+        reason: String,
+    },
+    /// A text holds fewer tokens than one sequence.
+    #[error(
+        "{path} holds {tokens} tokens, fewer than one sequence of {sequence}: give a longer text or a shorter --seq_len"
+    )]
+    TextTooShort {
+        /// The text.
+        path: PathBuf,
+        /// Tokens it holds.
+        tokens: usize,
+        /// Tokens one sequence takes.
+        sequence: usize,
     },
     /// A calibration shape spec could not be parsed.
     #[error("bad --calibration_shapes '{spec}': {reason}")]
@@ -483,6 +504,8 @@ pub enum DataSpec {
         /// A folder holding `test_data_set_*` folders, or one of them.
         path: PathBuf,
     },
+    /// A text file tokenized into sequences, for token models.
+    Text(text::TextSpec),
     /// Random data from the input specs.
     Random {
         /// Samples to generate.
@@ -528,6 +551,7 @@ impl DataSpec {
             DataSpec::Npz { path }
             | DataSpec::Images { path, .. }
             | DataSpec::PbFolder { path } => path.display().to_string(),
+            DataSpec::Text(text) => format!("the text {}", text.path.display()),
             DataSpec::Random { seed, .. } => {
                 format!("random data, not representative (seed {seed})")
             }
@@ -549,6 +573,7 @@ impl DataSpec {
                 preprocess.clone(),
             )?),
             DataSpec::PbFolder { path } => Box::new(pb_folder::PbFolderSource::open(path, inputs)?),
+            DataSpec::Text(text) => Box::new(text::TextSource::open(text, inputs)?),
             DataSpec::Random {
                 samples,
                 shapes,

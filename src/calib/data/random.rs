@@ -182,18 +182,27 @@ impl BatchSource for RandomSource {
 
 /// One array of `shape` for an input of `role`.
 fn generate(dtype: DataType, shape: &[usize], role: InputRole, rng: &mut SmallRng) -> TensorArray {
-    let shape = IxDyn(shape);
     match role {
-        InputRole::Values => uniform(dtype, shape, rng),
+        InputRole::Values => uniform(dtype, IxDyn(shape), rng),
         InputRole::TokenIds { vocab } => {
             let vocab = vocab.unwrap_or(roles::UNKNOWN_VOCAB) as i64;
-            counted(dtype, shape, |_| rng.random_range(0..vocab))
+            counted(dtype, IxDyn(shape), |_| rng.random_range(0..vocab))
         }
+        _ => role_values(dtype, shape, role),
+    }
+}
+
+/// What an input of `role` takes whatever the tokens: an attention mask of ones, position ids
+/// counting from 0 along the last axis, zeros for token types and past keys/values (zeros too
+/// for ids and plain values, which the callers fill themselves).
+pub(super) fn role_values(dtype: DataType, shape: &[usize], role: InputRole) -> TensorArray {
+    let shape = IxDyn(shape);
+    match role {
         InputRole::AttentionMask => counted(dtype, shape, |_| 1),
         InputRole::PositionIds { .. } => {
             counted(dtype, shape, |index| index.last().map_or(0, |&i| i as i64))
         }
-        InputRole::TokenTypes | InputRole::Past => counted(dtype, shape, |_| 0),
+        _ => counted(dtype, shape, |_| 0),
     }
 }
 

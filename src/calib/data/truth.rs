@@ -17,6 +17,9 @@ pub enum TruthValues {
     Labels(Vec<i64>),
     /// Reference texts: a numpy unicode (`<U`) or byte-string (`|S`, UTF-8) array `[N]`.
     Texts(Vec<String>),
+    /// Token sequences, one per sample: a language model's text, whose every token is the
+    /// truth of the scores at the position before it ([`super::text`]).
+    Tokens(std::sync::Arc<Vec<Vec<i64>>>),
 }
 
 /// The ground truth of an evaluation file: the array it came from and its values.
@@ -34,6 +37,7 @@ impl GroundTruth {
         match &self.values {
             TruthValues::Labels(v) => v.len(),
             TruthValues::Texts(v) => v.len(),
+            TruthValues::Tokens(v) => v.len(),
         }
     }
 
@@ -47,6 +51,7 @@ impl GroundTruth {
         match self.values {
             TruthValues::Labels(_) => "class labels",
             TruthValues::Texts(_) => "texts",
+            TruthValues::Tokens(_) => "token sequences",
         }
     }
 }

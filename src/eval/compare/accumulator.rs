@@ -22,6 +22,11 @@ struct TruthCounts {
     exact: (u64, u64),
     edits: (u64, u64),
     truth_chars: u64,
+    /// Next tokens scored (positions with a next token), the negative log-likelihoods
+    /// summed and the positions whose best token is the next one.
+    next_tokens: u64,
+    nll: (f64, f64),
+    next_top1: (u64, u64),
 }
 
 /// What one output has seen so far.
@@ -112,6 +117,23 @@ fn in_order<'a, D: ndarray::Dimension>(
     }
 }
 
+/// The negative log-likelihood of `class` under the softmax of `scores` (in f64, from the
+/// log-sum-exp shifted by the largest score), and whether `class` is the best-scored one
+/// (the first of equal best scores).
+fn next_token_loss(scores: &[f32], class: usize) -> (f64, bool) {
+    let (best, largest) =
+        scores
+            .iter()
+            .enumerate()
+            .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+                if v > bv { (i, v) } else { (bi, bv) }
+            });
+    let largest = f64::from(largest);
+    let sum: f64 = scores.iter().map(|&v| (f64::from(v) - largest).exp()).sum();
+    let log_sum_exp = largest + sum.ln();
+    (log_sum_exp - f64::from(scores[class]), best == class)
+}
+
 /// A share, `None` over nothing.
 fn share(count: u64, of: u64) -> Option<f64> {
     (of > 0).then(|| count as f64 / of as f64)
@@ -175,6 +197,53 @@ impl Accumulator {
             self.kind.has_classes() && matches!(reference.ndim(), 2 | 3) && self.classes >= 2;
         if self.classifier {
             self.add_classes(reference, test, first_sample)?;
+        }
+        if self.kind == OutputKind::TokenScores && reference.ndim() == 3 {
+            self.score_next_tokens(reference, test, first_sample)?;
+        }
+        Ok(())
+    }
+
+    /// Each position's scores against the next token of the sequence fed (perplexity and
+    /// next-token accuracy of both models), when the sequences are the truth.
+    fn score_next_tokens(
+        &mut self,
+        reference: &ArrayD<f32>,
+        test: &ArrayD<f32>,
+        first_sample: usize,
+    ) -> Result<(), EvalError> {
+        let Some(Scorer::NextTokens(sequences)) = &self.scorer else {
+            return Ok(());
+        };
+        let positions = reference.shape()[1];
+        for (offset, (r, t)) in reference.outer_iter().zip(test.outer_iter()).enumerate() {
+            let sample = first_sample + offset;
+            let ids = sequences.get(sample).map_or(&[][..], Vec::as_slice);
+            if ids.len() != positions {
+                return Err(EvalError::Truth(format!(
+                    "output '{}' scores {positions} positions of sample {sample}, whose sequence holds {} tokens: perplexity needs the scores of every position",
+                    self.name,
+                    ids.len()
+                )));
+            }
+            for (position, &next) in ids.iter().enumerate().skip(1) {
+                let Some(class) = usize::try_from(next).ok().filter(|c| *c < self.classes) else {
+                    return Err(EvalError::Truth(format!(
+                        "token id {next} of sample {sample} is not one of the {} classes of output '{}': is the tokenizer this model's?",
+                        self.classes, self.name
+                    )));
+                };
+                let row = |scores: &ndarray::ArrayViewD<f32>| {
+                    next_token_loss(&in_order(&scores.index_axis(Axis(0), position - 1)), class)
+                };
+                let ((float_nll, float_best), (test_nll, test_best)) = (row(&r), row(&t));
+                let truth = &mut self.truth;
+                truth.next_tokens += 1;
+                truth.nll.0 += float_nll;
+                truth.nll.1 += test_nll;
+                truth.next_top1.0 += u64::from(float_best);
+                truth.next_top1.1 += u64::from(test_best);
+            }
         }
         Ok(())
     }
@@ -332,6 +401,9 @@ impl Accumulator {
     /// Scores against the truth, float beside quantized.
     fn task_scores(&self) -> Vec<TaskScore> {
         let t = &self.truth;
+        if let Some(Scorer::NextTokens(_)) = self.scorer {
+            return self.next_token_scores();
+        }
         if t.samples == 0 {
             return Vec::new();
         }
@@ -357,8 +429,29 @@ impl Accumulator {
                     t.truth_chars.max(1) as f64,
                 ),
             ],
-            None => Vec::new(),
+            Some(Scorer::NextTokens(_)) | None => Vec::new(),
         }
+    }
+
+    /// Perplexity and next-token accuracy of both models (none before a scored token).
+    fn next_token_scores(&self) -> Vec<TaskScore> {
+        let t = &self.truth;
+        if t.next_tokens == 0 {
+            return Vec::new();
+        }
+        let n = t.next_tokens as f64;
+        vec![
+            TaskScore {
+                metric: TaskMetric::Perplexity,
+                float: (t.nll.0 / n).exp(),
+                quantized: (t.nll.1 / n).exp(),
+            },
+            TaskScore {
+                metric: TaskMetric::NextTokenAccuracy,
+                float: t.next_top1.0 as f64 / n,
+                quantized: t.next_top1.1 as f64 / n,
+            },
+        ]
     }
 }
 
@@ -489,6 +582,44 @@ mod tests {
         let mut a = Accumulator::new("p", OutputKind::Classifier, Some(scorer), 0.5);
         let err = a.add(&float, &quant, 1).unwrap_err();
         assert!(err.to_string().contains("label 7 of sample 2"), "{err}");
+    }
+
+    #[test]
+    fn next_tokens_give_perplexity_from_the_log_softmax_of_each_position() {
+        // One sample of 3 tokens over 3 classes: positions 0 and 1 score tokens 1 and 2.
+        let float = ArrayD::from_shape_vec(
+            vec![1, 3, 3],
+            vec![0.0f32, 2.0, 0.0, 1.0, 0.0, 0.0, 9.0, 9.0, 9.0],
+        )
+        .unwrap();
+        let quant = ArrayD::from_shape_vec(vec![1, 3, 3], vec![0.0f32; 9]).unwrap();
+        let scorer = Scorer::NextTokens(Arc::new(vec![vec![0, 1, 2]]));
+        let mut a = Accumulator::new("logits", OutputKind::TokenScores, Some(scorer.clone()), 0.5);
+        a.add(&float, &quant, 0).unwrap();
+        let m = a.finish();
+        let [perplexity, accuracy] = m.task.as_slice() else {
+            panic!("{:?}", m.task)
+        };
+        let nll = |scores: [f64; 3], class: usize| {
+            scores.iter().map(|v| v.exp()).sum::<f64>().ln() - scores[class]
+        };
+        let expected = ((nll([0.0, 2.0, 0.0], 1) + nll([1.0, 0.0, 0.0], 2)) / 2.0).exp();
+        assert_eq!(perplexity.metric, TaskMetric::Perplexity);
+        assert!((perplexity.float - expected).abs() < 1e-9, "{perplexity:?}");
+        // Uniform scores: perplexity is the class count.
+        assert!((perplexity.quantized - 3.0).abs() < 1e-9);
+        assert_eq!((accuracy.float, accuracy.quantized), (0.5, 0.5));
+        // A loss of perplexity reads as negative points, in percent of the float model's.
+        assert!((perplexity.change_points() + (3.0 / expected - 1.0) * 100.0).abs() < 1e-9);
+        // Scores of fewer positions than the sequence, or an id past the classes, are refused.
+        let mut a = Accumulator::new("logits", OutputKind::TokenScores, Some(scorer), 0.5);
+        let two = ArrayD::from_shape_vec(vec![1, 2, 3], vec![0.0f32; 6]).unwrap();
+        let err = a.add(&two, &two, 0).unwrap_err();
+        assert!(err.to_string().contains("2 positions"), "{err}");
+        let past = Scorer::NextTokens(Arc::new(vec![vec![0, 1, 7]]));
+        let mut a = Accumulator::new("logits", OutputKind::TokenScores, Some(past), 0.5);
+        let err = a.add(&float, &quant, 0).unwrap_err();
+        assert!(err.to_string().contains("token id 7"), "{err}");
     }
 
     #[test]

@@ -120,6 +120,11 @@ pub enum TaskMetric {
     ExactMatch,
     /// Character edits (Levenshtein) from the reading to the text, per character of text.
     CharErrorRate,
+    /// A language model's perplexity on text: the exponential of the mean negative
+    /// log-likelihood of each next token (not a share: lower is better, 1 is perfect).
+    Perplexity,
+    /// Share of a text's positions whose best-scored token is the next token.
+    NextTokenAccuracy,
 }
 
 impl TaskMetric {
@@ -130,21 +135,41 @@ impl TaskMetric {
             TaskMetric::Top5Accuracy => "top-5 accuracy",
             TaskMetric::ExactMatch => "exact match",
             TaskMetric::CharErrorRate => "character error rate",
+            TaskMetric::Perplexity => "perplexity",
+            TaskMetric::NextTokenAccuracy => "next-token accuracy",
         }
     }
 
-    /// True for accuracies, false for error rates.
+    /// True for accuracies, false for error rates and perplexity.
     pub fn higher_is_better(self) -> bool {
-        self != TaskMetric::CharErrorRate
+        !matches!(self, TaskMetric::CharErrorRate | TaskMetric::Perplexity)
     }
 
-    /// True for the metric an accuracy target reaches (top-1 accuracy, exact match).
+    /// True for the metric an accuracy target reaches (top-1 accuracy, exact match, a
+    /// language model's next-token accuracy).
     pub fn is_headline(self) -> bool {
-        matches!(self, TaskMetric::Top1Accuracy | TaskMetric::ExactMatch)
+        matches!(
+            self,
+            TaskMetric::Top1Accuracy | TaskMetric::ExactMatch | TaskMetric::NextTokenAccuracy
+        )
+    }
+
+    /// True for shares (0..1, shown as percentages); false for perplexity, a plain number.
+    pub fn is_share(self) -> bool {
+        self != TaskMetric::Perplexity
+    }
+
+    /// A value of this metric for people: "96.88 %" for a share, "12.345" for perplexity.
+    pub fn format(self, value: f64) -> String {
+        if self.is_share() {
+            format!("{:.2}%", value * 100.0)
+        } else {
+            format!("{value:.3}")
+        }
     }
 }
 
-/// One task metric of one output, float beside quantized (shares, 0..1).
+/// One task metric of one output, float beside quantized (shares 0..1, or a perplexity).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskScore {
     /// What was measured.
@@ -156,14 +181,32 @@ pub struct TaskScore {
 }
 
 impl TaskScore {
-    /// The change from float to quantized in percentage points, signed so that a loss is
-    /// negative whichever way the metric runs.
+    /// The change from float to quantized in percentage points (for perplexity, its change
+    /// in percent of the float model's), signed so that a loss is negative whichever way the
+    /// metric runs.
     pub fn change_points(&self) -> f64 {
-        let change = (self.quantized - self.float) * 100.0;
+        let change = if self.metric.is_share() {
+            (self.quantized - self.float) * 100.0
+        } else {
+            (self.quantized / self.float.max(f64::MIN_POSITIVE) - 1.0) * 100.0
+        };
         if self.metric.higher_is_better() {
             change
         } else {
             -change
+        }
+    }
+
+    /// The change for people: "-3.12 pts" for a share, "+0.051 (+0.42 %)" for perplexity.
+    pub fn change_text(&self) -> String {
+        if self.metric.is_share() {
+            format!("{:+.2} pts", self.change_points())
+        } else {
+            format!(
+                "{:+.3} ({:+.2} %)",
+                self.quantized - self.float,
+                -self.change_points()
+            )
         }
     }
 }
@@ -327,9 +370,9 @@ impl OutputMetrics {
                 [
                     self.name.clone(),
                     s.metric.label().to_owned(),
-                    format!("{:.2}%", s.float * 100.0),
-                    format!("{:.2}%", s.quantized * 100.0),
-                    format!("{:+.2} pts", s.change_points()),
+                    s.metric.format(s.float),
+                    s.metric.format(s.quantized),
+                    s.change_text(),
                 ]
             })
             .collect()

@@ -89,6 +89,20 @@ pub enum Scorer {
     Labels(Arc<Vec<i64>>),
     /// Texts, for CTC sequences: exact match and character error rate.
     Texts(Arc<Vec<String>>, Arc<Charset>),
+    /// The token sequences fed, for a language model's per-token scores: each position's
+    /// truth is the next token (perplexity and next-token accuracy).
+    NextTokens(Arc<Vec<Vec<i64>>>),
+}
+
+impl Scorer {
+    /// The output kind this truth scores.
+    pub fn kind(&self) -> OutputKind {
+        match self {
+            Scorer::Labels(_) => OutputKind::Classifier,
+            Scorer::Texts(..) => OutputKind::CtcSequence,
+            Scorer::NextTokens(_) => OutputKind::TokenScores,
+        }
+    }
 }
 
 /// The task resolved against a model and its data.
@@ -139,10 +153,7 @@ impl Task {
             None if options.truth_key.is_none() => return Ok(task),
             None => return Err(unusable(&truth, &task.kinds)),
         };
-        let wanted = match scorer {
-            Scorer::Labels(_) => OutputKind::Classifier,
-            Scorer::Texts(..) => OutputKind::CtcSequence,
-        };
+        let wanted = scorer.kind();
         for (slot, kind) in task.scorers.iter_mut().zip(&task.kinds) {
             if *kind == wanted {
                 *slot = Some(scorer.clone());
@@ -192,6 +203,9 @@ fn scorer(
             let charset = charset(model, options.charset.as_deref())?;
             Some(Scorer::Texts(Arc::new(texts.clone()), Arc::new(charset)))
         }
+        TruthValues::Tokens(sequences) if kinds.contains(&OutputKind::TokenScores) => {
+            Some(Scorer::NextTokens(sequences.clone()))
+        }
         _ => None,
     })
 }
@@ -201,6 +215,7 @@ fn unusable(truth: &GroundTruth, kinds: &[OutputKind]) -> EvalError {
     let needs = match truth.values {
         TruthValues::Labels(_) => OutputKind::Classifier,
         TruthValues::Texts(_) => OutputKind::CtcSequence,
+        TruthValues::Tokens(_) => OutputKind::TokenScores,
     };
     let have: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     EvalError::Truth(format!(
