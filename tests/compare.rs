@@ -1064,53 +1064,6 @@ fn auto_exclude_takes_an_accuracy_target_against_the_labels() {
     assert!(text.contains("an accuracy target needs 'labels'"), "{text}");
 }
 
-/// The words of the decoder's text: a word-level tokenizer's vocabulary, id = position (the
-/// 32 classes of [`common::decoder_model`]'s logits; `[UNK]` is 0).
-const WORDS: [&str; 32] = [
-    "[UNK]", "the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are",
-    "with", "as", "he", "be", "at", "by", "this", "had", "not", "but", "from", "or", "have", "an",
-    "they", "which", "one", "you",
-];
-
-/// `tokenizer.json`: whitespace pre-tokenizer, word-level model over [`WORDS`].
-fn word_tokenizer() -> String {
-    let vocab: Vec<String> = WORDS
-        .iter()
-        .enumerate()
-        .map(|(i, w)| format!("\"{w}\": {i}"))
-        .collect();
-    format!(
-        r#"{{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
-"normalizer": null, "pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null,
-"decoder": null, "model": {{"type": "WordLevel", "vocab": {{{}}}, "unk_token": "[UNK]"}}}}"#,
-        vocab.join(", ")
-    )
-}
-
-/// A model folder: the decoder and its tokenizer, and a text of `tokens` seeded words over
-/// lines; returns the model, the text and the text's token ids as the test reads them.
-fn decoder_with_text(dir: &Path, tokens: usize) -> (PathBuf, PathBuf, Vec<i64>) {
-    let model = dir.join("decoder.onnx");
-    common::decoder_model()
-        .save(&model, &Default::default())
-        .unwrap();
-    std::fs::write(dir.join("tokenizer.json"), word_tokenizer()).unwrap();
-    let ids: Vec<i64> = common::seeded_values(tokens, 7, 1.0)
-        .into_iter()
-        .map(|v| 1 + ((v + 1.0) * 15.5) as i64 % 31)
-        .collect();
-    let lines: Vec<String> = ids
-        .chunks(11)
-        .map(|line| {
-            let words: Vec<&str> = line.iter().map(|&id| WORDS[id as usize]).collect();
-            words.join(" ")
-        })
-        .collect();
-    let text = dir.join("text.txt");
-    std::fs::write(&text, lines.join("\n")).unwrap();
-    (model, text, ids)
-}
-
 /// Perplexity of `model` on `sequences` of 64 ids, from its logits: exp of the mean negative
 /// log-softmax of each next token, in f64 (the reference the CLI's figure is checked against).
 fn perplexity_of(model: &Path, sequences: &[&[i64]]) -> f64 {
@@ -1143,7 +1096,7 @@ fn perplexity_of(model: &Path, sequences: &[&[i64]]) -> f64 {
 fn text_is_tokenized_by_the_models_tokenizer_and_gives_the_perplexity_of_both_models() {
     let dir = tempfile::tempdir().unwrap();
     // Four sequences of 64 and 20 tokens left over.
-    let (model, text, ids) = decoder_with_text(dir.path(), 4 * 64 + 20);
+    let (model, text, ids) = common::decoder_with_text(dir.path(), 4 * 64 + 20);
     let quant = dir.path().join("out/decoder_int8.onnx");
     let said = common::run_ok(
         cli()
@@ -1216,7 +1169,7 @@ fn text_is_tokenized_by_the_models_tokenizer_and_gives_the_perplexity_of_both_mo
 #[test]
 fn text_without_a_tokenizer_or_too_short_for_a_sequence_is_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
-    let (model, text, _) = decoder_with_text(dir.path(), 40);
+    let (model, text, _) = common::decoder_with_text(dir.path(), 40);
     // Calibration reads the text before anything runs.
     let calibrate = |extra: &[&str]| {
         let (ok, said) = common::run_text(
@@ -1246,4 +1199,67 @@ fn text_without_a_tokenizer_or_too_short_for_a_sequence_is_one_clear_line() {
     let said = calibrate(&["--tokenizer", broken.to_str().unwrap()]);
     assert!(said.contains("cannot read the tokenizer"), "{said}");
     assert_eq!(said.trim().lines().count(), 1, "{said}");
+}
+
+#[test]
+fn auto_exclude_takes_a_perplexity_target_on_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, text, _) = common::decoder_with_text(dir.path(), 4 * 64);
+    let stats = dir.path().join("stats.json");
+    common::run_ok(
+        cli()
+            .args(["calibrate", "--onnx_path"])
+            .arg(&model)
+            .arg("--calibration_text")
+            .arg(&text)
+            .arg("-o")
+            .arg(&stats),
+    );
+    let recipe = dir.path().join("fixed.toml");
+    let said = common::run_ok(
+        cli()
+            .args(["sensitivity", "--onnx_path"])
+            .arg(&model)
+            .arg("--calibration_cache_path")
+            .arg(&stats)
+            .arg("--eval_text")
+            .arg(&text)
+            .args(["--target_perplexity", "0.02", "--save-recipe"])
+            .arg(&recipe),
+    );
+    assert!(
+        said.contains("target perplexity rise 0.02% reached"),
+        "{said}"
+    );
+    // Measured again on the models themselves: the default misses the target, the recipe
+    // auto-exclude wrote meets it.
+    let rise = |args: &[&str], name: &str| {
+        let quant = dir.path().join(name);
+        common::run_ok(
+            cli()
+                .args(["quantize", "--onnx_path"])
+                .arg(&model)
+                .arg("--calibration_cache_path")
+                .arg(&stats)
+                .args(args)
+                .arg("-o")
+                .arg(&quant),
+        );
+        let json = common::run_json(
+            cli()
+                .args(["compare", "--float"])
+                .arg(&model)
+                .arg("--quant")
+                .arg(&quant)
+                .arg("--eval_text")
+                .arg(&text)
+                .args(["--latency_runs", "0", "--json"]),
+        );
+        let score = &json["outputs"][0]["task"][0];
+        assert_eq!(score["metric"], "perplexity");
+        (score["quantized"].as_f64().unwrap() / score["float"].as_f64().unwrap() - 1.0) * 100.0
+    };
+    let default = rise(&[], "default.onnx");
+    let fixed = rise(&["--recipe", recipe.to_str().unwrap()], "fixed.onnx");
+    assert!(default > 0.02 && fixed <= 0.02, "{default} % → {fixed} %");
 }

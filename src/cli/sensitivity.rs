@@ -107,6 +107,15 @@ pub struct SensitivityArgs {
         conflicts_with_all = ["by_op_type", "target_sqnr", "target_top1", "target_sequence"]
     )]
     pub target_accuracy: Option<f64>,
+    /// Auto-exclude until a language model's perplexity on the evaluation text
+    /// (--eval_text) is at most this many percent above the float model's.
+    #[arg(
+        long = "target_perplexity",
+        visible_alias = "target-perplexity",
+        value_name = "PERCENT",
+        conflicts_with_all = ["by_op_type", "target_sqnr", "target_top1", "target_sequence", "target_accuracy"]
+    )]
+    pub target_perplexity: Option<f64>,
     /// When keeping nodes in float does not reach the target, save the best measured
     /// recipe-wide change (range method, 16-bit activations) if it does better.
     #[arg(
@@ -146,6 +155,7 @@ fn target(args: &SensitivityArgs) -> Option<Target> {
         (args.target_top1, TargetKind::Top1),
         (args.target_sequence, TargetKind::Sequence),
         (args.target_accuracy, TargetKind::Accuracy),
+        (args.target_perplexity, TargetKind::Perplexity),
     ]
     .into_iter()
     .find_map(|(value, kind)| Some(kind.target(value?)))

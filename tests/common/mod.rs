@@ -642,6 +642,51 @@ pub fn token_ids(path: &Path, count: usize, seed: u64) {
     );
 }
 
+/// The words of the decoder's text: a word-level tokenizer's vocabulary, id = position (the
+/// 32 classes of [`common::decoder_model`]'s logits; `[UNK]` is 0).
+pub const TEXT_WORDS: [&str; 32] = [
+    "[UNK]", "the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are",
+    "with", "as", "he", "be", "at", "by", "this", "had", "not", "but", "from", "or", "have", "an",
+    "they", "which", "one", "you",
+];
+
+/// `tokenizer.json`: whitespace pre-tokenizer, word-level model over [`TEXT_WORDS`].
+pub fn word_tokenizer() -> String {
+    let vocab: Vec<String> = TEXT_WORDS
+        .iter()
+        .enumerate()
+        .map(|(i, w)| format!("\"{w}\": {i}"))
+        .collect();
+    format!(
+        r#"{{"version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+"normalizer": null, "pre_tokenizer": {{"type": "Whitespace"}}, "post_processor": null,
+"decoder": null, "model": {{"type": "WordLevel", "vocab": {{{}}}, "unk_token": "[UNK]"}}}}"#,
+        vocab.join(", ")
+    )
+}
+
+/// A model folder: the decoder and its tokenizer, and a text of `tokens` seeded words over
+/// lines; returns the model, the text and the text's token ids as the test reads them.
+pub fn decoder_with_text(dir: &Path, tokens: usize) -> (PathBuf, PathBuf, Vec<i64>) {
+    let model = dir.join("decoder.onnx");
+    decoder_model().save(&model, &Default::default()).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), word_tokenizer()).unwrap();
+    let ids: Vec<i64> = seeded_values(tokens, 7, 1.0)
+        .into_iter()
+        .map(|v| 1 + ((v + 1.0) * 15.5) as i64 % 31)
+        .collect();
+    let lines: Vec<String> = ids
+        .chunks(11)
+        .map(|line| {
+            let words: Vec<&str> = line.iter().map(|&id| TEXT_WORDS[id as usize]).collect();
+            words.join(" ")
+        })
+        .collect();
+    let text = dir.join("text.txt");
+    std::fs::write(&text, lines.join("\n")).unwrap();
+    (model, text, ids)
+}
+
 /// Says on the test log (stderr written directly: the harness captures only the print
 /// macros) that `test` skipped its work, and why.
 pub fn skipped(test: &str, reason: &str) {

@@ -96,6 +96,11 @@ pub enum EvalError {
         "no output is scored against ground truth: an accuracy target needs 'labels' (class scores) or 'texts' (a CTC sequence) in the evaluation data"
     )]
     NoTruth,
+    /// A perplexity target was given but no output was scored by perplexity.
+    #[error(
+        "no output is scored by perplexity: a perplexity target needs a language model's logits ([N, T, vocab]) and text as evaluation data (--eval_text)"
+    )]
+    NoPerplexity,
     /// The local errors cannot be measured on this pair of models (why, from
     /// [`crate::eval::tensor_error::local_error::LocalUnavailable`]).
     #[error("{0}")]

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::calib::stats::CalibrationStats;
 use crate::eval::compare::batch_workers::cpu_workers;
 use crate::eval::compare::reference::Reference;
-use crate::eval::compare::{EvalError, OutputMetrics};
+use crate::eval::compare::{EvalError, OutputMetrics, TaskMetric, TaskScore};
 use crate::jobs::CancelToken;
 use crate::model::Model;
 use crate::quant::{self, QuantError};
@@ -26,6 +26,9 @@ pub enum Target {
     /// The quantized model's accuracy against the data's ground truth (top-1 accuracy on
     /// `labels`, exact match on `texts`; the worst output's) reaches this share (0..1).
     Accuracy(f64),
+    /// A language model's perplexity on the evaluation text rises by at most this many
+    /// percent over the float model's (the worst output's).
+    Perplexity(f64),
 }
 
 /// The kinds of target, for faces where users pick one and type its value (dB, or a
@@ -40,15 +43,18 @@ pub enum TargetKind {
     Sequence,
     /// Accuracy against ground truth in percent.
     Accuracy,
+    /// Perplexity rise over the float model's, in percent.
+    Perplexity,
 }
 
 impl TargetKind {
     /// Every kind, in the order faces list them.
-    pub const ALL: [TargetKind; 4] = [
+    pub const ALL: [TargetKind; 5] = [
         TargetKind::SqnrDb,
         TargetKind::Top1,
         TargetKind::Sequence,
         TargetKind::Accuracy,
+        TargetKind::Perplexity,
     ];
 
     /// The words before the value ("worst output SQNR ≥").
@@ -58,6 +64,7 @@ impl TargetKind {
             TargetKind::Top1 => "top-1 agreement ≥",
             TargetKind::Sequence => "sequence agreement ≥",
             TargetKind::Accuracy => "accuracy (ground truth) ≥",
+            TargetKind::Perplexity => "perplexity rise ≤",
         }
     }
 
@@ -65,15 +72,20 @@ impl TargetKind {
     pub fn unit(self) -> &'static str {
         match self {
             TargetKind::SqnrDb => " dB",
-            TargetKind::Top1 | TargetKind::Sequence | TargetKind::Accuracy => " %",
+            TargetKind::Top1
+            | TargetKind::Sequence
+            | TargetKind::Accuracy
+            | TargetKind::Perplexity => " %",
         }
     }
 
-    /// The largest value that makes sense (dB, or 100 %).
+    /// The largest value that makes sense (dB, 100 %, or a perplexity ten times the float
+    /// model's).
     pub fn max_value(self) -> f64 {
         match self {
             TargetKind::SqnrDb => 120.0,
             TargetKind::Top1 | TargetKind::Sequence | TargetKind::Accuracy => 100.0,
+            TargetKind::Perplexity => 1000.0,
         }
     }
 
@@ -84,6 +96,7 @@ impl TargetKind {
             TargetKind::Top1 => Target::Top1(value / 100.0),
             TargetKind::Sequence => Target::Sequence(value / 100.0),
             TargetKind::Accuracy => Target::Accuracy(value / 100.0),
+            TargetKind::Perplexity => Target::Perplexity(value),
         }
     }
 }
@@ -113,13 +126,22 @@ impl Target {
                 .map(|s| s.quantized)
                 .reduce(f64::min)
                 .ok_or(EvalError::NoTruth),
+            // The rise in percent, negated so that higher is better.
+            Target::Perplexity(_) => metrics
+                .iter()
+                .flat_map(|m| &m.task)
+                .filter(|s| s.metric == TaskMetric::Perplexity)
+                .map(TaskScore::change_points)
+                .reduce(f64::min)
+                .ok_or(EvalError::NoPerplexity),
         }
     }
 
-    /// The value to reach.
+    /// The value to reach (a score, see [`Target::score`]).
     pub fn goal(&self) -> f64 {
         match *self {
             Target::SqnrDb(v) | Target::Top1(v) | Target::Sequence(v) | Target::Accuracy(v) => v,
+            Target::Perplexity(rise) => -rise,
         }
     }
 
@@ -130,6 +152,7 @@ impl Target {
             Target::Top1(share) => format!("top-1 agreement {:.1}%", share * 100.0),
             Target::Sequence(share) => format!("sequence agreement {:.1}%", share * 100.0),
             Target::Accuracy(share) => format!("accuracy {:.1}%", share * 100.0),
+            Target::Perplexity(rise) => format!("perplexity rise {rise:.2}%"),
         }
     }
 
@@ -140,6 +163,7 @@ impl Target {
             Target::Top1(_) | Target::Sequence(_) | Target::Accuracy(_) => {
                 format!("{:.1}%", score * 100.0)
             }
+            Target::Perplexity(_) => format!("perplexity {:+.2}%", -score),
         }
     }
 }
@@ -236,8 +260,6 @@ impl Evaluator<'_> {
 mod tests {
     use super::*;
 
-    use crate::eval::compare::TaskMetric;
-
     fn metrics(sqnr_db: f64, top1: Option<f64>) -> OutputMetrics {
         OutputMetrics::with_sqnr(
             "y",
@@ -259,8 +281,26 @@ mod tests {
     }
 
     #[test]
+    fn a_perplexity_target_scores_the_worst_rise_and_is_reached_below_its_bound() {
+        let mut lm = metrics(30.0, None);
+        lm.task = vec![TaskScore {
+            metric: TaskMetric::Perplexity,
+            float: 20.0,
+            quantized: 20.5,
+        }];
+        let target = TargetKind::Perplexity.target(3.0);
+        let score = target.score(std::slice::from_ref(&lm)).unwrap();
+        assert!((score + 2.5).abs() < 1e-9, "a 2.5 % rise: {score}");
+        assert!(score >= target.goal(), "2.5 % is within 3 %");
+        assert!(score < TargetKind::Perplexity.target(2.0).goal());
+        assert_eq!(target.format_score(score), "perplexity +2.50%");
+        let err = target.score(&[metrics(30.0, Some(1.0))]).unwrap_err();
+        assert!(matches!(err, EvalError::NoPerplexity), "{err}");
+    }
+
+    #[test]
     fn an_accuracy_target_scores_the_quantized_headline_metric() {
-        let score = |metric, quantized| crate::eval::compare::TaskScore {
+        let score = |metric, quantized| TaskScore {
             metric,
             float: 0.9,
             quantized,
