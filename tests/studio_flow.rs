@@ -2004,3 +2004,52 @@ fn a_saved_qdq_model_reopens_with_its_float_model_and_data_and_compares_as_the_c
             .is_some()
     );
 }
+
+#[test]
+fn a_language_model_calibrates_and_compares_on_text_with_the_tokenizer_beside_it() {
+    use qdq_studio::app::work::data::DataKind;
+    use qdq_studio::eval::compare::TaskMetric;
+    let dir = tempfile::tempdir().unwrap();
+    let (model, text, _) = common::decoder_with_text(dir.path(), 4 * 64);
+    let mut h = harness();
+    h.state_mut().open(Source::File(model));
+    settle(&mut h, "opening");
+    let tokenizer = dir.path().join("tokenizer.json").display().to_string();
+    let settings = &h.state().document().unwrap().work.settings;
+    assert_eq!(
+        settings.calibration.tokenizer, tokenizer,
+        "found beside the model"
+    );
+    // A text file chosen for random data becomes text data, tokenized by that tokenizer.
+    h.state_mut().push(qdq_studio::app::command::Command::Work(
+        WorkCommand::SetDataPath {
+            evaluation: false,
+            path: text,
+        },
+    ));
+    h.run_steps(2);
+    settle(&mut h, "checking");
+    calibrate(&mut h);
+    quantize_and_compare(&mut h, "quantize & compare");
+    no_notices(&h);
+    let doc = h.state().document().unwrap();
+    assert_eq!(doc.work.settings.calibration.kind, DataKind::Text);
+    assert_eq!(
+        statistics(&h).info.samples,
+        4,
+        "four sequences of 64 tokens"
+    );
+    let comparison = doc.work.results.comparison.clone().expect("a comparison");
+    let scores = &comparison.outputs[0].task;
+    assert_eq!(scores[0].metric, TaskMetric::Perplexity, "{scores:?}");
+    assert!(h.query_by_label("perplexity").is_some(), "the task table");
+    assert!(
+        h.query_by_label_contains("Against ground truth ('next tokens')")
+            .is_some()
+    );
+    assert!(
+        h.query_by_label(&format!("{:.3}", scores[0].quantized))
+            .is_some(),
+        "the quantized perplexity is shown"
+    );
+}

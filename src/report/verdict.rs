@@ -99,17 +99,17 @@ fn task_verdict(score: &TaskScore) -> String {
         let (float, quant) = (score.float, score.quantized);
         let rise = -score.change_points();
         return if kept {
-            format!("keeps the float model's {label} ({float:.3} → {quant:.3}, {rise:+.2} %)")
+            format!("keeps the float model's {label} ({float:.3} to {quant:.3}, {rise:+.2} %)")
         } else {
-            format!("raises {label} by {rise:.2} % ({float:.3} → {quant:.3})")
+            format!("raises {label} by {rise:.2} % ({float:.3} to {quant:.3})")
         };
     }
     let (float, quant) = (score.float * 100.0, score.quantized * 100.0);
     if kept {
-        format!("keeps the float model's {label} ({float:.1} % → {quant:.1} %)")
+        format!("keeps the float model's {label} ({float:.1} % to {quant:.1} %)")
     } else {
         format!(
-            "loses {:.1} points of {label} ({float:.1} % → {quant:.1} %)",
+            "loses {:.1} points of {label} ({float:.1} % to {quant:.1} %)",
             -score.change_points()
         )
     }
@@ -178,13 +178,13 @@ mod tests {
         };
         assert!(
             verdict_line(&scored(10.05))
-                .starts_with("keeps the float model's perplexity (10.000 → 10.050, +0.50 %)"),
+                .starts_with("keeps the float model's perplexity (10.000 to 10.050, +0.50 %)"),
             "{}",
             verdict_line(&scored(10.05))
         );
         assert!(
             verdict_line(&scored(10.3))
-                .starts_with("raises perplexity by 3.00 % (10.000 → 10.300)"),
+                .starts_with("raises perplexity by 3.00 % (10.000 to 10.300)"),
             "{}",
             verdict_line(&scored(10.3))
         );

@@ -303,7 +303,9 @@ pub fn check_data(
             format!("{}: {} [{}]", a.name, a.dtype, dims.join(", "))
         })
         .collect();
-    Ok(format!("{samples} samples · {}", arrays.join(" · ")))
+    let notes = source.notes();
+    let notes = notes.iter().map(|n| format!(" · {n}")).collect::<String>();
+    Ok(format!("{samples} samples · {}{notes}", arrays.join(" · ")))
 }
 
 /// An error for a histogram bin count calibration cannot use (not a multiple of 4, or

@@ -138,7 +138,9 @@ impl DataChoice {
     pub fn spec(&self) -> Result<DataSpec, String> {
         let path = || -> Result<PathBuf, String> {
             let text = self.path.trim();
-            if text.is_empty() {
+            if text.is_empty() && self.kind == DataKind::Text {
+                Err("choose a text file".to_owned())
+            } else if text.is_empty() {
                 Err("choose a file or folder".to_owned())
             } else {
                 Ok(PathBuf::from(text))

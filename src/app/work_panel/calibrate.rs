@@ -233,7 +233,11 @@ fn data_editor(
             ui.add(
                 egui::TextEdit::singleline(&mut choice.path)
                     .desired_width(ui.available_width() - 80.0)
-                    .hint_text("file or folder"),
+                    .hint_text(if choice.kind == DataKind::Text {
+                        "text file (UTF-8)"
+                    } else {
+                        "file or folder"
+                    }),
             )
             .labelled_by(label.id);
             if ui.button("Browse…").clicked() {

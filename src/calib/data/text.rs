@@ -60,6 +60,7 @@ pub struct TextSource {
     roles: Vec<InputRole>,
     sequences: Arc<Vec<Vec<i64>>>,
     tokens: usize,
+    note: String,
     cursor: BatchCursor,
 }
 
@@ -95,7 +96,26 @@ impl TextSource {
             });
         }
         check_vocabulary(inputs, &sequences, &spec.tokenizer)?;
+        let note = if ids.len() >= wanted {
+            format!(
+                "text: the first {} sequences of {sequence} tokens (--text_samples)",
+                sequences.len()
+            )
+        } else {
+            let rest = ids.len() % sequence;
+            let left_out = if rest > 0 {
+                format!(" ({rest} tokens past the last left out)")
+            } else {
+                String::new()
+            };
+            format!(
+                "text: {} tokens, {} sequences of {sequence}{left_out}",
+                ids.len(),
+                sequences.len(),
+            )
+        };
         Ok(TextSource {
+            note,
             label: format!(
                 "{} ({} sequences of {sequence} tokens)",
                 spec.path.display(),
@@ -281,6 +301,10 @@ impl BatchSource for TextSource {
         self.sequences.len()
     }
 
+    fn notes(&self) -> Vec<String> {
+        vec![self.note.clone()]
+    }
+
     fn rewind(&mut self) -> Result<(), DataError> {
         self.cursor.reset();
         Ok(())
@@ -414,6 +438,10 @@ mod tests {
         let mut source = TextSource::open(&spec, &[ids_input(4, Some(6)), mask_input()]).unwrap();
         // 9 tokens ("dog" unknown): two sequences of 4, one token left over.
         assert_eq!((source.samples(), source.tokens()), (2, 9));
+        assert_eq!(
+            source.notes(),
+            ["text: 9 tokens, 2 sequences of 4 (1 tokens past the last left out)"]
+        );
         let batch = source.next_batch(8).unwrap().unwrap();
         let TensorArray::Int64(ids) = &batch.inputs[0].1 else {
             panic!("ids are int64")
@@ -484,6 +512,10 @@ mod tests {
         spec.max_samples = 3;
         let source = TextSource::open(&spec, &[mask_input(), ids_input(-1, None)]).unwrap();
         assert_eq!(source.samples(), 3);
+        assert_eq!(
+            source.notes(),
+            ["text: the first 3 sequences of 7 tokens (--text_samples)"]
+        );
         // The first chunk alone held enough: the rest of the text was not tokenized.
         assert!(source.tokens() < text.len() / 4, "{}", source.tokens());
     }
