@@ -278,29 +278,37 @@ fn sqnr(a: &[f32], b: &[f32]) -> f64 {
 }
 
 #[test]
-fn awq_lite_beats_round_to_nearest_by_3_db_on_an_outlier_decoder() {
+fn awq_beats_round_to_nearest_by_3_db_on_an_outlier_decoder() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib, eval) = setup(dir.path());
     let rtn = dir.path().join("rtn.onnx");
     quantize(&model, &calib, &rtn, &["--calibration_method", "rtn_dq"]);
-    let awq = dir.path().join("awq.onnx");
-    let said = quantize(&model, &calib, &awq, &[]);
-    assert!(said.contains("awq_lite: 15 weight(s) searched"), "{said}");
+    // The default: AWQ-full, checked against plain rounding on held-out rows.
+    let full = dir.path().join("full.onnx");
+    let said = quantize(&model, &calib, &full, &[]);
+    assert!(said.contains("awq_full: 15 weight(s) searched"), "{said}");
+    assert!(said.contains("on 32 held-out row(s)"), "{said}");
     assert!(
         said.contains("folded into the producer's constants"),
         "{said}"
     );
+    let awq = dir.path().join("awq.onnx");
+    let said = quantize(&model, &calib, &awq, &["--calibration_method", "awq_lite"]);
+    assert!(said.contains("awq_lite: 15 weight(s) searched"), "{said}");
     let clip = dir.path().join("clip.onnx");
     let said = quantize(&model, &calib, &clip, &["--calibration_method", "awq_clip"]);
     assert!(said.contains("awq_clip: 15 weight(s) searched"), "{said}");
 
     let (rtn_db, _) = logits_error(&model, &rtn, &eval);
+    let (full_db, _) = logits_error(&model, &full, &eval);
     let (awq_db, _) = logits_error(&model, &awq, &eval);
     let (clip_db, _) = logits_error(&model, &clip, &eval);
-    eprintln!("logits SQNR: rtn {rtn_db:.2} dB, awq_lite {awq_db:.2} dB, awq_clip {clip_db:.2} dB");
+    eprintln!(
+        "logits SQNR: rtn {rtn_db:.2} dB, awq_full {full_db:.2} dB, awq_lite {awq_db:.2} dB, awq_clip {clip_db:.2} dB"
+    );
     assert!(
-        awq_db >= rtn_db + 3.0,
-        "awq_lite {awq_db:.2} dB vs rtn {rtn_db:.2} dB"
+        awq_db >= rtn_db + 3.0 && full_db >= rtn_db + 3.0,
+        "awq_lite {awq_db:.2} dB, awq_full {full_db:.2} dB vs rtn {rtn_db:.2} dB"
     );
     assert!(
         clip_db >= rtn_db,
@@ -313,7 +321,7 @@ fn matmulnbits_runs_in_onnx_runtime_and_matches_the_dq_form() {
     let dir = tempfile::tempdir().unwrap();
     let (model, calib, eval) = setup(dir.path());
     let dq = dir.path().join("dq.onnx");
-    let dq_form = ["--calibration_method", "awq_lite", "--int4_output", "dq"];
+    let dq_form = ["--int4_output", "dq"];
     quantize(&model, &calib, &dq, &dq_form);
     // MatMulNBits is the CPU target's default form.
     let nbits = dir.path().join("nbits.onnx");
@@ -522,7 +530,7 @@ fn random_data_for_a_kv_cache_decoder_is_valid_token_input() {
     assert!(said.contains("awq_lite: "), "{said}");
 }
 
-/// Without data, int4 on a token model keeps AWQ-lite on random token ids (as
+/// Without data, int4 on a token model keeps AWQ on random token ids (as
 /// ModelOpt-Windows does): valid ids reach the embedding rows and so the real outlier
 /// channels, and the search still gains over rounding (measured +3.9 dB).
 #[test]
@@ -543,7 +551,7 @@ fn int4_without_data_runs_awq_on_random_tokens_and_beats_rounding() {
     };
     let (said, awq) = without_data("awq.onnx", &[]);
     assert!(
-        said.contains("int4 without calibration data: awq_lite on random token data"),
+        said.contains("int4 without calibration data: awq_full on random token data"),
         "{said}"
     );
     assert!(
@@ -553,7 +561,7 @@ fn int4_without_data_runs_awq_on_random_tokens_and_beats_rounding() {
     let (_, rtn) = without_data("rtn.onnx", &["--calibration_method", "rtn_dq"]);
     assert!(
         awq >= rtn + 3.0,
-        "awq_lite on random tokens {awq:.2} dB, rtn {rtn:.2} dB"
+        "awq_full on random tokens {awq:.2} dB, rtn {rtn:.2} dB"
     );
 }
 

@@ -634,7 +634,7 @@ fn the_mode_choice_offers_the_int4_methods_and_output_forms() {
         h.state().document().unwrap().planned.plan.quantized_count(),
         2
     );
-    h.get_by_value("awq_lite").click();
+    h.get_by_value("awq_full").click();
     h.run_steps(2);
     h.get_by_label("awq_clip").click();
     h.run_steps(3);

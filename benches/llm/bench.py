@@ -1,6 +1,7 @@
-"""LLM INT8 benchmark: perplexity change of a trained decoder, qdq-studio beside NVIDIA ModelOpt
+"""LLM benchmark: perplexity change of a trained decoder, qdq-studio beside NVIDIA ModelOpt
 0.47 (`--quantize_mode int8 --calibration_method max`, CPU EP) and onnxruntime 1.31.1's
-quantize_static default, on the same model, calibration data and scorer.
+quantize_static default, on the same model, calibration data and scorer; then INT4
+weight-only, every method of ours beside ModelOpt's awq_clip and rtn_dq.
 
 The model is the byte-level Llama-shaped decoder train.py makes (RMSNorm, rotary embeddings in
 the graph, causal softmax attention, SwiGLU) from the standard library's sources. Calibration:
@@ -106,7 +107,47 @@ def main():
                       "<=", 0.0, "{:+.4f}")
         targets.check("--target tensorrt: perplexity change minus ModelOpt's",
                       change["qdq-studio --target tensorrt"] - peer, "<=", 0.0, "{:+.4f}")
+        int4(args, model, tmp / "calib.npz", held, base, targets)
     return targets.summary()
+
+
+def int4(args, model, calib, held, base, targets):
+    """INT4 weight-only (block 128) on the same model and data: every method of ours beside
+    ModelOpt 0.47's awq_clip and rtn_dq. Targets (the LLM-folder issue): every int4 method's
+    perplexity change <= our rtn_dq's, and the default's (awq_full) <= ModelOpt's awq_clip."""
+    ours = {
+        "ours default (awq_full)": [],
+        "ours awq_lite": ["--calibration_method", "awq_lite"],
+        "ours awq_clip": ["--calibration_method", "awq_clip"],
+        "ours gptq": ["--gptq", "--calibration_method", "rtn_dq"],
+        "ours rtn_dq": ["--calibration_method", "rtn_dq"],
+    }
+    change = {}
+    print(f"  int4 weight-only, block 128: {'variant':29} {'perplexity':>10} {'change':>9} {'quantize':>9}")
+    out_dir = pathlib.Path(calib).parent
+    for name, extra in ours.items():
+        out = out_dir / f"int4_{len(change)}.onnx"
+        t = time.perf_counter()
+        subprocess.run([args.binary, "quantize", "--onnx_path", str(model), "--quantize_mode", "int4",
+                        "--calibration_data_path", str(calib), *extra, "-o", str(out)],
+                       check=True, capture_output=True)
+        change[name] = (perplexity(out, held) - base, time.perf_counter() - t)
+    for method in ["awq_clip", "rtn_dq"]:
+        out = out_dir / f"modelopt_{method}.onnx"
+        t = time.perf_counter()
+        subprocess.run([args.modelopt_python, "-m", "modelopt.onnx.quantization", "--onnx_path", str(model),
+                        "--quantize_mode", "int4", "--calibration_method", method, "--calibration_data_path",
+                        str(calib), "--calibration_eps", "cpu", "--output_path", str(out)],
+                       check=True, capture_output=True)
+        change[f"ModelOpt 0.47 {method}"] = (perplexity(out, held) - base, time.perf_counter() - t)
+    for name, (delta, seconds) in change.items():
+        print(f"  {'':28} {name:29} {base + delta:10.4f} {delta:+9.4f} {seconds:8.1f}s")
+    rtn = change["ours rtn_dq"][0]
+    for name in ours:
+        targets.check(f"int4 {name}: perplexity change minus our rtn_dq's", change[name][0] - rtn,
+                      "<=", 0.0, "{:+.4f}")
+    targets.check("int4 default: perplexity change minus ModelOpt awq_clip's",
+                  change["ours default (awq_full)"][0] - change["ModelOpt 0.47 awq_clip"][0], "<=", 0.0, "{:+.4f}")
 
 
 if __name__ == "__main__":

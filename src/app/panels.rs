@@ -627,6 +627,11 @@ fn method_hint(method: Int4Method) -> &'static str {
             "Activation-aware clipping: per block, the range ratio that minimises the layer's \
              output error on the calibration activations. Needs calibration."
         }
+        Int4Method::AwqFull => {
+            "Both: the activation-aware scales, then the clipping ratios on the scaled \
+             weights, each kept only where it beats plain rounding on held-out calibration \
+             rows. Needs calibration."
+        }
         Int4Method::RtnDq => "Round to nearest, int4 weights stored. No calibration.",
         Int4Method::Rtn => {
             "Round to nearest as Q/DQ on the float weights (TensorRT's form; the file keeps \

@@ -151,7 +151,7 @@ fn excluded_by_recipe(recipe: &Recipe, layer: &Layer) -> Option<&'static str> {
     if recipe.mode == QuantMode::Int4
         && matches!(
             recipe.int4_method,
-            Int4Method::AwqLite | Int4Method::AwqClip
+            Int4Method::AwqLite | Int4Method::AwqClip | Int4Method::AwqFull
         )
     {
         return Some("the AWQ search rescales it");

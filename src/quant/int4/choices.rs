@@ -58,13 +58,36 @@ pub struct Int4Report {
     pub plain: usize,
     /// Activations scaled, per site description.
     pub sites: BTreeMap<String, usize>,
+    /// Activation groups searched (AWQ-lite scales each group's activation).
+    pub groups: usize,
     /// Activation groups where plain rounding was best (left unscaled).
     pub unscaled: usize,
-    /// Rows of calibration activations each search used (the smallest).
+    /// Groups (AWQ-lite) or weights (AWQ-clip) left to plain rounding because it did better
+    /// on the held-out rows than the searched form fitted on the others.
+    pub held_out_rounding: usize,
+    /// Weights AWQ-clip left unclipped: their clipping ratios, fitted on the fit rows, did no
+    /// better on the held-out rows.
+    pub unclipped: usize,
+    /// Rows of calibration activations each search fitted on (the smallest).
     pub sample_rows: usize,
+    /// Rows each search's choice was checked on (the smallest; 0: none held out).
+    pub held_out_rows: usize,
 }
 
 impl Int4Report {
+    /// Counts a searched group of `weights` on `rows`.
+    pub fn count_rows(&mut self, rows: &super::held_out::SplitRows, weights: usize) {
+        let (fit, held) = (rows.fit.nrows(), rows.held_rows());
+        if self.groups == 0 {
+            (self.sample_rows, self.held_out_rows) = (fit, held);
+        } else {
+            self.sample_rows = self.sample_rows.min(fit);
+            self.held_out_rows = self.held_out_rows.min(held);
+        }
+        self.groups += 1;
+        self.searched += weights;
+    }
+
     /// One line for the faces, `None` when no search ran.
     pub fn summary(&self) -> Option<String> {
         let method = self.method?;
@@ -74,20 +97,34 @@ impl Int4Report {
             self.searched,
             self.sample_rows
         );
-        if method == Int4Method::AwqLite {
+        if self.held_out_rows > 0 {
+            line.push_str(&format!(
+                ", checked against plain rounding on {} held-out row(s)",
+                self.held_out_rows
+            ));
+        }
+        if matches!(method, Int4Method::AwqLite | Int4Method::AwqFull) {
             let sites: Vec<String> = self
                 .sites
                 .iter()
                 .map(|(site, n)| format!("{n} {site}"))
                 .collect();
             line.push_str(&format!(
-                "; activation scales: {}; {} group(s) left unscaled (plain rounding was best)",
+                "; activation scales: {}; {} of {} group(s) kept plain rounding ({} on the held-out rows)",
                 if sites.is_empty() {
                     "none".to_owned()
                 } else {
                     sites.join(", ")
                 },
-                self.unscaled
+                self.unscaled,
+                self.groups,
+                self.held_out_rounding
+            ));
+        }
+        if matches!(method, Int4Method::AwqClip | Int4Method::AwqFull) {
+            line.push_str(&format!(
+                "; {} of {} weight(s) left unclipped (clipping did no better on the held-out rows)",
+                self.unclipped, self.searched
             ));
         }
         if self.plain > 0 {

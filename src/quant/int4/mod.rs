@@ -10,6 +10,7 @@
 pub mod blocks;
 pub mod choices;
 pub mod fold;
+pub mod held_out;
 pub mod nbits;
 pub mod search;
 
@@ -190,46 +191,117 @@ fn search_group(
     }
     let x = ArrayView2::from_shape((channel.sample_rows, k), &channel.sample)
         .map_err(|e| missing(&format!("{} ({e})", group.activation), method))?;
-    let report = &mut choices.report;
-    report.sample_rows = match report.searched {
-        0 => channel.sample_rows,
-        _ => report.sample_rows.min(channel.sample_rows),
-    };
-    report.searched += weights.len();
+    let rows = held_out::SplitRows::of(x);
+    choices.report.count_rows(&rows, weights.len());
     let views: Vec<ArrayView2<'_, f32>> = weights.iter().map(|w| w.view()).collect();
-    match method {
-        Int4Method::AwqLite => {
-            let choice = search::search_scales(x, &channel.mean_abs(), &views, spec);
-            let (Some(alpha), Some(scales)) = (choice.alpha, choice.scales) else {
-                choices.report.unscaled += 1;
-                return Ok(());
-            };
-            for w in &group.weights {
-                choices.transforms.entry(w.clone()).or_default().row_scale = Some(scales.clone());
-            }
-            let site = fold::site(&prepared.graph, &group.activation, k, &group.readers);
-            *choices
-                .report
-                .sites
-                .entry(site.describe().to_owned())
-                .or_insert(0) += 1;
-            choices.scales.push(ActivationScale {
-                activation: group.activation.clone(),
-                readers: group.readers.clone(),
-                scales,
-                alpha,
-                site,
-            });
+    let scales = match method {
+        Int4Method::AwqLite | Int4Method::AwqFull => {
+            lite_scales(&rows, channel, &views, spec, &mut choices.report)
         }
-        Int4Method::AwqClip => {
-            for (name, w) in group.weights.iter().zip(&views) {
-                let clip = search::search_clip(x, *w, spec);
+        _ => None,
+    };
+    if let Some((alpha, scales)) = &scales {
+        record_scales(prepared, group, k, (*alpha, scales.clone()), choices);
+    }
+    if matches!(method, Int4Method::AwqClip | Int4Method::AwqFull) {
+        let scales = scales.as_ref().map(|(_, s)| s.as_slice());
+        for (name, w) in group.weights.iter().zip(&views) {
+            if let Some(clip) = clip_ratios(&rows, *w, spec, scales, &mut choices.report) {
                 choices.transforms.entry(name.clone()).or_default().clip = Some(clip);
             }
         }
-        Int4Method::Rtn | Int4Method::RtnDq => {}
     }
     Ok(())
+}
+
+/// AWQ-lite's exponent and scales for a group, fitted on the fit rows and kept where they
+/// beat plain rounding on the held-out rows too; `None` (counted) where plain rounding wins.
+fn lite_scales(
+    rows: &held_out::SplitRows,
+    channel: &ChannelStats,
+    views: &[ArrayView2<'_, f32>],
+    spec: BlockSpec,
+    report: &mut Int4Report,
+) -> Option<(f32, Vec<f32>)> {
+    let choice = search::search_scales(rows.fit.view(), &channel.mean_abs(), views, spec);
+    let (Some(alpha), Some(scales)) = (choice.alpha, choice.scales) else {
+        report.unscaled += 1;
+        return None;
+    };
+    let error = |x: ArrayView2<'_, f32>, searched: bool| {
+        search::scaled_error(x, views, spec, searched.then_some(scales.as_slice()))
+    };
+    if !rows.keeps(error) {
+        report.unscaled += 1;
+        report.held_out_rounding += 1;
+        return None;
+    }
+    Some((alpha, scales))
+}
+
+/// AWQ-clip's ratios for one weight (on its AWQ-lite `scales` when it has them: the rows
+/// multiplied, the activation divided), fitted on the fit rows and kept where they beat the
+/// unclipped weight on the held-out rows too; `None` (counted) where they do not.
+fn clip_ratios(
+    rows: &held_out::SplitRows,
+    w: ArrayView2<'_, f32>,
+    spec: BlockSpec,
+    scales: Option<&[f32]>,
+    report: &mut Int4Report,
+) -> Option<Vec<f32>> {
+    let scale = |x: ArrayView2<'_, f32>, axis: usize, divide: bool| -> Array2<f32> {
+        let mut out = x.to_owned();
+        if let Some(scales) = scales {
+            for (mut lane, f) in out.axis_iter_mut(ndarray::Axis(axis)).zip(scales) {
+                lane *= if divide { 1.0 / f } else { *f };
+            }
+        }
+        out
+    };
+    let weight = scale(w, 0, false);
+    let clip = search::search_clip(scale(rows.fit.view(), 1, true).view(), weight.view(), spec);
+    let error = |x: ArrayView2<'_, f32>, searched: bool| {
+        let x = scale(x, 1, true);
+        search::clipped_error(
+            x.view(),
+            weight.view(),
+            spec,
+            searched.then_some(clip.as_slice()),
+        )
+    };
+    if rows.keeps(error) {
+        Some(clip)
+    } else {
+        report.unclipped += 1;
+        None
+    }
+}
+
+/// Records AWQ-lite's scales for a group: its weights' row scales and where the activation's
+/// division goes.
+fn record_scales(
+    prepared: &Prepared,
+    group: &Group,
+    k: usize,
+    (alpha, scales): (f32, Vec<f32>),
+    choices: &mut Int4Choices,
+) {
+    for w in &group.weights {
+        choices.transforms.entry(w.clone()).or_default().row_scale = Some(scales.clone());
+    }
+    let site = fold::site(&prepared.graph, &group.activation, k, &group.readers);
+    *choices
+        .report
+        .sites
+        .entry(site.describe().to_owned())
+        .or_insert(0) += 1;
+    choices.scales.push(ActivationScale {
+        activation: group.activation.clone(),
+        readers: group.readers.clone(),
+        scales,
+        alpha,
+        site,
+    });
 }
 
 impl Int4Choices {

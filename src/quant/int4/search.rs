@@ -132,6 +132,48 @@ fn output_error(
         .sum()
 }
 
+/// The mean squared output error of `weights` (all reading `x`) quantized with `scales`
+/// (AWQ-lite's, `None`: plain rounding), on the rows of `x`.
+pub fn scaled_error(
+    x: ArrayView2<'_, f32>,
+    weights: &[ArrayView2<'_, f32>],
+    spec: BlockSpec,
+    scales: Option<&[f32]>,
+) -> f64 {
+    GroupError::new(x, weights, spec).of(scales)
+}
+
+/// The output error of a group of weights on a fixed set of rows, their float outputs kept.
+struct GroupError<'a> {
+    x: ArrayView2<'a, f32>,
+    weights: &'a [ArrayView2<'a, f32>],
+    references: Vec<Array2<f32>>,
+    spec: BlockSpec,
+    values: f64,
+}
+
+impl<'a> GroupError<'a> {
+    fn new(x: ArrayView2<'a, f32>, weights: &'a [ArrayView2<'a, f32>], spec: BlockSpec) -> Self {
+        GroupError {
+            references: weights.iter().map(|w| x.dot(w)).collect(),
+            values: (x.nrows() * weights.iter().map(|w| w.ncols()).sum::<usize>()).max(1) as f64,
+            x,
+            weights,
+            spec,
+        }
+    }
+
+    /// Mean squared output error with `scales` (`None`: plain rounding).
+    fn of(&self, scales: Option<&[f32]>) -> f64 {
+        self.weights
+            .iter()
+            .zip(&self.references)
+            .map(|(w, r)| output_error(self.x, *w, r, self.spec, scales))
+            .sum::<f64>()
+            / self.values
+    }
+}
+
 /// AWQ-lite for the weights that read one activation: the scales (shared by all of them,
 /// since they divide the one activation) that minimise their summed output error on `x`.
 pub fn search_scales(
@@ -140,16 +182,8 @@ pub fn search_scales(
     weights: &[ArrayView2<'_, f32>],
     spec: BlockSpec,
 ) -> ScaleChoice {
-    let references: Vec<Array2<f32>> = weights.iter().map(|w| x.dot(w)).collect();
-    let values = (x.nrows() * weights.iter().map(|w| w.ncols()).sum::<usize>()).max(1) as f64;
-    let error = |scales: Option<&[f32]>| {
-        weights
-            .iter()
-            .zip(&references)
-            .map(|(w, r)| output_error(x, *w, r, spec, scales))
-            .sum::<f64>()
-            / values
-    };
+    let group = GroupError::new(x, weights, spec);
+    let error = |scales: Option<&[f32]>| group.of(scales);
     let plain_error = error(None);
     let magnitude = weight_magnitude(weights, spec);
     let mut best = ScaleChoice {
@@ -169,6 +203,41 @@ pub fn search_scales(
         }
     }
     best
+}
+
+/// Σ (x·W − x·dq(W))² over the rows of `x`, `W` quantized with `clip` (AWQ-clip's ratios,
+/// `None`: plain rounding), columns in parallel chunks.
+pub fn clipped_error(
+    x: ArrayView2<'_, f32>,
+    w: ArrayView2<'_, f32>,
+    spec: BlockSpec,
+    clip: Option<&[f32]>,
+) -> f64 {
+    let (k, n) = w.dim();
+    let blocks = spec.blocks(k);
+    (0..n.div_ceil(CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let cols = c * CHUNK..((c + 1) * CHUNK).min(n);
+            let width = cols.len();
+            let slab = w.slice(s![.., cols.clone()]).to_owned();
+            let flat = slab.as_slice().unwrap_or(&[]);
+            let ratios = clip.map(|clip| {
+                (0..blocks * width)
+                    .map(|i| clip[(i / width) * n + cols.start + i % width])
+                    .collect::<Vec<f32>>()
+            });
+            let params = block_params(flat, k, width, spec, ratios.as_deref());
+            let mut dq = flat.to_vec();
+            fake_quantize(&mut dq, width, spec, &params);
+            let diff =
+                Array2::from_shape_fn((k, width), |(i, j)| flat[i * width + j] - dq[i * width + j]);
+            x.dot(&diff)
+                .iter()
+                .map(|v| f64::from(*v).powi(2))
+                .sum::<f64>()
+        })
+        .sum()
 }
 
 /// AWQ-clip for one weight: the best clipping ratio of every block and column (indexed
