@@ -45,7 +45,7 @@ pub fn data_or_random(
     })
 }
 
-/// The int4 method for random data, when the user chose none: a token model keeps AWQ-lite,
+/// The int4 method for random data, when the user chose none: a token model keeps the AWQ search,
 /// on random token data as ModelOpt-Windows does (valid ids reach the real activation
 /// outliers: +3.9 dB over rounding on the outlier decoder of tests/int4.rs); any other model
 /// rounds to nearest (rtn_dq), since random floats are not representative and AWQ fitted to
@@ -57,13 +57,13 @@ pub fn int4_method_without_data(recipe: &mut Recipe, inputs: &[InputSpec]) -> Op
     }
     if crate::calib::data::roles::is_token_model(inputs) {
         return Some(format!(
-            "int4 without calibration data: {} on random token data; give --calibration_data_path for representative scales",
+            "int4 without calibration data: {} on random token data; give --calibration_data_path or --calibration_text for representative scales",
             recipe.int4_method.name()
         ));
     }
     recipe.int4_method = Int4Method::RtnDq;
     Some(
-        "int4 without calibration data: rounding to nearest (rtn_dq); give --calibration_data_path for awq_lite, or ask for it with --calibration_method awq_lite (on random data)".to_owned(),
+        "int4 without calibration data: rounding to nearest (rtn_dq); give --calibration_data_path or --calibration_text for awq_full, or ask for it with --calibration_method awq_full (on random data)".to_owned(),
     )
 }
 
