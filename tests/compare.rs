@@ -1064,6 +1064,25 @@ fn auto_exclude_takes_an_accuracy_target_against_the_labels() {
     assert!(text.contains("an accuracy target needs 'labels'"), "{text}");
 }
 
+/// `compare` of `quant` against `float` on `text` (no latency runs), with `extra` flags.
+fn compare_on_text(
+    float: &Path,
+    quant: &Path,
+    text: &Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut cmd = cli();
+    cmd.args(["compare", "--float"])
+        .arg(float)
+        .arg("--quant")
+        .arg(quant)
+        .arg("--eval_text")
+        .arg(text)
+        .args(["--latency_runs", "0"])
+        .args(extra);
+    cmd
+}
+
 /// Perplexity of `model` on `sequences` of 64 ids, from its logits: exp of the mean negative
 /// log-softmax of each next token, in f64 (the reference the CLI's figure is checked against).
 fn perplexity_of(model: &Path, sequences: &[&[i64]]) -> f64 {
@@ -1109,16 +1128,12 @@ fn text_is_tokenized_by_the_models_tokenizer_and_gives_the_perplexity_of_both_mo
     );
     assert!(said.contains("calibrating on the text"), "{said}");
     assert!(said.contains("on 4 samples"), "{said}");
-    let json = common::run_json(
-        cli()
-            .args(["compare", "--float"])
-            .arg(&model)
-            .arg("--quant")
-            .arg(&quant)
-            .arg("--eval_text")
-            .arg(&text)
-            .args(["--batch_size", "3", "--latency_runs", "0", "--json"]),
-    );
+    let json = common::run_json(&mut compare_on_text(
+        &model,
+        &quant,
+        &text,
+        &["--batch_size", "3", "--json"],
+    ));
     let logits = json["outputs"]
         .as_array()
         .unwrap()
@@ -1150,16 +1165,7 @@ fn text_is_tokenized_by_the_models_tokenizer_and_gives_the_perplexity_of_both_mo
         .unwrap();
     assert!(accuracy["float"].as_f64().unwrap() <= 1.0);
     // The table says both, the change in percent of the float model's.
-    let table = common::run_ok(
-        cli()
-            .args(["compare", "--float"])
-            .arg(&model)
-            .arg("--quant")
-            .arg(&quant)
-            .arg("--eval_text")
-            .arg(&text)
-            .args(["--latency_runs", "0"]),
-    );
+    let table = common::run_ok(&mut compare_on_text(&model, &quant, &text, &[]));
     assert!(
         table.contains("perplexity") && table.contains(" %)"),
         "{table}"
@@ -1245,16 +1251,7 @@ fn auto_exclude_takes_a_perplexity_target_on_text() {
                 .arg("-o")
                 .arg(&quant),
         );
-        let json = common::run_json(
-            cli()
-                .args(["compare", "--float"])
-                .arg(&model)
-                .arg("--quant")
-                .arg(&quant)
-                .arg("--eval_text")
-                .arg(&text)
-                .args(["--latency_runs", "0", "--json"]),
-        );
+        let json = common::run_json(&mut compare_on_text(&model, &quant, &text, &["--json"]));
         let score = &json["outputs"][0]["task"][0];
         assert_eq!(score["metric"], "perplexity");
         (score["quantized"].as_f64().unwrap() / score["float"].as_f64().unwrap() - 1.0) * 100.0

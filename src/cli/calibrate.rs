@@ -25,18 +25,9 @@ pub struct CalibrateArgs {
         visible_alias = "calibration-data-path"
     )]
     pub calibration_data_path: Option<PathBuf>,
-    /// Calibration text for a token model (an LLM): tokenized with the model's tokenizer and
-    /// cut into sequences (see --tokenizer, --seq_len, --text_samples).
-    #[arg(
-        long = "calibration_text",
-        visible_alias = "calibration-text",
-        value_name = "FILE",
-        conflicts_with = "calibration_data_path"
-    )]
-    pub calibration_text: Option<PathBuf>,
-    /// How the text is tokenized.
+    /// Calibration text for a token model, and how it is tokenized.
     #[command(flatten)]
-    pub text: super::common::TextArgs,
+    pub text: super::common::CalibrationText,
     /// Shapes for inputs with symbolic dims, for random data: `in0:1x3x224x224,in1:1x128`.
     #[arg(long = "calibration_shapes", visible_alias = "calibration-shapes")]
     pub calibration_shapes: Option<String>,
@@ -120,7 +111,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     calibrate::check_bins(args.num_bins)?;
     let model = Model::load(&resolve_model_path(&args.onnx_path)?)?;
     let spec = super::common::data_spec(
-        args.calibration_text.as_deref().map(|t| (t, &args.text)),
+        args.text.source(),
         args.calibration_data_path.as_deref(),
         &args.images,
         args.calibration_shapes.as_deref(),

@@ -68,6 +68,54 @@ pub fn data_spec(
     Ok(spec)
 }
 
+/// `--calibration_text` and how it is tokenized (`calibrate`, `quantize`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CalibrationText {
+    /// Calibration text for a token model (an LLM): tokenized with the model's tokenizer and
+    /// cut into sequences (see --tokenizer, --seq_len, --text_samples).
+    #[arg(
+        long = "calibration_text",
+        visible_alias = "calibration-text",
+        value_name = "FILE",
+        conflicts_with = "calibration_data_path"
+    )]
+    pub calibration_text: Option<PathBuf>,
+    /// How the text is tokenized.
+    #[command(flatten)]
+    pub text: TextArgs,
+}
+
+impl CalibrationText {
+    /// The text and how to tokenize it, when one is given.
+    pub fn source(&self) -> Option<(&Path, &TextArgs)> {
+        self.calibration_text.as_deref().map(|t| (t, &self.text))
+    }
+}
+
+/// `--eval_text` and how it is tokenized (`compare`, `sensitivity`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvalText {
+    /// Evaluation text for a token model (an LLM): tokenized with the model's tokenizer and
+    /// cut into sequences; a language model's logits are scored by perplexity on it.
+    #[arg(
+        long = "eval_text",
+        visible_alias = "eval-text",
+        value_name = "FILE",
+        conflicts_with = "data"
+    )]
+    pub eval_text: Option<PathBuf>,
+    /// How the text is tokenized.
+    #[command(flatten)]
+    pub text: TextArgs,
+}
+
+impl EvalText {
+    /// The text and how to tokenize it, when one is given.
+    pub fn source(&self) -> Option<(&Path, &TextArgs)> {
+        self.eval_text.as_deref().map(|t| (t, &self.text))
+    }
+}
+
 /// How a text becomes token sequences (`--calibration_text`, `--eval_text`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct TextArgs {

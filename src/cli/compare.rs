@@ -14,6 +14,7 @@ use qdq_studio::workflow::runtime;
 
 /// Arguments of `compare`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("evaluation").args(["data", "eval_text"]).required(true)))]
 pub struct CompareArgs {
     /// The float model.
     #[arg(long = "float")]
@@ -27,20 +28,11 @@ pub struct CompareArgs {
     #[arg(long)]
     pub baseline: Option<PathBuf>,
     /// Evaluation data (.npz/.npy, an image folder or ONNX Runtime test data).
-    #[arg(long = "data", required_unless_present = "eval_text")]
+    #[arg(long = "data")]
     pub data: Option<PathBuf>,
-    /// Evaluation text for a token model (an LLM): tokenized with the model's tokenizer and
-    /// cut into sequences; a language model's logits are scored by perplexity on it.
-    #[arg(
-        long = "eval_text",
-        visible_alias = "eval-text",
-        value_name = "FILE",
-        conflicts_with = "data"
-    )]
-    pub eval_text: Option<PathBuf>,
-    /// How the text is tokenized.
+    /// Evaluation text for a token model, and how it is tokenized.
     #[command(flatten)]
-    pub text: super::common::TextArgs,
+    pub text: super::common::EvalText,
     /// Samples per batch.
     #[arg(
         long = "batch_size",
@@ -129,7 +121,7 @@ pub fn run(args: &CompareArgs) -> anyhow::Result<()> {
             args.quant.display().to_string(),
         ),
         data: super::common::data_spec(
-            args.eval_text.as_deref().map(|t| (t, &args.text)),
+            args.text.source(),
             args.data.as_deref(),
             &args.images,
             None,

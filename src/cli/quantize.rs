@@ -51,18 +51,9 @@ pub struct QuantizeArgs {
         visible_alias = "calibration-data-path"
     )]
     pub calibration_data_path: Option<PathBuf>,
-    /// Calibration text for a token model (an LLM): tokenized with the model's tokenizer and
-    /// cut into sequences (see --tokenizer, --seq_len, --text_samples).
-    #[arg(
-        long = "calibration_text",
-        visible_alias = "calibration-text",
-        value_name = "FILE",
-        conflicts_with = "calibration_data_path"
-    )]
-    pub calibration_text: Option<PathBuf>,
-    /// How the text is tokenized.
+    /// Calibration text for a token model, and how it is tokenized.
     #[command(flatten)]
-    pub text: super::common::TextArgs,
+    pub text: super::common::CalibrationText,
     /// Statistics instead of calibrating: a qdq-studio statistics file, an onnxruntime
     /// calibration cache (JSON) or a TensorRT calibration cache (ranges only: MinMax).
     #[arg(
@@ -444,7 +435,7 @@ fn parse_node_precision(entry: &str) -> anyhow::Result<(String, NodePrecision)> 
 fn int4_without_data(args: &QuantizeArgs, recipe: &mut Recipe, model: &Model) -> Option<String> {
     let chosen = args.calibration_method.is_some() || args.recipe.is_some();
     let data = args.calibration_data_path.is_some()
-        || args.calibration_text.is_some()
+        || args.text.calibration_text.is_some()
         || args.calibration_cache_path.is_some();
     if chosen || data {
         return None;
@@ -467,7 +458,7 @@ fn statistics_for(
         return Ok(Some(statistics::load(path)?.0));
     }
     let spec = super::common::data_spec(
-        args.calibration_text.as_deref().map(|t| (t, &args.text)),
+        args.text.source(),
         args.calibration_data_path.as_deref(),
         &args.images,
         args.calibration_shapes.as_deref(),
@@ -590,7 +581,7 @@ fn eval_setup(
     stats: &Arc<CalibrationStats>,
     recipe: &Recipe,
 ) -> anyhow::Result<EvalSetup> {
-    let text = args.calibration_text.as_deref().map(|t| (t, &args.text));
+    let text = args.text.source();
     let data = args.calibration_data_path.as_deref();
     if text.is_none() && data.is_none() {
         anyhow::bail!("the search needs --calibration_data_path or --calibration_text");
@@ -638,7 +629,7 @@ fn tune_for_latency(
 
 /// `--weight_range measured` and `--tune_latency` need real data: the outputs decide.
 fn check_measured_data(args: &QuantizeArgs) -> anyhow::Result<()> {
-    if args.calibration_data_path.is_some() || args.calibration_text.is_some() {
+    if args.calibration_data_path.is_some() || args.text.calibration_text.is_some() {
         return Ok(());
     }
     if measured_asked(args) {
@@ -681,8 +672,11 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
             "the calibration data",
             args.calibration_data_path.as_deref(),
         )
-        .input_if("the calibration text", args.calibration_text.as_deref())
-        .input_if("the tokenizer", args.text.tokenizer.as_deref())
+        .input_if(
+            "the calibration text",
+            args.text.calibration_text.as_deref(),
+        )
+        .input_if("the tokenizer", args.text.text.tokenizer.as_deref())
         .input_if("the statistics", args.calibration_cache_path.as_deref())
         .model_output("the quantized model", &output)
         .output_if("the recipe written", args.save_recipe.as_deref())

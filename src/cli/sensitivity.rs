@@ -23,6 +23,7 @@ use qdq_studio::workflow::{runtime, statistics};
 
 /// Arguments of `sensitivity`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("evaluation").args(["data", "eval_text"]).required(true)))]
 pub struct SensitivityArgs {
     /// The float model.
     #[arg(long = "onnx_path", visible_alias = "onnx-path")]
@@ -34,20 +35,11 @@ pub struct SensitivityArgs {
     )]
     pub calibration_cache_path: PathBuf,
     /// Evaluation data.
-    #[arg(long = "data", required_unless_present = "eval_text")]
+    #[arg(long = "data")]
     pub data: Option<PathBuf>,
-    /// Evaluation text for a token model (an LLM): tokenized with the model's tokenizer and
-    /// cut into sequences; a language model's logits are scored by perplexity on it.
-    #[arg(
-        long = "eval_text",
-        visible_alias = "eval-text",
-        value_name = "FILE",
-        conflicts_with = "data"
-    )]
-    pub eval_text: Option<PathBuf>,
-    /// How the text is tokenized.
+    /// Evaluation text for a token model, and how it is tokenized.
     #[command(flatten)]
-    pub text: super::common::TextArgs,
+    pub text: super::common::EvalText,
     /// The recipe to start from (default: the default recipe).
     #[arg(long)]
     pub recipe: Option<PathBuf>,
@@ -196,7 +188,7 @@ fn scan_and_fix(args: &SensitivityArgs) -> anyhow::Result<()> {
         None => Recipe::for_target(Deployment::for_execution_providers(&eps)),
     };
     let data = super::common::data_spec(
-        args.eval_text.as_deref().map(|t| (t, &args.text)),
+        args.text.source(),
         args.data.as_deref(),
         &args.images,
         None,
