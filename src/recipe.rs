@@ -28,6 +28,27 @@ pub const RECIPE_VERSION: u32 = 1;
 /// same model whatever data it names.
 pub const DATA_TABLE: &str = "data";
 
+/// The key of the data table holding the calibration data as the engine reads it (a
+/// [`crate::calib::DataSpec`]): `quantize --recipe` calibrates on it when given no data, so a
+/// recipe saved from the studio reproduces its model from the command line.
+pub const CALIBRATION_SPEC: &str = "calibration_spec";
+
+/// The calibration data `data` (a recipe's data table) names, `None` when it names none; an
+/// entry that does not read as a data source is an error.
+pub fn calibration_spec(data: &toml::Table) -> Result<Option<crate::calib::DataSpec>, RecipeError> {
+    data.get(CALIBRATION_SPEC)
+        .map(|value| {
+            value
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| RecipeError::Parse {
+                    path: format!("[{DATA_TABLE}] {CALIBRATION_SPEC}"),
+                    message: e.message().trim().replace('\n', " "),
+                })
+        })
+        .transpose()
+}
+
 /// What is quantized and to which types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

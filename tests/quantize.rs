@@ -1289,3 +1289,71 @@ fn tuning_for_latency_only_leaves_out_and_says_what() {
     );
     assert!(!dir.path().join("never.onnx").exists());
 }
+
+/// A recipe saved with its data (the studio's File ▸ Save recipe) quantizes from the command
+/// line without data flags to the same bytes as with them; a data entry that is not a data
+/// source is one line.
+#[test]
+fn a_recipe_with_its_data_table_quantizes_without_data_flags_to_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = DataSpec::Npz {
+        path: asset("calib.npz"),
+    };
+    let mut data = toml::Table::new();
+    data.insert(
+        qdq_studio::recipe::CALIBRATION_SPEC.to_owned(),
+        toml::Value::try_from(&spec).unwrap(),
+    );
+    let recipe = dir.path().join("recipe.toml");
+    Recipe::for_target(Target::Cpu)
+        .save_with_data(&recipe, &data)
+        .unwrap();
+    let quantize = |name: &str, args: &[&str]| {
+        let out = dir.path().join(name);
+        let said = run_ok(
+            cli()
+                .args(["quantize", "--onnx_path"])
+                .arg(asset("ppocr_cls.onnx"))
+                .arg("--recipe")
+                .arg(&recipe)
+                .args(args)
+                .arg("-o")
+                .arg(&out),
+        );
+        (said, std::fs::read(out).unwrap())
+    };
+    let (said, from_table) = quantize("table.onnx", &[]);
+    assert!(
+        said.contains("calibration data from the recipe's [data] table"),
+        "{said}"
+    );
+    let calib = asset("calib.npz");
+    let (_, from_flag) = quantize(
+        "flag.onnx",
+        &["--calibration_data_path", calib.to_str().unwrap()],
+    );
+    assert!(from_table == from_flag, "the same model either way");
+
+    data.insert(
+        qdq_studio::recipe::CALIBRATION_SPEC.to_owned(),
+        toml::Value::String("calib.npz".into()),
+    );
+    Recipe::for_target(Target::Cpu)
+        .save_with_data(&recipe, &data)
+        .unwrap();
+    let (ok, said) = run_text(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(asset("ppocr_cls.onnx"))
+            .arg("--recipe")
+            .arg(&recipe)
+            .arg("-o")
+            .arg(dir.path().join("bad.onnx")),
+    );
+    let errors: Vec<&str> = said.lines().filter(|l| l.starts_with("error")).collect();
+    assert!(!ok, "{said}");
+    assert!(
+        errors.len() == 1 && errors[0].contains("[data] calibration_spec"),
+        "{said}"
+    );
+}

@@ -286,6 +286,12 @@ fn recipe_and_data_round_trip_through_a_file(h: &mut Harness<'_, Studio>) {
         Some(calibration.path.as_str()),
         "{data:?}"
     );
+    // As the engine reads it too, for `quantize --recipe` without data flags.
+    assert_eq!(
+        qdq_studio::recipe::calibration_spec(&data).unwrap(),
+        Some(calibration.spec().unwrap()),
+        "{data:?}"
+    );
 
     // Change it and its data, then load the file back through File ▸ Load recipe.
     h.get_by_label("Conv (53)").click();

@@ -532,7 +532,12 @@ impl Studio {
             return;
         }
         // The data it was run on travel with it (a table the recipe itself does not read).
-        let data = toml::Table::try_from(model_data(doc, None)).unwrap_or_default();
+        let mut data = toml::Table::try_from(model_data(doc, None)).unwrap_or_default();
+        // And as the engine reads them, for `quantize --recipe` without data flags.
+        let spec = doc.work.settings.calibration.spec().ok();
+        if let Some(spec) = spec.and_then(|s| toml::Value::try_from(s).ok()) {
+            data.insert(crate::recipe::CALIBRATION_SPEC.to_owned(), spec);
+        }
         match doc.recipe().save_with_data(path, &data) {
             Ok(()) => {
                 doc.planned.recipe_path = Some(path.to_path_buf());

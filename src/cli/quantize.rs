@@ -443,6 +443,29 @@ fn int4_without_data(args: &QuantizeArgs, recipe: &mut Recipe, model: &Model) ->
     calibrate::int4_method_without_data(recipe, &calibrate::inputs(model))
 }
 
+/// The calibration data the recipe file names in its data table (a recipe saved from the
+/// studio), when no data flag is given; `None` otherwise.
+fn recipe_data(args: &QuantizeArgs) -> anyhow::Result<Option<qdq_studio::calib::DataSpec>> {
+    let Some(path) = &args.recipe else {
+        return Ok(None);
+    };
+    if args.calibration_data_path.is_some() || args.text.calibration_text.is_some() {
+        return Ok(None);
+    }
+    let (_, data) = Recipe::load_with_data(path)?;
+    let spec = match data {
+        Some(data) => qdq_studio::recipe::calibration_spec(&data)?,
+        None => None,
+    };
+    if let Some(spec) = &spec {
+        eprintln!(
+            "calibration data from the recipe's [data] table: {}",
+            spec.describe()
+        );
+    }
+    Ok(spec)
+}
+
 /// The statistics `quantize` uses: none for weight-only modes, the given cache file, or a
 /// calibration run on the given (or random) data.
 fn statistics_for(
@@ -457,14 +480,17 @@ fn statistics_for(
     if let Some(path) = &args.calibration_cache_path {
         return Ok(Some(statistics::load(path)?.0));
     }
-    let spec = super::common::data_spec(
-        args.text.source(),
-        args.calibration_data_path.as_deref(),
-        &args.images,
-        args.calibration_shapes.as_deref(),
-        args.random_samples,
-        model,
-    )?;
+    let spec = match recipe_data(args)? {
+        Some(spec) => spec,
+        None => super::common::data_spec(
+            args.text.source(),
+            args.calibration_data_path.as_deref(),
+            &args.images,
+            args.calibration_shapes.as_deref(),
+            args.random_samples,
+            model,
+        )?,
+    };
     // The statistics are used here and not kept: only what the recipe reads is gathered.
     let defaults = CalibrationConfig::default();
     let config = CalibrationConfig {
