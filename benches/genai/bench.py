@@ -7,7 +7,9 @@ qdq-studio from the folder, one output folder per variant:
 - int4 awq_lite and rtn_dq, and int8, calibrated on text (--calibration_text, tokenized
   with the folder's own tokenizer.json).
 Each output folder must load and generate tokens in onnxruntime-genai as written: no file
-copied by hand. Target: every folder generates.
+copied by hand. Target: every folder generates. Then the same checkpoint exported by Optimum
+(with past keys/values), quantized from its folder: each output decodes with its KV cache in
+ONNX Runtime and has the tokenizer beside it.
 
 Usage: python bench.py --binary target/release/qdq-studio --work DIR
 """
@@ -113,7 +115,62 @@ def main():
         for line in said:
             print(f"    {line[:160]}")
         targets.check(f"{name}: tokens generated in onnxruntime-genai", tokens, ">=", 1, "{}")
+    optimum_folders(args, work, hf, calib, targets)
     return targets.summary()
+
+
+def decode(folder, steps=8):
+    """Greedy tokens an Optimum-style decoder (input_ids, attention_mask, position_ids,
+    past_key_values.N.key/value in; logits, present.N.* out) gives in ONNX Runtime, its
+    past fed back each step: the KV-cache path a generation loop runs."""
+    import numpy as np
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = {i.name: i for i in session.get_inputs()}
+    past = {name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+            for name, i in inputs.items() if name.startswith("past_key_values")}
+    ids, tokens, seen = np.array([[0, 5, 9, 13]], np.int64), [], 0
+    for _ in range(steps):
+        feed = {"input_ids": ids, "attention_mask": np.ones((1, seen + ids.shape[1]), np.int64),
+                "position_ids": np.arange(seen, seen + ids.shape[1], dtype=np.int64)[None], **past}
+        out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+        if not np.isfinite(out["logits"]).all():
+            return 0
+        seen += ids.shape[1]
+        ids = out["logits"][:, -1:].argmax(-1).astype(np.int64)
+        tokens.append(int(ids[0, 0]))
+        past = {name: out[name.replace("past_key_values", "present")] for name in past}
+    return len(tokens)
+
+
+def optimum_folders(args, work, hf, calib, targets):
+    """The same checkpoint exported by Optimum (`optimum-cli export onnx --task
+    text-generation-with-past`, its tokenizer beside it), quantized from the folder: int4 with
+    no data and int8 on text. Each output folder holds the configuration and tokenizer and
+    decodes with its KV cache in ONNX Runtime."""
+    base = work / "optimum"
+    if not (base / "model.onnx").exists():
+        subprocess.run([str(pathlib.Path(sys.executable).parent / "optimum-cli"), "export", "onnx", "--model",
+                        str(hf), "--task", "text-generation-with-past", str(base)], check=True, capture_output=True)
+    for name in ["tokenizer.json", "tokenizer_config.json"]:
+        if not (base / name).exists():
+            (base / name).write_bytes((hf / name).read_bytes())
+    print(f"Optimum folder: {decode(base)} tokens decoded with the KV cache")
+    for i, (name, extra) in enumerate({
+        "Optimum int4, no data": ["--quantize_mode", "int4"],
+        "Optimum int8, text": ["--calibration_text", str(calib), "--seq_len", "128", "--text_samples", "16"],
+    }.items()):
+        out = work / f"optimum_out{i}" / "model.onnx"
+        done = subprocess.run([args.binary, "quantize", "--onnx_path", str(base), *extra, "-o", str(out)],
+                              capture_output=True, text=True)
+        tokens = 0 if done.returncode else decode(out.parent)
+        files = sorted(f.name for f in out.parent.iterdir()) if out.parent.exists() else []
+        print(f"  {name:22} {tokens} tokens decoded; folder: {', '.join(files)}")
+        if done.returncode:
+            print(f"    quantize failed: {done.stderr.strip().splitlines()[-1]}")
+        targets.check(f"{name}: tokens decoded in ONNX Runtime", tokens, ">=", 1, "{}")
+        targets.check(f"{name}: tokenizer beside the output", int("tokenizer.json" in files), ">=", 1, "{}")
 
 
 if __name__ == "__main__":

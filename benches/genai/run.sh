@@ -12,10 +12,10 @@ if ! "$LLM/bin/python" -c "import torch" 2>/dev/null; then
   exit 1
 fi
 VENV=target/genai-venv
-if ! "$VENV/bin/python" -c "import onnxruntime_genai, transformers, torch" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import onnxruntime_genai, transformers, torch, optimum.exporters.onnx" 2>/dev/null; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet "onnxruntime==1.31.1" "onnxruntime-genai==0.18.0" "transformers==5.24.0" \
-    "onnx==1.23.2" "onnx-ir==1.1.0" numpy
+  "$VENV/bin/pip" install --quiet "onnxruntime==1.31.1" "onnxruntime-genai==0.18.0" "transformers==4.57.6" \
+    "onnx==1.23.2" "onnx-ir==1.1.0" "optimum-onnx==0.1.0" numpy
   SITE=$("$VENV/bin/python" -c "import site; print(site.getsitepackages()[0])")
   echo "$PWD/$LLM/lib/python3.11/site-packages" > "$SITE/zz_llm_venv.pth"
 fi
