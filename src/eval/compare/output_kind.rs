@@ -132,6 +132,10 @@ pub fn detect(graph: &Graph, output: &str, rank: Option<usize>) -> OutputKind {
     };
     let op = producing_op(graph, output).unwrap_or_default();
     let name = output.to_ascii_lowercase();
+    // A decoder's key/value cache (`present.N.key`, `present_key_values...`): no map to read.
+    if name.starts_with("present") || name.contains("key_values") {
+        return OutputKind::Values;
+    }
     let named_logits = name.contains("logit");
     let softmax = matches!(op.as_str(), ops::SOFTMAX | ops::LOG_SOFTMAX);
     match rank {
@@ -196,6 +200,7 @@ mod tests {
             OutputKind::HiddenStates
         );
         assert_eq!(kind_of("Sigmoid", 4, "maps"), OutputKind::DenseMap);
+        assert_eq!(kind_of("Concat", 4, "present.0.key"), OutputKind::Values);
         assert_eq!(kind_of("Relu", 1, "y"), OutputKind::Values);
     }
 
