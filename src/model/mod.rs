@@ -20,6 +20,7 @@ pub mod save;
 mod session_model;
 pub mod tensor;
 pub mod visit;
+mod weight_index;
 
 pub use builder::ModelBuilder;
 pub use dtype::DataType;

@@ -22,7 +22,6 @@ use super::proto::{GraphProto, ModelProto, TensorProto};
 use super::session_model::SessionModel;
 use super::tensor::TensorArray;
 use super::visit::for_each_tensor_mut;
-use crate::model::ops;
 
 /// An ONNX model in memory, with the external data it references.
 #[derive(Debug, Clone)]
@@ -35,6 +34,8 @@ pub struct Model {
     /// The memory-mapped external data files, whole (see [`Model::release_pages`]).
     mapped: Vec<Bytes>,
     legacy: Option<super::legacy::LegacyOpset>,
+    /// Where each weight is, by name (built on first use).
+    weights: super::weight_index::WeightIndex,
 }
 
 impl Model {
@@ -81,6 +82,7 @@ impl Model {
             external_files: Vec::new(),
             mapped: Vec::new(),
             legacy: None,
+            weights: Default::default(),
         };
         for_each_tensor_mut(&mut model.proto, &mut |tensor: &mut TensorProto| {
             check_tensor(tensor)
@@ -106,6 +108,7 @@ impl Model {
             external_files: Vec::new(),
             mapped: Vec::new(),
             legacy: None,
+            weights: Default::default(),
         }
     }
 
@@ -152,6 +155,7 @@ impl Model {
     /// Mutable access to the protobuf, for rewriting passes. External references added by a
     /// pass must point at data this model already resolved.
     pub fn proto_mut(&mut self) -> &mut ModelProto {
+        self.weights.reset();
         &mut self.proto
     }
 
@@ -226,24 +230,22 @@ impl Model {
     /// The value of a weight: an initializer of the main graph, or the tensor a Constant node
     /// produces (`value`, `value_float(s)`, `value_int(s)`). `None` for activations.
     pub fn weight(&self, name: &str) -> Result<Option<TensorArray>, ModelError> {
-        let graph = self.graph();
-        if let Some(init) = graph.initializer.iter().find(|t| t.name() == name) {
-            return self.tensor_array(init).map(Some);
-        }
-        let constant = graph.node.iter().find(|n| {
-            n.op_type() == ops::CONSTANT
-                && n.domain().is_empty()
-                && n.output.first().is_some_and(|o| o == name)
-        });
-        match constant.and_then(super::constant::constant_tensor) {
-            Some(tensor) => self.tensor_array(&tensor).map(Some),
+        use super::weight_index::Found;
+        match self.weights.find(self.graph(), name) {
+            Some(Found::Initializer(init)) => self.tensor_array(init).map(Some),
+            Some(Found::Constant(node)) => match super::constant::constant_tensor(node) {
+                Some(tensor) => self.tensor_array(&tensor).map(Some),
+                None => Ok(None),
+            },
             None => Ok(None),
         }
     }
 
     /// [`Model::release_pages`] for the initializer `name`, once a reader is done with it.
     pub fn release_weight(&self, name: &str) {
-        if let Some(tensor) = self.graph().initializer.iter().find(|t| t.name() == name) {
+        if let Some(super::weight_index::Found::Initializer(tensor)) =
+            self.weights.find(self.graph(), name)
+        {
             self.release_pages(tensor);
         }
     }
