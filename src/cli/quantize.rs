@@ -269,11 +269,12 @@ fn named_target(args: &QuantizeArgs) -> anyhow::Result<Option<Target>> {
         .transpose()
 }
 
-/// The recipe the arguments amount to.
-pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
-    let mut recipe = match &args.recipe {
-        Some(path) => Recipe::load(path)?,
-        None => Recipe::default(),
+/// The recipe the arguments amount to, and the data table of the recipe file (one saved from
+/// the studio), read with it.
+pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<(Recipe, Option<toml::Table>)> {
+    let (mut recipe, data) = match &args.recipe {
+        Some(path) => Recipe::load_with_data(path)?,
+        None => (Recipe::default(), None),
     };
     if let Some(mode) = &args.quantize_mode {
         recipe.set_mode(match mode.as_str() {
@@ -385,7 +386,7 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<Recipe> {
     }
     // Validate the combination the flags produced, as if it had been read from a file.
     Recipe::from_toml(&recipe.to_toml(), "the settings")?;
-    Ok(recipe)
+    Ok((recipe, data))
 }
 
 /// The line that says which target the model is made for, where it came from and how to
@@ -443,20 +444,19 @@ fn int4_without_data(args: &QuantizeArgs, recipe: &mut Recipe, model: &Model) ->
     calibrate::int4_method_without_data(recipe, &calibrate::inputs(model))
 }
 
-/// The calibration data the recipe file names in its data table (a recipe saved from the
+/// The calibration data the recipe file's data table names (`data`, a recipe saved from the
 /// studio), when no data flag is given; `None` otherwise.
-fn recipe_data(args: &QuantizeArgs) -> anyhow::Result<Option<qdq_studio::calib::DataSpec>> {
-    let Some(path) = &args.recipe else {
+fn recipe_data(
+    args: &QuantizeArgs,
+    data: Option<&toml::Table>,
+) -> anyhow::Result<Option<qdq_studio::calib::DataSpec>> {
+    let Some(data) = data else {
         return Ok(None);
     };
     if args.calibration_data_path.is_some() || args.text.calibration_text.is_some() {
         return Ok(None);
     }
-    let (_, data) = Recipe::load_with_data(path)?;
-    let spec = match data {
-        Some(data) => qdq_studio::recipe::calibration_spec(&data)?,
-        None => None,
-    };
+    let spec = qdq_studio::recipe::calibration_spec(data)?;
     if let Some(spec) = &spec {
         eprintln!(
             "calibration data from the recipe's [data] table: {}",
@@ -472,6 +472,7 @@ fn statistics_for(
     args: &QuantizeArgs,
     model: &Model,
     recipe: &Recipe,
+    data: Option<&toml::Table>,
     runtime: &Runtime,
 ) -> anyhow::Result<Option<CalibrationStats>> {
     if !quantize::needs_statistics(recipe) {
@@ -480,7 +481,7 @@ fn statistics_for(
     if let Some(path) = &args.calibration_cache_path {
         return Ok(Some(statistics::load(path)?.0));
     }
-    let spec = match recipe_data(args)? {
+    let spec = match recipe_data(args, data)? {
         Some(spec) => spec,
         None => super::common::data_spec(
             args.text.source(),
@@ -674,7 +675,7 @@ fn check_measured_data(args: &QuantizeArgs) -> anyhow::Result<()> {
 /// Runs `quantize`.
 pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
     check_measured_data(args)?;
-    let mut recipe = recipe_from(args)?;
+    let (mut recipe, data) = recipe_from(args)?;
     for line in target_lines(args, &recipe) {
         eprintln!("{line}");
     }
@@ -709,7 +710,7 @@ pub fn run(args: &QuantizeArgs) -> anyhow::Result<()> {
         .folder_outputs(&model, &output)
         .check()?;
     let runtime = runtime::runtime(&mut super::runtime::print_progress)?;
-    let stats = statistics_for(args, &model, &recipe, &runtime)?.map(Arc::new);
+    let stats = statistics_for(args, &model, &recipe, data.as_ref(), &runtime)?.map(Arc::new);
     let model = measure_weight_ranges(args, model, stats.as_ref(), &mut recipe, &runtime)?;
     let model = tune_for_latency(args, model, stats.as_ref(), &mut recipe, &runtime)?;
     let request = SaveRequest {

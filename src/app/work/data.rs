@@ -170,9 +170,7 @@ impl DataChoice {
             }
         })
     }
-}
 
-impl DataChoice {
     /// The text source these fields describe at `path`.
     fn text_spec(&self, path: PathBuf) -> Result<TextSpec, String> {
         let tokenizer = self.tokenizer.trim();
@@ -197,9 +195,7 @@ impl DataChoice {
 /// The kind of source a path is (the engine's own rule: a folder of images, a folder of test
 /// data, a text file, else a `.npz`/`.npy` file).
 pub fn kind_of(path: &std::path::Path) -> DataKind {
-    let text = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("txt"));
+    let text = crate::calib::data::text::is_text_file(path);
     match DataSpec::from_path(path, Preprocess::default()) {
         DataSpec::Images { .. } => DataKind::Images,
         DataSpec::PbFolder { .. } => DataKind::TestData,

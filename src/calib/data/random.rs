@@ -81,12 +81,7 @@ impl RandomSource {
 /// [`roles::token_shape`]). Inputs missing here need a shape from the user.
 pub fn default_shapes(inputs: &[InputSpec]) -> BTreeMap<String, Vec<usize>> {
     let token_model = roles::is_token_model(inputs);
-    let sequence = roles::sequence_length(
-        &inputs
-            .iter()
-            .map(|i| (i.role, i.shape.as_deref()))
-            .collect::<Vec<_>>(),
-    );
+    let sequence = roles::SequenceBounds::of_inputs(inputs).default_length();
     let mut shapes = BTreeMap::new();
     for input in inputs {
         let Some(dims) = &input.shape else {

@@ -121,21 +121,50 @@ pub fn token_shape(role: InputRole, dims: &[Dim], sequence: usize) -> Option<Vec
         .collect()
 }
 
-/// The sequence length for a token model's random data: [`DEFAULT_SEQUENCE`], or less when a
-/// position table is smaller or an ids input fixes its sequence axis.
-pub fn sequence_length(roles: &[(InputRole, Option<&[Dim]>)]) -> usize {
-    let mut sequence = DEFAULT_SEQUENCE;
-    for (role, dims) in roles {
-        if let InputRole::PositionIds { table: Some(rows) } = role {
-            sequence = sequence.min(*rows);
+/// What a token model's inputs bound its sequences by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SequenceBounds {
+    /// The length an ids input fixes (its axis 1), if any.
+    pub fixed: Option<usize>,
+    /// The rows of the smallest position table the position ids index, if any.
+    pub positions: Option<usize>,
+}
+
+impl SequenceBounds {
+    /// The bounds of inputs with these roles and declared shapes.
+    pub fn of(roles: &[(InputRole, Option<&[Dim]>)]) -> Self {
+        let mut bounds = SequenceBounds::default();
+        for (role, dims) in roles {
+            if let InputRole::PositionIds { table: Some(rows) } = role {
+                bounds.positions = Some(bounds.positions.map_or(*rows, |p| p.min(*rows)));
+            }
+            if let (InputRole::TokenIds { .. }, Some([_, Dim::Fixed(v), ..])) = (role, dims)
+                && *v > 0
+            {
+                bounds.fixed = Some(*v as usize);
+            }
         }
-        if let (InputRole::TokenIds { .. }, Some([_, Dim::Fixed(v), ..])) = (role, dims)
-            && *v > 0
-        {
-            sequence = *v as usize;
-        }
+        bounds
     }
-    sequence.max(1)
+
+    /// The bounds of `inputs`.
+    pub fn of_inputs(inputs: &[super::InputSpec]) -> Self {
+        Self::of(
+            &inputs
+                .iter()
+                .map(|i| (i.role, i.shape.as_deref()))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The length data gets unless told: the fixed one, else [`DEFAULT_SEQUENCE`]; never
+    /// past the position table.
+    pub fn default_length(self) -> usize {
+        let length = self.fixed.unwrap_or(DEFAULT_SEQUENCE);
+        self.positions
+            .map_or(length, |rows| length.min(rows))
+            .max(1)
+    }
 }
 
 /// Ops an id tensor passes through unchanged in value on its way to the embedding Gather.
@@ -256,7 +285,7 @@ mod tests {
             (InputRole::TokenIds { vocab: None }, Some(&ids[..])),
             (positions, None),
         ];
-        assert_eq!(sequence_length(&roles), 40);
+        assert_eq!(SequenceBounds::of(&roles).default_length(), 40);
         assert_eq!(token_shape(positions, &ids, 40), Some(vec![1, 40]));
     }
 }

@@ -46,6 +46,12 @@ pub const DEFAULT_TEXT_SAMPLES: usize = 128;
 /// The tokenizer file Hugging Face, Optimum and onnxruntime-genai folders keep beside the model.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
+/// Whether `path` names a text file (`.txt`), the data a text source reads.
+pub fn is_text_file(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("txt"))
+}
+
 /// The `tokenizer.json` in `model`'s folder, when there is one.
 pub fn tokenizer_beside(model: &Path) -> Option<PathBuf> {
     let path = crate::util::folder_of(model).join(TOKENIZER_FILE);
@@ -70,7 +76,7 @@ impl TextSource {
     pub fn open(spec: &TextSpec, inputs: &[InputSpec]) -> Result<Self, DataError> {
         let sequence = sequence_length(spec.sequence, inputs)?;
         let roles: Vec<InputRole> = inputs.iter().map(|i| i.role).collect();
-        let arrays = array_specs(inputs, sequence)?;
+        let mut arrays = array_specs(inputs, sequence)?;
         let tokenizer = tokenizers::Tokenizer::from_file(&spec.tokenizer).map_err(|e| {
             DataError::Tokenizer {
                 path: spec.tokenizer.clone(),
@@ -81,11 +87,12 @@ impl TextSource {
             path: spec.path.clone(),
             reason: e.to_string(),
         })?;
-        let wanted = sequence.saturating_mul(spec.max_samples.max(1));
+        let limit = spec.max_samples.max(1);
+        let wanted = sequence.saturating_mul(limit);
         let ids = tokenize(&tokenizer, &text, wanted, &spec.tokenizer)?;
         let sequences: Vec<Vec<i64>> = ids
             .chunks_exact(sequence)
-            .take(spec.max_samples.max(1))
+            .take(limit)
             .map(<[i64]>::to_vec)
             .collect();
         if sequences.is_empty() {
@@ -96,6 +103,9 @@ impl TextSource {
             });
         }
         check_vocabulary(inputs, &sequences, &spec.tokenizer)?;
+        for array in &mut arrays {
+            array.shape[0] = sequences.len();
+        }
         let note = if ids.len() >= wanted {
             format!(
                 "text: the first {} sequences of {sequence} tokens (--text_samples)",
@@ -138,39 +148,22 @@ impl TextSource {
 /// The sequence length: the user's, else the model's (see [`TextSpec::sequence`]); a length
 /// the model cannot take (another fixed length, past its position table) is refused.
 fn sequence_length(asked: Option<usize>, inputs: &[InputSpec]) -> Result<usize, DataError> {
-    let model = roles::sequence_length(
-        &inputs
-            .iter()
-            .map(|i| (i.role, i.shape.as_deref()))
-            .collect::<Vec<_>>(),
-    );
+    let bounds = roles::SequenceBounds::of_inputs(inputs);
     let Some(asked) = asked else {
-        return Ok(model);
+        return Ok(bounds.default_length());
     };
-    let fixed = inputs
-        .iter()
-        .find_map(|i| match (i.role, i.shape.as_deref()) {
-            (InputRole::TokenIds { .. }, Some([_, crate::model::Dim::Fixed(v), ..])) if *v > 0 => {
-                Some(*v as usize)
-            }
-            _ => None,
-        });
-    let table = inputs.iter().find_map(|i| match i.role {
-        InputRole::PositionIds { table } => table,
-        _ => None,
-    });
     let refuse = |reason: String| DataError::Mismatch {
         problems: vec![reason],
     };
     if asked == 0 {
         return Err(refuse("--seq_len must be at least 1".to_owned()));
     }
-    if let Some(fixed) = fixed.filter(|&f| f != asked) {
+    if let Some(fixed) = bounds.fixed.filter(|&f| f != asked) {
         return Err(refuse(format!(
             "the model takes sequences of exactly {fixed} tokens, not --seq_len {asked}"
         )));
     }
-    if let Some(rows) = table.filter(|&rows| rows < asked) {
+    if let Some(rows) = bounds.positions.filter(|&rows| rows < asked) {
         return Err(refuse(format!(
             "the model's position table has {rows} rows: --seq_len {asked} is longer"
         )));
@@ -178,7 +171,8 @@ fn sequence_length(asked: Option<usize>, inputs: &[InputSpec]) -> Result<usize, 
     Ok(asked)
 }
 
-/// The array each input gets: `[samples, ...]` with the sequence axes `sequence` long. Text
+/// The array each input gets: `[1, ...]` (axis 0 the samples) with the sequence axes
+/// `sequence` long. Text
 /// feeds token models only: an input of plain values is refused.
 fn array_specs(inputs: &[InputSpec], sequence: usize) -> Result<Vec<ArraySpec>, DataError> {
     let mut problems = Vec::new();
@@ -287,14 +281,7 @@ impl BatchSource for TextSource {
     }
 
     fn arrays(&self) -> Vec<ArraySpec> {
-        self.arrays
-            .iter()
-            .map(|a| {
-                let mut a = a.clone();
-                a.shape[0] = self.sequences.len();
-                a
-            })
-            .collect()
+        self.arrays.clone()
     }
 
     fn samples(&self) -> usize {

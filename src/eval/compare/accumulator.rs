@@ -401,12 +401,6 @@ impl Accumulator {
     /// Scores against the truth, float beside quantized.
     fn task_scores(&self) -> Vec<TaskScore> {
         let t = &self.truth;
-        if let Some(Scorer::NextTokens(_)) = self.scorer {
-            return self.next_token_scores();
-        }
-        if t.samples == 0 {
-            return Vec::new();
-        }
         let n = t.samples as f64;
         let pair = |metric, (f, q): (u64, u64), of: f64| TaskScore {
             metric,
@@ -414,6 +408,8 @@ impl Accumulator {
             quantized: q as f64 / of,
         };
         match self.scorer {
+            Some(Scorer::NextTokens(_)) => self.next_token_scores(),
+            _ if t.samples == 0 => Vec::new(),
             Some(Scorer::Labels(_)) => {
                 let mut scores = vec![pair(TaskMetric::Top1Accuracy, t.top1, n)];
                 if self.classes >= 5 {
@@ -429,7 +425,7 @@ impl Accumulator {
                     t.truth_chars.max(1) as f64,
                 ),
             ],
-            Some(Scorer::NextTokens(_)) | None => Vec::new(),
+            None => Vec::new(),
         }
     }
 

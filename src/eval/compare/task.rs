@@ -94,14 +94,13 @@ pub enum Scorer {
     NextTokens(Arc<Vec<Vec<i64>>>),
 }
 
-impl Scorer {
-    /// The output kind this truth scores.
-    pub fn kind(&self) -> OutputKind {
-        match self {
-            Scorer::Labels(_) => OutputKind::Classifier,
-            Scorer::Texts(..) => OutputKind::CtcSequence,
-            Scorer::NextTokens(_) => OutputKind::TokenScores,
-        }
+/// The kind of output `truth` scores: labels class scores, texts a CTC sequence, token
+/// sequences a language model's per-token scores.
+fn scored_kind(truth: &TruthValues) -> OutputKind {
+    match truth {
+        TruthValues::Labels(_) => OutputKind::Classifier,
+        TruthValues::Texts(_) => OutputKind::CtcSequence,
+        TruthValues::Tokens(_) => OutputKind::TokenScores,
     }
 }
 
@@ -153,7 +152,7 @@ impl Task {
             None if options.truth_key.is_none() => return Ok(task),
             None => return Err(unusable(&truth, &task.kinds)),
         };
-        let wanted = scorer.kind();
+        let wanted = scored_kind(&truth.values);
         for (slot, kind) in task.scorers.iter_mut().zip(&task.kinds) {
             if *kind == wanted {
                 *slot = Some(scorer.clone());
@@ -195,28 +194,22 @@ fn scorer(
     options: &TaskOptions,
     kinds: &[OutputKind],
 ) -> Result<Option<Scorer>, EvalError> {
-    Ok(match &truth.values {
-        TruthValues::Labels(labels) if kinds.contains(&OutputKind::Classifier) => {
-            Some(Scorer::Labels(Arc::new(labels.clone())))
-        }
-        TruthValues::Texts(texts) if kinds.contains(&OutputKind::CtcSequence) => {
+    if !kinds.contains(&scored_kind(&truth.values)) {
+        return Ok(None);
+    }
+    Ok(Some(match &truth.values {
+        TruthValues::Labels(labels) => Scorer::Labels(Arc::new(labels.clone())),
+        TruthValues::Texts(texts) => {
             let charset = charset(model, options.charset.as_deref())?;
-            Some(Scorer::Texts(Arc::new(texts.clone()), Arc::new(charset)))
+            Scorer::Texts(Arc::new(texts.clone()), Arc::new(charset))
         }
-        TruthValues::Tokens(sequences) if kinds.contains(&OutputKind::TokenScores) => {
-            Some(Scorer::NextTokens(sequences.clone()))
-        }
-        _ => None,
-    })
+        TruthValues::Tokens(sequences) => Scorer::NextTokens(sequences.clone()),
+    }))
 }
 
 /// Why `truth` fits no output.
 fn unusable(truth: &GroundTruth, kinds: &[OutputKind]) -> EvalError {
-    let needs = match truth.values {
-        TruthValues::Labels(_) => OutputKind::Classifier,
-        TruthValues::Texts(_) => OutputKind::CtcSequence,
-        TruthValues::Tokens(_) => OutputKind::TokenScores,
-    };
+    let needs = scored_kind(&truth.values);
     let have: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     EvalError::Truth(format!(
         "'{}' holds {}, which need an output of kind {} (the outputs are: {}); set one with --output_kind NAME={}",

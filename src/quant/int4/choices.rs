@@ -62,8 +62,8 @@ pub struct Int4Report {
     pub groups: usize,
     /// Activation groups where plain rounding was best (left unscaled).
     pub unscaled: usize,
-    /// Groups (AWQ-lite) or weights (AWQ-clip) left to plain rounding because it did better
-    /// on the held-out rows than the searched form fitted on the others.
+    /// Of the groups left unscaled, those the held-out rows decided: plain rounding did better
+    /// there than AWQ-lite's scales fitted on the other rows.
     pub held_out_rounding: usize,
     /// Weights AWQ-clip left unclipped: their clipping ratios, fitted on the fit rows, did no
     /// better on the held-out rows.

@@ -48,12 +48,14 @@ impl SplitRows {
         self.held.as_ref().map_or(0, Array2::nrows)
     }
 
-    /// Whether the searched form is kept over plain rounding: its error on the held-out rows
-    /// (`error(rows, searched)`) is below plain rounding's; kept without held-out rows.
-    pub fn keeps(&self, error: impl Fn(ArrayView2<'_, f32>, bool) -> f64) -> bool {
-        self.held
-            .as_ref()
-            .is_none_or(|held| error(held.view(), true) < error(held.view(), false))
+    /// Whether the searched form is kept over plain rounding: `errors(held rows)` gives the
+    /// searched form's error and plain rounding's, and the first must be smaller; kept
+    /// without held-out rows.
+    pub fn keeps(&self, errors: impl FnOnce(ArrayView2<'_, f32>) -> (f64, f64)) -> bool {
+        self.held.as_ref().is_none_or(|held| {
+            let (searched, plain) = errors(held.view());
+            searched < plain
+        })
     }
 }
 
@@ -71,9 +73,12 @@ mod tests {
         assert_eq!(split.fit.row(3).to_vec(), [8.0, 9.0], "row 4");
         let few = SplitRows::of(x.slice(ndarray::s![..8, ..]));
         assert_eq!((few.fit.nrows(), few.held_rows()), (8, 0));
-        assert!(few.keeps(|_, _| unreachable!("nothing held out to measure")));
+        assert!(few.keeps(|_| unreachable!("nothing held out to measure")));
         // Kept only where the searched form is better on the held-out rows.
-        assert!(split.keeps(|_, searched| if searched { 1.0 } else { 2.0 }));
-        assert!(!split.keeps(|_, searched| if searched { 2.0 } else { 1.0 }));
+        assert!(split.keeps(|held| {
+            assert_eq!(held.nrows(), 5);
+            (1.0, 2.0)
+        }));
+        assert!(!split.keeps(|_| (2.0, 1.0)));
     }
 }

@@ -228,10 +228,11 @@ fn lite_scales(
         report.unscaled += 1;
         return None;
     };
-    let error = |x: ArrayView2<'_, f32>, searched: bool| {
-        search::scaled_error(x, views, spec, searched.then_some(scales.as_slice()))
+    let errors = |held: ArrayView2<'_, f32>| {
+        let group = search::GroupError::new(held, views, spec);
+        (group.of(Some(&scales)), group.of(None))
     };
-    if !rows.keeps(error) {
+    if !rows.keeps(errors) {
         report.unscaled += 1;
         report.held_out_rounding += 1;
         return None;
@@ -260,16 +261,12 @@ fn clip_ratios(
     };
     let weight = scale(w, 0, false);
     let clip = search::search_clip(scale(rows.fit.view(), 1, true).view(), weight.view(), spec);
-    let error = |x: ArrayView2<'_, f32>, searched: bool| {
-        let x = scale(x, 1, true);
-        search::clipped_error(
-            x.view(),
-            weight.view(),
-            spec,
-            searched.then_some(clip.as_slice()),
-        )
+    let errors = |held: ArrayView2<'_, f32>| {
+        let x = scale(held, 1, true);
+        let error = |clip| search::clipped_error(x.view(), weight.view(), spec, clip);
+        (error(Some(clip.as_slice())), error(None))
     };
-    if rows.keeps(error) {
+    if rows.keeps(errors) {
         Some(clip)
     } else {
         report.unclipped += 1;

@@ -132,19 +132,9 @@ fn output_error(
         .sum()
 }
 
-/// The mean squared output error of `weights` (all reading `x`) quantized with `scales`
-/// (AWQ-lite's, `None`: plain rounding), on the rows of `x`.
-pub fn scaled_error(
-    x: ArrayView2<'_, f32>,
-    weights: &[ArrayView2<'_, f32>],
-    spec: BlockSpec,
-    scales: Option<&[f32]>,
-) -> f64 {
-    GroupError::new(x, weights, spec).of(scales)
-}
-
-/// The output error of a group of weights on a fixed set of rows, their float outputs kept.
-struct GroupError<'a> {
+/// The output error of a group of weights (all reading `x`) on the rows of `x`, their float
+/// outputs computed once for every candidate measured.
+pub struct GroupError<'a> {
     x: ArrayView2<'a, f32>,
     weights: &'a [ArrayView2<'a, f32>],
     references: Vec<Array2<f32>>,
@@ -153,7 +143,12 @@ struct GroupError<'a> {
 }
 
 impl<'a> GroupError<'a> {
-    fn new(x: ArrayView2<'a, f32>, weights: &'a [ArrayView2<'a, f32>], spec: BlockSpec) -> Self {
+    /// The group of `weights` on the rows of `x`.
+    pub fn new(
+        x: ArrayView2<'a, f32>,
+        weights: &'a [ArrayView2<'a, f32>],
+        spec: BlockSpec,
+    ) -> Self {
         GroupError {
             references: weights.iter().map(|w| x.dot(w)).collect(),
             values: (x.nrows() * weights.iter().map(|w| w.ncols()).sum::<usize>()).max(1) as f64,
@@ -163,8 +158,8 @@ impl<'a> GroupError<'a> {
         }
     }
 
-    /// Mean squared output error with `scales` (`None`: plain rounding).
-    fn of(&self, scales: Option<&[f32]>) -> f64 {
+    /// Mean squared output error with AWQ-lite's `scales` (`None`: plain rounding).
+    pub fn of(&self, scales: Option<&[f32]>) -> f64 {
         self.weights
             .iter()
             .zip(&self.references)
@@ -205,6 +200,21 @@ pub fn search_scales(
     best
 }
 
+/// `W − dq(q(W))` of a `k × width` slab (row-major `flat`), its blocks' ranges shrunk by
+/// `clip` (per block and column of the slab).
+fn rounding_error(
+    flat: &[f32],
+    k: usize,
+    width: usize,
+    spec: BlockSpec,
+    clip: Option<&[f32]>,
+) -> Array2<f32> {
+    let params = block_params(flat, k, width, spec, clip);
+    let mut dq = flat.to_vec();
+    fake_quantize(&mut dq, width, spec, &params);
+    Array2::from_shape_fn((k, width), |(i, j)| flat[i * width + j] - dq[i * width + j])
+}
+
 /// Σ (x·W − x·dq(W))² over the rows of `x`, `W` quantized with `clip` (AWQ-clip's ratios,
 /// `None`: plain rounding), columns in parallel chunks.
 pub fn clipped_error(
@@ -227,12 +237,7 @@ pub fn clipped_error(
                     .map(|i| clip[(i / width) * n + cols.start + i % width])
                     .collect::<Vec<f32>>()
             });
-            let params = block_params(flat, k, width, spec, ratios.as_deref());
-            let mut dq = flat.to_vec();
-            fake_quantize(&mut dq, width, spec, &params);
-            let diff =
-                Array2::from_shape_fn((k, width), |(i, j)| flat[i * width + j] - dq[i * width + j]);
-            x.dot(&diff)
+            x.dot(&rounding_error(flat, k, width, spec, ratios.as_deref()))
                 .iter()
                 .map(|v| f64::from(*v).powi(2))
                 .sum::<f64>()
@@ -256,12 +261,7 @@ pub fn search_clip(x: ArrayView2<'_, f32>, w: ArrayView2<'_, f32>, spec: BlockSp
             let mut best = vec![(f64::INFINITY, 1f32); blocks * width];
             for &ratio in &ratios {
                 let clip = vec![ratio; blocks * width];
-                let params = block_params(flat, k, width, spec, Some(&clip));
-                let mut dq = flat.to_vec();
-                fake_quantize(&mut dq, width, spec, &params);
-                let diff = Array2::from_shape_fn((k, width), |(i, j)| {
-                    flat[i * width + j] - dq[i * width + j]
-                });
+                let diff = rounding_error(flat, k, width, spec, Some(&clip));
                 for b in 0..blocks {
                     let rows = b * spec.block..((b + 1) * spec.block).min(k);
                     let y = x.slice(s![.., rows.clone()]).dot(&diff.slice(s![rows, ..]));
