@@ -103,8 +103,10 @@ fn controls(
                 .suffix(suffix),
         )
         .labelled_by(label.id);
-        ui.label("at most");
-        ui.add(egui::DragValue::new(&mut work.max_excluded).range(1..=500));
+        // Labelled for screen readers (and the tests, which type into it by its label).
+        let limit = ui.label("at most");
+        ui.add(egui::DragValue::new(&mut work.max_excluded).range(1..=500))
+            .labelled_by(limit.id);
         ui.label("nodes");
         ui.checkbox(&mut work.promote, "16-bit first")
             .on_hover_text("Try 16-bit activations (w8a16) on each node before leaving it in float: the node stays quantized. Off for ONNX Runtime's CPU, which runs 16-bit Q/DQ in float (slower than the float node)");

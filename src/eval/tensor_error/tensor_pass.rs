@@ -18,6 +18,7 @@ use ort::session::{Session, SessionOutputs};
 use crate::calib::data::{BatchSource, sample_shapes};
 use crate::calib::runner::{augmented_model, calibration_tensors};
 use crate::eval::compare::EvalError;
+use crate::eval::tensor_error::observed_batches::ObservedBatches;
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
 use crate::quant::cpu_session_options;
@@ -92,11 +93,19 @@ pub fn outputs_bytes(outputs: &Outputs) -> u64 {
         .sum()
 }
 
+/// Bytes the views of one run hold.
+pub fn views_bytes(views: &Views<'_>) -> u64 {
+    views
+        .values()
+        .map(|a| (a.len() * std::mem::size_of::<f32>()) as u64)
+        .sum()
+}
+
 /// Whether to keep the float tensors of every batch (and close the float session) rather
-/// than keep the session open beside the quantized one: true when the tensors of `batches`
-/// batches, at `per_batch` bytes each, cost at most a quarter of the model's `weights`.
-pub fn capture_all(per_batch: u64, batches: usize, weights: u64) -> bool {
-    per_batch.saturating_mul(batches as u64) <= weights / 4
+/// than keep the session open beside the quantized one: true when the tensors of `samples`
+/// samples, at `per_sample` bytes each, cost at most a quarter of the model's `weights`.
+pub fn capture_all(per_sample: u64, samples: usize, weights: u64) -> bool {
+    per_sample.saturating_mul(samples as u64) <= weights / 4
 }
 
 /// The session options of the per-tensor passes: no graph optimizations, so every tensor
@@ -134,7 +143,11 @@ pub fn observing_session(
 /// pass (see the module docs for when).
 #[derive(Debug, Clone)]
 pub struct FloatTensors {
+    /// The batch size the comparison asked for.
     batch_size: usize,
+    /// The samples of each captured batch ([`ObservedBatches`]): the quantized pass runs the
+    /// same ones.
+    sizes: Vec<usize>,
     batches: Vec<Outputs>,
 }
 
@@ -153,26 +166,30 @@ impl FloatTensors {
         let batch_size = batch_size.max(1);
         let names = calibration_tensors(&Graph::build(float), None);
         let mut session = observing_session(float, &names, &*source, runtime, eps, "float")?;
-        let batches = source.samples().div_ceil(batch_size);
+        let mut sizes = ObservedBatches::new(float, batch_size);
         let meter = RateMeter::new("float tensors", source.samples() as u64);
         let mut captured = Vec::new();
         let mut done = 0;
         source.rewind()?;
-        while let Some(batch) = source.next_batch(batch_size)? {
+        while let Some(batch) = source.next_batch(sizes.next_size())? {
             ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
             let owned = owned_inputs(batch.inputs)?;
             let outputs = collect(&mut session, &owned, &names, batch.index, "float")?;
-            if captured.is_empty()
-                && !capture_all(outputs_bytes(&outputs), batches, float.initializer_bytes())
-            {
-                return Ok(FloatPass::Declined(session));
+            let bytes = outputs_bytes(&outputs);
+            if captured.is_empty() {
+                let per_sample = bytes.div_ceil(batch.samples.max(1) as u64);
+                if !capture_all(per_sample, source.samples(), float.initializer_bytes()) {
+                    return Ok(FloatPass::Declined(session));
+                }
             }
+            sizes.ran(batch.samples, bytes);
             captured.push(outputs);
             done += batch.samples;
             ctx.report(meter.progress(done as u64, format!("batch {}", batch.index + 1)));
         }
         Ok(FloatPass::Captured(FloatTensors {
             batch_size,
+            sizes: sizes.taken().to_vec(),
             batches: captured,
         }))
     }
@@ -182,9 +199,14 @@ impl FloatTensors {
         self.batches.iter().map(outputs_bytes).sum()
     }
 
-    /// True when the tensors were captured in batches of `batch_size`.
+    /// True when the tensors were captured for a comparison in batches of `batch_size`.
     pub fn fits(&self, batch_size: usize) -> bool {
         self.batch_size == batch_size.max(1)
+    }
+
+    /// The batches of a pass that runs beside these tensors: the captured ones.
+    pub fn batches(&self) -> ObservedBatches {
+        ObservedBatches::replaying(&self.sizes)
     }
 }
 
@@ -284,6 +306,7 @@ mod tests {
     fn captured_tensors_run_out_with_an_error_not_a_panic() {
         let tensors = FloatTensors {
             batch_size: 1,
+            sizes: vec![1],
             batches: vec![Outputs::new()],
         };
         let mut side = FloatSide::Captured(&tensors, 0);

@@ -20,9 +20,12 @@ use crate::eval::compare::batch_workers::each_batch_on_workers;
 use crate::eval::simd::squares::array_sums;
 pub use crate::eval::tensor_error::local_error::LocalError;
 use crate::eval::tensor_error::local_error::{LocalModel, LocalSums, Target, unranked_tensors};
+use crate::eval::tensor_error::observed_batches::ObservedBatches;
 use crate::eval::tensor_error::tensor_order::{in_graph_order, unquantized};
 pub use crate::eval::tensor_error::tensor_pass::{FloatPass, FloatRun, FloatTensors};
-use crate::eval::tensor_error::tensor_pass::{FloatSide, Outputs, Views, observing_session, views};
+use crate::eval::tensor_error::tensor_pass::{
+    FloatSide, Outputs, Views, observing_session, views, views_bytes,
+};
 pub use crate::eval::tensor_error::weight_error::WeightError;
 use crate::eval::tensor_error::weight_error::{input_channel_fit, weight_errors};
 use crate::jobs::{JobContext, RateMeter};
@@ -520,24 +523,32 @@ pub fn tensor_errors_against(
             .chain(layers.iter().map(|(_, t, _)| t.clone())),
     );
     let batch_size = batch_size.max(1);
-    let mut float_side = match run {
-        FloatRun::Captured(tensors) if tensors.fits(batch_size) => FloatSide::Captured(tensors, 0),
-        FloatRun::Session(session) => FloatSide::Live(session),
-        _ => FloatSide::Live(observing_session(
-            float,
-            &float_names,
-            &*source,
-            runtime,
-            eps,
-            "float",
-        )?),
+    let (mut float_side, mut batches) = match run {
+        FloatRun::Captured(tensors) if tensors.fits(batch_size) => {
+            (FloatSide::Captured(tensors, 0), tensors.batches())
+        }
+        FloatRun::Session(session) => (
+            FloatSide::Live(session),
+            ObservedBatches::new(float, batch_size),
+        ),
+        _ => (
+            FloatSide::Live(observing_session(
+                float,
+                &float_names,
+                &*source,
+                runtime,
+                eps,
+                "float",
+            )?),
+            ObservedBatches::new(float, batch_size),
+        ),
     };
     let mut quant_session =
         observing_session(quant, &quant_names, &*source, runtime, eps, "quantized")?;
     let mut sums = Sums::new(pairs, layers);
     each_batch(
         source,
-        batch_size,
+        &mut batches,
         ctx,
         "per-tensor error",
         |owned, index| {
@@ -550,6 +561,7 @@ pub fn tensor_errors_against(
             let q = views(&ran, owned, &quant_names);
             float_side.with_next(owned, &float_names, index, |f| {
                 sums.add(f, &at_qdq_scale(f, factors), &q);
+                views_bytes(f) + views_bytes(&q)
             })
         },
     )?;
@@ -956,24 +968,26 @@ fn float_order(fg: &Graph) -> HashMap<&str, usize> {
         .collect()
 }
 
-/// Calls `step` with every batch of `source` (its inputs and index) from the first,
-/// reporting progress as `label`; cancellable between batches.
+/// Calls `step` with every batch of `source` (its inputs and index) from the first, each of
+/// the samples `batches` gives it (`step` returns the bytes the batch exposed, which fit the
+/// next), reporting progress as `label`; cancellable between batches.
 fn each_batch(
     source: &mut dyn BatchSource,
-    batch_size: usize,
+    batches: &mut ObservedBatches,
     ctx: &JobContext,
     label: &str,
-    mut step: impl FnMut(&[(String, ort::value::DynValue)], usize) -> Result<(), EvalError>,
+    mut step: impl FnMut(&[(String, ort::value::DynValue)], usize) -> Result<u64, EvalError>,
 ) -> Result<(), EvalError> {
     let meter = RateMeter::new(label, source.samples() as u64);
     let mut done = 0;
     source.rewind()?;
-    while let Some(batch) = source.next_batch(batch_size)? {
+    while let Some(batch) = source.next_batch(batches.next_size())? {
         ctx.checkpoint().map_err(|_| EvalError::Cancelled)?;
-        let index = batch.index;
+        let (index, samples) = (batch.index, batch.samples);
         let owned = owned_inputs(batch.inputs)?;
-        step(&owned, index)?;
-        done += batch.samples;
+        let exposed = step(&owned, index)?;
+        batches.ran(samples, exposed);
+        done += samples;
         ctx.report(meter.progress(done as u64, format!("batch {}", index + 1)));
     }
     Ok(())
