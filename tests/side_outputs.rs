@@ -6,7 +6,7 @@
 // Test and measurement code: an unwrap, expect or panic that fires is the report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
