@@ -332,6 +332,8 @@ fn observing_session(
             Optimization::Disable
         },
         arena,
+        // Between runs the statistics are folded in on the same cores.
+        spinning: false,
         ..SessionOptions::default()
     };
     runtime
