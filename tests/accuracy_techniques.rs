@@ -4,9 +4,6 @@
 //! weights cause; GPTQ's rounding lowers a layer's output error against rounding to
 //! nearest; statistics gathered without a technique are refused by a recipe that needs it.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use ndarray::{ArrayD, Axis, IxDyn};

@@ -1,9 +1,6 @@
 //! The engine's layers import only the layers below them, and never the faces: read from the
 //! sources, so an upward import (an import loop in the making) fails here.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::path::{Path, PathBuf};
 
 /// The engine's modules, lowest first; each may import only modules earlier in the list.

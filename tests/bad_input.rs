@@ -1,9 +1,6 @@
 //! Bad models and bad runtime libraries: each gives one clear error, nothing panics, and no
 //! input file is touched.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::Path;

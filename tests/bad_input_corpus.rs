@@ -6,9 +6,6 @@
 //! The files are committed; `cargo test --test bad_input_corpus -- --ignored regenerate`
 //! rewrites them from the generators below (and the fuzz targets use them as seeds).
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use common::{npy, npz};

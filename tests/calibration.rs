@@ -2,9 +2,6 @@
 //! (fixture from `tests/fixtures/make_ort_calib_fixture.py`), batch-size independence, bounded
 //! memory, and clear errors for bad data.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -1,8 +1,5 @@
 //! Float against quantized comparison on real sessions.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -2,8 +2,6 @@
 //! data leaves the previous output pair intact and the input untouched; the next start of the
 //! program removes the temporary files the killed run left.
 #![cfg(unix)]
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use crate::common;
 

@@ -3,9 +3,6 @@
 //! own DequantizeLinear output, for every integer type it reads, and both equal the sums
 //! taken here from the session's float tensors.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use ndarray::{ArrayD, IxDyn};

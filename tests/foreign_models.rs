@@ -3,9 +3,6 @@
 //! reason in one line. Built here with the project's model builder; the whole suite of 149 is
 //! run on demand by `benches/backend/run.sh`.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -3,9 +3,6 @@
 //! model's float16 kept everywhere else, and outputs close to the float model's in ONNX
 //! Runtime. Calibration and evaluation data may be float32: it is converted.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::ffi::OsStr;

@@ -3,9 +3,6 @@
 //! through the same calls as the target (see `fuzz/fuzz_targets/`): each must give an answer
 //! (an error is fine), never a panic. Each target replays at least one file.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::path::{Path, PathBuf};
 
 use qdq_studio::calib::BatchSource;

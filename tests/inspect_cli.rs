@@ -1,9 +1,6 @@
 //! `qdq-studio inspect --json` on the real PP-OCR models agrees with the Python `onnx` package
 //! (fixture written by `tests/fixtures/make_inspect_fixture.py`).
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -6,9 +6,6 @@
 //! channels AWQ exists for.
 //! Everything runs through the CLI and real ONNX Runtime sessions.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -2,9 +2,6 @@
 //! is flagged by its own local error, the nodes after it only by the cumulative error they
 //! carry.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::collections::HashMap;

@@ -1,9 +1,6 @@
 //! Mixed precision per node (`node_precision`, `--node_precision`): 16-bit activations for
 //! some nodes, 4-bit weights for others, in one int8 QDQ model that ONNX Runtime runs.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

@@ -1,8 +1,5 @@
 //! Model I/O against real published models and real ONNX Runtime sessions.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::Path;

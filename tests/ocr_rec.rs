@@ -4,9 +4,6 @@
 //! the recipe-wide changes it measures when nodes in float are not enough), and the
 //! exact-match accuracy of a greedy CTC decoder on the float, plain and chosen models.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::PathBuf;

@@ -1,9 +1,6 @@
 //! The QDQ quantizer against onnxruntime's (fixture from
 //! `tests/fixtures/make_ort_qdq_fixture.py`) and real ONNX Runtime sessions.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::collections::BTreeMap;

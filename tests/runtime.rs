@@ -1,9 +1,6 @@
 //! ONNX Runtime provisioning: loading, the EP catalogue, clear errors for bad libraries,
 //! failed downloads and unavailable providers.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use qdq_studio::runtime::wheel::{self, PinnedWheel};

@@ -2,9 +2,6 @@
 //! of the recipe, equal bit for bit to that variant quantized on its own, graph optimizations
 //! off (the Q/DQ arithmetic as written) and on (the fused integer kernels).
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use ndarray::ArrayD;

@@ -3,9 +3,6 @@
 //! line and a non-zero exit before any work, the inputs untouched. Compared by identity, so a
 //! hard link to an input is caught too.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::{Path, PathBuf};

@@ -2,9 +2,6 @@
 //! `Studio` frame by frame, finds widgets by their labels, clicks, types and presses keys, and
 //! the recipe is checked after each step.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,9 +3,6 @@
 //! read a tensor's histogram ranges, quantize and compare, auto-exclude to a typed target,
 //! save the QDQ model, and check the saved file in ONNX Runtime.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use qdq_studio::app::command::{AppCommand, RecipeCommand, ViewCommand, WorkCommand};

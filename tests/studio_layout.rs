@@ -1,8 +1,5 @@
 //! The studio's graph layout and recipe editing on real models.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use qdq_studio::app::layout::layout;

@@ -3,9 +3,6 @@
 //! LayerNorms in float, and its sentence embedding stays close to the float model's in ONNX
 //! Runtime; onnxruntime's exact placement (`--no_auto_precision`) does not.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use std::path::Path;

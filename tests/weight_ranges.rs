@@ -2,9 +2,6 @@
 //! of least squared error) chosen by the model's outputs in real ONNX Runtime runs, and
 //! written into the recipe so the recipe alone reproduces the model.
 
-// Test and measurement code: an unwrap, expect or panic that fires is the report.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use crate::common;
 
 use qdq_studio::calib::CalibrationConfig;

@@ -22,27 +22,40 @@ pub const OBSERVED_BATCH_BYTES: u64 = 256 << 20;
 /// earlier pass over the same data (whose batches a captured float pass must match).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedBatches {
-    /// What the comparison asked for (or the batch the model fixes).
-    requested: usize,
-    /// True when the model fixes the batch size: never lowered, no one-sample probe.
-    fixed: bool,
-    /// Once the first run was measured: the samples each later run takes.
-    fitted: Option<usize>,
-    /// Replayed sizes, in order, instead of fitting.
-    replay: Option<Vec<usize>>,
+    sizes: Sizes,
     /// The samples each run took so far.
     taken: Vec<usize>,
+}
+
+/// Where the sizes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sizes {
+    /// The model fixes the batch size: every run takes it (never lowered, no probe).
+    Fixed(usize),
+    /// One sample first; then as many as fit the budget, at most `requested`.
+    Fitted {
+        requested: usize,
+        /// Once the first run was measured.
+        fitted: Option<usize>,
+    },
+    /// The samples of an earlier pass's runs, in order (then the last again).
+    Replayed(Vec<usize>),
 }
 
 impl ObservedBatches {
     /// Batches for `model` when `requested` samples per batch were asked for.
     pub fn new(model: &Model, requested: usize) -> Self {
         let choice = choose_batch(&model_inputs(&Graph::build(model)), requested.max(1));
+        let sizes = if choice.fixed {
+            Sizes::Fixed(choice.size)
+        } else {
+            Sizes::Fitted {
+                requested: choice.size,
+                fitted: None,
+            }
+        };
         ObservedBatches {
-            requested: choice.size,
-            fixed: choice.fixed,
-            fitted: None,
-            replay: None,
+            sizes,
             taken: Vec::new(),
         }
     }
@@ -50,37 +63,36 @@ impl ObservedBatches {
     /// Batches that take the samples `sizes` gives, in order (then the last size again).
     pub fn replaying(sizes: &[usize]) -> Self {
         ObservedBatches {
-            requested: sizes.last().copied().unwrap_or(1),
-            fixed: true,
-            fitted: None,
-            replay: Some(sizes.to_vec()),
+            sizes: Sizes::Replayed(sizes.to_vec()),
             taken: Vec::new(),
         }
     }
 
     /// The samples the next run takes.
     pub fn next_size(&self) -> usize {
-        if let Some(sizes) = &self.replay {
-            return sizes
+        match &self.sizes {
+            Sizes::Fixed(size) => *size,
+            Sizes::Fitted { fitted, .. } => fitted.unwrap_or(1),
+            Sizes::Replayed(sizes) => sizes
                 .get(self.taken.len())
+                .or(sizes.last())
                 .copied()
-                .unwrap_or(self.requested);
-        }
-        match self.fitted {
-            _ if self.fixed => self.requested,
-            Some(size) => size,
-            None => 1,
+                .unwrap_or(1),
         }
     }
 
     /// Records a run of `samples` samples that exposed `bytes`: the first one fits the rest.
     pub fn ran(&mut self, samples: usize, bytes: u64) {
         self.taken.push(samples);
-        if self.fitted.is_none() && samples > 0 {
+        if let Sizes::Fitted {
+            requested,
+            fitted: fitted @ None,
+        } = &mut self.sizes
+            && samples > 0
+        {
             let per_sample = bytes.div_ceil(samples as u64).max(1);
             // A sample over the budget runs alone.
-            self.fitted =
-                Some(fit_batch(self.requested, per_sample, OBSERVED_BATCH_BYTES).unwrap_or(1));
+            *fitted = Some(fit_batch(*requested, per_sample, OBSERVED_BATCH_BYTES).unwrap_or(1));
         }
     }
 

@@ -85,20 +85,21 @@ pub fn collect(
         .collect())
 }
 
+/// Bytes of f32 tensors of these lengths.
+fn f32_bytes(lengths: impl Iterator<Item = usize>) -> u64 {
+    lengths
+        .map(|n| (n * std::mem::size_of::<f32>()) as u64)
+        .sum()
+}
+
 /// Bytes the tensors of one batch hold.
 pub fn outputs_bytes(outputs: &Outputs) -> u64 {
-    outputs
-        .values()
-        .map(|a| (a.len() * std::mem::size_of::<f32>()) as u64)
-        .sum()
+    f32_bytes(outputs.values().map(ArrayD::len))
 }
 
 /// Bytes the views of one run hold.
 pub fn views_bytes(views: &Views<'_>) -> u64 {
-    views
-        .values()
-        .map(|a| (a.len() * std::mem::size_of::<f32>()) as u64)
-        .sum()
+    f32_bytes(views.values().map(CowArray::len))
 }
 
 /// Whether to keep the float tensors of every batch (and close the float session) rather
