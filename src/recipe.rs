@@ -332,6 +332,13 @@ pub struct Preprocessing {
     /// varied between batches stay symbolic), so runtimes and viewers know them.
     #[serde(default = "yes")]
     pub write_observed_shapes: bool,
+    /// Rewrite the float forms ONNX Runtime fuses in a float model, and that Q/DQ nodes would
+    /// keep apart, as the forms its integer kernels take (see the quantizer's `simplify`:
+    /// constant Reshapes folded; a Conv's bias Add, channel Mul and HardSigmoid folded into
+    /// it; a division by a constant after an elementwise op as a multiplication). Recipes
+    /// written before it lack it and keep the model they made.
+    #[serde(default)]
+    pub simplify: bool,
     /// Cross-layer equalization of Conv/Gemm/MatMul pairs (float outputs unchanged; the
     /// statistics must be calibrated with it).
     #[serde(default)]
@@ -380,6 +387,7 @@ impl Default for Preprocessing {
             fold_batchnorm: true,
             drop_identity: true,
             write_observed_shapes: true,
+            simplify: true,
             equalize: false,
             outlier_rows: true,
             outlier_rows_of: OutlierRowsOf::default(),

@@ -12,7 +12,7 @@ use qdq_studio::calib::{CalibrationConfig, CalibrationStats};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder, TensorArray};
 use qdq_studio::quant;
-use qdq_studio::recipe::{Placement, QuantMode, QuantType, Recipe, Target};
+use qdq_studio::recipe::{Placement, Preprocessing, QuantMode, QuantType, Recipe, Target};
 use qdq_studio::runtime::{EpSpec, Optimization, SessionOptions};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -162,10 +162,12 @@ fn compare_with_onnxruntime(per_channel: bool) {
     }]
     .as_object()
     .unwrap();
-    // Equal settings: onnxruntime's 8-bit weights, not the saturation guard's 7 bits.
+    // Equal settings: onnxruntime's 8-bit weights, not the saturation guard's 7 bits, and
+    // its graph, not the simplified one.
     let recipe = Recipe {
         per_channel,
         saturation_guard: false,
+        preprocessing: unsimplified(),
         ..Recipe::default()
     };
     let model = sample();
@@ -208,6 +210,14 @@ fn compare_with_onnxruntime(per_channel: bool) {
     runtime_check(&quantized.model);
 }
 
+/// The default pre-processing without simplification: onnxruntime's graph.
+fn unsimplified() -> Preprocessing {
+    Preprocessing {
+        simplify: false,
+        ..Preprocessing::default()
+    }
+}
+
 fn runtime_check(model: &Model) {
     quant::verify_loads(model, &runtime()).unwrap();
 }
@@ -237,18 +247,108 @@ fn the_quantized_sample_stays_accurate() {
     assert_eq!(common::stamped_recipe(&q.model), recipe);
 }
 
+/// Simplification on the sample (PP-OCR's direction classifier): its 18 reshaped bias Adds
+/// and 9 HardSigmoids fold into their Convs and its 18 divisions by 6 become multiplications,
+/// so the QDQ model runs no Div or HardSigmoid between standalone Q/DQ nodes. The float
+/// model it quantizes computes what the original does (float rounding apart), and the QDQ
+/// model is as accurate as without simplification.
+#[test]
+fn the_simplified_sample_keeps_its_outputs_and_loses_its_float_islands() {
+    let model = sample();
+    let simplified = quant::Prepared::new(&model, &Preprocessing::default()).unwrap();
+    let report = &simplified.report.simplified;
+    assert_eq!(
+        (
+            report.reshapes,
+            report.bias_adds,
+            report.hard_sigmoids,
+            report.divisions.len()
+        ),
+        (18, 18, 9, 18),
+        "{report:?}"
+    );
+    let float = run(&model);
+    let db = sqnr(&float, &run(&simplified.model));
+    assert!(
+        db > 100.0,
+        "simplified float model {db:.1} dB from the original"
+    );
+
+    let islands = |q: &quant::Quantized| {
+        let counts = Graph::build(&q.model).op_type_counts();
+        ["Div", "HardSigmoid"].map(|op| counts.get(op).copied().unwrap_or(0))
+    };
+    let mut accuracy = Vec::new();
+    for (preprocessing, expected) in [
+        (unsimplified(), [18, 9]),
+        (Preprocessing::default(), [0, 0]),
+    ] {
+        let recipe = Recipe {
+            preprocessing,
+            ..Recipe::default()
+        };
+        let stats = stats_for(&model, &recipe, &asset("calib.npz"), 8);
+        let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+        assert_eq!(islands(&q), expected);
+        // The divisions count as the user's Div nodes, quantized.
+        let divs = q
+            .quantized_by_op_type(&Graph::build(&model))
+            .get("Div")
+            .copied();
+        assert_eq!(divs, (expected[0] == 0).then_some(18));
+        accuracy.push(sqnr(&float, &run(&q.model)));
+    }
+    // On 16 images of a confident classifier the two differ by the calibration's noise
+    // (47.3 against 44.2 dB here; 46.9 against 49.8 dB on the CLI's defaults): both are far
+    // above the sample's bar.
+    assert!(
+        accuracy.iter().all(|&db| db > 30.0),
+        "output SQNR {accuracy:.2?} dB unsimplified and simplified"
+    );
+}
+
+/// Statistics of the unsimplified model are refused by a recipe that simplifies it (the folded
+/// Convs write other values), and an op-type exclusion of Div still reaches the divisions the
+/// simplified model computes as Mul.
+#[test]
+fn simplification_checks_its_statistics_and_keeps_the_users_op_types() {
+    let model = sample();
+    let plain = Recipe {
+        preprocessing: unsimplified(),
+        ..Recipe::default()
+    };
+    let stats = stats_for(&model, &plain, &asset("calib.npz"), 8);
+    let err = quantize_err(&model, Some(&stats), &Recipe::default());
+    assert!(
+        err.contains("calibrated without it") && err.contains("--no_simplify"),
+        "{err}"
+    );
+
+    let recipe = Recipe {
+        op_types_to_exclude: vec!["Div".to_owned()],
+        ..Recipe::default()
+    };
+    let stats = stats_for(&model, &recipe, &asset("calib.npz"), 8);
+    let q = quant::quantize(&model, Some(&stats), &recipe).unwrap();
+    let graph = Graph::build(&model);
+    assert_eq!(q.quantized_by_op_type(&graph).get("Div"), None);
+    assert_eq!(q.quantized_by_op_type(&graph).get("Mul"), Some(&27));
+}
+
 /// The saturation guard's claim, measured: ONNX Runtime's fused integer kernels compute the
 /// quantized sample as its Q/DQ arithmetic says (the same model run unfused, with graph
 /// optimizations off). Judged on the logits: the classifier's softmax, confident on these
 /// images, hides what happens before it. On x86 CPUs without VNNI the u8×s8 kernels saturate
 /// on 8-bit weights (logits 9 dB from float fused against 24 dB unfused, measured on an AMD
-/// EPYC); the guard's 7 bits keep the two within rounding of each other (41 dB apart).
-/// Elsewhere the kernels follow either way.
+/// EPYC: 10 dB apart); the guard's 7 bits keep the two within rounding of each other: 41 dB
+/// apart on the graph as exported, 33 dB on the simplified one, whose hard-swish chains run
+/// as integer Mul and Add kernels that round each product in integers (fused and unfused are
+/// then as far from float, 24.6 against 24.0 dB). Elsewhere the kernels follow either way.
 #[test]
 fn the_quantized_samples_integer_kernels_follow_its_qdq_arithmetic() {
     let db = fused_against_unfused_logits(&Recipe::default());
     assert!(
-        db > 35.0,
+        db > 30.0,
         "fused kernels {db:.2} dB from the Q/DQ arithmetic"
     );
 }
@@ -836,9 +936,11 @@ fn ppocr_det_and_rec_scales_zero_points_and_weights_equal_onnxruntime() {
         let model = Model::load(&common::ppocr(name)).unwrap();
         let data = dir.path().join("data.npz");
         common::write_npz(&data, &[("x", pattern(&shape))]);
-        // Equal settings: onnxruntime's 8-bit weights, not the saturation guard's 7 bits.
+        // Equal settings: onnxruntime's 8-bit weights, not the saturation guard's 7 bits, and
+        // its graph, not the simplified one.
         let recipe = Recipe {
             saturation_guard: false,
+            preprocessing: unsimplified(),
             ..Recipe::default()
         };
         let stats = calibrate_for(&model, &recipe, DataSpec::Npz { path: data }, 2);

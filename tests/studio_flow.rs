@@ -1126,9 +1126,17 @@ fn equalization_and_bias_correction_are_recipe_switches_that_calibration_honours
     let tensors = &comparison.tensors;
     assert!(tensors.rescaled.is_empty(), "{:?}", tensors.rescaled);
     assert!(
-        tensors.activations.len() > 150
+        // 137 on the simplified graph (its bias Adds and HardSigmoids fold into Convs).
+        tensors.activations.len() > 130
             && tensors.activations.iter().all(|a| a.xmodel_sqnr_db > 10.0),
-        "every activation measured"
+        "every activation measured: {} {:?}",
+        tensors.activations.len(),
+        tensors
+            .activations
+            .iter()
+            .map(|a| (&a.tensor, a.xmodel_sqnr_db))
+            .filter(|(_, db)| *db <= 10.0)
+            .collect::<Vec<_>>()
     );
     assert!(
         // (Bias correction moves biases on purpose: those are not held to it.)
@@ -1343,8 +1351,12 @@ fn shapes_the_file_does_not_declare_are_shown_as_calibration_saw_them() {
 /// (Constant weights as initializers, batch norms folded) with its nodes named.
 fn sample_preprocessed(dir: &Path) -> std::path::PathBuf {
     let float = Model::load(&common::asset("ppocr_cls.onnx")).unwrap();
-    let (mut float, _) =
-        qdq_studio::quant::preprocess::preprocess(&float, &Default::default()).unwrap();
+    // As the fixture was made: onnxruntime quantized the sample pre-processed, unsimplified.
+    let options = qdq_studio::recipe::Preprocessing {
+        simplify: false,
+        ..Default::default()
+    };
+    let (mut float, _) = qdq_studio::quant::preprocess::preprocess(&float, &options).unwrap();
     qdq_studio::quant::name_nodes(&mut float);
     let path = dir.join("float.onnx");
     float.save(&path, &Default::default()).unwrap();

@@ -117,6 +117,8 @@ pub enum RecipeCommand {
     SetInt4Output(crate::recipe::Int4Output),
     /// Turn SmoothQuant (int8) on or off.
     SetSmoothQuant(bool),
+    /// Turn simplification (folding what the runtime fuses before quantizing) on or off.
+    SetSimplify(bool),
     /// Turn cross-layer equalization on or off.
     SetEqualize(bool),
     /// Turn bias correction on or off.

@@ -98,6 +98,13 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
                 if on { "on" } else { "off" }
             ));
         }
+        RecipeCommand::SetSimplify(on) => {
+            doc.planned.editor.change(|r| r.preprocessing.simplify = on);
+            status = Some(format!(
+                "Simplification {}: calibrate again for the simplified model's ranges",
+                if on { "on" } else { "off" }
+            ));
+        }
         RecipeCommand::SetEqualize(on) => {
             doc.planned.editor.change(|r| r.preprocessing.equalize = on);
             status = Some(format!(

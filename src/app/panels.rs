@@ -641,7 +641,8 @@ fn method_hint(method: Int4Method) -> &'static str {
 }
 
 /// The accuracy techniques of per-channel or per-tensor modes: cross-layer equalization, bias
-/// correction, GPTQ and layer-wise ranges (all need statistics calibrated with them on).
+/// correction, GPTQ and layer-wise ranges (all need statistics calibrated with them on), and
+/// simplification.
 fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Vec<Command>) {
     switch_row(
         ui,
@@ -684,6 +685,14 @@ fn technique_rows(ui: &mut Ui, recipe: &crate::recipe::Recipe, commands: &mut Ve
         commands.push(Command::Work(WorkCommand::ChooseWeightRanges));
     }
     ui.end_row();
+    switch_row(
+        ui,
+        ("Simplify", "fold what the runtime fuses"),
+        "Rewrites the float forms ONNX Runtime fuses in a float model, before Q/DQ nodes keep them apart: constant Reshapes folded; a Conv's bias Add, channel Mul and HardSigmoid folded into it; a division by a constant after an elementwise op (hard-swish's /6) made a multiplication, which has an integer kernel. Exact up to float rounding; fewer standalone Q/DQ, a faster model; needs a new calibration",
+        recipe.preprocessing.simplify,
+        RecipeCommand::SetSimplify,
+        commands,
+    );
 }
 
 /// The GPTQ switch (a grid row; int4's round-to-nearest methods show it too).

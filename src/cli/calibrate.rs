@@ -74,6 +74,9 @@ pub struct CalibrateArgs {
     /// Calibrate the model with cross-layer equalization (for `quantize --cle`).
     #[arg(long)]
     pub cle: bool,
+    /// Calibrate the model as it is, not simplified (for `quantize --no_simplify`).
+    #[arg(long = "no_simplify", visible_alias = "no-simplify")]
+    pub no_simplify: bool,
     /// Also gather the layers' mean inputs (for `quantize --bias_correction`).
     #[arg(long = "bias_correction", visible_alias = "bias-correction")]
     pub bias_correction: bool,
@@ -141,6 +144,7 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     );
     let mut recipe = Recipe::default();
     recipe.preprocessing.equalize = args.cle;
+    recipe.preprocessing.simplify = !args.no_simplify;
     recipe.bias_correction = args.bias_correction;
     recipe.gptq = args.gptq;
     recipe.layerwise_range = args.layerwise_range;

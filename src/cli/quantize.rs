@@ -210,8 +210,15 @@ pub struct QuantizeArgs {
     /// within 1 dB of the untuned model's; written into the recipe as exclusions.
     #[arg(long = "tune_latency", visible_alias = "tune-latency")]
     pub tune_latency: bool,
+    /// Leave the float forms ONNX Runtime fuses as they are; by default they are rewritten as
+    /// the forms its integer kernels take before Q/DQ nodes keep them apart: constant
+    /// Reshapes folded, a Conv's bias Add, channel Mul and HardSigmoid folded into it, and a
+    /// division by a constant after an elementwise op (hard-swish's /6) made a
+    /// multiplication. Calibrate with the same setting.
+    #[arg(long = "no_simplify", visible_alias = "no-simplify")]
+    pub no_simplify: bool,
     /// Skip pre-processing (constants to initializers, BatchNormalization folding, Identity
-    /// removal).
+    /// removal, simplification).
     #[arg(long = "no_preprocess", visible_alias = "no-preprocess")]
     pub no_preprocess: bool,
     /// Image-folder preprocessing.
@@ -365,6 +372,9 @@ pub fn recipe_from(args: &QuantizeArgs) -> anyhow::Result<(Recipe, Option<toml::
         recipe.preprocessing.constants_to_initializers = false;
         recipe.preprocessing.fold_batchnorm = false;
         recipe.preprocessing.drop_identity = false;
+    }
+    if args.no_preprocess || args.no_simplify {
+        recipe.preprocessing.simplify = false;
     }
     for (list, values) in [
         (&mut recipe.op_types_to_quantize, &args.op_types_to_quantize),
@@ -786,6 +796,9 @@ pub struct PreprocessArgs {
     /// Where to write the pre-processed model.
     #[arg(long = "output_path", visible_alias = "output-path", short = 'o')]
     pub output_path: PathBuf,
+    /// Leave the float forms ONNX Runtime fuses as they are (see `quantize --no_simplify`).
+    #[arg(long = "no_simplify", visible_alias = "no-simplify")]
+    pub no_simplify: bool,
     /// Also equalize layer pairs (cross-layer equalization).
     #[arg(long)]
     pub cle: bool,
@@ -802,6 +815,7 @@ pub fn run_preprocess(args: &PreprocessArgs) -> anyhow::Result<()> {
     // quantizer's own placement, set from a recipe, not a clean-up.
     let options = Preprocessing {
         equalize: args.cle,
+        simplify: !args.no_simplify,
         ..Preprocessing::default()
     };
     let prepared = Prepared::new(&model, &options)?;

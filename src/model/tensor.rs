@@ -209,6 +209,17 @@ impl TensorArray {
         }
     }
 
+    /// The values in row-major order laid out as `shape` (ONNX's Reshape of a constant);
+    /// `None` when `shape` holds another number of elements.
+    pub fn reshaped(&self, shape: &[usize]) -> Option<TensorArray> {
+        if shape.iter().product::<usize>() != self.len() {
+            return None;
+        }
+        Some(map_array!(self, a => {
+            ArrayD::from_shape_vec(IxDyn(shape), a.iter().cloned().collect()).ok()?
+        }))
+    }
+
     /// The array with its axes reversed (a matrix transposed), in standard layout.
     pub fn transposed(&self) -> TensorArray {
         map_array!(self, a => a.t().as_standard_layout().into_owned())

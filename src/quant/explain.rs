@@ -32,6 +32,9 @@ pub enum Folded {
     Identity,
     /// A BatchNormalization folded into the Conv/ConvTranspose/Gemm before it.
     BatchNorm,
+    /// Folded by simplification ([`crate::quant::simplify`]): a Reshape of constants, or a
+    /// Conv's bias Add or channel Mul folded into it.
+    Simplified,
 }
 
 /// What the quantizer does with one node.
@@ -310,8 +313,10 @@ fn node_decisions(
             Folded::BatchNorm
         } else if node.op_type == ops::CONSTANT {
             Folded::Constant
-        } else {
+        } else if matches!(node.op_type.as_str(), ops::IDENTITY | ops::DROPOUT) {
             Folded::Identity
+        } else {
+            Folded::Simplified
         };
         decisions.insert(node.name.clone(), NodeDecision::Folded(folded));
     }

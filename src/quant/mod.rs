@@ -26,6 +26,7 @@ pub mod rescaled;
 pub mod rewrite;
 pub mod saturation;
 pub mod scale;
+pub mod simplify;
 pub mod smooth;
 pub mod weight_range;
 
@@ -278,6 +279,7 @@ pub fn quantize_with(
     }
     prepared.graph.check()?;
     check_equalization(recipe, stats)?;
+    check_simplification(&prepared, stats)?;
     check_layerwise(recipe, stats)?;
     let gptq::Rounded {
         rounding,
@@ -329,10 +331,9 @@ pub fn quantize_with(
         raised => raised?,
     };
     stamp_recipe(&mut work, user_recipe);
-    rescaled::stamp(
-        &mut work,
-        &rescaled::rescaled_tensors(&graph, &preprocess.equalized, &scaling.scales),
-    );
+    let mut rescaled = rescaled::rescaled_tensors(&graph, &preprocess.equalized, &scaling.scales);
+    rescaled.add_unmatched(&preprocess.simplified.unclipped);
+    rescaled::stamp(&mut work, &rescaled);
     let name = |id: &crate::model::NodeId| graph.node(*id).name.clone();
     Ok(Quantized {
         model: work,
@@ -370,6 +371,30 @@ fn check_equalization(recipe: &Recipe, stats: Option<&CalibrationStats>) -> Resu
         (false, true) => Err(QuantError::StatsMismatch(
             "the statistics were calibrated with cross-layer equalization (cle): quantize with cle on, or calibrate again without it".to_owned(),
         )),
+        _ => Ok(()),
+    }
+}
+
+/// An error when simplification folded HardSigmoids into their Convs and the statistics do
+/// not hold the tensors those Convs write now: they were calibrated on the model unsimplified
+/// (`--no_simplify`, an older version, another tool's cache).
+fn check_simplification(
+    prepared: &Prepared,
+    stats: Option<&CalibrationStats>,
+) -> Result<(), QuantError> {
+    let Some(stats) = stats else {
+        return Ok(());
+    };
+    let simplified = &prepared.report.simplified;
+    let missing = simplified
+        .unclipped
+        .iter()
+        .filter(|t| !stats.tensors.contains_key(*t))
+        .count();
+    match simplified.summary() {
+        Some(what) if missing > 0 => Err(QuantError::StatsMismatch(format!(
+            "the recipe simplifies this model ({what}) but the statistics were calibrated without it ({missing} folded HardSigmoid input(s) not measured): calibrate again, or quantize with --no_simplify"
+        ))),
         _ => Ok(()),
     }
 }

@@ -28,6 +28,8 @@ pub struct PreprocessReport {
     pub removed_identities: usize,
     /// Activations whose observed shape was written as `value_info`.
     pub shapes_written: usize,
+    /// What simplification rewrote ([`super::simplify`]).
+    pub simplified: super::simplify::SimplifyReport,
     /// Layer pairs cross-layer equalization rescaled.
     pub equalized: Vec<super::equalize::EqualizedPair>,
     /// MatMuls and Gemms whose outlier rows were moved to a float path ([`super::outlier_rows`]).
@@ -46,6 +48,9 @@ impl PreprocessReport {
             self.removed_identities,
             self.shapes_written
         );
+        if let Some(simplified) = self.simplified.summary() {
+            text.push_str(&format!(", {simplified}"));
+        }
         if !self.equalized.is_empty() {
             text.push_str(&format!(
                 ", {} layer pair(s) equalized",
@@ -91,6 +96,10 @@ pub fn preprocess(
     }
     if options.fold_batchnorm {
         report.folded_batchnorms = fold_batchnorms(&mut out)?;
+    }
+    // After the BatchNormalization folds, which leave a Conv beside what follows it.
+    if options.simplify {
+        report.simplified = super::simplify::simplify(&mut out)?;
     }
     // After the folds: a Conv → BatchNormalization → Conv chain is a pair only then.
     if options.equalize {

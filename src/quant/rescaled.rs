@@ -33,6 +33,17 @@ pub struct Rescaled {
     pub factors: BTreeMap<String, ChannelFactors>,
 }
 
+impl Rescaled {
+    /// Adds `tensors`, made by the quantizer's pre-processing with no twin in the float model
+    /// (a folded HardSigmoid's Conv output): listed, with no factors, so a comparison neither
+    /// looks for them nor measures them.
+    pub(crate) fn add_unmatched(&mut self, tensors: &[String]) {
+        let mut all: BTreeSet<String> = self.tensors.drain(..).collect();
+        all.extend(tensors.iter().cloned());
+        self.tensors = all.into_iter().collect();
+    }
+}
+
 /// The activations `pairs` (equalization) and `scales` (activation scaling folded into a
 /// producer) left at another scale than the float model's, sorted. `graph` is the
 /// pre-processed model's. (Their weights are rescaled too; the comparison's weight errors fit

@@ -21,11 +21,18 @@ impl Recipe {
             rows.push(("activation ranges", self.calibration_method.label()));
             rows.push((
                 "placement",
-                match self.placement {
-                    Placement::Ort => "onnxruntime's QDQ placement",
-                    Placement::Tensorrt => "TensorRT's (compute-op inputs only)",
-                }
-                .to_owned(),
+                format!(
+                    "{}{}",
+                    match self.placement {
+                        Placement::Ort => "onnxruntime's QDQ placement",
+                        Placement::Tensorrt => "TensorRT's (compute-op inputs only)",
+                    },
+                    if self.preprocessing.simplify {
+                        ", on the simplified graph"
+                    } else {
+                        ""
+                    }
+                ),
             ));
         }
         rows.push(("excluded", self.exclusions_line()));

@@ -479,6 +479,23 @@ pub fn saturation_free_cpu() -> bool {
     }
 }
 
+/// The target flags a test that measures fused kernels' accuracy on this machine quantizes
+/// with, as a user of this machine would: none (the default `cpu`: VNNI, AMX or ARM) where
+/// u8×s8 pairs cannot saturate, `--target cpu-avx2` (7-bit weights) on x86 without VNNI,
+/// whose kernels saturate on 8-bit weights.
+pub fn host_target_args() -> &'static [&'static str] {
+    if saturation_free_cpu() {
+        &[]
+    } else {
+        &["--target", "cpu-avx2"]
+    }
+}
+
+/// The target [`host_target_args`] chooses, by name.
+pub fn host_target() -> &'static str {
+    host_target_args().get(1).copied().unwrap_or("cpu")
+}
+
 /// A one-block decoder language model as LLM exporters write it, random weights (seeded):
 /// token embedding, RMSNorm in primitives, rotary position embeddings computed in the graph
 /// from the sequence's length (Range, Cos/Sin, rotate-half by Slice/Neg/Concat), causal

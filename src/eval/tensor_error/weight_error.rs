@@ -116,9 +116,17 @@ pub fn weight_errors(
             .iter()
             .any(|n| n.op_type == ops::BATCH_NORMALIZATION)
     };
+    // Ours may also have simplified the graph (Conv weights scaled by a folded channel Mul or
+    // HardSigmoid), as its recipe says; other tools' do not.
+    let simplified =
+        crate::quant::stamped_recipe(quant).is_some_and(|r| r.preprocessing.simplify);
     let folded;
-    let float = if has_bn(fg) && !has_bn(qg) {
-        folded = crate::quant::preprocess::preprocess(float, &Preprocessing::default())?.0;
+    let float = if simplified || (has_bn(fg) && !has_bn(qg)) {
+        let options = Preprocessing {
+            simplify: simplified,
+            ..Preprocessing::default()
+        };
+        folded = crate::quant::preprocess::preprocess(float, &options)?.0;
         &folded
     } else {
         float

@@ -9,7 +9,7 @@
 mod families;
 mod select;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::ops;
 use crate::model::{Graph, Node, NodeId};
@@ -108,6 +108,10 @@ pub struct PlanFacts<'a> {
     pub clip_min: &'a dyn Fn(NodeId) -> Option<f32>,
     /// What pre-processing added to compute in float.
     pub float_path: &'a FloatPath,
+    /// The op type each node had in the user's model where pre-processing changed it (a
+    /// division by a constant made a multiplication, see [`crate::quant::simplify`]): the
+    /// recipe's op-type lists name either.
+    pub original_op_types: &'a HashMap<String, String>,
 }
 
 /// What pre-processing added to compute in float (the outlier rows' paths, see
@@ -282,7 +286,7 @@ pub fn plan(graph: &Graph, recipe: &Recipe, facts: &PlanFacts) -> Plan {
         compute_only: compute_only(graph, recipe),
         plan: Plan::default(),
     };
-    let selection = select::Selection::new(graph, recipe);
+    let selection = select::Selection::new(graph, recipe, facts.original_op_types);
     for &id in graph.topological_order() {
         planner.visit(&selection, graph.node(id));
     }

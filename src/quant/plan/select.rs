@@ -1,7 +1,7 @@
 //! Which nodes the recipe selects for quantization, before any op family's rule runs: custom
 //! domains, op-type lists, node patterns and the subgraph range.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::Exclusion;
 use crate::model::{Graph, Node, NodeId};
@@ -11,6 +11,8 @@ use crate::recipe::{NamePattern, Recipe};
 pub(super) struct Selection<'a> {
     recipe: &'a Recipe,
     op_types: Vec<&'a str>,
+    /// The op type a node had in the user's model where pre-processing changed it.
+    original_op_types: &'a HashMap<String, String>,
     include: Vec<NamePattern>,
     exclude: Vec<NamePattern>,
     range: Option<HashSet<NodeId>>,
@@ -21,24 +23,34 @@ fn patterns(texts: &[String]) -> Vec<NamePattern> {
 }
 
 impl<'a> Selection<'a> {
-    /// Compiles `recipe`'s lists against `graph`.
-    pub(super) fn new(graph: &Graph, recipe: &'a Recipe) -> Self {
+    /// Compiles `recipe`'s lists against `graph`, whose nodes pre-processing changed had the
+    /// op types `original_op_types` in the user's model.
+    pub(super) fn new(
+        graph: &Graph,
+        recipe: &'a Recipe,
+        original_op_types: &'a HashMap<String, String>,
+    ) -> Self {
         Selection {
             recipe,
             op_types: super::listed_op_types(recipe),
+            original_op_types,
             include: patterns(&recipe.nodes_to_quantize),
             exclude: patterns(&recipe.nodes_to_exclude),
             range: subgraph_nodes(graph, recipe),
         }
     }
 
-    /// Why `node` is left in float by the recipe's lists, or `None` when it is selected.
+    /// Why `node` is left in float by the recipe's lists, or `None` when it is selected. A node
+    /// pre-processing changed (a division made a multiplication) is of both op types: listed
+    /// when either is, excluded when either is.
     pub(super) fn exclusion(&self, node: &Node) -> Option<Exclusion> {
+        let original = self.original_op_types.get(&node.name).map(String::as_str);
+        let op_types = || std::iter::once(node.op_type.as_str()).chain(original);
         if !(node.domain.is_empty() || node.domain == "ai.onnx") {
             Some(Exclusion::CustomDomain)
-        } else if self.recipe.op_types_to_exclude.contains(&node.op_type) {
+        } else if op_types().any(|t| self.recipe.op_types_to_exclude.iter().any(|e| e == t)) {
             Some(Exclusion::OpTypeExcluded)
-        } else if !self.op_types.contains(&node.op_type.as_str()) {
+        } else if !op_types().any(|t| self.op_types.contains(&t)) {
             Some(Exclusion::OpTypeNotQuantized)
         } else if self.exclude.iter().any(|e| e.matches(&node.name)) {
             Some(Exclusion::NodeExcluded)
