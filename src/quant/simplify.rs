@@ -174,7 +174,7 @@ fn reshape_target(input: &[usize], shape: &[i64], allow_zero: bool) -> Option<Ve
     }
     if let Some(i) = inferred {
         let known: usize = dims.iter().product();
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return None;
         }
         dims[i] = total / known;

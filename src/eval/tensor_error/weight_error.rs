@@ -118,8 +118,7 @@ pub fn weight_errors(
     };
     // Ours may also have simplified the graph (Conv weights scaled by a folded channel Mul or
     // HardSigmoid), as its recipe says; other tools' do not.
-    let simplified =
-        crate::quant::stamped_recipe(quant).is_some_and(|r| r.preprocessing.simplify);
+    let simplified = crate::quant::stamped_recipe(quant).is_some_and(|r| r.preprocessing.simplify);
     let folded;
     let float = if simplified || (has_bn(fg) && !has_bn(qg)) {
         let options = Preprocessing {
