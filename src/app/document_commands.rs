@@ -100,10 +100,14 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
         }
         RecipeCommand::SetSimplify(on) => {
             doc.planned.editor.change(|r| r.preprocessing.simplify = on);
-            status = Some(format!(
-                "Simplification {}: calibrate again for the simplified model's ranges",
-                if on { "on" } else { "off" }
-            ));
+            status = Some(
+                if on {
+                    "Simplification on: calibrate again for the simplified model's ranges"
+                } else {
+                    "Simplification off: calibrate again for the model's ranges as exported"
+                }
+                .to_owned(),
+            );
         }
         RecipeCommand::SetEqualize(on) => {
             doc.planned.editor.change(|r| r.preprocessing.equalize = on);

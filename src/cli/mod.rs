@@ -40,7 +40,8 @@ pub enum Command {
     Calibrate(Box<calibrate::CalibrateArgs>),
     /// Quantize a model to QDQ (calibrating first unless statistics are given).
     Quantize(Box<quantize::QuantizeArgs>),
-    /// Apply the quantizer's pre-processing only (constants, BatchNormalization, Identity).
+    /// Apply the quantizer's pre-processing only (constants, BatchNormalization, Identity,
+    /// simplification).
     Preprocess(quantize::PreprocessArgs),
     /// Compare a float and a QDQ model's outputs (SQNR, cosine, MSE, top-k) and latency.
     Compare(Box<compare::CompareArgs>),
