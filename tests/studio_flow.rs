@@ -97,7 +97,9 @@ fn open_calibrate_compare(
 /// Scrolls the widget labelled `label` into view (as a user would) and clicks it.
 fn press(h: &mut Harness<'_, Studio>, label: &str) {
     h.get_by_label(label).scroll_to_me();
-    h.run_steps(2);
+    // The scroll animates over a few frames: a widget scrolled in from far below is not
+    // under the pointer after two.
+    h.run_steps(6);
     h.get_by_label(label).click();
     h.run_steps(2);
 }
@@ -1229,6 +1231,40 @@ fn gptq_layerwise_and_weight_ranges_are_recipe_switches_that_calibration_honours
             .is_some(),
         "GPTQ's table, folded under its title"
     );
+}
+
+/// Simplification is a recipe switch: on by default, the sample's hard-swish divisions are
+/// planned as quantized multiplications; off, they stay float Divs, and the status says to
+/// calibrate again.
+#[test]
+fn simplification_is_a_recipe_switch_the_plan_follows() {
+    let mut h = harness();
+    h.state_mut().open(Source::Sample);
+    settle(&mut h, "opening");
+    assert!(recipe(&h).preprocessing.simplify);
+    let quantized = |h: &Harness<'_, Studio>| {
+        let nodes = &h.state().document().unwrap().planned.plan.nodes;
+        let quantized: Vec<&String> = nodes
+            .iter()
+            .filter(|(_, d)| **d == qdq_studio::quant::NodeDecision::Quantized)
+            .map(|(name, _)| name)
+            .collect();
+        let divs = quantized.iter().filter(|n| n.starts_with("Div@")).count();
+        (quantized.len(), divs)
+    };
+    assert_eq!(quantized(&h), (178, 18));
+    let switch = "fold what the runtime fuses";
+    press(&mut h, switch);
+    assert!(!recipe(&h).preprocessing.simplify);
+    assert!(
+        h.state().status().contains("Simplification off"),
+        "{}",
+        h.state().status()
+    );
+    assert_eq!(quantized(&h), (168, 0));
+    press(&mut h, switch);
+    assert!(recipe(&h).preprocessing.simplify);
+    assert_eq!(quantized(&h), (178, 18));
 }
 
 /// "Choose per weight" measures each weight's range at the outputs and changes the recipe
