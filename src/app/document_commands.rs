@@ -100,14 +100,7 @@ pub fn recipe_setting(doc: &mut Document, command: RecipeCommand) -> Applied {
         }
         RecipeCommand::SetSimplify(on) => {
             doc.planned.editor.change(|r| r.preprocessing.simplify = on);
-            status = Some(
-                if on {
-                    "Simplification on: calibrate again for the simplified model's ranges"
-                } else {
-                    "Simplification off: calibrate again for the model's ranges as exported"
-                }
-                .to_owned(),
-            );
+            status = Some(simplify_status(on).to_owned());
         }
         RecipeCommand::SetEqualize(on) => {
             doc.planned.editor.change(|r| r.preprocessing.equalize = on);
@@ -335,5 +328,14 @@ fn technique_status(name: &str, on: bool, measures: &str) -> String {
     match on {
         true => format!("{name} on: calibrate again to measure {measures}"),
         false => format!("{name} off"),
+    }
+}
+
+/// The status line of the simplification switch: what to calibrate for now.
+fn simplify_status(on: bool) -> &'static str {
+    if on {
+        "Simplification on: calibrate again for the simplified model's ranges"
+    } else {
+        "Simplification off: calibrate again for the model's ranges as exported"
     }
 }
