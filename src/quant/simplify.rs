@@ -610,7 +610,10 @@ fn divisions_as_products(model: &mut Model) -> Result<Vec<String>, ModelError> {
             };
             let values = value.to_f32();
             let invertible = values.iter().all(|v| v.is_finite() && *v != 0.0);
-            if !value.dtype().is_plain_float() || !invertible {
+            // float64 is not quantized (no Q/DQ type): its divisions gain nothing and would
+            // lose precision through an f32 reciprocal.
+            let quantizable = value.dtype().is_plain_float() && value.dtype() != DataType::Float64;
+            if !quantizable || !invertible {
                 continue;
             }
             let inverse = TensorArray::Float32(values.mapv(|v| (1.0 / f64::from(v)) as f32))
@@ -618,7 +621,9 @@ fn divisions_as_products(model: &mut Model) -> Result<Vec<String>, ModelError> {
             let name = fresh(&graph, &mut made, &format!("{divisor}_reciprocal"));
             reciprocals.insert(divisor.clone(), (name, inverse));
         }
-        rewrites.push((node.id, divisor.clone(), node.name.clone()));
+        if let Some((reciprocal, _)) = reciprocals.get(divisor) {
+            rewrites.push((node.id, reciprocal.clone(), node.name.clone()));
+        }
     }
     let Some(g) = model.proto_mut().graph.as_mut() else {
         return Ok(Vec::new());
@@ -626,10 +631,10 @@ fn divisions_as_products(model: &mut Model) -> Result<Vec<String>, ModelError> {
     for (name, value) in reciprocals.values() {
         g.initializer.push(value.to_proto(name));
     }
-    for (id, divisor, _) in &rewrites {
+    for (id, reciprocal, _) in &rewrites {
         let node = &mut g.node[id.0];
         node.op_type = Some(ops::MUL.to_owned());
-        node.input[1] = reciprocals[divisor].0.clone();
+        node.input[1] = reciprocal.clone();
     }
     let candidates = reciprocals.into_keys().collect();
     drop_orphans(g, &candidates);
