@@ -135,6 +135,11 @@ pub struct TensorInfo {
 }
 
 impl Node {
+    /// True when the node is of the default ONNX domain.
+    pub fn is_default_domain(&self) -> bool {
+        is_default_domain(&self.domain)
+    }
+
     /// An integer attribute's value.
     pub fn int_attribute(&self, name: &str) -> Option<i64> {
         self.attributes
@@ -737,6 +742,18 @@ pub fn free_name(base: &str, taken: impl Fn(&str) -> bool) -> String {
         .unwrap_or_default()
 }
 
+impl Graph {
+    /// A name neither a tensor nor a node of this graph has, nor one `made` already (which it
+    /// joins): `base`, else `base_2`, `base_3`, ...; for the tensors and nodes a rewrite adds.
+    pub fn fresh_name(&self, made: &mut HashSet<String>, base: &str) -> String {
+        let name = free_name(base, |n| {
+            self.tensor(n).is_some() || self.node_by_name(n).is_some() || made.contains(n)
+        });
+        made.insert(name.clone());
+        name
+    }
+}
+
 /// Puts `tensor` among `graph`'s initializers: it replaces the one of the same name, or is
 /// added.
 pub fn put_initializer(graph: &mut GraphProto, tensor: TensorProto) {
@@ -765,9 +782,14 @@ pub fn overridable_initializers(graph: &GraphProto, ir_version: i64) -> HashSet<
         .collect()
 }
 
+/// True for the default ONNX domain (`""` or `ai.onnx`).
+pub fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
 /// `op_type` for the default ONNX domain, `domain::op_type` otherwise.
 pub fn qualified_op_type(domain: &str, op_type: &str) -> String {
-    if domain.is_empty() || domain == "ai.onnx" {
+    if is_default_domain(domain) {
         op_type.to_owned()
     } else {
         format!("{domain}::{op_type}")

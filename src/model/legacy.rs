@@ -22,7 +22,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::TensorArray;
-use super::graph::overridable_initializers;
+use super::graph::{is_default_domain, overridable_initializers};
 use super::proto::attribute_proto::AttributeType;
 use super::proto::type_proto::Value;
 use super::proto::{AttributeProto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
@@ -94,7 +94,7 @@ pub fn upgrade(proto: &ModelProto) -> Option<(Option<ModelProto>, LegacyOpset)> 
             for opset in out
                 .opset_import
                 .iter_mut()
-                .filter(|o| is_default(o.domain()))
+                .filter(|o| is_default_domain(o.domain()))
             {
                 opset.version = Some(RUNNABLE_OPSET);
             }
@@ -111,16 +111,12 @@ pub fn upgrade(proto: &ModelProto) -> Option<(Option<ModelProto>, LegacyOpset)> 
     }
 }
 
-fn is_default(domain: &str) -> bool {
-    domain.is_empty() || domain == "ai.onnx"
-}
-
 /// The default-domain opset of a model (`None` when it does not import it).
 pub fn default_opset(proto: &ModelProto) -> Option<i64> {
     proto
         .opset_import
         .iter()
-        .find(|o| is_default(o.domain()))
+        .find(|o| is_default_domain(o.domain()))
         .map(|o| o.version())
 }
 
@@ -222,7 +218,7 @@ impl Upgrader {
         let mut nodes = Vec::with_capacity(graph.node.len());
         let mut changed = 0;
         for mut node in std::mem::take(&mut graph.node) {
-            if !is_default(node.domain()) {
+            if !is_default_domain(node.domain()) {
                 nodes.push(node);
                 continue;
             }

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 
 use crate::model::attributes;
-use crate::model::graph::{free_name, overridable_initializers, put_initializer};
+use crate::model::graph::{overridable_initializers, put_initializer};
 use crate::model::ops;
 use crate::model::proto::NodeProto;
 use crate::model::{Graph, Model, ModelError, TensorArray};
@@ -87,16 +87,6 @@ fn change(
     }))
 }
 
-/// A name neither a tensor nor a node of `graph` has, nor one `made` already: `base`, else
-/// `base_2`, `base_3`, ...
-fn fresh(graph: &Graph, made: &mut HashSet<String>, base: &str) -> String {
-    let name = free_name(base, |n| {
-        graph.tensor(n).is_some() || graph.node_by_name(n).is_some() || made.contains(n)
-    });
-    made.insert(name.clone());
-    name
-}
-
 /// The Gemm `node` as a MatMul of its name reading `A` and `B`, and the Add of its bias `C`
 /// (when it has one) writing its output.
 fn as_matmul(node: &mut NodeProto, graph: &Graph, made: &mut HashSet<String>) -> Option<NodeProto> {
@@ -106,11 +96,11 @@ fn as_matmul(node: &mut NodeProto, graph: &Graph, made: &mut HashSet<String>) ->
     node.input.truncate(2);
     let bias = bias?;
     let output = node.output.first()?.clone();
-    let product = fresh(graph, made, &format!("{output}_matmul"));
+    let product = graph.fresh_name(made, &format!("{output}_matmul"));
     node.output[0] = product.clone();
     Some(NodeProto {
         op_type: Some("Add".to_owned()),
-        name: Some(fresh(graph, made, &format!("{}_bias", node.name()))),
+        name: Some(graph.fresh_name(made, &format!("{}_bias", node.name()))),
         input: vec![product, bias],
         output: vec![output],
         ..Default::default()

@@ -7,7 +7,7 @@ use crate::model::ops::ORT_DEFAULT_OP_TYPES;
 /// True when onnxruntime quantizes this op type by default. `EmbedLayerNormalization` lives
 /// in the `com.microsoft` domain; every other entry is a default-domain op.
 pub fn is_quantizable_by_default(domain: &str, op_type: &str) -> bool {
-    let default_domain = domain.is_empty() || domain == "ai.onnx";
+    let default_domain = crate::model::graph::is_default_domain(domain);
     let contrib = domain == "com.microsoft" && op_type == ops::EMBED_LAYER_NORMALIZATION;
     (default_domain || contrib) && ORT_DEFAULT_OP_TYPES.contains(&op_type)
 }

@@ -6,6 +6,7 @@
 //! instead (per-channel on opset < 13).
 
 use super::QuantError;
+use crate::model::graph::is_default_domain;
 use crate::model::ops;
 use crate::model::{DataType, Dim, Graph, TensorKind};
 
@@ -199,11 +200,7 @@ pub fn blocking_nodes(
     observed_rank: &dyn Fn(&str) -> Option<usize>,
 ) -> Vec<String> {
     let mut blocking = Vec::new();
-    for node in graph
-        .nodes()
-        .iter()
-        .filter(|n| n.domain.is_empty() || n.domain == "ai.onnx")
-    {
+    for node in graph.nodes().iter().filter(|n| n.is_default_domain()) {
         for (op, version, attribute, change) in CHANGES {
             // Nodes using a moved attribute are upgraded by `raise`; only the rest block.
             if node.op_type == *op && from < *version && *version <= to && attribute.is_none() {
@@ -254,7 +251,7 @@ pub fn unranked_inputs(graph: &Graph, from: i64, to: i64) -> Vec<String> {
     let mut inputs: Vec<String> = graph
         .nodes()
         .iter()
-        .filter(|n| n.domain.is_empty() || n.domain == "ai.onnx")
+        .filter(|n| n.is_default_domain())
         .filter(|n| SOFTMAX_LIKE.contains(&n.op_type.as_str()))
         .filter_map(|n| n.inputs.first())
         .filter(|i| rank_of(graph, i).is_none())
@@ -291,7 +288,7 @@ pub fn raise(
     for opset in proto
         .opset_import
         .iter_mut()
-        .filter(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
+        .filter(|o| is_default_domain(o.domain()))
     {
         opset.version = Some(to);
     }
@@ -319,7 +316,7 @@ fn move_attributes_to_inputs(proto: &mut crate::model::proto::ModelProto, from: 
     for node in graph
         .node
         .iter_mut()
-        .filter(|n| n.domain().is_empty() || n.domain() == "ai.onnx")
+        .filter(|n| is_default_domain(n.domain()))
     {
         for (op, version, attribute, _) in CHANGES {
             let Some(attribute) = attribute else { continue };
@@ -380,7 +377,7 @@ fn move_float_attributes_to_inputs(
         };
         for (op, version, attributes) in FLOAT_ATTRIBUTES_MOVED {
             if node.op_type() != *op
-                || !(node.domain().is_empty() || node.domain() == "ai.onnx")
+                || !is_default_domain(node.domain())
                 || !(from < *version && *version <= to)
             {
                 continue;

@@ -197,8 +197,7 @@ fn plan_split(
     of: OutlierRowsOf,
 ) -> Result<Option<Split>, ModelError> {
     let node = graph.node(id);
-    let default_domain = node.domain.is_empty() || node.domain == "ai.onnx";
-    if !default_domain || node.inputs.len() < 2 || node.outputs.len() != 1 {
+    if !node.is_default_domain() || node.inputs.len() < 2 || node.outputs.len() != 1 {
         return Ok(None);
     }
     let Some((transposed, alpha)) = layout(model, id, &node.op_type, of) else {

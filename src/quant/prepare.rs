@@ -34,8 +34,6 @@ pub struct Prepared {
     overflow_shares: Measured,
     /// What pre-processing added to compute in float ([`Self::float_path`]).
     float_path: FloatPath,
-    /// The op types in the user's model of the nodes pre-processing changed (by node name).
-    original_op_types: HashMap<String, String>,
 }
 
 /// Writes every node's effective name into the model (unnamed ones get `OpType_N`), so
@@ -59,7 +57,6 @@ impl Prepared {
         let graph = Graph::build(&prepared);
         let types = elem_types(&prepared, &graph);
         let float_path = super::outlier_rows::float_path(&report.outlier_rows);
-        let original_op_types = report.simplified.original_op_types();
         Ok(Prepared {
             model: prepared,
             graph,
@@ -68,7 +65,6 @@ impl Prepared {
             types,
             overflow_shares: Measured::default(),
             float_path,
-            original_op_types,
         })
     }
 
@@ -151,11 +147,12 @@ impl Prepared {
     pub fn plan(&self, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Plan {
         let is_float = |t: &str| self.is_float(t, stats);
         let clip_min = |id| self.clip_min(id);
+        let original_op_types = self.report.simplified.original_op_types();
         let facts = PlanFacts {
             is_float: &is_float,
             clip_min: &clip_min,
             float_path: &self.float_path,
-            original_op_types: &self.original_op_types,
+            original_op_types: &original_op_types,
         };
         plan(&self.graph, recipe, &facts)
     }

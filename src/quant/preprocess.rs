@@ -360,21 +360,38 @@ fn apply_folds(graph: &mut GraphProto, folds: Vec<Fold>, remove: &HashSet<usize>
         .iter()
         .flat_map(|&i| graph.node[i].input.iter().skip(1).cloned())
         .collect();
+    remove_nodes(graph, remove);
+    // The folded BatchNormalizations' parameters are dropped unless something else reads them.
+    drop_orphans(graph, &bn_params);
+}
+
+/// Drops the initializers among `candidates` that no node reads and no graph output names.
+pub(super) fn drop_orphans(graph: &mut GraphProto, candidates: &HashSet<String>) {
+    if candidates.is_empty() {
+        return;
+    }
+    let read: HashSet<&str> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.input.iter().map(String::as_str))
+        .chain(graph.output.iter().map(|o| o.name()))
+        .collect();
+    let orphans: HashSet<String> = candidates
+        .iter()
+        .filter(|c| !read.contains(c.as_str()))
+        .cloned()
+        .collect();
+    graph.initializer.retain(|t| !orphans.contains(t.name()));
+}
+
+/// Removes the nodes at `indices`.
+pub(super) fn remove_nodes(graph: &mut GraphProto, indices: &HashSet<usize>) {
     let mut index = 0;
     graph.node.retain(|_| {
-        let keep = !remove.contains(&index);
+        let keep = !indices.contains(&index);
         index += 1;
         keep
     });
-    // The folded BatchNormalizations' parameters are dropped unless something else reads them.
-    let used: HashSet<String> = graph
-        .node
-        .iter()
-        .flat_map(|n| n.input.iter().cloned())
-        .collect();
-    graph
-        .initializer
-        .retain(|t| !bn_params.contains(t.name()) || used.contains(t.name()));
 }
 
 /// Writes the shapes calibration observed as `value_info` for activations the model does not

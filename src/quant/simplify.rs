@@ -32,7 +32,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ndarray::{ArrayD, Axis};
 
-use crate::model::graph::{free_name, put_initializer};
+use super::preprocess::{drop_orphans, remove_nodes};
+use crate::model::graph::put_initializer;
 use crate::model::legacy::default_opset;
 use crate::model::ops;
 use crate::model::proto::{AttributeProto, GraphProto};
@@ -103,7 +104,7 @@ pub fn simplify(model: &mut Model) -> Result<SimplifyReport, ModelError> {
     // rewrites nodes, so the rounds end.
     loop {
         let round = fold_into_convs(model)?;
-        if round == SimplifyReport::default() {
+        if round.is_empty() {
             break;
         }
         report.bias_adds += round.bias_adds;
@@ -115,45 +116,12 @@ pub fn simplify(model: &mut Model) -> Result<SimplifyReport, ModelError> {
     Ok(report)
 }
 
-fn is_default_domain(node: &Node) -> bool {
-    node.domain.is_empty() || node.domain == "ai.onnx"
-}
-
 /// The value of `name` when it is an initializer no caller can override.
 fn constant(model: &Model, graph: &Graph, name: &str) -> Result<Option<TensorArray>, ModelError> {
     match graph.tensor(name) {
         Some(t) if t.kind == TensorKind::Initializer => model.weight(name),
         _ => Ok(None),
     }
-}
-
-/// Drops the initializers among `candidates` that no node reads and no graph output names.
-fn drop_orphans(graph: &mut GraphProto, candidates: &HashSet<String>) {
-    if candidates.is_empty() {
-        return;
-    }
-    let read: HashSet<&str> = graph
-        .node
-        .iter()
-        .flat_map(|n| n.input.iter().map(String::as_str))
-        .chain(graph.output.iter().map(|o| o.name()))
-        .collect();
-    let orphans: HashSet<String> = candidates
-        .iter()
-        .filter(|c| !read.contains(c.as_str()))
-        .cloned()
-        .collect();
-    graph.initializer.retain(|t| !orphans.contains(t.name()));
-}
-
-/// Removes the nodes at `indices`.
-fn remove_nodes(graph: &mut GraphProto, indices: &HashSet<usize>) {
-    let mut index = 0;
-    graph.node.retain(|_| {
-        let keep = !indices.contains(&index);
-        index += 1;
-        keep
-    });
 }
 
 /// ONNX Reshape's output shape for an input of `input` dims: 0 copies the input's dim (unless
@@ -188,7 +156,7 @@ fn fold_constant_reshapes(model: &mut Model) -> Result<usize, ModelError> {
     let graph = Graph::build(model);
     let mut folded = Vec::new();
     for node in graph.nodes() {
-        if node.op_type != ops::RESHAPE || !is_default_domain(node) || node.inputs.len() < 2 {
+        if node.op_type != ops::RESHAPE || !node.is_default_domain() || node.inputs.len() < 2 {
             continue;
         }
         let output = &node.outputs[0];
@@ -250,7 +218,7 @@ impl ConvParts {
         };
         let private = |name: &str| graph.is_private_initializer(name);
         let bias_name = conv.inputs.get(2).filter(|b| !b.is_empty());
-        if !is_default_domain(conv)
+        if !conv.is_default_domain()
             || conv.inputs.len() < 2
             || !private(&conv.inputs[1])
             || bias_name.is_some_and(|b| !private(b))
@@ -389,7 +357,7 @@ fn channel_fold(
         ops::HARD_SIGMOID => FoldKind::HardSigmoid,
         _ => return Ok(None),
     };
-    if !is_default_domain(node) || node.outputs.len() != 1 {
+    if !node.is_default_domain() || node.outputs.len() != 1 {
         return Ok(None);
     }
     // The Conv's output and, for Add and Mul, the constant (either input).
@@ -433,12 +401,12 @@ fn channel_fold(
     let (weight, bias) = parts.affine(&scale, &shift);
     let bias_name = match conv.inputs.get(2).filter(|b| !b.is_empty()) {
         Some(name) => name.clone(),
-        None => fresh(graph, made, &format!("{}_bias", conv.name)),
+        None => graph.fresh_name(made, &format!("{}_bias", conv.name)),
     };
     let then = match kind {
         FoldKind::HardSigmoid => Follower::Clip {
-            conv_output: fresh(graph, made, &format!("{}_unclipped", node.outputs[0])),
-            bounds: ["min", "max"].map(|b| fresh(graph, made, &format!("{}_{b}", node.name))),
+            conv_output: graph.fresh_name(made, &format!("{}_unclipped", node.outputs[0])),
+            bounds: ["min", "max"].map(|b| graph.fresh_name(made, &format!("{}_{b}", node.name))),
         },
         _ => Follower::Removed,
     };
@@ -457,15 +425,6 @@ fn channel_fold(
 /// A float attribute of the node `node` is the index of.
 fn attribute_f32(model: &Model, node: &Node, name: &str) -> Option<f32> {
     crate::model::attributes::float(&model.graph().node[node.id.0], name)
-}
-
-/// A name no tensor or node of `graph` has, nor one `made` already.
-fn fresh(graph: &Graph, made: &mut HashSet<String>, base: &str) -> String {
-    let name = free_name(base, |n| {
-        graph.tensor(n).is_some() || graph.node_by_name(n).is_some() || made.contains(n)
-    });
-    made.insert(name.clone());
-    name
 }
 
 /// Rewrites 2 and 3, one round: each Conv takes at most one fold.
@@ -594,11 +553,11 @@ fn divisions_as_products(model: &mut Model) -> Result<Vec<String>, ModelError> {
     let mut rewrites = Vec::new();
     let mut made = HashSet::new();
     for node in graph.nodes() {
-        if node.op_type != ops::DIV || !is_default_domain(node) || node.inputs.len() != 2 {
+        if node.op_type != ops::DIV || !node.is_default_domain() || node.inputs.len() != 2 {
             continue;
         }
         let elementwise = graph.producer_of(&node.inputs[0]).is_some_and(|p| {
-            is_default_domain(p) && ELEMENTWISE_DIVIDENDS.contains(&p.op_type.as_str())
+            p.is_default_domain() && ELEMENTWISE_DIVIDENDS.contains(&p.op_type.as_str())
         });
         if !elementwise {
             continue;
@@ -618,7 +577,7 @@ fn divisions_as_products(model: &mut Model) -> Result<Vec<String>, ModelError> {
             }
             let inverse = TensorArray::Float32(values.mapv(|v| (1.0 / f64::from(v)) as f32))
                 .cast_float(value.dtype());
-            let name = fresh(&graph, &mut made, &format!("{divisor}_reciprocal"));
+            let name = graph.fresh_name(&mut made, &format!("{divisor}_reciprocal"));
             reciprocals.insert(divisor.clone(), (name, inverse));
         }
         if let Some((reciprocal, _)) = reciprocals.get(divisor) {

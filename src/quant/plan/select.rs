@@ -46,7 +46,7 @@ impl<'a> Selection<'a> {
     pub(super) fn exclusion(&self, node: &Node) -> Option<Exclusion> {
         let original = self.original_op_types.get(&node.name).map(String::as_str);
         let op_types = || std::iter::once(node.op_type.as_str()).chain(original);
-        if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+        if !node.is_default_domain() {
             Some(Exclusion::CustomDomain)
         } else if op_types().any(|t| self.recipe.op_types_to_exclude.iter().any(|e| e == t)) {
             Some(Exclusion::OpTypeExcluded)
