@@ -754,6 +754,35 @@ impl Graph {
     }
 }
 
+/// Drops the initializers among `candidates` that no node reads and no graph output names.
+pub fn drop_orphans(graph: &mut GraphProto, candidates: &HashSet<String>) {
+    if candidates.is_empty() {
+        return;
+    }
+    let read: HashSet<&str> = graph
+        .node
+        .iter()
+        .flat_map(|n| n.input.iter().map(String::as_str))
+        .chain(graph.output.iter().map(|o| o.name()))
+        .collect();
+    let orphans: HashSet<String> = candidates
+        .iter()
+        .filter(|c| !read.contains(c.as_str()))
+        .cloned()
+        .collect();
+    graph.initializer.retain(|t| !orphans.contains(t.name()));
+}
+
+/// Removes the nodes at `indices`.
+pub fn remove_nodes(graph: &mut GraphProto, indices: &HashSet<usize>) {
+    let mut index = 0;
+    graph.node.retain(|_| {
+        let keep = !indices.contains(&index);
+        index += 1;
+        keep
+    });
+}
+
 /// Puts `tensor` among `graph`'s initializers: it replaces the one of the same name, or is
 /// added.
 pub fn put_initializer(graph: &mut GraphProto, tensor: TensorProto) {

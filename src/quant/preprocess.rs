@@ -11,7 +11,7 @@ use ndarray::{ArrayD, Axis};
 
 use crate::model::attributes;
 use crate::model::constant::constant_tensor;
-use crate::model::graph::{overridable_initializers, put_initializer};
+use crate::model::graph::{drop_orphans, overridable_initializers, put_initializer, remove_nodes};
 use crate::model::ops;
 use crate::model::proto::{GraphProto, NodeProto};
 use crate::model::{DataType, Model, ModelError, TensorArray};
@@ -363,35 +363,6 @@ fn apply_folds(graph: &mut GraphProto, folds: Vec<Fold>, remove: &HashSet<usize>
     remove_nodes(graph, remove);
     // The folded BatchNormalizations' parameters are dropped unless something else reads them.
     drop_orphans(graph, &bn_params);
-}
-
-/// Drops the initializers among `candidates` that no node reads and no graph output names.
-pub(super) fn drop_orphans(graph: &mut GraphProto, candidates: &HashSet<String>) {
-    if candidates.is_empty() {
-        return;
-    }
-    let read: HashSet<&str> = graph
-        .node
-        .iter()
-        .flat_map(|n| n.input.iter().map(String::as_str))
-        .chain(graph.output.iter().map(|o| o.name()))
-        .collect();
-    let orphans: HashSet<String> = candidates
-        .iter()
-        .filter(|c| !read.contains(c.as_str()))
-        .cloned()
-        .collect();
-    graph.initializer.retain(|t| !orphans.contains(t.name()));
-}
-
-/// Removes the nodes at `indices`.
-pub(super) fn remove_nodes(graph: &mut GraphProto, indices: &HashSet<usize>) {
-    let mut index = 0;
-    graph.node.retain(|_| {
-        let keep = !indices.contains(&index);
-        index += 1;
-        keep
-    });
 }
 
 /// Writes the shapes calibration observed as `value_info` for activations the model does not

@@ -32,8 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ndarray::{ArrayD, Axis};
 
-use super::preprocess::{drop_orphans, remove_nodes};
-use crate::model::graph::put_initializer;
+use crate::model::graph::{drop_orphans, put_initializer, remove_nodes};
 use crate::model::legacy::default_opset;
 use crate::model::ops;
 use crate::model::proto::{AttributeProto, GraphProto};
