@@ -265,6 +265,7 @@ pub fn calibrate(
         notes: notes.into_iter().chain(fitter.notes).collect(),
         equalized: false,
         layerwise_ranges: false,
+        planned_only: false,
     };
     Ok(CalibrationStats {
         info,

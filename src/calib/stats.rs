@@ -262,6 +262,11 @@ pub struct CalibrationInfo {
     /// ([`CalibrationStats::range_choices`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub layerwise_ranges: bool,
+    /// True when only the tensors one recipe's plan quantizes were observed (a one-shot
+    /// quantize, see the workflow's `planned_tensors`): a tensor missing from these
+    /// statistics is not thereby shown to be of another type than float.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub planned_only: bool,
 }
 
 /// The statistics of every calibrated tensor, as saved to and loaded from disk.

@@ -502,7 +502,8 @@ fn statistics_for(
             model,
         )?,
     };
-    // The statistics are used here and not kept: only what the recipe reads is gathered.
+    // The statistics are used here and not kept: only what the recipe reads is gathered (the
+    // tensors its plan quantizes; histograms only for range methods that read them).
     let defaults = CalibrationConfig::default();
     let config = CalibrationConfig {
         execution_providers: super::common::parse_eps(&args.calibration_eps)?,
@@ -516,7 +517,14 @@ fn statistics_for(
         ..defaults
     };
     eprintln!("calibrating on {} ...", spec.describe());
-    let stats = calibrate::calibrate_for_recipe(
+    // `--tune_latency` leaves groups out and plans again: a group's neighbours may then need
+    // ranges the first plan took from inside the group, so it observes every tensor.
+    let calibrate = if args.tune_latency {
+        calibrate::calibrate_for_recipe
+    } else {
+        calibrate::calibrate_planned_for_recipe
+    };
+    let stats = calibrate(
         model,
         recipe,
         &spec,

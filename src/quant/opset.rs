@@ -184,7 +184,7 @@ fn only_float_type(graph: &Graph) -> Option<DataType> {
 }
 
 /// Softmax-family axis semantics changed at 13: safe only when the axis is the last one.
-const SOFTMAX_LIKE: &[&str] = &[ops::SOFTMAX, ops::LOG_SOFTMAX, ops::HARDMAX];
+pub const SOFTMAX_LIKE: &[&str] = &[ops::SOFTMAX, ops::LOG_SOFTMAX, ops::HARDMAX];
 
 /// The default-domain opset of a model (`None` when it does not import it).
 pub fn default_opset(proto: &crate::model::proto::ModelProto) -> Option<i64> {

@@ -124,20 +124,20 @@ impl Prepared {
     }
 
     /// True when `tensor` is of a float type Q/DQ can quantize (float64 is not one): as
-    /// declared, else as `stats` observed it (only calibrated tensors are float then), else as
-    /// inferred when there are no statistics.
+    /// declared, else as `stats` observed it (only calibrated tensors are float then, unless
+    /// the statistics hold only a plan's tensors), else as inferred.
     pub fn is_float(&self, tensor: &str, stats: Option<&CalibrationStats>) -> bool {
+        let inferred = || {
+            self.types
+                .get(tensor)
+                .is_some_and(|&c| is_quantizable_code(c))
+        };
         match self.graph.tensor(tensor).and_then(|t| t.elem_type) {
             Some(code) => is_quantizable_code(code),
-            None => match stats {
-                Some(stats) => stats
-                    .tensors
-                    .get(tensor)
-                    .is_some_and(|s| s.dtype.is_none_or(DataType::is_quantizable)),
-                None => self
-                    .types
-                    .get(tensor)
-                    .is_some_and(|&c| is_quantizable_code(c)),
+            None => match stats.map(|s| (s, s.tensors.get(tensor))) {
+                Some((_, Some(seen))) => seen.dtype.is_none_or(DataType::is_quantizable),
+                Some((stats, None)) => stats.info.planned_only && inferred(),
+                None => inferred(),
             },
         }
     }
@@ -145,11 +145,24 @@ impl Prepared {
     /// The quantizer's plan for this model under `recipe`: float tensors as [`Self::is_float`]
     /// finds them with `stats`, Clip bounds as [`Self::clip_min`] reads them.
     pub fn plan(&self, recipe: &Recipe, stats: Option<&CalibrationStats>) -> Plan {
-        let is_float = |t: &str| self.is_float(t, stats);
+        self.plan_where(recipe, &|t: &str| self.is_float(t, stats))
+    }
+
+    /// The plan before calibration, for choosing what calibration observes: every tensor of
+    /// a type declared or inferred as that type says, and every other one taken as float
+    /// (calibration may find it float, and then the plan quantizes it).
+    pub fn plan_before_calibration(&self, recipe: &Recipe) -> Plan {
+        self.plan_where(recipe, &|t: &str| {
+            self.types.get(t).is_none_or(|&c| is_quantizable_code(c))
+        })
+    }
+
+    /// The plan with float tensors as `is_float` finds them.
+    fn plan_where(&self, recipe: &Recipe, is_float: &dyn Fn(&str) -> bool) -> Plan {
         let clip_min = |id| self.clip_min(id);
         let original_op_types = self.report.simplified.original_op_types();
         let facts = PlanFacts {
-            is_float: &is_float,
+            is_float,
             clip_min: &clip_min,
             float_path: &self.float_path,
             original_op_types: &original_op_types,

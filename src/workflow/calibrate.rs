@@ -2,6 +2,7 @@
 //! the quantizer will see it (nodes named, pre-processed), so the statistics' tensor names are
 //! the ones quantization looks up.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use super::WorkflowError;
@@ -13,6 +14,7 @@ use crate::calib::{CalibrationConfig, CalibrationStats};
 use crate::jobs::JobContext;
 use crate::model::Model;
 use crate::quant::Prepared;
+use crate::quant::plan::TensorRole;
 use crate::recipe::{Int4Method, Preprocessing, QuantMode, Recipe};
 use crate::runtime::Runtime;
 
@@ -166,6 +168,78 @@ pub fn needs_histograms(recipe: &Recipe) -> bool {
                 .tensor_overrides
                 .values()
                 .any(|o| o.method.as_ref().is_some_and(RangeMethod::needs_histogram)))
+}
+
+/// The tensors whose statistics quantizing the prepared model with `recipe` reads: those the
+/// plan quantizes like an activation (its own range, or the tensor whose scale it shares),
+/// planned before calibration with every tensor of unknown type taken as float (see
+/// [`Prepared::plan_before_calibration`]), the Convs' outputs a folded HardSigmoid left
+/// (checked against the recipe's simplification), and the inputs of Softmax-like ops (their
+/// rank decides whether the opset may be raised). Ordered as the graph computes them.
+///
+/// A one-shot quantize observes only these: a session with every tensor as an output costs
+/// twice the float pass on a CNN and grows with the graph (ONNX Runtime's session over
+/// 100,000 outputs took 70 s), and most of a transformer's tensors are never quantized.
+pub fn planned_tensors(prepared: &Prepared, recipe: &Recipe) -> Vec<String> {
+    let plan = prepared.plan_before_calibration(recipe);
+    let mut wanted: HashSet<&str> = HashSet::new();
+    for (name, role) in &plan.roles {
+        match role {
+            TensorRole::Activation => {
+                wanted.insert(name);
+            }
+            TensorRole::Shared(source) => {
+                wanted.insert(name);
+                wanted.insert(source);
+            }
+            _ => {}
+        }
+    }
+    wanted.extend(prepared.report.simplified.unclipped.iter().map(String::as_str));
+    let graph = &prepared.graph;
+    let softmax_inputs = graph
+        .nodes()
+        .iter()
+        .filter(|n| crate::quant::opset::SOFTMAX_LIKE.contains(&n.op_type.as_str()))
+        .filter_map(|n| n.inputs.first());
+    wanted.extend(softmax_inputs.map(String::as_str));
+    crate::calib::runner::calibration_tensors(graph, None)
+        .into_iter()
+        .filter(|t| wanted.contains(t.as_str()))
+        .collect()
+}
+
+/// Calibrates `model` for `recipe`, observing only the tensors its plan reads (see
+/// [`planned_tensors`]) and what its techniques need: for statistics used once, by the
+/// quantize that asked for them. Statistics to keep, for other recipes or the studio's
+/// views, come from [`calibrate_for_recipe`], which observes every tensor.
+pub fn calibrate_planned_for_recipe(
+    model: &Model,
+    recipe: &Recipe,
+    data: &DataSpec,
+    config: &CalibrationConfig,
+    runtime: &Runtime,
+    ctx: &JobContext,
+) -> Result<CalibrationStats, WorkflowError> {
+    let prepared = Prepared::new(model, &recipe.prepared_options())?;
+    let mut config = config.clone();
+    let mut note = None;
+    if config.tensors.is_none() {
+        let planned = planned_tensors(&prepared, recipe);
+        let every = crate::calib::runner::calibration_tensors(&prepared.graph, None).len();
+        note = Some(format!(
+            "observed the {} tensor(s) the plan quantizes, of the {every} a full calibration observes (statistics for this quantize only; `calibrate` keeps every tensor's)",
+            planned.len()
+        ));
+        // Nothing planned: every tensor, so that the quantizer says why nothing is quantized.
+        config.tensors = (!planned.is_empty()).then_some(planned);
+    }
+    let mut stats = calibrate_prepared_for_recipe(&prepared, recipe, data, &config, runtime, ctx)?;
+    if config.tensors.is_some() {
+        stats.info.notes.extend(note);
+        stats.info.planned_only = true;
+    }
+    Ok(stats)
 }
 
 /// Calibrates `model` for `recipe` (see [`config_for_recipe`]).
