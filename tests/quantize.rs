@@ -560,6 +560,10 @@ fn tensorrt_placement_quantizes_compute_inputs_only() {
     // o is quantized only as the residual Add's non-residual input.
     let residual = g.node_by_name("residual").unwrap();
     assert_eq!(residual.inputs[1], "o_DequantizeLinear_Output");
+    // The saved model reads as the plan placed it: TensorRT runs the residual Add in the
+    // epilogue of the layer before, so it counts as quantized (on the CPU it would run float).
+    assert!(q.quantized_nodes.iter().any(|n| n == "residual"));
+    assert!(quant::ops::qdq_structure(&q.model, &g).runs_quantized(residual));
     // Weights per channel, symmetric int8.
     let w = g.node_by_name("wq_DequantizeLinear").unwrap();
     assert_eq!(w.int_attribute("axis"), Some(1));
@@ -1455,4 +1459,104 @@ fn a_recipe_with_its_data_table_quantizes_without_data_flags_to_the_same_bytes()
         errors.len() == 1 && errors[0].contains("[data] calibration_spec"),
         "{said}"
     );
+}
+
+/// The graph of a saved model without its `value_info` (the shapes calibration observed,
+/// which a one-shot quantize records for the tensors it observed only).
+fn graph_without_shapes(path: &Path) -> Vec<u8> {
+    use prost::Message;
+    let mut graph = Model::load(path).unwrap().graph().clone();
+    graph.value_info.clear();
+    graph.encode_to_vec()
+}
+
+/// Quantizes `model` twice: from a full `calibrate` (every tensor's statistics) and in one
+/// shot (`calibrate_args` given to both); returns the two graphs and what the one-shot run
+/// printed.
+fn full_and_one_shot(model: &Path, calibrate_args: &[&str]) -> (Vec<u8>, Vec<u8>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (stats, full, one_shot) = (
+        dir.path().join("stats.json"),
+        dir.path().join("full.onnx"),
+        dir.path().join("one_shot.onnx"),
+    );
+    run_ok(
+        cli()
+            .args(["calibrate", "--onnx_path"])
+            .arg(model)
+            .args(calibrate_args)
+            .arg("-o")
+            .arg(&stats),
+    );
+    run_ok(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(model)
+            .arg("--calibration_cache_path")
+            .arg(&stats)
+            .arg("-o")
+            .arg(&full),
+    );
+    let printed = run_ok(
+        cli()
+            .args(["quantize", "--onnx_path"])
+            .arg(model)
+            .args(calibrate_args)
+            .arg("-o")
+            .arg(&one_shot),
+    );
+    (
+        graph_without_shapes(&full),
+        graph_without_shapes(&one_shot),
+        printed,
+    )
+}
+
+/// The number of tensors a one-shot quantize says it observed, and of how many.
+fn observed_counts(printed: &str) -> (usize, usize) {
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("note: observed the "))
+        .unwrap_or_else(|| panic!("no observation note in:\n{printed}"));
+    let numbers: Vec<usize> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    (numbers[0], numbers[1])
+}
+
+/// A one-shot `quantize` observes only the tensors its plan quantizes, and makes the graph a
+/// full `calibrate` gives. On the sample: simplified (the folded HardSigmoids' Conv outputs
+/// must be observed, or quantizing refuses the statistics), 148 of 188 tensors. On a chain of
+/// Relus whose tensors declare no type: its plan folds every Relu into the range before and
+/// reads 3 tensors; the plan after calibration must still take the 47 it did not observe as
+/// float (as their inferred type says), or it quantizes 3 Relus and keeps the rest in float.
+#[test]
+fn a_one_shot_quantize_observes_what_its_plan_quantizes_and_makes_the_same_graph() {
+    let calib = asset("calib.npz");
+    let data = ["--calibration_data_path", calib.to_str().unwrap()];
+    let (full, one_shot, printed) = full_and_one_shot(&asset("ppocr_cls.onnx"), &data);
+    assert!(full == one_shot, "the sample's graphs differ");
+    let (observed, every) = observed_counts(&printed);
+    assert!(observed < every && observed > 100, "{printed}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let chain = dir.path().join("chain.onnx");
+    let mut b = ModelBuilder::new(17);
+    b.input("x", DataType::Float32, &[1, 8]);
+    for i in 0..50 {
+        let from = if i == 0 {
+            "x".to_owned()
+        } else {
+            format!("t{}", i - 1)
+        };
+        let to = format!("t{i}");
+        b.node("Relu", &[from.as_str()], &[to.as_str()]);
+    }
+    b.output("t49", DataType::Float32, &[1, 8]);
+    b.build().save(&chain, &Default::default()).unwrap();
+    let (full, one_shot, printed) = full_and_one_shot(&chain, &[]);
+    assert!(full == one_shot, "the chain's graphs differ:\n{printed}");
+    assert_eq!(observed_counts(&printed), (3, 51), "{printed}");
+    assert!(printed.contains("folded 48 Relu/Clip"), "{printed}");
 }

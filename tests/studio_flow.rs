@@ -1253,6 +1253,24 @@ fn simplification_is_a_recipe_switch_the_plan_follows() {
         (quantized.len(), divs)
     };
     assert_eq!(quantized(&h), (178, 18));
+    // The inspector of a rewritten Div says what it runs as.
+    let div = {
+        let graph = &h.state().document().unwrap().opened.graph;
+        graph
+            .nodes()
+            .iter()
+            .find(|n| n.op_type == "Div")
+            .unwrap()
+            .id
+    };
+    h.state_mut().push(qdq_studio::app::command::Command::View(
+        ViewCommand::Select(div, qdq_studio::app::command::SelectMode::Replace),
+    ));
+    h.run_steps(3);
+    assert!(
+        h.query_by_label_contains("runs as a Mul by the reciprocal")
+            .is_some()
+    );
     let switch = "fold what the runtime fuses";
     press(&mut h, switch);
     assert!(!recipe(&h).preprocessing.simplify);
@@ -1262,6 +1280,10 @@ fn simplification_is_a_recipe_switch_the_plan_follows() {
         h.state().status()
     );
     assert_eq!(quantized(&h), (168, 0));
+    assert!(
+        h.query_by_label_contains("runs as a Mul by the reciprocal")
+            .is_none()
+    );
     press(&mut h, switch);
     assert!(recipe(&h).preprocessing.simplify);
     assert_eq!(quantized(&h), (178, 18));

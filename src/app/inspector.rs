@@ -150,6 +150,9 @@ fn node(
         );
     }
     state_chip(ui, state);
+    if let Some(text) = doc.planned.plan.rewritten.get(&node.name) {
+        ui.add(egui::Label::new(RichText::new(text).weak()).wrap());
+    }
     if surrounded(doc, node, state) {
         ui.label(
             RichText::new(format!(

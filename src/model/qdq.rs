@@ -174,6 +174,19 @@ impl QdqStructure {
         graph: &Graph,
         has_qdq_form: fn(&str, &str) -> bool,
     ) -> QdqStructure {
+        Self::read_for(model, graph, has_qdq_form, false)
+    }
+
+    /// [`Self::read`] for a runtime that may fuse an Add reading one quantized input and one
+    /// float into its producer's epilogue (`epilogue_adds`: TensorRT's residual Add, which
+    /// its placement gives Q/DQ on the non-residual input only); such an Add then computes
+    /// quantized, as the plan that placed it says.
+    pub fn read_for(
+        model: &Model,
+        graph: &Graph,
+        has_qdq_form: fn(&str, &str) -> bool,
+        epilogue_adds: bool,
+    ) -> QdqStructure {
         let mut structure = QdqStructure {
             reads: HashMap::new(),
             produced: HashMap::new(),
@@ -212,7 +225,7 @@ impl QdqStructure {
         let quantized = graph
             .nodes()
             .iter()
-            .map(|n| structure.computes_quantized(n, has_qdq_form))
+            .map(|n| structure.computes_quantized(n, has_qdq_form, epilogue_adds))
             .collect();
         structure.quantized = quantized;
         structure
@@ -221,12 +234,17 @@ impl QdqStructure {
     /// True when `node` computes on quantized values: an integer op, or a node of an op type
     /// with a QDQ form (`has_qdq_form`: the quantizer's list) that reads a dequantized tensor
     /// (every input, for [`ALL_INPUTS_QUANTIZED`]: a residual Add reading a quantized stream
-    /// and a float one runs in float).
+    /// and a float one runs in float, unless `epilogue_adds`, see [`Self::read_for`]).
     /// A node that merely reads a quantized tensor another consumer needed (a Shape, a Div, a
     /// ReduceSum) computes in float, and so does one that only writes a tensor its consumer
     /// quantizes (a LayerNorm or Transpose before a MatMul whose inputs alone are quantized,
     /// as ModelOpt and the transformer placement leave them).
-    fn computes_quantized(&self, node: &Node, has_qdq_form: fn(&str, &str) -> bool) -> bool {
+    fn computes_quantized(
+        &self,
+        node: &Node,
+        has_qdq_form: fn(&str, &str) -> bool,
+        epilogue_adds: bool,
+    ) -> bool {
         if self.is_folded(node.id) {
             return false;
         }
@@ -241,7 +259,9 @@ impl QdqStructure {
         };
         has_qdq_form(&node.domain, &node.op_type)
             && self.quantized_inputs(node).next().is_some()
-            && (!ALL_INPUTS_QUANTIZED.contains(&node.op_type.as_str()) || reads_all())
+            && (!ALL_INPUTS_QUANTIZED.contains(&node.op_type.as_str())
+                || reads_all()
+                || (epilogue_adds && node.op_type == ops::ADD))
     }
 
     /// True when the model is quantized: it has folded Q/DQ pairs or integer ops.

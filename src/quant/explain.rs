@@ -176,6 +176,10 @@ pub struct Explanation {
     pub outlier_rows: Vec<super::outlier_rows::SplitLayer>,
     /// The quantized nodes the recipe gives another precision (`node_precision`), by name.
     pub node_precision: BTreeMap<String, crate::recipe::NodePrecision>,
+    /// Nodes simplification rewrote in place, by name, with what they run as (a Div by a
+    /// constant as a Mul by its reciprocal): the node keeps its name and its op type in the
+    /// recipe's lists, but the saved model holds the new op.
+    pub rewritten: BTreeMap<String, String>,
 }
 
 impl Explanation {
@@ -280,7 +284,22 @@ pub fn explain_prepared(
         seven_bit_weights,
         outlier_rows: prepared.report.outlier_rows.clone(),
         node_precision,
+        rewritten: rewritten(prepared),
     }
+}
+
+/// What simplification made of the nodes it rewrote in place (see [`Explanation::rewritten`]).
+fn rewritten(prepared: &Prepared) -> BTreeMap<String, String> {
+    prepared
+        .report
+        .simplified
+        .divisions
+        .iter()
+        .map(|name| {
+            let text = "Simplified: runs as a Mul by the reciprocal of its constant divisor,                         which quantizes where ONNX Runtime has no integer Div (Simplify in the                         recipe)";
+            (name.clone(), text.to_owned())
+        })
+        .collect()
 }
 
 fn node_decisions(

@@ -14,9 +14,13 @@ pub fn is_quantizable_by_default(domain: &str, op_type: &str) -> bool {
 
 /// The Q/DQ structure of `model` (indexed as `graph`) with its quantized nodes counted as this
 /// quantizer counts them: an op it has a QDQ form for, reading or writing a quantized tensor.
+/// A model this tool placed for TensorRT (its stamped recipe says so) counts its residual
+/// Adds, quantized on one input, as TensorRT runs them: in the convolution's epilogue.
 pub fn qdq_structure(
     model: &crate::model::Model,
     graph: &crate::model::Graph,
 ) -> crate::model::qdq::QdqStructure {
-    crate::model::qdq::QdqStructure::read(model, graph, is_quantizable_by_default)
+    let tensorrt = crate::quant::stamped_recipe(model)
+        .is_some_and(|r| r.placement == crate::recipe::Placement::Tensorrt);
+    crate::model::qdq::QdqStructure::read_for(model, graph, is_quantizable_by_default, tensorrt)
 }

@@ -195,7 +195,14 @@ pub fn planned_tensors(prepared: &Prepared, recipe: &Recipe) -> Vec<String> {
             _ => {}
         }
     }
-    wanted.extend(prepared.report.simplified.unclipped.iter().map(String::as_str));
+    wanted.extend(
+        prepared
+            .report
+            .simplified
+            .unclipped
+            .iter()
+            .map(String::as_str),
+    );
     let graph = &prepared.graph;
     let softmax_inputs = graph
         .nodes()
