@@ -141,7 +141,8 @@ fn op_counts_qualify_foreign_domains() {
 
 /// The three shapes whose quantize time grew with the square of their size: a Relu chain
 /// (every Relu folded into the range before it), an Add chain with a constant at each step
-/// (a Q/DQ pair on every tensor), and a fan of Relus into one Sum.
+/// (a Q/DQ pair on every tensor), and a fan of Relus into one Sum. The Relus read a MatMul's
+/// output: a Relu whose input is float stays float, as in onnxruntime.
 #[derive(Clone, Copy, Debug)]
 enum Shape {
     ReluChain,
@@ -155,10 +156,17 @@ fn scaled_model(shape: Shape, n: usize) -> (qdq_studio::model::Model, Calibratio
     let mut b = ModelBuilder::new(17);
     b.input("x", DataType::Float32, &[1, 8]);
     let mut names = vec!["x".to_owned()];
+    if !matches!(shape, Shape::AddChain) {
+        let w = ArrayD::from_shape_fn(IxDyn(&[8, 8]), |i| (i[0] as f32 - i[1] as f32) / 8.0);
+        b.initializer("w", TensorArray::Float32(w));
+        b.node("MatMul", &["x", "w"], &["h"]);
+        names = vec!["x".to_owned(), "h".to_owned()];
+    }
     match shape {
         Shape::ReluChain | Shape::AddChain => {
+            let first = names.len() - 1;
             for i in 0..n {
-                let (x, y) = (names[i].clone(), format!("t{i}"));
+                let (x, y) = (names[first + i].clone(), format!("t{i}"));
                 if matches!(shape, Shape::ReluChain) {
                     b.node("Relu", &[&x], &[&y]);
                 } else {
@@ -168,12 +176,12 @@ fn scaled_model(shape: Shape, n: usize) -> (qdq_studio::model::Model, Calibratio
                 }
                 names.push(y);
             }
-            b.output(&names[n], DataType::Float32, &[1, 8]);
+            b.output(&names[first + n], DataType::Float32, &[1, 8]);
         }
         Shape::Fan => {
             let branches: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
             for t in &branches {
-                b.node("Relu", &["x"], &[t]);
+                b.node("Relu", &["h"], &[t]);
             }
             let inputs: Vec<&str> = branches.iter().map(String::as_str).collect();
             b.node("Sum", &inputs, &["y"]);

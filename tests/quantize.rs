@@ -1527,10 +1527,11 @@ fn observed_counts(printed: &str) -> (usize, usize) {
 
 /// A one-shot `quantize` observes only the tensors its plan quantizes, and makes the graph a
 /// full `calibrate` gives. On the sample: simplified (the folded HardSigmoids' Conv outputs
-/// must be observed, or quantizing refuses the statistics), 148 of 188 tensors. On a chain of
-/// Relus whose tensors declare no type: its plan folds every Relu into the range before and
-/// reads 3 tensors; the plan after calibration must still take the 47 it did not observe as
-/// float (as their inferred type says), or it quantizes 3 Relus and keeps the rest in float.
+/// must be observed, or quantizing refuses the statistics), 148 of 188 tensors. On a MatMul
+/// and a chain of Relus whose tensors declare no type: its plan folds every Relu but the last
+/// into the MatMul's range and reads 3 tensors; the plan after calibration must still take
+/// the 49 it did not observe as float (as their inferred type says), or it keeps the Relus
+/// in float and quantizes the MatMul's output where the chain starts.
 #[test]
 fn a_one_shot_quantize_observes_what_its_plan_quantizes_and_makes_the_same_graph() {
     let calib = asset("calib.npz");
@@ -1544,9 +1545,12 @@ fn a_one_shot_quantize_observes_what_its_plan_quantizes_and_makes_the_same_graph
     let chain = dir.path().join("chain.onnx");
     let mut b = ModelBuilder::new(17);
     b.input("x", DataType::Float32, &[1, 8]);
+    let w = ArrayD::from_shape_fn(IxDyn(&[8, 8]), |i| (i[0] as f32 - i[1] as f32) / 8.0);
+    b.initializer("w", TensorArray::Float32(w));
+    b.node("MatMul", &["x", "w"], &["h"]);
     for i in 0..50 {
         let from = if i == 0 {
-            "x".to_owned()
+            "h".to_owned()
         } else {
             format!("t{}", i - 1)
         };
@@ -1557,6 +1561,6 @@ fn a_one_shot_quantize_observes_what_its_plan_quantizes_and_makes_the_same_graph
     b.build().save(&chain, &Default::default()).unwrap();
     let (full, one_shot, printed) = full_and_one_shot(&chain, &[]);
     assert!(full == one_shot, "the chain's graphs differ:\n{printed}");
-    assert_eq!(observed_counts(&printed), (3, 51), "{printed}");
-    assert!(printed.contains("folded 48 Relu/Clip"), "{printed}");
+    assert_eq!(observed_counts(&printed), (3, 52), "{printed}");
+    assert!(printed.contains("folded 49 Relu/Clip"), "{printed}");
 }

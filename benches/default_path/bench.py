@@ -13,8 +13,9 @@ grow with the graph.
    `qdq-studio calibrate` with every statistic (extremes and 2048-bin histograms of every
    tensor): the calibration's own time as it reports it (session, model runs, statistics).
    Target: <= 2x the float pass.
-3. Graph size, no data, default flags: a chain of 100,000 Relus and a fan of Relus into one
-   Sum (`--fan_width`, 20,000 as the issue asks). Beside each, the floor ONNX Runtime itself
+3. Graph size, no data, default flags: a MatMul then a chain of 100,000 Relus, and a MatMul
+   then a fan of Relus into one Sum (`--fan_width`, 20,000 as the issue asks); the MatMul
+   gives the Relus something to quantize (see `graph_model`). Beside each, the floor ONNX Runtime itself
    sets, measured in this process: creating a session whose outputs are every tensor
    (calibration must observe them) and running it once per random sample (16), and loading
    the QDQ model at ONNX Runtime's default optimizations (the check every saved model gets).
@@ -34,7 +35,7 @@ import time
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, version_converter
+from onnx import TensorProto, helper, numpy_helper, version_converter
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benches"))
@@ -137,20 +138,27 @@ def rec_calibrate(binary, model, calib, lines):
 
 
 def graph_model(kind, n, path):
-    """A chain of `n` Relus, or a fan of `n` Relus into one Sum, on a [1, 8] input."""
-    nodes = []
+    """A MatMul on a [1, 8] input, then a chain of `n` Relus or a fan of `n` Relus into one Sum.
+
+    The MatMul gives the Relus a quantized input: onnxruntime quantizes a Relu only then (a
+    Relu reading a float tensor stays float), and so does qdq-studio's `ort` placement; a
+    chain of Relus alone has nothing to quantize. In the chain every Relu but the last folds
+    into the MatMul's output range; in the fan each Relu output gets its Q/DQ pair.
+    """
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul")]
     if kind == "chain":
-        prev = "x"
+        prev = "h"
         for i in range(n):
             out = "y" if i == n - 1 else f"t{i}"
             nodes.append(helper.make_node("Relu", [prev], [out], name=f"r{i}"))
             prev = out
     else:
         branches = [f"t{i}" for i in range(n)]
-        nodes = [helper.make_node("Relu", ["x"], [t], name=f"r{i}") for i, t in enumerate(branches)]
+        nodes += [helper.make_node("Relu", ["h"], [t], name=f"r{i}") for i, t in enumerate(branches)]
         nodes.append(helper.make_node("Sum", branches, ["y"], name="sum"))
     io = lambda name: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 8])  # noqa: E731
-    graph = helper.make_graph(nodes, kind, [io("x")], [io("y")])
+    weight = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph(nodes, kind, [io("x")], [io("y")], initializer=[weight])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
 
 

@@ -463,13 +463,25 @@ fn check_plan(
     plan: Plan,
     stats: Option<&CalibrationStats>,
 ) -> Result<Plan, QuantError> {
+    refuse_empty_plan(prepared, recipe, &plan, stats)?;
+    Ok(plan)
+}
+
+/// The error quantizing ends with when `plan` quantizes nothing, saying why (float-ness of
+/// tensors as `stats` show it): raised before a calibration too, which could not change it.
+pub fn refuse_empty_plan(
+    prepared: &Prepared,
+    recipe: &Recipe,
+    plan: &Plan,
+    stats: Option<&CalibrationStats>,
+) -> Result<(), QuantError> {
     if plan.quantized.is_empty() || plan.roles.is_empty() {
         let is_float = |t: &str| prepared.is_float(t, stats);
         return Err(QuantError::NothingToQuantize {
-            why: nothing_quantized(&prepared.graph, recipe, &plan, &is_float),
+            why: nothing_quantized(&prepared.graph, recipe, plan, &is_float),
         });
     }
-    Ok(plan)
+    Ok(())
 }
 
 /// Why a plan quantizes nothing: the recipe selects none of the model's op types, or the

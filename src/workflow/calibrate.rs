@@ -14,7 +14,7 @@ use crate::calib::{CalibrationConfig, CalibrationStats};
 use crate::jobs::JobContext;
 use crate::model::Model;
 use crate::quant::Prepared;
-use crate::quant::plan::TensorRole;
+use crate::quant::plan::{Plan, TensorRole};
 use crate::recipe::{Int4Method, Preprocessing, QuantMode, Recipe};
 use crate::runtime::Runtime;
 
@@ -170,9 +170,9 @@ pub fn needs_histograms(recipe: &Recipe) -> bool {
                 .any(|o| o.method.as_ref().is_some_and(RangeMethod::needs_histogram)))
 }
 
-/// The tensors whose statistics quantizing the prepared model with `recipe` reads: those the
+/// The tensors whose statistics quantizing the prepared model with `plan` reads: those the
 /// plan quantizes like an activation (its own range, or the tensor whose scale it shares),
-/// planned before calibration with every tensor of unknown type taken as float (see
+/// when planned before calibration with every tensor of unknown type taken as float (see
 /// [`Prepared::plan_before_calibration`]), the Convs' outputs a folded HardSigmoid left
 /// (checked against the recipe's simplification), and the inputs of Softmax-like ops (their
 /// rank decides whether the opset may be raised). Ordered as the graph computes them.
@@ -180,8 +180,7 @@ pub fn needs_histograms(recipe: &Recipe) -> bool {
 /// A one-shot quantize observes only these: a session with every tensor as an output costs
 /// twice the float pass on a CNN and grows with the graph (ONNX Runtime's session over
 /// 100,000 outputs took 70 s), and most of a transformer's tensors are never quantized.
-pub fn planned_tensors(prepared: &Prepared, recipe: &Recipe) -> Vec<String> {
-    let plan = prepared.plan_before_calibration(recipe);
+pub fn planned_tensors(prepared: &Prepared, plan: &Plan) -> Vec<String> {
     let mut wanted: HashSet<&str> = HashSet::new();
     for (name, role) in &plan.roles {
         match role {
@@ -232,7 +231,10 @@ pub fn calibrate_planned_for_recipe(
     let mut config = config.clone();
     let mut note = None;
     if config.tensors.is_none() {
-        let planned = planned_tensors(&prepared, recipe);
+        let plan = prepared.plan_before_calibration(recipe);
+        // A plan that quantizes nothing stays empty whatever calibration finds: no run.
+        crate::quant::refuse_empty_plan(&prepared, recipe, &plan, None)?;
+        let planned = planned_tensors(&prepared, &plan);
         let every = crate::calib::runner::calibration_tensors(&prepared.graph, None).len();
         note = Some(format!(
             "observed the {} tensor(s) the plan quantizes, of the {every} a full calibration observes (statistics for this quantize only; `calibrate` keeps every tensor's)",

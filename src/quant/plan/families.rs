@@ -94,10 +94,7 @@ impl Planner<'_> {
                 Ok(())
             }
             Rule::SharedScale => self.shared_scale(node),
-            Rule::FloorActivation => {
-                self.floor_activation(node);
-                Ok(())
-            }
+            Rule::FloorActivation => self.floor_activation(node),
             Rule::TensorrtAdd => self.tensorrt_add(node),
             Rule::TensorrtInputs => {
                 self.tensorrt_inputs(node);
@@ -177,8 +174,15 @@ impl Planner<'_> {
         Ok(())
     }
 
-    fn floor_activation(&mut self, node: &Node) {
+    /// A Relu or Clip: folded into the range before it when that is exact, else quantized on
+    /// both sides; left in float when its input is not quantized (onnxruntime's rule: the
+    /// Q/DQ pairs would only add work to a float path, and a Relu chain from a graph input
+    /// has nothing to quantize).
+    fn floor_activation(&mut self, node: &Node) -> Result<(), Exclusion> {
         let x = input(node, 0);
+        if !self.plan.roles.contains_key(&x) {
+            return Err(Exclusion::OpTypeNotQuantized);
+        }
         let y = node.outputs[0].clone();
         // Dropping the node is exact when the quantized range of its input starts at zero
         // with the zero point at qmin: asymmetric activations of a Relu, or a Clip whose
@@ -202,6 +206,7 @@ impl Planner<'_> {
             self.set(&x, TensorRole::Activation);
             self.set(&y, TensorRole::Activation);
         }
+        Ok(())
     }
 
     /// An Add of two activations is a residual join: only the non-residual input gets Q/DQ.
