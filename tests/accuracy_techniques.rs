@@ -541,8 +541,10 @@ fn cli_gptq_and_layerwise_ranges_from_a_statistics_file() {
     assert!(recipe.gptq && recipe.layerwise_range);
 }
 
-/// Two inputs with one rare spike each: `a` feeds a Clip(-1, 1), which throws the spike away,
-/// then a MatMul; `b` feeds a MatMul, for which the spike counts.
+/// Two inputs with one rare spike each: `a` (a spike of √40) is squared (a Mul: the Clip must
+/// read a quantized tensor, as a Clip reading a float one stays float, in onnxruntime too),
+/// and its square feeds a Clip(-1, 1), which throws the spike of 40 away, then a MatMul; `b`
+/// feeds a MatMul, for which the spike counts.
 fn spiked_model() -> Model {
     let mut b = ModelBuilder::new(17);
     b.input("a", DataType::Float32, &[-1, 8, 64]);
@@ -557,7 +559,8 @@ fn spiked_model() -> Model {
     );
     b.initializer("w1", tensor(41, &[64, 16]));
     b.initializer("w2", tensor(42, &[64, 16]));
-    b.node("Clip", &["a", "lo", "hi"], &["clipped"])
+    b.node("Mul", &["a", "a"], &["squared"]).name("square");
+    b.node("Clip", &["squared", "lo", "hi"], &["clipped"])
         .name("clip");
     b.node("MatMul", &["clipped", "w1"], &["y1"])
         .name("matmul_a");
@@ -592,7 +595,9 @@ fn run_two(model: &Model, a: &ArrayD<f32>, b: &ArrayD<f32>) -> (ArrayD<f32>, Arr
 fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("calib.npz");
-    let (a, b) = (spiked(1, 64), spiked(2, 64));
+    // `a`'s square is `spiked`'s magnitude: values in [0, 1), one of 40.
+    let a = spiked(1, 64).mapv(|v| v.signum() * v.abs().sqrt());
+    let b = spiked(2, 64);
     write_npz(
         &data,
         &[
@@ -609,7 +614,7 @@ fn layerwise_ranges_clip_where_the_reader_discards_and_keep_where_it_counts() {
     assert!(stats.info.layerwise_ranges);
     let method = |t: &str| stats.range_choices.get(t).map(|c| c.method.label());
     assert_eq!(
-        method("a").as_deref(),
+        method("squared").as_deref(),
         Some("percentile 99.99"),
         "{:?}",
         stats.range_choices
