@@ -9,21 +9,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Counts being gathered for a [`Histogram`] (four interleaved u32 lanes per bin), added to
-/// its counts by [`Histogram::flush`]: pieces of a batch are binned into one tally, so that
-/// the lanes are summed once per batch rather than once per piece.
-#[derive(Debug)]
-pub struct Tally {
-    lanes: Vec<u32>,
-    /// Values binned since the last flush.
-    pending: usize,
-}
-
-impl Tally {
-    /// Values a tally takes before a flush: no u32 lane can overflow.
-    const FLUSH_EVERY: usize = 1 << 30;
-}
-
 /// A histogram over `[-half_range, half_range]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Histogram {
@@ -114,44 +99,18 @@ impl Histogram {
     /// [`Histogram::add`] for callers that know whether every value is finite: then the
     /// binning loop runs without per-value checks (the hot loop of calibration).
     pub fn add_summarized(&mut self, values: &[f32], abs_max: f32, all_finite: bool) {
-        let mut tally = self.tally();
-        self.tally_piece(&mut tally, values, abs_max, all_finite);
-        self.flush(&mut tally);
-    }
-
-    /// Empty counters for [`Self::tally_piece`].
-    pub fn tally(&self) -> Tally {
-        Tally {
-            lanes: vec![0; 4 * self.bins()],
-            pending: 0,
-        }
-    }
-
-    /// Bins `piece` (finite values of largest magnitude `abs_max`; `all_finite` when it holds
-    /// no NaN or infinity) into `tally`, growing the range first when `abs_max` exceeds it
-    /// (the tally is added to the counts before, so that its bins merge with them). Pieces of
-    /// one batch binned in turn give the histogram the whole batch gives, as the range only
-    /// ever doubles: a value binned before a growth lands in the bin it would have had after.
-    pub fn tally_piece(
-        &mut self,
-        tally: &mut Tally,
-        piece: &[f32],
-        abs_max: f32,
-        all_finite: bool,
-    ) {
         if !self.fixed && abs_max > self.half_range {
-            self.flush(tally);
             self.grow_to(abs_max);
         }
         if self.half_range == 0.0 {
-            self.pending_zeros += piece.iter().filter(|v| v.is_finite()).count() as u64;
-            return;
-        }
-        if self.fixed {
-            self.add_numpy(piece);
+            self.pending_zeros += values.iter().filter(|v| v.is_finite()).count() as u64;
             return;
         }
         let n = self.bins();
+        if self.fixed {
+            self.add_numpy(values);
+            return;
+        }
         let last = (n - 1) as f32;
         // Bin of v: floor((v + t) * n / 2t), clamped, in f32. Four interleaved count arrays
         // keep runs of equal values (the zeros after a Relu) from serialising on one counter.
@@ -160,31 +119,25 @@ impl Histogram {
         // a Relu's, in the bin left of zero and made [0, max] look like it clips them).
         let offset = n as f32 / 2.0;
         let scale = (per_unit, offset, last);
-        // u32 lanes: flush before any could overflow.
-        for block in piece.chunks(Tally::FLUSH_EVERY) {
-            if tally.pending + block.len() > Tally::FLUSH_EVERY {
-                self.flush(tally);
-            }
-            if all_finite {
-                count_bins(block, scale, n, &mut tally.lanes);
-            } else {
-                for &v in block.iter().filter(|v| v.is_finite()) {
-                    tally.lanes[streaming_bin(v, scale) as usize] += 1;
+        let mut local = vec![0u32; 4 * n];
+        let flush = |local: &mut Vec<u32>, counts: &mut Vec<u64>| {
+            for lane in local.chunks_exact_mut(n) {
+                for (c, l) in counts.iter_mut().zip(lane.iter_mut()) {
+                    *c += u64::from(std::mem::take(l));
                 }
             }
-            tally.pending += block.len();
-        }
-    }
-
-    /// Adds `tally`'s counts to the histogram and empties it.
-    pub fn flush(&mut self, tally: &mut Tally) {
-        let n = self.bins();
-        for lane in tally.lanes.chunks_exact_mut(n) {
-            for (c, l) in self.counts.iter_mut().zip(lane.iter_mut()) {
-                *c += u64::from(std::mem::take(l));
+        };
+        // u32 lanes: flush before any could overflow.
+        for block in values.chunks(1 << 30) {
+            if all_finite {
+                count_bins(block, scale, n, &mut local);
+            } else {
+                for &v in block.iter().filter(|v| v.is_finite()) {
+                    local[streaming_bin(v, scale) as usize] += 1;
+                }
             }
+            flush(&mut local, &mut self.counts);
         }
-        tally.pending = 0;
     }
 
     /// numpy's `np.histogram(values, n, range=(-t, t))` on float32 data, to the bit: the

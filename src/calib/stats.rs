@@ -83,52 +83,7 @@ pub struct BatchSummary {
     pub min_abs: f32,
 }
 
-/// Values summarized and binned together: a piece of this many (64 KiB) is still in the
-/// cache when its bins are counted, so a large tensor is read from memory once, not twice.
-const PIECE: usize = 16 * 1024;
-
-/// Summarizes `values` and bins them into `histogram`, a batch's summary with it. Once the
-/// histogram has a range, piece by piece ([`Histogram::tally_piece`]: the same bins); before,
-/// the whole batch is summarized first, since its largest magnitude sets the range the
-/// histogram then doubles from.
-fn summarize_and_bin(histogram: &mut Histogram, values: &[f32]) -> BatchSummary {
-    if histogram.half_range == 0.0 || histogram.fixed {
-        let summary = BatchSummary::of(values);
-        histogram.add_summarized(values, summary.abs_max(), summary.nan + summary.inf == 0);
-        return summary;
-    }
-    let mut tally = histogram.tally();
-    let mut summary = BatchSummary::EMPTY;
-    for piece in values.chunks(PIECE) {
-        let part = BatchSummary::of(piece);
-        histogram.tally_piece(&mut tally, piece, part.abs_max(), part.nan + part.inf == 0);
-        summary.merge(&part);
-    }
-    histogram.flush(&mut tally);
-    summary
-}
-
 impl BatchSummary {
-    /// The summary of no values.
-    pub const EMPTY: BatchSummary = BatchSummary {
-        count: 0,
-        nan: 0,
-        inf: 0,
-        min: f32::INFINITY,
-        max: f32::NEG_INFINITY,
-        min_abs: f32::INFINITY,
-    };
-
-    /// Folds the summary of more values of the same batch in.
-    pub fn merge(&mut self, other: &BatchSummary) {
-        self.count += other.count;
-        self.nan += other.nan;
-        self.inf += other.inf;
-        self.min = self.min.min(other.min);
-        self.max = self.max.max(other.max);
-        self.min_abs = self.min_abs.min(other.min_abs);
-    }
-
     /// Scans the values. The common all-finite case is one branch-free pass (`f32::min` and
     /// `max` skip NaN; infinities are counted separately and only then rescanned).
     pub fn of(values: &[f32]) -> Self {
@@ -224,14 +179,12 @@ impl TensorStats {
 
     /// Folds one batch in: counts, extremes, shapes, and (when enabled) the histogram.
     pub fn add_batch(&mut self, values: &[f32], shape: &[usize], histogram_bins: Option<usize>) {
-        let summary = match histogram_bins {
-            None => BatchSummary::of(values),
-            Some(bins) => {
-                let histogram = self.histogram.get_or_insert_with(|| Histogram::new(bins));
-                summarize_and_bin(histogram, values)
-            }
-        };
+        let summary = BatchSummary::of(values);
         self.add_summary(&summary, shape);
+        if let Some(bins) = histogram_bins {
+            let histogram = self.histogram.get_or_insert_with(|| Histogram::new(bins));
+            histogram.add_summarized(values, summary.abs_max(), summary.nan + summary.inf == 0);
+        }
     }
 
     /// Folds a batch's summary in (no histogram).
@@ -401,29 +354,6 @@ pub struct Smoothing {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A batch binned piece by piece, its range doubling twice in its third piece, gives the
-    /// histogram and summary of the whole batch binned at once (values on exact binary
-    /// fractions, so that no f32 rounding at a bin edge can tell the two apart; below the
-    /// range's top, which is clamped into the last bin and so, binned before a doubling,
-    /// lands a bin lower: as between batches).
-    #[test]
-    fn a_batch_binned_in_pieces_equals_it_binned_whole() {
-        let mut anchored = Histogram::new(2048);
-        anchored.add_summarized(&[0.5, -1.0], 1.0, true);
-        let mut values: Vec<f32> = (0..3 * PIECE + 123)
-            .map(|i| ((i * 37) % 128) as f32 / 64.0 - 1.0)
-            .collect();
-        values[2 * PIECE + 5] = 3.0;
-        values[2 * PIECE + 9] = f32::NAN;
-        let mut whole = anchored.clone();
-        let summary = BatchSummary::of(&values);
-        whole.add_summarized(&values, summary.abs_max(), false);
-        let mut pieces = anchored;
-        assert_eq!(summarize_and_bin(&mut pieces, &values), summary);
-        assert_eq!(pieces, whole);
-        assert_eq!((pieces.half_range, summary.nan), (4.0, 1));
-    }
 
     #[test]
     fn nan_and_inf_are_counted_not_folded_into_ranges() {
