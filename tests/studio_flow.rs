@@ -1268,7 +1268,7 @@ fn simplification_is_a_recipe_switch_the_plan_follows() {
     ));
     h.run_steps(3);
     assert!(
-        h.query_by_label_contains("runs as a Mul by the reciprocal")
+        h.query_by_label_contains("its constant divisor, which quantizes where")
             .is_some()
     );
     let switch = "fold what the runtime fuses";

@@ -288,6 +288,10 @@ pub fn explain_prepared(
     }
 }
 
+/// What a Div simplification made a multiplication runs as, for the inspector.
+const REWRITTEN_DIV: &str = "Simplified: runs as a Mul by the reciprocal of its constant divisor, \
+     which quantizes where ONNX Runtime has no integer Div (Simplify in the recipe)";
+
 /// What simplification made of the nodes it rewrote in place (see [`Explanation::rewritten`]).
 fn rewritten(prepared: &Prepared) -> BTreeMap<String, String> {
     prepared
@@ -295,10 +299,7 @@ fn rewritten(prepared: &Prepared) -> BTreeMap<String, String> {
         .simplified
         .divisions
         .iter()
-        .map(|name| {
-            let text = "Simplified: runs as a Mul by the reciprocal of its constant divisor,                         which quantizes where ONNX Runtime has no integer Div (Simplify in the                         recipe)";
-            (name.clone(), text.to_owned())
-        })
+        .map(|name| (name.clone(), REWRITTEN_DIV.to_owned()))
         .collect()
 }
 
