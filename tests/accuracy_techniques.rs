@@ -221,6 +221,7 @@ fn calibrate(model: &Model, recipe: &Recipe, data: &std::path::Path) -> Calibrat
         },
         &runtime(),
         &JobContext::silent(),
+        qdq_studio::workflow::calibrate::Observed::Every,
     )
     .unwrap()
 }

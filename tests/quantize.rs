@@ -835,6 +835,7 @@ fn an_already_quantized_input_is_refused_in_one_line() {
         &qdq_studio::calib::CalibrationConfig::default(),
         &runtime(),
         &qdq_studio::jobs::JobContext::silent(),
+        qdq_studio::workflow::calibrate::Observed::Every,
     )
     .unwrap_err();
     assert!(err.to_string().starts_with("already quantized: "), "{err}");

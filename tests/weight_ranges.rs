@@ -27,6 +27,7 @@ fn calibrated(
         &CalibrationConfig::default(),
         rt,
         &JobContext::silent(),
+        qdq_studio::workflow::calibrate::Observed::Every,
     )
     .unwrap()
 }

@@ -149,7 +149,9 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     recipe.gptq = args.gptq;
     recipe.layerwise_range = args.layerwise_range;
     recipe.calibration_method = method;
-    let stats = calibrate::calibrate_for_recipe(&model, &recipe, &spec, &config, &runtime, &ctx);
+    let every = calibrate::Observed::Every;
+    let stats =
+        calibrate::calibrate_for_recipe(&model, &recipe, &spec, &config, &runtime, &ctx, every);
     bar.finish_and_clear();
     let stats = stats?;
     statistics::save(&stats, &args.output)?;

@@ -519,18 +519,19 @@ fn statistics_for(
     eprintln!("calibrating on {} ...", spec.describe());
     // `--tune_latency` leaves groups out and plans again: a group's neighbours may then need
     // ranges the first plan took from inside the group, so it observes every tensor.
-    let calibrate = if args.tune_latency {
-        calibrate::calibrate_for_recipe
+    let observed = if args.tune_latency {
+        calibrate::Observed::Every
     } else {
-        calibrate::calibrate_planned_for_recipe
+        calibrate::Observed::Planned
     };
-    let stats = calibrate(
+    let stats = calibrate::calibrate_for_recipe(
         model,
         recipe,
         &spec,
         &config,
         runtime,
         &JobContext::silent(),
+        observed,
     )?;
     for note in &stats.info.notes {
         eprintln!("note: {note}");

@@ -215,43 +215,19 @@ pub fn planned_tensors(prepared: &Prepared, plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// Calibrates `model` for `recipe`, observing only the tensors its plan reads (see
-/// [`planned_tensors`]) and what its techniques need: for statistics used once, by the
-/// quantize that asked for them. Statistics to keep, for other recipes or the studio's
-/// views, come from [`calibrate_for_recipe`], which observes every tensor.
-pub fn calibrate_planned_for_recipe(
-    model: &Model,
-    recipe: &Recipe,
-    data: &DataSpec,
-    config: &CalibrationConfig,
-    runtime: &Runtime,
-    ctx: &JobContext,
-) -> Result<CalibrationStats, WorkflowError> {
-    let prepared = Prepared::new(model, &recipe.prepared_options())?;
-    let mut config = config.clone();
-    let mut note = None;
-    if config.tensors.is_none() {
-        let plan = prepared.plan_before_calibration(recipe);
-        // A plan that quantizes nothing stays empty whatever calibration finds: no run.
-        crate::quant::refuse_empty_plan(&prepared, recipe, &plan, None)?;
-        let planned = planned_tensors(&prepared, &plan);
-        let every = crate::calib::runner::calibration_tensors(&prepared.graph, None).len();
-        note = Some(format!(
-            "observed the {} tensor(s) the plan quantizes, of the {every} a full calibration observes (statistics for this quantize only; `calibrate` keeps every tensor's)",
-            planned.len()
-        ));
-        // Nothing planned: every tensor, so that the quantizer says why nothing is quantized.
-        config.tensors = (!planned.is_empty()).then_some(planned);
-    }
-    let mut stats = calibrate_prepared_for_recipe(&prepared, recipe, data, &config, runtime, ctx)?;
-    if config.tensors.is_some() {
-        stats.info.notes.extend(note);
-        stats.info.planned_only = true;
-    }
-    Ok(stats)
+/// Which tensors a calibration for a recipe observes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    /// Every float tensor: statistics to keep, for other recipes or the studio's views.
+    Every,
+    /// Only the tensors the recipe's plan reads (see [`planned_tensors`]) and what its
+    /// techniques need: statistics used once, by the quantize that asked for them.
+    Planned,
 }
 
-/// Calibrates `model` for `recipe` (see [`config_for_recipe`]).
+/// Calibrates `model` for `recipe` (see [`config_for_recipe`]), observing what `observed`
+/// says. [`Observed::Planned`] refuses a plan that quantizes nothing before any run, adds a
+/// note saying what was observed, and marks the statistics `planned_only`.
 pub fn calibrate_for_recipe(
     model: &Model,
     recipe: &Recipe,
@@ -259,9 +235,32 @@ pub fn calibrate_for_recipe(
     config: &CalibrationConfig,
     runtime: &Runtime,
     ctx: &JobContext,
+    observed: Observed,
 ) -> Result<CalibrationStats, WorkflowError> {
     let prepared = Prepared::new(model, &recipe.prepared_options())?;
-    calibrate_prepared_for_recipe(&prepared, recipe, data, config, runtime, ctx)
+    if observed == Observed::Every || config.tensors.is_some() {
+        return calibrate_prepared_for_recipe(&prepared, recipe, data, config, runtime, ctx);
+    }
+    let plan = prepared.plan_before_calibration(recipe);
+    // A plan that quantizes nothing stays empty whatever calibration finds: no run.
+    crate::quant::refuse_empty_plan(&prepared, recipe, &plan, None)?;
+    let planned = planned_tensors(&prepared, &plan);
+    if planned.is_empty() {
+        return calibrate_prepared_for_recipe(&prepared, recipe, data, config, runtime, ctx);
+    }
+    let every = crate::calib::runner::calibration_tensors(&prepared.graph, None).len();
+    let note = format!(
+        "observed the {} tensor(s) the plan quantizes, of the {every} a full calibration observes (statistics for this quantize only; `calibrate` keeps every tensor's)",
+        planned.len()
+    );
+    let config = CalibrationConfig {
+        tensors: Some(planned),
+        ..config.clone()
+    };
+    let mut stats = calibrate_prepared_for_recipe(&prepared, recipe, data, &config, runtime, ctx)?;
+    stats.info.notes.push(note);
+    stats.info.planned_only = true;
+    Ok(stats)
 }
 
 /// Calibrates a model already prepared with `recipe`'s pre-processing, for `recipe`: what
