@@ -1531,8 +1531,8 @@ fn observed_counts(printed: &str) -> (usize, usize) {
 /// must be observed, or quantizing refuses the statistics), 148 of 188 tensors. On a MatMul
 /// and a chain of Relus whose tensors declare no type: its plan folds every Relu but the last
 /// into the MatMul's range and reads 3 tensors; the plan after calibration must still take
-/// the 49 it did not observe as float (as their inferred type says), or it keeps the Relus
-/// in float and quantizes the MatMul's output where the chain starts.
+/// the 49 it did not observe as float (as their inferred type says), or those tensors read as
+/// not float and the graph differs.
 #[test]
 fn a_one_shot_quantize_observes_what_its_plan_quantizes_and_makes_the_same_graph() {
     let calib = asset("calib.npz");

@@ -170,17 +170,18 @@ pub fn needs_histograms(recipe: &Recipe) -> bool {
                 .any(|o| o.method.as_ref().is_some_and(RangeMethod::needs_histogram)))
 }
 
-/// The tensors whose statistics quantizing the prepared model with `plan` reads: those the
+/// The `candidates` (calibration's tensors, in graph order) whose statistics quantizing the
+/// prepared model with `plan` reads: those the
 /// plan quantizes like an activation (its own range, or the tensor whose scale it shares),
 /// when planned before calibration with every tensor of unknown type taken as float (see
 /// [`Prepared::plan_before_calibration`]), the Convs' outputs a folded HardSigmoid left
 /// (checked against the recipe's simplification), and the inputs of Softmax-like ops (their
-/// rank decides whether the opset may be raised). Ordered as the graph computes them.
+/// rank decides whether the opset may be raised).
 ///
 /// A one-shot quantize observes only these: a session with every tensor as an output costs
 /// twice the float pass on a CNN and grows with the graph (ONNX Runtime's session over
 /// 100,000 outputs took 70 s), and most of a transformer's tensors are never quantized.
-pub fn planned_tensors(prepared: &Prepared, plan: &Plan) -> Vec<String> {
+pub fn planned_tensors(prepared: &Prepared, plan: &Plan, candidates: &[String]) -> Vec<String> {
     let mut wanted: HashSet<&str> = HashSet::new();
     for (name, role) in &plan.roles {
         match role {
@@ -209,9 +210,10 @@ pub fn planned_tensors(prepared: &Prepared, plan: &Plan) -> Vec<String> {
         .filter(|n| crate::quant::opset::SOFTMAX_LIKE.contains(&n.op_type.as_str()))
         .filter_map(|n| n.inputs.first());
     wanted.extend(softmax_inputs.map(String::as_str));
-    crate::calib::runner::calibration_tensors(graph, None)
-        .into_iter()
+    candidates
+        .iter()
         .filter(|t| wanted.contains(t.as_str()))
+        .cloned()
         .collect()
 }
 
@@ -244,14 +246,16 @@ pub fn calibrate_for_recipe(
     let plan = prepared.plan_before_calibration(recipe);
     // A plan that quantizes nothing stays empty whatever calibration finds: no run.
     crate::quant::refuse_empty_plan(&prepared, recipe, &plan, None)?;
-    let planned = planned_tensors(&prepared, &plan);
+    let every = crate::calib::runner::calibration_tensors(&prepared.graph, None);
+    let planned = planned_tensors(&prepared, &plan, &every);
     if planned.is_empty() {
+        // Weights only (int4): what its techniques read is chosen by `config_for_recipe`.
         return calibrate_prepared_for_recipe(&prepared, recipe, data, config, runtime, ctx);
     }
-    let every = crate::calib::runner::calibration_tensors(&prepared.graph, None).len();
     let note = format!(
-        "observed the {} tensor(s) the plan quantizes, of the {every} a full calibration observes (statistics for this quantize only; `calibrate` keeps every tensor's)",
-        planned.len()
+        "observed the {} tensor(s) the plan quantizes, of the {} a full calibration observes (statistics for this quantize only; `calibrate` keeps every tensor's)",
+        planned.len(),
+        every.len()
     );
     let config = CalibrationConfig {
         tensors: Some(planned),
