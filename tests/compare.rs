@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use qdq_studio::calib::data::{BatchSource, DataSpec, model_inputs};
 use qdq_studio::eval::compare::latency::kernel_costs::{segment_costs, slower_in_int8};
 use qdq_studio::eval::compare::latency::kernels::KernelTime;
-use qdq_studio::eval::compare::latency::{measure_latency, profile_kernels};
+use qdq_studio::eval::compare::latency::{
+    BLOCKS, measure_in_turn, measure_latency, profile_kernels,
+};
 use qdq_studio::eval::compare::{EvalError, OutputMetrics, check_comparable, compare_outputs};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
@@ -76,6 +78,27 @@ fn the_quantized_sample_agrees_with_the_float_model() {
     let latency =
         measure_latency(&quant, source.as_mut(), &runtime(), &[EpSpec::Cpu], 4, 1, 5).unwrap();
     assert!(latency.median_ms > 0.0 && latency.p90_ms >= latency.median_ms && latency.runs == 5);
+    // In turn: each model runs its share of the timed runs in each block, and only the QDQ
+    // model has a kernel report.
+    let runs = 2 * BLOCKS + 1;
+    let [float_ms, quant_ms] = measure_in_turn(
+        [&float, &quant],
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        4,
+        1,
+        runs,
+    )
+    .unwrap();
+    for timed in [&float_ms, &quant_ms] {
+        assert!(
+            timed.median_ms > 0.0 && timed.p90_ms >= timed.median_ms,
+            "{timed:?}"
+        );
+        assert_eq!((timed.runs, timed.batch_size), (runs, 4));
+    }
+    assert!(float_ms.kernels.is_none() && quant_ms.kernels.is_some());
 }
 
 /// The latency tuning's per-node proposal rests on matching ONNX Runtime's kernel names to

@@ -1334,6 +1334,8 @@ fn tuning_for_latency_only_leaves_out_and_says_what() {
         said.contains("slower in int8 with the Q/DQ they bring"),
         "{said}"
     );
+    // Each try that ran was timed in turn with the best so far, and says both.
+    assert!(said.contains(" ms against the best's "), "{said}");
     let db: Vec<f64> = summary
         .rsplit_once("output SQNR ")
         .and_then(|(_, s)| {

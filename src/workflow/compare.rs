@@ -10,7 +10,7 @@ use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
 use crate::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
-use crate::eval::compare::latency::{Latency, measure_latency};
+use crate::eval::compare::latency::{Latency, measure_in_turn, measure_latency};
 use crate::eval::compare::reference::OutputPair;
 use crate::eval::compare::task::TaskOptions;
 use crate::eval::compare::{EvalError, OutputMetrics, check_comparable, compare_outputs};
@@ -53,7 +53,8 @@ fn time_model(
     )
 }
 
-/// Float and quantized latency on the first batch of `source`.
+/// Float and quantized latency on the first batch of `source`, timed in turn (see
+/// [`measure_in_turn`]: both sessions are alive, as they are while the outputs are compared).
 fn latency_pair(
     float: &Model,
     quant: &Model,
@@ -63,10 +64,16 @@ fn latency_pair(
     batch_size: usize,
     runs: LatencyRuns,
 ) -> Result<LatencyPair, WorkflowError> {
-    Ok(LatencyPair {
-        float: time_model(float, source, runtime, eps, batch_size, runs)?,
-        quantized: time_model(quant, source, runtime, eps, batch_size, runs)?,
-    })
+    let [float, quantized] = measure_in_turn(
+        [float, quant],
+        source,
+        runtime,
+        eps,
+        batch_size,
+        runs.warmup,
+        runs.runs,
+    )?;
+    Ok(LatencyPair { float, quantized })
 }
 
 /// The report of a comparison: labels of the two models and the data, what was measured, and

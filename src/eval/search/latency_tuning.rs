@@ -21,16 +21,18 @@
 //!    out together: the compute ops' integer kernels alone;
 //! 4. each such op type alone, the one with the most nodes first.
 //!
-//! A try is kept when it is faster than the best so far by more than [`MIN_GAIN`], timed
-//! again in turn with the best ([`ROUNDS`] rounds: timings on a busy machine drift), and its
-//! worst output SQNR holds the floor. What is kept is written into the recipe
+//! A try is kept when it is faster than the best so far by more than [`MIN_GAIN`], the two
+//! timed in turn (alternating blocks of runs on live sessions,
+//! [`crate::eval::compare::latency::measure_in_turn`]: a machine's speed drifts by more than
+//! the gains looked for, and timed in turn the drift falls on both alike), and its worst
+//! output SQNR holds the floor. What is kept is written into the recipe
 //! (`op_types_to_exclude`, `nodes_to_exclude`), so the recipe reproduces the tuned model.
 
 use crate::calib::data::BatchSource;
 use crate::eval::compare::EvalError;
 use crate::eval::compare::latency::kernel_costs::{SlowerInInt8, slower_in_int8};
 use crate::eval::compare::latency::kernels::{KernelTime, quantized_compute};
-use crate::eval::compare::latency::{measure_latency, profile_kernels};
+use crate::eval::compare::latency::{Latency, measure_in_turn, profile_kernels};
 use crate::eval::search::evaluator::{Evaluator, exact, quant_error};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
@@ -69,6 +71,8 @@ pub struct Try {
     pub what: String,
     /// Its median milliseconds, when it quantized and ran.
     pub ms: Option<f64>,
+    /// The best model's so far, timed in turn with it.
+    pub against_ms: Option<f64>,
     /// Its worst output SQNR, when it was faster and so scored.
     pub sqnr_db: Option<f64>,
     /// Whether it was kept.
@@ -135,8 +139,11 @@ impl LatencyTuning {
         self.tries
             .iter()
             .map(|t| {
-                let ms =
-                    t.ms.map_or("did not run".to_owned(), |ms| format!("{ms:.2} ms"));
+                let ms = match (t.ms, t.against_ms) {
+                    (Some(ms), Some(best)) => format!("{ms:.2} ms against the best's {best:.2} ms"),
+                    (Some(ms), None) => format!("{ms:.2} ms"),
+                    (None, _) => "did not run".to_owned(),
+                };
                 let db = t
                     .sqnr_db
                     .map_or(String::new(), |db| format!(", {db:.2} dB"));
@@ -162,15 +169,10 @@ struct Candidate {
 /// nodes its profile shows slower in int8 (step 2 of the module docs, on what is left).
 const REFINE_ROUNDS: usize = 2;
 
-/// Rounds of the timings that decide: the models compared are timed in turn, each round, so
-/// that a change in the machine's load falls on all of them alike.
-const ROUNDS: usize = 3;
-
-/// The best recipe so far, its model, and its figures.
+/// The best recipe so far, its model, and its output SQNR.
 struct Best {
     recipe: Recipe,
     model: Model,
-    ms: f64,
     db: f64,
 }
 
@@ -184,10 +186,11 @@ struct Clock<'a, 's> {
 }
 
 impl Clock<'_, '_> {
-    /// The median milliseconds of one timing of `model`, and its kernel report.
-    fn once(&mut self, model: &Model) -> Result<crate::eval::compare::latency::Latency, EvalError> {
-        measure_latency(
-            model,
+    /// `models` timed in turn (see [`measure_in_turn`]), with the kernel report of each
+    /// QDQ model.
+    fn in_turn<const N: usize>(&mut self, models: [&Model; N]) -> Result<[Latency; N], EvalError> {
+        measure_in_turn(
+            models,
             &mut *self.source,
             self.eval.runtime,
             self.eval.eps,
@@ -227,22 +230,11 @@ impl Clock<'_, '_> {
         )
         .ok()
     }
-
-    /// Each model's mean of [`ROUNDS`] median timings, taken in turn.
-    fn in_turn(&mut self, models: &[&Model]) -> Result<Vec<f64>, EvalError> {
-        let mut sums = vec![0.0; models.len()];
-        for _ in 0..ROUNDS {
-            for (sum, model) in sums.iter_mut().zip(models) {
-                *sum += self.once(model)?.median_ms;
-            }
-        }
-        Ok(sums.into_iter().map(|s| s / ROUNDS as f64).collect())
-    }
 }
 
 /// Tunes `recipe`'s placement for speed on `eval`'s providers, timing on one sample of
-/// `source` (see the module docs). A try that looks faster is timed again in turn with the
-/// best so far before it is scored; the figures reported are timed in turn at the end.
+/// `source` (see the module docs). Each try is timed in turn with the best so far; the
+/// figures reported are the float, untuned and tuned models timed in turn at the end.
 pub fn tune_latency(
     eval: &Evaluator<'_>,
     recipe: &Recipe,
@@ -257,7 +249,7 @@ pub fn tune_latency(
         float_times: None,
     };
     let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
-    let timed = clock.once(&untuned.model)?;
+    let [timed] = clock.in_turn([&untuned.model])?;
     let untuned_db = eval.model_sqnr(&untuned.model)?;
     let float_compute = timed.kernels.map(|k| k.float_compute).unwrap_or_default();
     let slower = clock.slower_in_int8(&untuned.model);
@@ -265,7 +257,6 @@ pub fn tune_latency(
     let mut best = Best {
         recipe: recipe.clone(),
         model: untuned.model.clone(),
-        ms: timed.median_ms,
         db: untuned_db,
     };
     let mut tries = Vec::new();
@@ -294,19 +285,21 @@ pub fn tune_latency(
             break;
         }
     }
-    let ms = clock.in_turn(&[eval.float, &untuned.model, &best.model])?;
-    // The tries were each timed against the best so far; a drift in the machine's load can
-    // still make a chain of them slower than where it started.
-    let confirmed = ms[2] < ms[1] || best.recipe == *recipe;
+    let [float_ms, untuned_ms, best_ms] = clock
+        .in_turn([eval.float, &untuned.model, &best.model])?
+        .map(|latency| latency.median_ms);
+    // Each try was timed against the best so far; a chain of small gains can still end
+    // slower than where it started.
+    let confirmed = best_ms < untuned_ms || best.recipe == *recipe;
     let (recipe, tuned_ms, tuned_db) = if confirmed {
-        (best.recipe, ms[2], best.db)
+        (best.recipe, best_ms, best.db)
     } else {
-        (recipe.clone(), ms[1], untuned_db)
+        (recipe.clone(), untuned_ms, untuned_db)
     };
     Ok(LatencyTuning {
         recipe,
-        float_ms: ms[0],
-        untuned_ms: ms[1],
+        float_ms,
+        untuned_ms,
         tuned_ms,
         untuned_db,
         tuned_db,
@@ -315,9 +308,9 @@ pub fn tune_latency(
     })
 }
 
-/// One try: quantized, timed, timed again in turn with the best when it looks faster, scored
-/// when it still is, and made the best when its SQNR holds `floor`. `None` when it would
-/// change nothing (what it leaves out already is).
+/// One try: quantized, timed in turn with the best, scored when faster, and made the best
+/// when its SQNR holds `floor`. `None` when it would change nothing (what it leaves out
+/// already is).
 fn try_one(
     clock: &mut Clock<'_, '_>,
     candidate: Candidate,
@@ -329,6 +322,7 @@ fn try_one(
     let mut t = Try {
         what: candidate.what,
         ms: None,
+        against_ms: None,
         sqnr_db: None,
         kept: false,
     };
@@ -339,14 +333,11 @@ fn try_one(
     let Ok(q) = quant::quantize(eval.float, Some(eval.stats), &tried) else {
         return Ok(Some(t));
     };
-    let ms = clock.once(&q.model)?.median_ms;
-    t.ms = Some(ms);
-    if !faster(ms, best.ms) {
-        return Ok(Some(t));
-    }
-    let again = clock.in_turn(&[&best.model, &q.model])?;
-    t.ms = Some(again[1]);
-    if !faster(again[1], again[0]) {
+    let [best_ms, ms] = clock
+        .in_turn([&best.model, &q.model])?
+        .map(|latency| latency.median_ms);
+    (t.ms, t.against_ms) = (Some(ms), Some(best_ms));
+    if !faster(ms, best_ms) {
         return Ok(Some(t));
     }
     let db = eval.model_sqnr(&q.model)?;
@@ -356,7 +347,6 @@ fn try_one(
         *best = Best {
             recipe: tried,
             model: q.model,
-            ms: again[1],
             db,
         };
     }

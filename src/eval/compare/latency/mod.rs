@@ -47,50 +47,136 @@ pub fn measure_latency(
     warmup: usize,
     runs: usize,
 ) -> Result<Latency, EvalError> {
-    let FirstBatch {
-        graph,
-        samples,
-        owned,
-    } = first_batch(model, source, batch_size)?;
-    let quantized = graph.nodes().iter().any(|n| {
-        matches!(
-            n.op_type.as_str(),
-            ops::DEQUANTIZE_LINEAR | ops::MAT_MUL_N_BITS
-        )
-    });
-    // A float model's CPU options are the defaults; a QDQ model's follow its types.
-    let options = cpu_session_options(model);
-    let session_model = model.to_session_model()?;
-    let (mut session, kernels) = if quantized {
-        profiled_session(&graph, &session_model, runtime, eps, options, &owned)?
-    } else {
-        let session = runtime.session_from_model(&session_model, eps, options)?;
-        (session, None)
-    };
-    let mut times = Vec::with_capacity(runs);
-    for i in 0..warmup + runs.max(1) {
-        let values = session_inputs(&owned);
-        let started = Instant::now();
-        session.run(values).map_err(|e| EvalError::Run {
-            batch: 0,
-            model: "timed",
-            reason: e.to_string(),
-        })?;
-        if i >= warmup {
-            times.push(started.elapsed().as_secs_f64() * 1e3);
+    let mut timed = Timed::new(model, source, runtime, eps, batch_size)?;
+    timed.run(warmup, false)?;
+    timed.run(runs.max(1), true)?;
+    Ok(timed.latency(eps))
+}
+
+/// The blocks each model's timed runs are split into when models are timed in turn.
+pub const BLOCKS: usize = 5;
+
+/// Times `models` in turn on one batch of `source` (the same inputs: models of one float
+/// model), each in its own live session: `warmup` untimed runs of each, then [`BLOCKS`]
+/// rounds in which each model runs its share of `runs` timed runs, one model after the
+/// other. A machine's speed drifts (by a fifth within seconds on a shared virtual machine,
+/// measured here); timed one after the other, models are compared across that drift, and in
+/// turn it falls on all of them alike. Every session is alive at once, as in the comparison
+/// of outputs.
+pub fn measure_in_turn<const N: usize>(
+    models: [&Model; N],
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+    warmup: usize,
+    runs: usize,
+) -> Result<[Latency; N], EvalError> {
+    let mut timed = models
+        .iter()
+        .map(|model| Timed::new(model, source, runtime, eps, batch_size))
+        .collect::<Result<Vec<_>, _>>()?;
+    for model in &mut timed {
+        model.run(warmup, false)?;
+    }
+    let runs = runs.max(1);
+    let blocks = BLOCKS.min(runs);
+    for block in 0..blocks {
+        let share = runs * (block + 1) / blocks - runs * block / blocks;
+        for model in &mut timed {
+            model.run(share, true)?;
         }
     }
-    times.sort_by(f64::total_cmp);
-    let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    Ok(Latency {
-        median_ms: at(0.5),
-        p90_ms: at(0.9),
-        runs: times.len(),
-        execution_providers: eps.iter().map(ToString::to_string).collect(),
-        intra_op_threads: options.intra_threads,
-        batch_size: samples,
-        kernels,
-    })
+    let latencies: Vec<Latency> = timed.into_iter().map(|t| t.latency(eps)).collect();
+    latencies
+        .try_into()
+        .map_err(|_: Vec<Latency>| EvalError::Run {
+            batch: 0,
+            model: "timed",
+            reason: "a timing in turn lost a model's latency".to_owned(),
+        })
+}
+
+/// A model ready to be timed: its session, the batch it runs, and the runs timed so far.
+struct Timed {
+    session: ort::session::Session,
+    owned: Vec<(String, ort::value::DynValue)>,
+    samples: usize,
+    options: SessionOptions,
+    kernels: Option<kernels::KernelReport>,
+    times: Vec<f64>,
+}
+
+impl Timed {
+    /// `model`'s session on the first batch of `source` (after one profiled run for a QDQ
+    /// model, whose kernels the latency reports).
+    fn new(
+        model: &Model,
+        source: &mut dyn BatchSource,
+        runtime: &Runtime,
+        eps: &[EpSpec],
+        batch_size: usize,
+    ) -> Result<Timed, EvalError> {
+        let FirstBatch {
+            graph,
+            samples,
+            owned,
+        } = first_batch(model, source, batch_size)?;
+        let quantized = graph.nodes().iter().any(|n| {
+            matches!(
+                n.op_type.as_str(),
+                ops::DEQUANTIZE_LINEAR | ops::MAT_MUL_N_BITS
+            )
+        });
+        // A float model's CPU options are the defaults; a QDQ model's follow its types.
+        let options = cpu_session_options(model);
+        let session_model = model.to_session_model()?;
+        let (session, kernels) = if quantized {
+            profiled_session(&graph, &session_model, runtime, eps, options, &owned)?
+        } else {
+            let session = runtime.session_from_model(&session_model, eps, options)?;
+            (session, None)
+        };
+        Ok(Timed {
+            session,
+            owned,
+            samples,
+            options,
+            kernels,
+            times: Vec::new(),
+        })
+    }
+
+    /// `n` runs, their milliseconds kept when `timed`.
+    fn run(&mut self, n: usize, timed: bool) -> Result<(), EvalError> {
+        for _ in 0..n {
+            let started = Instant::now();
+            run_once(&mut self.session, &self.owned, "timed")?;
+            if timed {
+                self.times.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        Ok(())
+    }
+
+    /// The median and 90th percentile of the timed runs.
+    fn latency(mut self, eps: &[EpSpec]) -> Latency {
+        self.times.sort_by(f64::total_cmp);
+        let times = &self.times;
+        let at = |q: f64| {
+            let index = ((times.len().saturating_sub(1)) as f64 * q).round() as usize;
+            times.get(index).copied().unwrap_or(0.0)
+        };
+        Latency {
+            median_ms: at(0.5),
+            p90_ms: at(0.9),
+            runs: times.len(),
+            execution_providers: eps.iter().map(ToString::to_string).collect(),
+            intra_op_threads: self.options.intra_threads,
+            batch_size: self.samples,
+            kernels: self.kernels,
+        }
+    }
 }
 
 /// Each kernel's median microseconds over `runs` profiled runs of `model` on one sample of
