@@ -16,8 +16,8 @@ Targets:
   the default's; where the kernel floor (below) proves no placement can reach 1.0x, within 10 %
   of that floor;
 - MiniLM: our default's mean cosine >= 0.98.
-The kernel floor beside each CNN's latency: from ONNX Runtime's profile of the float and the
-default QDQ model, how much the int8 compute kernels can save at most (each convolution in the
+The kernel floor beside each CNN's latency: from ONNX Runtime's profiles of the float and the
+default QDQ model (taken in turn), how much the int8 compute kernels can save at most (each convolution in the
 cheaper of its float and int8 segments: its kernel with the Q/DQ and unfused ops after it up to
 the next compute kernel), and so the best speed any placement can reach.
 Latency: batch 1, ONNX Runtime's CPU EP, the float and the QDQ models timed in turn (5 rounds
@@ -75,28 +75,37 @@ def latencies_ms(paths, feed, rounds=5, runs=20, warmup=10):
     return [1000 * float(np.median(t)) for t in times]
 
 
-def kernel_times(path, feed, runs=100):
-    """Per-kernel microseconds a run (ONNX Runtime's profile, CPU EP, batch 1): a list of
-    (op type, us) in execution order, and the kernels' total."""
+def kernel_times(paths, feed, runs=100, blocks=5):
+    """Per-kernel microseconds a run of each model (ONNX Runtime's profile, CPU EP, batch 1),
+    profiled in turn (blocks of runs of each model alternate, as the latencies are timed:
+    kernel times set side by side must come from the same moments of a drifting machine): for
+    each model a list of (op type, us) in execution order, and the kernels' total."""
     import json
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    so.profile_file_prefix = str(WORK / "profile")
-    s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sessions = []
+    for index, path in enumerate(paths):
+        so = ort.SessionOptions()
+        so.enable_profiling = True
+        so.profile_file_prefix = str(WORK / f"profile{index}")
+        sessions.append(ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]))
     one = {k: v[:1] for k, v in feed.items()}
-    for _ in range(runs):
-        s.run(None, one)
-    profile = pathlib.Path(s.end_profiling())
-    events = json.loads(profile.read_text())
-    profile.unlink()
-    per_node = {}
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            key = (e["name"], e["args"]["op_name"])
-            per_node.setdefault(key, []).append(e["dur"])
-    # The first runs warm up: each node's median over the runs.
-    kernels = [(op, float(np.median(d))) for (_, op), d in per_node.items()]
-    return kernels, sum(us for _, us in kernels)
+    for _ in range(blocks):
+        for s in sessions:
+            for _ in range(runs // blocks):
+                s.run(None, one)
+    timed = []
+    for s in sessions:
+        profile = pathlib.Path(s.end_profiling())
+        events = json.loads(profile.read_text())
+        profile.unlink()
+        per_node = {}
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                key = (e["name"], e["args"]["op_name"])
+                per_node.setdefault(key, []).append(e["dur"])
+        # The first runs warm up: each node's median over the runs.
+        kernels = [(op, float(np.median(d))) for (_, op), d in per_node.items()]
+        timed.append((kernels, sum(us for _, us in kernels)))
+    return timed
 
 
 COMPUTE_KERNELS = ("Conv", "FusedConv", "NhwcFusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm",
@@ -126,8 +135,7 @@ def kernel_floor(float_path, qdq_path, feed):
     with the default's neighbours quantized, so the bound is optimistic), plus the one
     QuantizeLinear and DequantizeLinear any quantized placement needs. When even that does not
     beat the float model, no placement can; either way it names the kernels."""
-    float_kernels, float_total = kernel_times(float_path, feed)
-    int8_kernels, _ = kernel_times(qdq_path, feed)
+    (float_kernels, float_total), (int8_kernels, _) = kernel_times([float_path, qdq_path], feed)
     float_segments, int8_segments = segments(float_kernels), segments(int8_kernels)
     convs = [us for op, us in float_kernels if op in COMPUTE_KERNELS]
     qconvs = [us for op, us in int8_kernels if op in COMPUTE_KERNELS]

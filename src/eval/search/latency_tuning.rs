@@ -31,8 +31,8 @@
 use crate::calib::data::BatchSource;
 use crate::eval::compare::EvalError;
 use crate::eval::compare::latency::kernel_costs::{SlowerInInt8, slower_in_int8};
-use crate::eval::compare::latency::kernels::{KernelTime, quantized_compute};
-use crate::eval::compare::latency::{Latency, measure_in_turn, profile_kernels};
+use crate::eval::compare::latency::kernels::quantized_compute;
+use crate::eval::compare::latency::{Latency, measure_in_turn, profile_in_turn};
 use crate::eval::search::evaluator::{Evaluator, exact, quant_error};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
@@ -181,8 +181,6 @@ struct Clock<'a, 's> {
     eval: &'a Evaluator<'a>,
     source: &'s mut dyn BatchSource,
     options: &'a TuneOptions,
-    /// The float model's kernel times, once profiled (it does not change between tries).
-    float_times: Option<Vec<KernelTime>>,
 }
 
 impl Clock<'_, '_> {
@@ -201,34 +199,22 @@ impl Clock<'_, '_> {
     }
 
     /// The compute nodes of `untuned` (a QDQ model of the evaluator's float one) that the two
-    /// models' profiles show slower in int8; empty when a profile cannot be had (it only
-    /// proposes a try, which the clock then decides).
+    /// models' profiles, taken in turn, show slower in int8; empty when a profile cannot be
+    /// had (it only proposes a try, which the clock then decides).
     fn slower_in_int8(&mut self, untuned: &Model) -> Vec<SlowerInInt8> {
-        if self.float_times.is_none() {
-            self.float_times = self.profile(self.eval.float);
-        }
-        let Some(int8) = self.profile(untuned) else {
-            return Vec::new();
-        };
-        let Some(float) = &self.float_times else {
+        let Ok([float, int8]) = profile_in_turn(
+            [self.eval.float, untuned],
+            &mut *self.source,
+            self.eval.runtime,
+            self.eval.eps,
+            self.options.runs,
+        ) else {
             return Vec::new();
         };
         let quantized: Vec<String> = quantized_compute(&Graph::build(untuned))
             .into_iter()
             .collect();
-        slower_in_int8(&Graph::build(self.eval.float), float, &int8, &quantized)
-    }
-
-    /// `model`'s kernel times on one sample, `None` when the profile cannot be had.
-    fn profile(&mut self, model: &Model) -> Option<Vec<KernelTime>> {
-        profile_kernels(
-            model,
-            &mut *self.source,
-            self.eval.runtime,
-            self.eval.eps,
-            self.options.runs,
-        )
-        .ok()
+        slower_in_int8(&Graph::build(self.eval.float), &float, &int8, &quantized)
     }
 }
 
@@ -246,7 +232,6 @@ pub fn tune_latency(
         eval,
         source,
         options,
-        float_times: None,
     };
     let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
     let [timed] = clock.in_turn([&untuned.model])?;

@@ -189,20 +189,52 @@ pub fn profile_kernels(
     eps: &[EpSpec],
     runs: usize,
 ) -> Result<Vec<kernels::KernelTime>, EvalError> {
-    let owned = first_batch(model, source, 1)?.owned;
-    let session_model = model.to_session_model()?;
+    let [times] = profile_in_turn([model], source, runtime, eps, runs)?;
+    Ok(times)
+}
+
+/// [`profile_kernels`] of several models, profiled in turn as [`measure_in_turn`] times them:
+/// kernel times set side by side (a float model's segments against a QDQ model's) must come
+/// from the same moments of a drifting machine.
+pub fn profile_in_turn<const N: usize>(
+    models: [&Model; N],
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    runs: usize,
+) -> Result<[Vec<kernels::KernelTime>; N], EvalError> {
     let folder = tempfile::tempdir().map_err(|e| profile_error(e.to_string()))?;
-    let mut session = runtime.profiled_session_from_model(
-        &session_model,
-        eps,
-        cpu_session_options(model),
-        &folder.path().join("profile"),
-    )?;
-    for _ in 0..runs.max(1) {
-        run_once(&mut session, &owned, "profiled")?;
+    let mut profiled = Vec::with_capacity(N);
+    for (index, model) in models.iter().enumerate() {
+        let owned = first_batch(model, source, 1)?.owned;
+        let session = runtime.profiled_session_from_model(
+            &model.to_session_model()?,
+            eps,
+            cpu_session_options(model),
+            &folder.path().join(format!("profile{index}")),
+        )?;
+        profiled.push((session, owned));
     }
-    let text = profile_text(&mut session).map_err(profile_error)?;
-    kernels::kernel_times(&text).map_err(|e| profile_error(e.to_string()))
+    let runs = runs.max(1);
+    let blocks = BLOCKS.min(runs);
+    for block in 0..blocks {
+        let share = runs * (block + 1) / blocks - runs * block / blocks;
+        for (session, owned) in &mut profiled {
+            for _ in 0..share {
+                run_once(session, owned, "profiled")?;
+            }
+        }
+    }
+    let times = profiled
+        .into_iter()
+        .map(|(mut session, _)| {
+            let text = profile_text(&mut session).map_err(profile_error)?;
+            kernels::kernel_times(&text).map_err(|e| profile_error(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, EvalError>>()?;
+    times
+        .try_into()
+        .map_err(|_: Vec<_>| profile_error("a profile in turn lost a model's kernels".to_owned()))
 }
 
 /// A model's graph and the first batch of a source, as a timing or profile runs it.
