@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use qdq_studio::calib::data::{BatchSource, DataSpec, model_inputs};
 use qdq_studio::eval::compare::latency::kernel_costs::{segment_costs, slower_in_int8};
 use qdq_studio::eval::compare::latency::kernels::KernelTime;
-use qdq_studio::eval::compare::latency::{
-    BLOCKS, measure_in_turn, measure_latency, profile_kernels,
-};
+use qdq_studio::eval::compare::latency::{BLOCKS, measure_in_turn, profile_kernels};
 use qdq_studio::eval::compare::{EvalError, OutputMetrics, check_comparable, compare_outputs};
 use qdq_studio::jobs::JobContext;
 use qdq_studio::model::{DataType, Graph, Model, ModelBuilder};
@@ -75,8 +73,16 @@ fn the_quantized_sample_agrees_with_the_float_model() {
     assert_eq!(m.top1_agreement, Some(1.0));
     assert_eq!(m.top5_agreement, None, "two classes: no top-5");
     assert_eq!(m.elements, 32);
-    let latency =
-        measure_latency(&quant, source.as_mut(), &runtime(), &[EpSpec::Cpu], 4, 1, 5).unwrap();
+    let [latency] = measure_in_turn(
+        [&quant],
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        4,
+        1,
+        5,
+    )
+    .unwrap();
     assert!(latency.median_ms > 0.0 && latency.p90_ms >= latency.median_ms && latency.runs == 5);
     // In turn: each model runs its share of the timed runs in each block, and only the QDQ
     // model has a kernel report.
@@ -1028,8 +1034,16 @@ fn the_kernel_report_tells_a_fused_qdq_conv_from_one_run_in_float() {
     }
     .open(&model_inputs(&Graph::build(&model)))
     .unwrap();
-    let latency =
-        measure_latency(&model, source.as_mut(), &runtime(), &[EpSpec::Cpu], 1, 0, 1).unwrap();
+    let [latency] = measure_in_turn(
+        [&model],
+        source.as_mut(),
+        &runtime(),
+        &[EpSpec::Cpu],
+        1,
+        0,
+        1,
+    )
+    .unwrap();
     let kernels = latency.kernels.expect("a QDQ model's kernels are profiled");
     assert_eq!(kernels.quantized_compute, 2, "{kernels:?}");
     assert_eq!(kernels.float_compute, ["conv2"], "{kernels:?}");

@@ -10,7 +10,7 @@ use super::WorkflowError;
 use super::reference::{CapturedReference, EvalSetup, FloatActivations};
 use crate::calib::data::first::FirstSamples;
 use crate::calib::data::{BatchSource, DataSpec, InputSpec, model_inputs};
-use crate::eval::compare::latency::{Latency, measure_in_turn, measure_latency};
+use crate::eval::compare::latency::{Latency, measure_in_turn};
 use crate::eval::compare::reference::OutputPair;
 use crate::eval::compare::task::TaskOptions;
 use crate::eval::compare::{EvalError, OutputMetrics, check_comparable, compare_outputs};
@@ -33,17 +33,19 @@ pub use super::reference::{LatencyRuns, STUDIO_LATENCY};
 /// few samples. The output metrics still use every sample.
 pub const TENSOR_SAMPLES: usize = 4;
 
-/// `model`'s latency on the first batch of `source`, timed as `runs` says.
-fn time_model(
-    model: &Model,
+/// The latencies of `models` on the first batch of `source`, timed in turn as `runs` says
+/// (see [`measure_in_turn`]: every session is alive, as while a comparison's outputs are
+/// compared).
+fn time_in_turn<const N: usize>(
+    models: [&Model; N],
     source: &mut dyn BatchSource,
     runtime: &Runtime,
     eps: &[EpSpec],
     batch_size: usize,
     runs: LatencyRuns,
-) -> Result<Latency, EvalError> {
-    measure_latency(
-        model,
+) -> Result<[Latency; N], EvalError> {
+    measure_in_turn(
+        models,
         source,
         runtime,
         eps,
@@ -51,29 +53,6 @@ fn time_model(
         runs.warmup,
         runs.runs,
     )
-}
-
-/// Float and quantized latency on the first batch of `source`, timed in turn (see
-/// [`measure_in_turn`]: both sessions are alive, as they are while the outputs are compared).
-fn latency_pair(
-    float: &Model,
-    quant: &Model,
-    source: &mut dyn BatchSource,
-    runtime: &Runtime,
-    eps: &[EpSpec],
-    batch_size: usize,
-    runs: LatencyRuns,
-) -> Result<LatencyPair, WorkflowError> {
-    let [float, quantized] = measure_in_turn(
-        [float, quant],
-        source,
-        runtime,
-        eps,
-        batch_size,
-        runs.warmup,
-        runs.runs,
-    )?;
-    Ok(LatencyPair { float, quantized })
 }
 
 /// The report of a comparison: labels of the two models and the data, what was measured, and
@@ -154,15 +133,11 @@ pub fn compare_files(
         false => None,
     };
     let latency = match request.latency {
-        Some(runs) => Some(latency_pair(
-            float,
-            quant,
-            source.as_mut(),
-            runtime,
-            eps,
-            batch,
-            runs,
-        )?),
+        Some(runs) => {
+            let [float, quantized] =
+                time_in_turn([float, quant], source.as_mut(), runtime, eps, batch, runs)?;
+            Some(LatencyPair { float, quantized })
+        }
         None => None,
     };
     let baseline = match baseline {
@@ -450,8 +425,8 @@ fn float_side(
             .is_none_or(|(timed, _)| *timed != runs)
     {
         let mut source = setup.data.open(inputs)?;
-        let timed = time_model(
-            &setup.model,
+        let [timed] = time_in_turn(
+            [&setup.model],
             source.as_mut(),
             runtime,
             &setup.eps,
@@ -545,8 +520,8 @@ pub fn quantize_and_compare(
             stage(ctx, "Timing the quantized model", 4, steps);
             let t = Instant::now();
             let mut source = setup.data.open(&inputs)?;
-            let quantized = time_model(
-                &quantized.model,
+            let [quantized] = time_in_turn(
+                [&quantized.model],
                 source.as_mut(),
                 runtime,
                 &setup.eps,

@@ -37,29 +37,13 @@ pub struct Latency {
     pub kernels: Option<kernels::KernelReport>,
 }
 
-/// Times `model` on one batch of `source`: `warmup` untimed runs, then `runs` timed ones.
-pub fn measure_latency(
-    model: &Model,
-    source: &mut dyn BatchSource,
-    runtime: &Runtime,
-    eps: &[EpSpec],
-    batch_size: usize,
-    warmup: usize,
-    runs: usize,
-) -> Result<Latency, EvalError> {
-    let mut timed = Timed::new(model, source, runtime, eps, batch_size)?;
-    timed.run(warmup, false)?;
-    timed.run(runs.max(1), true)?;
-    Ok(timed.latency(eps))
-}
-
 /// The blocks each model's timed runs are split into when models are timed in turn.
 pub const BLOCKS: usize = 5;
 
 /// Times `models` in turn on one batch of `source` (the same inputs: models of one float
 /// model), each in its own live session: `warmup` untimed runs of each, then [`BLOCKS`]
 /// rounds in which each model runs its share of `runs` timed runs, one model after the
-/// other. A machine's speed drifts (by a fifth within seconds on a shared virtual machine,
+/// other (one model: its runs one after the other). A machine's speed drifts (by a fifth within seconds on a shared virtual machine,
 /// measured here); timed one after the other, models are compared across that drift, and in
 /// turn it falls on all of them alike. Every session is alive at once, as in the comparison
 /// of outputs.
