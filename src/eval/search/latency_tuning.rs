@@ -32,7 +32,7 @@ use crate::calib::data::BatchSource;
 use crate::eval::compare::EvalError;
 use crate::eval::compare::latency::kernel_costs::{SlowerInInt8, slower_in_int8};
 use crate::eval::compare::latency::kernels::quantized_compute;
-use crate::eval::compare::latency::{Latency, measure_in_turn, profile_in_turn};
+use crate::eval::compare::latency::{Latency, kernel_report, measure_in_turn, profile_in_turn};
 use crate::eval::search::evaluator::{Evaluator, exact, quant_error};
 use crate::jobs::{JobContext, RateMeter};
 use crate::model::{Graph, Model};
@@ -234,9 +234,16 @@ pub fn tune_latency(
         options,
     };
     let untuned = quant::quantize(eval.float, Some(eval.stats), recipe).map_err(quant_error)?;
-    let [timed] = clock.in_turn([&untuned.model])?;
+    // Only the kernels: every try is timed in turn with the best, from the untuned model on.
+    let report = kernel_report(
+        &untuned.model,
+        &mut *clock.source,
+        eval.runtime,
+        eval.eps,
+        1,
+    )?;
     let untuned_db = eval.model_sqnr(&untuned.model)?;
-    let float_compute = timed.kernels.map(|k| k.float_compute).unwrap_or_default();
+    let float_compute = report.map(|k| k.float_compute).unwrap_or_default();
     let slower = clock.slower_in_int8(&untuned.model);
     let candidates = candidates(eval.float, &untuned, &float_compute, &slower);
     let mut best = Best {

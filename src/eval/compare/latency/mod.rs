@@ -63,10 +63,7 @@ pub fn measure_in_turn<const N: usize>(
     for model in &mut timed {
         model.run(warmup, false)?;
     }
-    let runs = runs.max(1);
-    let blocks = BLOCKS.min(runs);
-    for block in 0..blocks {
-        let share = runs * (block + 1) / blocks - runs * block / blocks;
+    for share in block_shares(runs) {
         for model in &mut timed {
             model.run(share, true)?;
         }
@@ -79,6 +76,27 @@ pub fn measure_in_turn<const N: usize>(
             model: "timed",
             reason: "a timing in turn lost a model's latency".to_owned(),
         })
+}
+
+/// Each block's share of `runs` (at least one) when models take [`BLOCKS`] turns: shares that
+/// differ by at most one and add up to `runs`.
+fn block_shares(runs: usize) -> impl Iterator<Item = usize> {
+    let runs = runs.max(1);
+    let blocks = BLOCKS.min(runs);
+    (0..blocks).map(move |block| runs * (block + 1) / blocks - runs * block / blocks)
+}
+
+/// The kernels ONNX Runtime runs for the QDQ model `model` on the first batch of `source`
+/// (from the profile of one run; `None` for a float model, or when the profile cannot be
+/// read), without timing it.
+pub fn kernel_report(
+    model: &Model,
+    source: &mut dyn BatchSource,
+    runtime: &Runtime,
+    eps: &[EpSpec],
+    batch_size: usize,
+) -> Result<Option<kernels::KernelReport>, EvalError> {
+    Ok(Timed::new(model, source, runtime, eps, batch_size)?.kernels)
 }
 
 /// A model ready to be timed: its session, the batch it runs, and the runs timed so far.
@@ -199,10 +217,7 @@ pub fn profile_in_turn<const N: usize>(
         )?;
         profiled.push((session, owned));
     }
-    let runs = runs.max(1);
-    let blocks = BLOCKS.min(runs);
-    for block in 0..blocks {
-        let share = runs * (block + 1) / blocks - runs * block / blocks;
+    for share in block_shares(runs) {
         for (session, owned) in &mut profiled {
             for _ in 0..share {
                 run_once(session, owned, "profiled")?;
